@@ -1,0 +1,82 @@
+"""The driver contract: what a job type implements, and what it is handed."""
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar
+
+from ..models import Job, JobRun
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """What a driver reports. ``details`` must be JSON-serialisable."""
+
+    success: bool = True
+    error_message: str | None = None
+    details: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Notification:
+    subject: str
+    body: str
+    priority: str = "Normal"          # "Low" | "Normal" | "High"
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ExecutionContext:
+    """Handed to ``execute``. ``job`` is a frozen snapshot taken at claim time.
+
+    ``heartbeat()`` renews this run's lease now and says whether it still holds
+    it (False: the lease was taken over or the run timed out; stop working).
+    ``cancel_event`` is set on timeout, on lease loss and at shutdown; long
+    drivers should check it.
+    """
+
+    job: Job
+    run: JobRun
+    cancel_event: threading.Event
+    logger: logging.Logger
+    heartbeat: Callable[[], bool] = lambda: True
+
+
+class BaseScheduledJob:
+    """Base class of every driver; a fresh instance runs each execution.
+
+    Class attributes a driver may set:
+    ``high_frequency_by_design`` silences the "fires more often than every 5
+    minutes" warning; ``isolation`` ("thread" or "process") is the default for
+    jobs of this type; ``default_max_runtime`` (seconds) applies when a job sets
+    none.
+    """
+
+    high_frequency_by_design: ClassVar[bool] = False
+    isolation: ClassVar[str] = "thread"
+    default_max_runtime: ClassVar[float | None] = None
+    driver_name: ClassVar[str] = ""
+
+    def validate_configuration(self, configuration: dict[str, Any]) -> None:
+        """Raise ``ConfigurationError`` naming the key when ``configuration`` is unusable."""
+
+    def execute(self, context: ExecutionContext) -> JobResult:
+        raise NotImplementedError
+
+    def format_notification(self, context: ExecutionContext, result: JobResult) -> Notification:
+        job, run = context.job, context.run
+        state = "succeeded" if result.success else "failed"
+        lines = [f"Job {job.name!r} ({job.id}) {state}.", f"Run: {run.id}"]
+        if run.scheduled_for is not None:
+            lines.append(f"Scheduled for: {run.scheduled_for.isoformat()}")
+        if result.error_message:
+            lines.append(f"Error: {result.error_message}")
+        if result.details:
+            lines.append(f"Details: {result.details}")
+        return Notification(
+            subject=f"[mjsched] {job.name} {state}",
+            body="\n".join(lines),
+            priority="Normal" if result.success else "High",
+            metadata={"job_id": job.id, "run_id": run.id, "driver": job.driver},
+        )

@@ -1,0 +1,71 @@
+"""Driver registry: ``@register_driver`` plus the ``mjsched.drivers`` entry-point group."""
+from __future__ import annotations
+
+import logging
+import threading
+from importlib import metadata
+from typing import Callable, TypeVar
+
+from ..errors import ConfigurationError, UnknownDriver
+from .base import BaseScheduledJob
+
+log = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = "mjsched.drivers"
+_registry: dict[str, type[BaseScheduledJob]] = {}
+_lock = threading.Lock()
+_entry_points_loaded = False
+
+D = TypeVar("D", bound=type[BaseScheduledJob])
+
+
+def register_driver(name: str) -> Callable[[D], D]:
+    """Class decorator: make ``cls`` the driver for jobs whose driver is ``name``."""
+    if not isinstance(name, str) or not name.strip() or len(name) > 255:
+        raise ConfigurationError("driver", name, "driver name must be a non-empty string of at most 255 characters")
+
+    def decorate(cls: D) -> D:
+        if not (isinstance(cls, type) and issubclass(cls, BaseScheduledJob)):
+            raise ConfigurationError("driver", cls, "a driver must subclass mjsched.BaseScheduledJob")
+        with _lock:
+            _registry[name] = cls
+        cls.driver_name = name
+        return cls
+
+    return decorate
+
+
+def _load_entry_points() -> None:
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return
+    _entry_points_loaded = True
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name in _registry:
+            continue
+        try:
+            cls = ep.load()
+        except Exception:  # a broken plugin must not break the engine
+            log.exception("could not load driver entry point %s", ep.value)
+            continue
+        register_driver(ep.name)(cls)
+
+
+def get_driver(name: str) -> type[BaseScheduledJob]:
+    """The driver class registered under ``name``; raises ``UnknownDriver``."""
+    from . import builtin  # noqa: F401  (registers the built-in drivers)
+
+    cls = _registry.get(name)
+    if cls is None:
+        _load_entry_points()
+        cls = _registry.get(name)
+    if cls is None:
+        raise UnknownDriver(name, list(_registry))
+    return cls
+
+
+def registered_drivers() -> list[str]:
+    from . import builtin  # noqa: F401
+
+    _load_entry_points()
+    return sorted(_registry)

@@ -1,0 +1,80 @@
+"""One exception hierarchy for everything mjsched raises.
+
+Every error a caller can provoke with bad input names the offending field and
+value, so a message is enough to fix the call without reading our code.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+
+class SchedulerError(Exception):
+    """Base of every mjsched error."""
+
+
+class ConfigurationError(SchedulerError, ValueError):
+    """A value given to mjsched is not acceptable.
+
+    ``field`` names the parameter or configuration key, ``value`` is what was
+    given (shortened when huge, so logs stay readable).
+    """
+
+    def __init__(self, field: str, value: Any, reason: str) -> None:
+        self.field = field
+        self.value = value
+        self.reason = reason
+        super().__init__(f"{field}={_short(value)}: {reason}")
+
+
+class InvalidCronExpression(ConfigurationError):
+    """A cron expression that cannot be parsed or never fires."""
+
+    def __init__(self, value: Any, reason: str, field: str = "cron") -> None:
+        super().__init__(field, value, reason)
+
+
+class UnknownTimezone(ConfigurationError):
+    """A timezone name that is not in the IANA database."""
+
+    def __init__(self, value: Any, field: str = "timezone") -> None:
+        super().__init__(field, value, "not a known IANA timezone (e.g. 'Europe/Berlin')")
+
+
+class UnknownDriver(ConfigurationError):
+    """No driver is registered under the given name."""
+
+    def __init__(self, value: Any, known: list[str] | None = None) -> None:
+        hint = f"; registered: {', '.join(sorted(known))}" if known else ""
+        super().__init__("driver", value, "no driver registered under this name" + hint)
+
+
+class JobNotFound(SchedulerError, LookupError):
+    """The job id does not name a job in the database."""
+
+    def __init__(self, job_id: Any) -> None:
+        self.job_id = job_id
+        super().__init__(f"job_id={job_id!r}: no such job")
+
+
+class LockNotAcquired(SchedulerError):
+    """Another holder owns the job's lock and its lease has not expired."""
+
+    def __init__(self, job_id: Any) -> None:
+        self.job_id = job_id
+        super().__init__(f"job_id={job_id!r}: lock is held by another holder")
+
+
+class DatabaseError(SchedulerError):
+    """The database failed or could not be reached (after retries).
+
+    The driver's own exception is kept on ``__cause__``.
+    """
+
+
+class SchemaNotInstalled(DatabaseError):
+    """The mjsched schema is missing or older than this code needs."""
+
+
+def _short(value: Any, limit: int = 120) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 15] + f"...<{len(text)} chars>"

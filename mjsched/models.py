@@ -1,0 +1,174 @@
+"""Rows as frozen dataclasses, and the enumerations whose values are the SQL CHECK values."""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Mapping
+
+
+class JobStatus(str, enum.Enum):
+    PENDING = "Pending"
+    ACTIVE = "Active"
+    PAUSED = "Paused"
+    DISABLED = "Disabled"
+    EXPIRED = "Expired"
+
+
+class RunStatus(str, enum.Enum):
+    QUEUED = "Queued"
+    RUNNING = "Running"
+    COMPLETED = "Completed"
+    FAILED = "Failed"
+    TIMEOUT = "Timeout"
+    CANCELLED = "Cancelled"
+    ABANDONED = "Abandoned"
+    SKIPPED = "Skipped"
+
+
+class ConcurrencyMode(str, enum.Enum):
+    SKIP = "Skip"
+    QUEUE = "Queue"
+    CONCURRENT = "Concurrent"
+
+
+class MissedRunPolicy(str, enum.Enum):
+    SKIP = "Skip"
+    RUN_ONCE = "RunOnce"
+    RUN_ALL = "RunAll"
+
+
+class Isolation(str, enum.Enum):
+    THREAD = "thread"
+    PROCESS = "process"
+
+
+def _json(value: Any) -> Any:
+    if isinstance(value, (str, bytes, bytearray)):
+        return json.loads(value)
+    return value
+
+
+@dataclass(frozen=True)
+class Job:
+    """One ``scheduled_job`` row (read-only; change it through the engine)."""
+
+    id: str
+    job_type_id: str
+    driver: str
+    name: str
+    description: str | None
+    cron_expression: str
+    timezone: str
+    start_at: datetime | None
+    end_at: datetime | None
+    status: JobStatus
+    configuration: dict[str, Any]
+    owner: str | None
+    concurrency_mode: ConcurrencyMode
+    missed_run_policy: MissedRunPolicy
+    run_immediately_if_never_run: bool
+    max_runtime_seconds: float | None
+    isolation: Isolation | None
+    max_queued_runs: int
+    notify_on_success: bool
+    notify_on_failure: bool
+    notify_to: str | None
+    next_run_at: datetime | None
+    last_run_at: datetime | None
+    run_count: int
+    success_count: int
+    failure_count: int
+    last_duration_ms: int | None
+    total_duration_ms: int
+    lock_token: str | None
+    locked_at: datetime | None
+    locked_by_instance: str | None
+    expected_completion_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> "Job":
+        values = {f.name: row.get(f.name) for f in dataclasses.fields(cls)}
+        values["id"] = str(values["id"])
+        values["job_type_id"] = str(values["job_type_id"])
+        values["status"] = JobStatus(values["status"])
+        values["concurrency_mode"] = ConcurrencyMode(values["concurrency_mode"])
+        values["missed_run_policy"] = MissedRunPolicy(values["missed_run_policy"])
+        values["isolation"] = Isolation(values["isolation"]) if values["isolation"] else None
+        values["configuration"] = _json(values["configuration"]) or {}
+        values["lock_token"] = str(values["lock_token"]) if values["lock_token"] else None
+        values["run_immediately_if_never_run"] = bool(values["run_immediately_if_never_run"])
+        values["notify_on_success"] = bool(values["notify_on_success"])
+        values["notify_on_failure"] = bool(values["notify_on_failure"])
+        if values["max_runtime_seconds"] is not None:
+            values["max_runtime_seconds"] = float(values["max_runtime_seconds"])
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class JobRun:
+    """One ``scheduled_job_run`` row: a tick served (or a manual run)."""
+
+    id: str
+    scheduled_job_id: str
+    scheduled_for: datetime | None
+    status: RunStatus
+    success: bool | None
+    error_message: str | None
+    details: dict[str, Any] | None
+    queued_at: datetime | None
+    started_at: datetime | None
+    completed_at: datetime | None
+    duration_ms: int | None
+    executed_by_instance: str | None
+    lock_token: str | None
+    lease_expires_at: datetime | None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> "JobRun":
+        values = {f.name: row.get(f.name) for f in dataclasses.fields(cls)}
+        values["id"] = str(values["id"])
+        values["scheduled_job_id"] = str(values["scheduled_job_id"])
+        values["status"] = RunStatus(values["status"])
+        values["details"] = _json(values["details"])
+        values["lock_token"] = str(values["lock_token"]) if values["lock_token"] else None
+        if values["success"] is not None:
+            values["success"] = bool(values["success"])
+        return cls(**values)
+
+    @property
+    def finished(self) -> bool:
+        return self.status not in (RunStatus.QUEUED, RunStatus.RUNNING)
+
+
+@dataclass(frozen=True)
+class DispatchResult:
+    """What one poll did (the reference's four counters)."""
+
+    swept: int = 0
+    dispatched: int = 0
+    locked_out: int = 0
+    skipped_at_capacity: int = 0
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A tick (or queued run) that ``claim_due_jobs`` handed to this engine."""
+
+    job_id: str
+    run_id: str | None          # None: the tick already had a run; only advance past it
+    lock_token: str
+    scheduled_for: datetime | None
+    db_now: datetime
+    from_queue: bool = False
+
+
+@dataclass(frozen=True)
+class ClaimBatch:
+    claims: list[Claim] = field(default_factory=list)
+    next_due_at: datetime | None = None
+    db_now: datetime | None = None
