@@ -1,0 +1,128 @@
+"""The ``python`` driver: call a function named in the configuration.
+
+Configuration:
+
+``callable``
+    ``"pkg.module:function"`` or ``"pkg.module:Class.method"``. Required. A
+    static or class method is called as is; a plain (instance) method is called
+    on a fresh ``Class()`` built with no arguments.
+``kwargs``
+    ``{name: value}`` passed as keyword arguments. Optional.
+
+The target is called as ``target(**kwargs)``, plus ``context=context`` when it
+has a parameter named ``context``. Returning ``None`` is success, a ``dict``
+becomes ``details``, a :class:`JobResult` is taken as is, any other value is
+success with ``details={"result": value}``; raising is failure with
+``error_message="ExceptionType: message"`` and the traceback tail in
+``details``.
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import re
+import traceback
+from typing import Any, Callable
+
+from ..errors import ConfigurationError
+from .base import BaseScheduledJob, ExecutionContext, JobResult
+from .registry import register_driver
+
+TRACEBACK_TAIL = 2000
+_IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+_CALLABLE_RE = re.compile(rf"^{_IDENT}(?:\.{_IDENT})*:{_IDENT}(?:\.{_IDENT})*$")
+_FIELD = "configuration.callable"
+
+
+def resolve_callable(spec: Any) -> Callable[..., Any]:
+    """Import ``"pkg.module:attr.path"`` and return the callable it names.
+
+    Raises ``ConfigurationError`` on ``configuration.callable`` when the string is
+    malformed, does not import, or does not name a callable.
+    """
+    if not isinstance(spec, str):
+        raise ConfigurationError(_FIELD, spec, "required: a string 'pkg.module:function'")
+    if not _CALLABLE_RE.match(spec):
+        raise ConfigurationError(_FIELD, spec, "must look like 'pkg.module:function' or 'pkg.module:Class.method'")
+    module_name, _, attr_path = spec.partition(":")
+    try:
+        target: Any = importlib.import_module(module_name)
+    except Exception as exc:  # ImportError, or whatever the module raises at import time
+        raise ConfigurationError(_FIELD, spec, f"cannot import module {module_name!r}: {type(exc).__name__}: {exc}") from exc
+    owner: Any = None
+    for name in attr_path.split("."):
+        owner = target
+        try:
+            target = getattr(target, name)
+        except AttributeError as exc:
+            raise ConfigurationError(_FIELD, spec, f"{type(owner).__name__} {getattr(owner, '__name__', owner)!r} has no attribute {name!r}") from exc
+    if inspect.isclass(owner) and "." in attr_path:
+        static = inspect.getattr_static(owner, attr_path.rsplit(".", 1)[1])
+        if inspect.isfunction(static):  # an instance method: bind it to a fresh instance
+            try:
+                target = getattr(owner(), attr_path.rsplit(".", 1)[1])
+            except Exception as exc:
+                raise ConfigurationError(_FIELD, spec, f"cannot instantiate {owner.__name__}() to call an instance method: {type(exc).__name__}: {exc}") from exc
+    if not callable(target):
+        raise ConfigurationError(_FIELD, spec, f"names a {type(target).__name__}, which is not callable")
+    return target
+
+
+def _accepts_context(target: Callable[..., Any]) -> bool:
+    try:
+        parameters = inspect.signature(target).parameters
+    except (TypeError, ValueError):  # some builtins have no signature
+        return False
+    param = parameters.get("context")
+    return param is not None and param.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+
+
+def _json_safe(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=repr))
+
+
+@register_driver("python")
+class PythonJob(BaseScheduledJob):
+    """Call a Python function; see the module docstring for the configuration."""
+
+    isolation = "thread"
+
+    def validate_configuration(self, configuration: dict[str, Any]) -> None:
+        if not isinstance(configuration, dict):
+            raise ConfigurationError("configuration", configuration, "must be an object")
+        if "callable" not in configuration:
+            raise ConfigurationError(_FIELD, None, "required: a string 'pkg.module:function'")
+        target = resolve_callable(configuration["callable"])
+        kwargs = configuration.get("kwargs")
+        if kwargs is not None:
+            if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
+                raise ConfigurationError("configuration.kwargs", kwargs, "must be an object with string keys")
+            if "context" in kwargs and _accepts_context(target):
+                raise ConfigurationError("configuration.kwargs", kwargs, "'context' is supplied by mjsched; do not pass it")
+
+    def execute(self, context: ExecutionContext) -> JobResult:
+        configuration = context.job.configuration
+        try:
+            self.validate_configuration(configuration)
+            target = resolve_callable(configuration["callable"])
+        except ConfigurationError as exc:
+            return JobResult(False, str(exc), None)
+        kwargs = dict(configuration.get("kwargs") or {})
+        if _accepts_context(target):
+            kwargs["context"] = context
+        try:
+            value = target(**kwargs)
+        except (Exception, SystemExit) as exc:
+            tail = "".join(traceback.format_exception(exc))[-TRACEBACK_TAIL:]
+            context.logger.warning("python job %s raised %s: %s", configuration["callable"], type(exc).__name__, exc,
+                                   extra={"action": "python_raised"})
+            return JobResult(False, f"{type(exc).__name__}: {exc}",
+                             {"exception_type": type(exc).__name__, "traceback_tail": tail})
+        if value is None:
+            return JobResult(True, None, None)
+        if isinstance(value, JobResult):
+            return value
+        if isinstance(value, dict):
+            return JobResult(True, None, _json_safe(value))
+        return JobResult(True, None, {"result": _json_safe(value)})

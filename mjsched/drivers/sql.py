@@ -1,0 +1,149 @@
+"""The ``sql`` driver: run one statement against a PostgreSQL database.
+
+Configuration:
+
+``dsn``
+    ``postgresql://user:password@host:port/dbname?...`` (``postgres://`` too).
+    Required. The password never reaches a log line or a result.
+``statement``
+    One SQL statement (psycopg2 placeholders: ``%s`` or ``%(name)s``). Required.
+``parameters``
+    A list (for ``%s``) or an object (for ``%(name)s``). Optional.
+
+The statement runs in one transaction that is committed on success and rolled
+back on error. ``details`` holds ``rowcount`` and, when the statement returns
+rows, ``columns`` and ``rows`` (the first :data:`MAX_ROWS`, each a list of
+JSON-safe values). Setting ``context.cancel_event`` cancels the running
+statement on the server.
+"""
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from ..errors import ConfigurationError
+from .base import BaseScheduledJob, ExecutionContext, JobResult
+from .registry import register_driver
+
+MAX_ROWS = 20
+CONNECT_TIMEOUT = 10
+_SCHEMES = ("postgresql", "postgres")
+
+
+def redact_dsn(dsn: str) -> str:
+    """``dsn`` with its password (if any) replaced by ``***``."""
+    try:
+        parts = urlsplit(dsn)
+    except ValueError:
+        return "<unparseable dsn>"
+    if parts.password is None:
+        netloc = parts.netloc
+    else:
+        userinfo, _, hostinfo = parts.netloc.rpartition("@")
+        user = userinfo.split(":", 1)[0]
+        netloc = f"{user}:***@{hostinfo}"
+    query = "&".join(
+        "password=***" if item.lower().startswith("password=") else item
+        for item in parts.query.split("&")
+    ) if parts.query else ""
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def _scrub(message: str, dsn: str) -> str:
+    try:
+        password = urlsplit(dsn).password
+    except ValueError:
+        password = None
+    if password:
+        message = message.replace(password, "***")
+    return message.replace(dsn, redact_dsn(dsn))
+
+
+def _json_safe(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
+
+
+@register_driver("sql")
+class SqlJob(BaseScheduledJob):
+    """Run one SQL statement in a transaction; see the module docstring."""
+
+    isolation = "thread"
+
+    def validate_configuration(self, configuration: dict[str, Any]) -> None:
+        if not isinstance(configuration, dict):
+            raise ConfigurationError("configuration", configuration, "must be an object")
+        dsn = configuration.get("dsn")
+        if not isinstance(dsn, str) or not dsn:
+            raise ConfigurationError("configuration.dsn", _redacted_value(dsn), "required: a postgresql:// URL")
+        try:
+            parts = urlsplit(dsn)
+        except ValueError as exc:
+            raise ConfigurationError("configuration.dsn", redact_dsn(dsn), f"not a URL: {exc}") from exc
+        if parts.scheme not in _SCHEMES:
+            raise ConfigurationError("configuration.dsn", redact_dsn(dsn), "must be a postgresql:// URL")
+        statement = configuration.get("statement")
+        if not isinstance(statement, str) or not statement.strip():
+            raise ConfigurationError("configuration.statement", statement, "required: a non-empty SQL string")
+        parameters = configuration.get("parameters")
+        if parameters is not None:
+            if isinstance(parameters, dict):
+                if not all(isinstance(k, str) for k in parameters):
+                    raise ConfigurationError("configuration.parameters", parameters, "object keys must be strings")
+            elif not isinstance(parameters, (list, tuple)):
+                raise ConfigurationError("configuration.parameters", parameters, "must be a list or an object")
+
+    def execute(self, context: ExecutionContext) -> JobResult:
+        import psycopg2  # imported here so that importing mjsched needs no driver
+
+        configuration = context.job.configuration
+        self.validate_configuration(configuration)
+        dsn: str = configuration["dsn"]
+        statement: str = configuration["statement"]
+        parameters = configuration.get("parameters")
+        if isinstance(parameters, list):
+            parameters = tuple(parameters)
+
+        context.logger.info("sql job connecting to %s", redact_dsn(dsn), extra={"action": "sql_connect"})
+        try:
+            conn = psycopg2.connect(dsn, connect_timeout=CONNECT_TIMEOUT, application_name="mjsched-sql-driver")
+        except Exception as exc:
+            return JobResult(False, _scrub(f"could not connect: {type(exc).__name__}: {exc}".strip(), dsn), None)
+
+        done = threading.Event()
+
+        def cancel_on_request() -> None:
+            while not done.is_set():
+                if context.cancel_event.wait(0.1):
+                    if not done.is_set():
+                        try:
+                            conn.cancel()
+                        except Exception:  # the statement may just have finished
+                            pass
+                    return
+
+        watcher = threading.Thread(target=cancel_on_request, name="mjsched-sql-cancel", daemon=True)
+        watcher.start()
+        try:
+            with conn:  # commits on success, rolls back on error
+                with conn.cursor() as cur:
+                    cur.execute(statement, parameters)
+                    details: dict[str, Any] = {"rowcount": cur.rowcount}
+                    if cur.description is not None:
+                        details["columns"] = [col.name for col in cur.description]
+                        details["rows"] = _json_safe([list(row) for row in cur.fetchmany(MAX_ROWS)])
+            return JobResult(True, None, details)
+        except Exception as exc:
+            message = f"{type(exc).__name__}: {str(exc).strip()}"
+            if context.cancel_event.is_set():
+                message = f"cancelled: {message}"
+            return JobResult(False, _scrub(message, dsn), {"sqlstate": getattr(exc, "pgcode", None)})
+        finally:
+            done.set()
+            conn.close()
+            watcher.join(1.0)
+
+
+def _redacted_value(value: Any) -> Any:
+    return redact_dsn(value) if isinstance(value, str) else value
