@@ -1,0 +1,344 @@
+"""Cron parsing and DST-correct fire times, as pure functions.
+
+croniter does the calendar matching, but only on *naive local wall time*; the
+DST policy (Cronos/Hangfire semantics, SPEC §5) is applied here, on top:
+
+* spring-forward: a wall time inside the gap fires once, at the first valid
+  instant after the gap (the transition itself); several gap times collapse
+  into that one instant.
+* fall-back: a repeated wall time fires once (first, pre-shift occurrence) for
+  fixed-time expressions, and in both offsets for interval expressions (a
+  ``*``, range or step in the second, minute or hour field).
+
+Every instant leaves this module as an aware UTC datetime, except
+``next_run_times`` which shows them in the job's zone for humans.
+"""
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field as dc_field
+from datetime import datetime, timedelta, timezone
+from itertools import islice
+from typing import Callable, Iterator, NoReturn
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import croniter
+from croniter.croniter import CroniterBadDateError, CroniterError
+
+from mjsched.errors import ConfigurationError, InvalidCronExpression, UnknownTimezone
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["CronSchedule", "next_run_times", "resolve_timezone"]
+
+UTC = timezone.utc
+MAX_EXPRESSION_LENGTH = 255
+MAX_PREVIEW_COUNT = 10000
+
+# User order (seconds first in the 6-field form): (name, low, high).
+_FIELDS = (
+    ("second", 0, 59), ("minute", 0, 59), ("hour", 0, 23),
+    ("day-of-month", 1, 31), ("month", 1, 12), ("day-of-week", 0, 7),
+)
+_MACROS = {
+    "@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *", "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0", "@daily": "0 0 * * *", "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+_NAMES = {
+    "month": {n: i + 1 for i, n in enumerate(
+        "jan feb mar apr may jun jul aug sep oct nov dec".split())},
+    "day-of-week": {n: i for i, n in enumerate("sun mon tue wed thu fri sat".split())},
+}
+_DAYS_IN_MONTH = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)  # Feb: leap years fire
+# Resolvable by ZoneInfo but host-dependent or not a zone: a schedule shared by
+# many hosts must not mean different instants on each.
+_NOT_IANA = {"localtime", "posixrules"}
+_ITEM_RE = re.compile(r"^(\*|[a-z0-9]+(?:-[a-z0-9]+)?)(?:/([0-9]+))?$")
+_NTH_RE = re.compile(r"^([a-z0-9]+)#([0-9]+)$")
+_LAST_DOW_RE = re.compile(r"^(?:([a-z0-9]+)l|l([0-9]+))$")
+_W_RE = re.compile(r"^([0-9]+)w$")
+
+
+def resolve_timezone(name: str, field: str = "timezone") -> ZoneInfo:
+    """Load an IANA zone, turning every failure into UnknownTimezone.
+
+    ZoneInfo raises three different exception types (and loads host-specific
+    files such as ``localtime``); callers should only ever see one error.
+    """
+    if not isinstance(name, str) or not name or "\x00" in name or name in _NOT_IANA:
+        raise UnknownTimezone(name, field=field)
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError, TypeError):
+        raise UnknownTimezone(name, field=field) from None
+
+
+def _require_aware(value: object, field: str) -> datetime:
+    """Naive datetimes are ambiguous across hosts, so refuse them loudly."""
+    if not isinstance(value, datetime) or value.tzinfo is None or value.utcoffset() is None:
+        raise ConfigurationError(field, value, "must be a timezone-aware datetime")
+    return value.astimezone(UTC)
+
+
+def _parse_value(token: str, name: str, low: int, high: int,
+                 bad: Callable[[str], NoReturn]) -> int:
+    """One number or name, range-checked, so errors name the exact value."""
+    names = _NAMES.get(name, {})
+    if token in names:
+        return names[token]
+    if not token.isdigit():
+        bad(f"{token!r} is not a number" + (" or a 3-letter name" if names else ""))
+    number = int(token)
+    if not low <= number <= high:
+        bad(f"value {number} is out of range {low}-{high}")
+    return number
+
+
+def _normalize_field(expr: str, index: int, text: str,
+                     field: str) -> tuple[str, list[int] | None, bool]:
+    """Validate one field; return croniter's spelling, plain values, interval flag.
+
+    Ranges and steps are handed to croniter as explicit value lists, so its own
+    wrap-around and day-of-week-7 rules never come into play. The plain values
+    (None when the field holds ``*``, ``L``, ``W`` or ``#``) feed the static
+    never-fires check.
+    """
+    name, low, high = _FIELDS[index]
+
+    def bad(reason: str) -> NoReturn:
+        raise InvalidCronExpression(expr, f"{name} field {text!r}: {reason}", field=field)
+
+    token = text.lower()
+    if token == "?":
+        if name not in ("day-of-month", "day-of-week"):
+            bad("'?' is only allowed in day-of-month and day-of-week")
+        return "*", None, False
+    if token == "*":
+        return "*", None, True
+    items = token.split(",")
+    out: list[str] = []
+    values: list[int] | None = []
+    special = 0
+    interval = False
+    for item in items:
+        if not item:
+            bad("empty list item")
+        w_day = _W_RE.match(item)
+        if name == "day-of-month" and (item == "l" or w_day):
+            if w_day:
+                _parse_value(w_day.group(1), name, low, high, bad)
+                if len(items) > 1:
+                    bad(f"'{item.upper()}' cannot be combined with other values")
+            out.append(item)
+            values = None
+            continue
+        nth, last = _NTH_RE.match(item), _LAST_DOW_RE.match(item)
+        if name == "day-of-week" and (nth or last):
+            raw = nth.group(1) if nth else (last.group(1) or last.group(2))
+            day = _parse_value(raw, name, low, high, bad) % 7
+            if nth and not 1 <= int(nth.group(2)) <= 5:
+                bad(f"occurrence '#{nth.group(2)}' is out of range 1-5")
+            out.append(f"{day}#{int(nth.group(2))}" if nth else f"l{day}")
+            special += 1
+            values = None
+            continue
+        match = _ITEM_RE.match(item)
+        if not match:
+            bad(f"{item!r} is not a value, range or step")
+        base, step = match.group(1), match.group(2)
+        # An open end ('*/2', '5/15') stops at Saturday (6), not at the Sunday alias 7.
+        top = 6 if name == "day-of-week" else high
+        if base == "*":
+            first, end = low, top
+        else:
+            bounds = [_parse_value(p, name, low, high, bad) for p in base.split("-")]
+            first = bounds[0]
+            end = bounds[1] if len(bounds) == 2 else (top if step else first)
+            if first > end:
+                bad(f"range {base!r} starts after it ends")
+        if step is not None and not 1 <= int(step) <= high - low + 1:
+            bad(f"step {step} is out of range 1-{high - low + 1}")
+        interval = interval or base == "*" or "-" in base or step is not None
+        expanded = range(first, end + 1, int(step or 1))
+        if name == "day-of-week":
+            expanded = sorted({v % 7 for v in expanded})
+        out.extend(str(v) for v in expanded)
+        if values is not None:
+            values.extend(expanded)
+    if special and special != len(items):
+        bad("'#' and 'L' days cannot be mixed with plain days")
+    return ",".join(dict.fromkeys(out)), values, interval
+
+
+@dataclass(frozen=True)
+class CronSchedule:
+    """A validated cron expression bound to an IANA zone.
+
+    Build it with ``CronSchedule.parse``; the constructor trusts its inputs.
+    """
+
+    expression: str
+    timezone: str
+    zone: ZoneInfo = dc_field(repr=False, compare=False)
+    has_seconds: bool
+    is_interval: bool
+    _croniter_expr: str = dc_field(repr=False)
+
+    @classmethod
+    def parse(cls, expression: str, timezone: str = "UTC", field: str = "cron") -> CronSchedule:
+        """Validate field by field so the error names the field and value."""
+        def bad(reason: str) -> NoReturn:
+            raise InvalidCronExpression(expression, reason, field=field)
+
+        if not isinstance(expression, str):
+            bad(f"must be a string, not {type(expression).__name__}")
+        if "\x00" in expression:
+            bad("contains a NUL byte")
+        if len(expression) > MAX_EXPRESSION_LENGTH:
+            bad(f"longer than {MAX_EXPRESSION_LENGTH} characters ({len(expression)})")
+        text = expression.strip()
+        if not text:
+            bad("is empty")
+        if text.startswith("@"):
+            macro = text.lower()
+            if macro not in _MACROS:
+                known = ", ".join(_MACROS)
+                bad(f"macro {text!r} is not supported (known: {known})")
+            text = _MACROS[macro]
+        parts = re.split(r"[ \t]+", text)
+        if len(parts) not in (5, 6):
+            bad(f"has {len(parts)} fields; expected 5 (minute hour day-of-month month "
+                "day-of-week) or 6 with seconds first")
+        has_seconds = len(parts) == 6
+        if not has_seconds:
+            parts = ["0", *parts]
+        fields = [_normalize_field(expression, i, p, field) for i, p in enumerate(parts)]
+        spelled = [f[0] for f in fields]
+        zone = resolve_timezone(timezone)
+        # Cronos: a '*', range or step in second/minute/hour makes it an interval.
+        is_interval = any(f[2] for f in fields[:3])
+        dom_special = any(c in spelled[3] for c in "lw")
+        dow_special = any(c in spelled[5] for c in "#l")
+        if spelled[3] != "*" and spelled[5] != "*" and (dom_special or dow_special):
+            # croniter ORs plain day fields but ANDs (or drops) L/W/#: refuse the mix.
+            bad(f"day-of-month field {parts[3]!r} and day-of-week field {parts[5]!r}: "
+                "'L', 'W' and '#' need '*' or '?' in the other day field")
+        dom, months = fields[3][1], fields[4][1]
+        if dom and months and spelled[5] == "*":
+            longest = max(_DAYS_IN_MONTH[m - 1] for m in months)
+            if min(dom) > longest:
+                raise InvalidCronExpression(
+                    expression, f"day-of-month field {parts[3]!r}: day {min(dom)} never "
+                    f"occurs in month field {parts[4]!r}, so this never fires", field=field)
+        # croniter order: minute hour dom month dow second.
+        cron_expr = " ".join([*spelled[1:], spelled[0]])
+        try:
+            croniter(cron_expr, datetime(2000, 1, 1), ret_type=datetime).get_next()
+        except CroniterBadDateError:
+            bad("day-of-month/month/day-of-week combination never fires")
+        except (CroniterError, ValueError, TypeError, KeyError) as exc:
+            bad(f"rejected by croniter: {exc}")
+        return cls(expression, timezone, zone, has_seconds, is_interval, cron_expr)
+
+    # -- DST-aware iteration ------------------------------------------------
+
+    def _first_changed_offset(self, lo: datetime, hi: datetime) -> datetime:
+        """Binary-search the transition in (lo, hi]: the first instant whose
+        UTC offset differs from lo's. Transitions fall on whole seconds."""
+        before = lo.astimezone(self.zone).utcoffset()
+        lo_s, hi_s = int(lo.timestamp()), int(hi.timestamp())
+        while hi_s - lo_s > 1:
+            mid = (lo_s + hi_s) // 2
+            if datetime.fromtimestamp(mid, self.zone).utcoffset() == before:
+                lo_s = mid
+            else:
+                hi_s = mid
+        return datetime.fromtimestamp(hi_s, UTC)
+
+    def _folds(self, wall: datetime) -> tuple[datetime, datetime, bool]:
+        """UTC of both readings of a naive wall time, and whether it exists."""
+        first = wall.replace(tzinfo=self.zone, fold=0).astimezone(UTC)
+        second = wall.replace(tzinfo=self.zone, fold=1).astimezone(UTC)
+        exists = first.astimezone(self.zone).replace(tzinfo=None) == wall
+        return first, second, exists
+
+    def iter_after(self, after: datetime) -> Iterator[datetime]:
+        """Fire instants strictly after ``after``, in UTC, strictly increasing."""
+        last = _require_aware(after, "after")
+        local = last.astimezone(self.zone)
+        wall = local.replace(tzinfo=None)
+        if self.is_interval and local.fold == 0:
+            # Inside the first pass of a repeated hour, earlier wall times still
+            # fire again in the second pass: start the wall clock that far back.
+            wall -= max(timedelta(0), local.utcoffset() - local.replace(fold=1).utcoffset())
+        it = croniter(self._croniter_expr, wall.replace(microsecond=0) - timedelta(seconds=1),
+                      ret_type=datetime)
+        pending: datetime | None = None
+        while True:
+            try:
+                current = pending or it.get_next()
+                pending = None
+                first, second, exists = self._folds(current)
+                if first == second:
+                    instants = [first]
+                elif not exists:  # spring-forward gap
+                    instants = [self._first_changed_offset(second, first)]
+                    logger.debug("%s: %s does not exist in %s, firing at %s",
+                                 self.expression, current, self.timezone, instants[0])
+                elif not self.is_interval:  # repeated, fixed time: first pass only
+                    instants = [first]
+                else:  # repeated, interval: every match of the overlap, both passes
+                    shift = self._first_changed_offset(first, second)
+                    end = shift.replace(tzinfo=None) + (current - first.replace(tzinfo=None))
+                    batch = [current]
+                    while (nxt := it.get_next()) < end:
+                        batch.append(nxt)
+                    pending = nxt
+                    folds = [self._folds(w) for w in batch]
+                    instants = [f[0] for f in folds] + [f[1] for f in folds]
+            except (CroniterBadDateError, OverflowError, ValueError):
+                return  # ran past year 9999 or croniter's search horizon
+            for instant in instants:
+                if instant > last:
+                    last = instant
+                    yield instant
+
+    def next_after(self, after: datetime) -> datetime:
+        """The first fire instant strictly after ``after``, in UTC."""
+        for instant in self.iter_after(after):
+            return instant
+        raise InvalidCronExpression(self.expression, f"no fire time after {after.isoformat()}")
+
+    def min_interval(self, after: datetime | None = None, samples: int = 6) -> timedelta:
+        """Smallest gap among the next ``samples`` fire times (high-frequency warning)."""
+        if isinstance(samples, bool) or not isinstance(samples, int) or samples < 2:
+            raise ConfigurationError("samples", samples, "must be an int >= 2")
+        times = list(islice(self.iter_after(after or datetime.now(UTC)), samples))
+        if len(times) < 2:
+            return timedelta.max
+        return min(b - a for a, b in zip(times, times[1:]))
+
+    def ticks_between(self, start_exclusive: datetime, end_inclusive: datetime,
+                      limit: int) -> list[datetime]:
+        """Fire times in (start, end], at most ``limit`` (missed-run catch-up)."""
+        end = _require_aware(end_inclusive, "end_inclusive")
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise ConfigurationError("limit", limit, "must be an int >= 0")
+        ticks: list[datetime] = []
+        for instant in self.iter_after(start_exclusive):
+            if instant > end or len(ticks) >= limit:
+                break
+            ticks.append(instant)
+        return ticks
+
+
+def next_run_times(cron: str, timezone: str = "UTC", after: datetime | None = None,
+                   count: int = 5) -> list[datetime]:
+    """Preview exactly what the engine fires, shown in the job's own zone."""
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_PREVIEW_COUNT:
+        raise ConfigurationError("count", count, f"must be an int in 1-{MAX_PREVIEW_COUNT}")
+    schedule = CronSchedule.parse(cron, timezone)
+    start = datetime.now(UTC) if after is None else _require_aware(after, "after")
+    return [t.astimezone(schedule.zone) for t in islice(schedule.iter_after(start), count)]
