@@ -172,3 +172,5 @@ class ClaimBatch:
     claims: list[Claim] = field(default_factory=list)
     next_due_at: datetime | None = None
     db_now: datetime | None = None
+    due_left: int = 0          # claimable due jobs left for want of slots
+    locked_out: int = 0        # due jobs held by other engines' live leases

@@ -1,0 +1,217 @@
+"""The gateway contract: every database call the engine makes, in domain words.
+
+One implementation per dialect (``postgres.py``, ``mssql.py``); the engine never
+sees SQL or a driver module. Lock and lease rules are decided by the procedures
+in ``sql/<dialect>/``; the docstrings below restate what each procedure
+guarantees, and the integration tests hold both dialects to them.
+"""
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from ..models import ClaimBatch, Job, JobRun
+
+
+@dataclass(frozen=True)
+class Completion:
+    """How one run ended, for ``complete_job_runs``."""
+
+    run_id: str
+    token: str
+    status: str                      # Completed | Failed | Timeout | Cancelled | Skipped
+    error_message: str | None = None
+    details: Mapping[str, Any] | None = None
+    next_run_at: datetime | None = None   # None: leave the job's schedule alone
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    swept: int = 0            # Running runs whose lease lapsed, now Abandoned
+    locks_freed: int = 0      # job locks whose lease lapsed, now free
+    expired_jobs: int = 0     # Active jobs past end_at, now Expired
+
+
+class Listener(abc.ABC):
+    """A change feed from the database (PostgreSQL LISTEN/NOTIFY)."""
+
+    @abc.abstractmethod
+    def wait(self, timeout: float) -> bool:
+        """Block up to ``timeout`` seconds; True when a job changed meanwhile."""
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+
+class Backend(abc.ABC):
+    """A dialect's gateway. Methods are thread-safe; each is one round trip.
+
+    Transient failures (connection lost, deadlock, serialization failure) are
+    retried inside each method; what still fails raises ``mjsched.DatabaseError``.
+    ``now`` parameters exist for tests only: production passes None and the
+    database clock decides.
+    """
+
+    dialect: str = ""
+
+    # -- schema ------------------------------------------------------------------
+    @abc.abstractmethod
+    def install(self) -> list[str]:
+        """Apply the missing versioned scripts under a database-wide lock; return their names."""
+
+    @abc.abstractmethod
+    def installed_versions(self) -> list[str]: ...
+
+    # -- lock and lease procedures ---------------------------------------------------
+    @abc.abstractmethod
+    def acquire_job_lock(self, job_id: str, token: str, instance: str, lease_seconds: float,
+                         require_due: bool = False, now: datetime | None = None) -> bool:
+        """Take the lock iff free or lease-expired (and, with require_due, the job is
+        Active and due). Takeover abandons the old holder's Running runs."""
+
+    @abc.abstractmethod
+    def release_job_lock(self, job_id: str, token: str) -> bool:
+        """Clear the lock only when ``token`` holds it."""
+
+    @abc.abstractmethod
+    def extend_job_leases(self, tokens: Sequence[str], lease_seconds: float,
+                          instance: str | None = None, now: datetime | None = None) -> set[str]:
+        """Renew, in one call, every lease whose token still holds; return the renewed
+        tokens. Also marks ``instance`` as seen."""
+
+    @abc.abstractmethod
+    def claim_due_jobs(self, instance: str, max_jobs: int, lease_seconds: float,
+                       now: datetime | None = None) -> ClaimBatch:
+        """Lock up to ``max_jobs`` claimable jobs (Queued runs first, then due ticks),
+        skipping rows others are claiming, and start their runs; all in one transaction."""
+
+    @abc.abstractmethod
+    def complete_job_runs(self, items: Sequence[Completion],
+                          now: datetime | None = None) -> dict[str, bool]:
+        """Finish runs, fenced per run by token; update statistics; set next_run_at and
+        release the job lock where the same token still holds it. One transaction."""
+
+    def complete_job_run(self, run_id: str, token: str, status: str, error_message: str | None,
+                         details: Mapping[str, Any] | None, next_run_at: datetime | None,
+                         now: datetime | None = None) -> bool:
+        item = Completion(run_id, token, status, error_message, details, next_run_at)
+        return self.complete_job_runs([item], now=now).get(run_id, False)
+
+    @abc.abstractmethod
+    def sweep_expired_leases(self, now: datetime | None = None) -> SweepResult:
+        """Abandon Running runs whose lease lapsed, free lapsed locks, expire ended jobs."""
+
+    @abc.abstractmethod
+    def enqueue_job_run(self, job_id: str, scheduled_for: datetime,
+                        now: datetime | None = None) -> bool:
+        """Keep a tick of a Queue-mode job as one Queued run (bounded, one per tick)."""
+
+    @abc.abstractmethod
+    def advance_job(self, job_id: str, token: str, next_run_at: datetime | None, release: bool) -> bool:
+        """Set next_run_at of a job whose lock ``token`` holds; optionally release it."""
+
+    @abc.abstractmethod
+    def begin_job_run(self, job_id: str, token: str, instance: str,
+                      scheduled_for: datetime | None = None, now: datetime | None = None) -> str | None:
+        """Insert a Running run for a job locked by ``token``; None when not ours."""
+
+    @abc.abstractmethod
+    def initialize_next_run(self, job_id: str, next_run_at: datetime) -> bool:
+        """Set next_run_at of an Active job that has none (compare-and-set)."""
+
+    @abc.abstractmethod
+    def register_engine(self, instance: str, host: str, pid: int, version: str) -> None: ...
+
+    @abc.abstractmethod
+    def unregister_engine(self, instance: str) -> None: ...
+
+    @abc.abstractmethod
+    def probe_permissions(self) -> list[str]:
+        """Names of mjsched procedures the connected role may NOT execute."""
+
+    # -- rows ------------------------------------------------------------------------
+    @abc.abstractmethod
+    def ensure_job_type(self, driver: str, isolation: str = "thread",
+                        default_max_runtime: float | None = None) -> str: ...
+
+    @abc.abstractmethod
+    def insert_job(self, fields: Mapping[str, Any]) -> str: ...
+
+    @abc.abstractmethod
+    def update_job(self, job_id: str, fields: Mapping[str, Any]) -> bool: ...
+
+    @abc.abstractmethod
+    def delete_job(self, job_id: str) -> bool: ...
+
+    @abc.abstractmethod
+    def get_jobs(self, job_ids: Iterable[str]) -> list[Job]: ...
+
+    def get_job(self, job_id: str) -> Job | None:
+        jobs = self.get_jobs([job_id])
+        return jobs[0] if jobs else None
+
+    @abc.abstractmethod
+    def list_jobs(self, status: str | None = None) -> list[Job]: ...
+
+    @abc.abstractmethod
+    def unscheduled_jobs(self, limit: int = 500) -> list[Job]:
+        """Active jobs with no next_run_at (new, or edited by someone else)."""
+
+    @abc.abstractmethod
+    def list_runs(self, job_id: str | None = None, status: str | None = None,
+                  limit: int = 100) -> list[JobRun]: ...
+
+    @abc.abstractmethod
+    def get_run(self, run_id: str) -> JobRun | None: ...
+
+    @abc.abstractmethod
+    def db_now(self) -> datetime: ...
+
+    @abc.abstractmethod
+    def status_summary(self) -> dict[str, Any]:
+        """Counts for ``mjsched status``: engines, due, running, failing, abandoned."""
+
+    # -- change feed -------------------------------------------------------------------
+    def listener(self) -> Listener | None:
+        """A change feed, or None when the dialect has none (the poller then relies on
+        its bounded idle interval)."""
+        return None
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+
+BackendFactory = Callable[[str], Backend]
+
+
+def open_backend(dsn: str, **options: Any) -> Backend:
+    """The backend for ``dsn``: ``postgresql://`` / ``postgres://`` or ``mssql://`` / ODBC."""
+    from ..errors import ConfigurationError
+
+    if not isinstance(dsn, str) or not dsn.strip():
+        raise ConfigurationError("dsn", dsn, "a database URL is required (postgresql://... or mssql://...)")
+    lowered = dsn.strip().lower()
+    if lowered.startswith(("postgresql://", "postgres://")) or (
+            "=" in lowered and "driver=" not in lowered and ("dbname=" in lowered or "host=" in lowered)):
+        from .postgres import PostgresBackend
+
+        return PostgresBackend(dsn, **options)
+    if lowered.startswith("mssql://") or "driver=" in lowered:
+        try:
+            from .mssql import MssqlBackend  # type: ignore[import-not-found]
+        except ImportError as exc:
+            raise ConfigurationError("dsn", "mssql://...", "the SQL Server backend is not available: "
+                                     f"{exc}") from exc
+        return MssqlBackend(dsn, **options)
+    raise ConfigurationError("dsn", redact(dsn), "unsupported scheme; use postgresql:// or mssql://")
+
+
+def redact(dsn: str) -> str:
+    """``dsn`` with any password replaced by ***, safe for logs and error messages."""
+    import re
+
+    out = re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", dsn)
+    out = re.sub(r"(?i)((?:password|pwd)\s*=\s*)('[^']*'|\{[^}]*\}|[^;\s]*)", r"\1***", out)
+    return out

@@ -1,0 +1,419 @@
+"""PostgreSQL gateway: the only module that imports psycopg2 (with its pool)."""
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import select
+import threading
+from datetime import datetime
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
+
+import psycopg2
+import psycopg2.errors
+import psycopg2.extensions
+import psycopg2.extras
+from psycopg2 import sql
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential
+
+from .. import sqlfiles
+from ..errors import ConfigurationError, DatabaseError, SchemaNotInstalled
+from ..models import Claim, ClaimBatch, Job, JobRun
+from .base import Backend, Completion, Listener, SweepResult, redact
+from .pgpool import ConnectionPool
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+INSTALL_LOCK_KEY = 0x6D6A7363  # "mjsc": pg_advisory_xact_lock key serialising install()
+NOTIFY_CHANNEL = "mjsched_job_changed"
+
+JOB_COLUMNS = (
+    "job_type_id", "name", "description", "cron_expression", "timezone", "start_at", "end_at",
+    "status", "configuration", "owner", "concurrency_mode", "missed_run_policy",
+    "run_immediately_if_never_run", "max_runtime_seconds", "isolation", "max_queued_runs",
+    "notify_on_success", "notify_on_failure", "notify_to", "next_run_at",
+)
+_JOB_SELECT = """
+SELECT j.*, t.driver_class AS driver
+  FROM mjsched.scheduled_job j JOIN mjsched.scheduled_job_type t ON t.id = j.job_type_id
+"""
+_TRANSIENT_SQLSTATES = {"40001", "40P01", "55P03", "57P01", "57P02", "57P03", "08000", "08003",
+                        "08006", "08001", "08004", "53300"}
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Connection lost, deadlock, serialization failure, server shutting down."""
+    if isinstance(exc, (psycopg2.OperationalError, psycopg2.InterfaceError)):
+        code = getattr(exc, "pgcode", None)
+        return code is None or code in _TRANSIENT_SQLSTATES or code.startswith("08")
+    return getattr(exc, "pgcode", None) in _TRANSIENT_SQLSTATES
+
+
+def _utc_opts(dsn: str, connect_timeout: float, statement_timeout_ms: int) -> dict[str, Any]:
+    return {
+        "dsn": dsn,
+        "connect_timeout": max(1, int(connect_timeout)),
+        "application_name": "mjsched",
+        "options": f"-c TimeZone=UTC -c statement_timeout={statement_timeout_ms}",
+        "keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3,
+    }
+
+
+class PostgresBackend(Backend):
+    dialect = "postgres"
+
+    def __init__(self, dsn: str, *, pool_size: int = 8, connect_timeout: float = 5.0,
+                 statement_timeout: float = 60.0, retry_attempts: int = 5,
+                 retry_max_delay: float = 15.0,
+                 connection_factory: Callable[..., Any] | None = None) -> None:
+        self._dsn = dsn
+        self._safe_dsn = redact(dsn)
+        self._kwargs = _utc_opts(dsn, connect_timeout, int(statement_timeout * 1000))
+        if connection_factory is not None:
+            self._kwargs["connection_factory"] = connection_factory
+        self._pool = ConnectionPool(self._kwargs, max_size=pool_size)
+        self._retry_attempts = retry_attempts
+        self._retry_max_delay = retry_max_delay
+        try:
+            params = psycopg2.extensions.parse_dsn(dsn)
+        except psycopg2.ProgrammingError as exc:
+            raise ConfigurationError("dsn", self._safe_dsn, f"not a valid PostgreSQL DSN: {exc}") from None
+        self._where = f"{params.get('host', 'localhost')}:{params.get('port', '5432')}"
+
+    # -- plumbing ----------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _translate(self, what: str) -> Iterator[None]:
+        try:
+            yield
+        except DatabaseError:
+            raise
+        except psycopg2.Error as exc:
+            if getattr(exc, "pgcode", None) == "22023":
+                raise ConfigurationError(what, None, str(exc.diag.message_primary)) from exc
+            if getattr(exc, "pgcode", None) == "3F000" or (
+                    getattr(exc, "pgcode", None) in ("42883", "42P01") and "mjsched" in str(exc)):
+                raise SchemaNotInstalled(f"{what}: the mjsched schema is missing or outdated; "
+                                         "run engine.install() or `mjsched init-db`") from exc
+            message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise DatabaseError(f"{what} failed on {self._where}: {redact(message)}") from exc
+
+    def _run(self, what: str, fn: Callable[[Any], T]) -> T:
+        retrying = Retrying(
+            retry=retry_if_exception(is_transient),
+            stop=stop_after_attempt(self._retry_attempts) | stop_after_delay(self._retry_max_delay),
+            wait=wait_exponential(multiplier=0.05, max=2.0),
+            reraise=True,
+            before_sleep=lambda rs: log.warning(
+                "transient database error in %s (attempt %d), retrying: %s", what,
+                rs.attempt_number, redact(str(rs.outcome.exception()).strip().splitlines()[0]
+                                          if rs.outcome and rs.outcome.exception() else "?"),
+                extra={"action": "db_retry"}),
+        )
+        with self._translate(what):
+            for attempt in retrying:
+                with attempt:
+                    with self._pool.connection() as conn:
+                        with conn.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur:
+                            return fn(cur)
+        raise AssertionError("unreachable")
+
+    def _rows(self, what: str, query: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> list[dict[str, Any]]:
+        def go(cur: Any) -> list[dict[str, Any]]:
+            cur.execute(query, params)
+            return list(cur.fetchall()) if cur.description else []
+        return self._run(what, go)
+
+    def _scalar(self, what: str, query: str, params: Sequence[Any] = ()) -> Any:
+        rows = self._rows(what, query, params)
+        return next(iter(rows[0].values())) if rows else None
+
+    # -- schema --------------------------------------------------------------------------
+    def install(self) -> list[str]:
+        applied: list[str] = []
+
+        def go(cur: Any) -> list[str]:
+            conn = cur.connection
+            conn.autocommit = False
+            try:
+                cur.execute("SELECT pg_advisory_xact_lock(%s)", (INSTALL_LOCK_KEY,))
+                cur.execute("CREATE SCHEMA IF NOT EXISTS mjsched")
+                cur.execute("""CREATE TABLE IF NOT EXISTS mjsched.schema_version (
+                                   name varchar(100) PRIMARY KEY, checksum varchar(64) NOT NULL,
+                                   applied_at timestamptz NOT NULL DEFAULT now())""")
+                cur.execute("SELECT name, checksum FROM mjsched.schema_version")
+                have = {r["name"]: r["checksum"] for r in cur.fetchall()}
+                for script in sqlfiles.scripts(self.dialect):
+                    if have.get(script.name) == script.checksum:
+                        continue
+                    cur.execute(script.text)
+                    cur.execute("""INSERT INTO mjsched.schema_version (name, checksum) VALUES (%s, %s)
+                                   ON CONFLICT (name) DO UPDATE SET checksum = EXCLUDED.checksum,
+                                                                   applied_at = now()""",
+                                (script.name, script.checksum))
+                    applied.append(script.name)
+                conn.commit()
+            except BaseException:
+                conn.rollback()
+                raise
+            finally:
+                conn.autocommit = True
+            return applied
+        return self._run("install", go)
+
+    def installed_versions(self) -> list[str]:
+        try:
+            rows = self._rows("installed_versions", "SELECT name FROM mjsched.schema_version ORDER BY name")
+        except SchemaNotInstalled:
+            return []
+        return [r["name"] for r in rows]
+
+    # -- procedures ------------------------------------------------------------------------
+    def acquire_job_lock(self, job_id: str, token: str, instance: str, lease_seconds: float,
+                         require_due: bool = False, now: datetime | None = None) -> bool:
+        return bool(self._scalar("acquire_job_lock",
+                                 "SELECT acquired FROM mjsched.acquire_job_lock(%s::uuid, %s::uuid, %s, %s, %s, %s)",
+                                 (job_id, token, instance, lease_seconds, require_due, now)))
+
+    def release_job_lock(self, job_id: str, token: str) -> bool:
+        return bool(self._scalar("release_job_lock",
+                                 "SELECT released FROM mjsched.release_job_lock(%s::uuid, %s::uuid)",
+                                 (job_id, token)))
+
+    def extend_job_leases(self, tokens: Sequence[str], lease_seconds: float,
+                          instance: str | None = None, now: datetime | None = None) -> set[str]:
+        rows = self._rows("extend_job_leases",
+                          "SELECT lock_token FROM mjsched.extend_job_leases(%s::uuid[], %s, %s, %s)",
+                          (list(tokens), lease_seconds, instance, now))
+        return {str(r["lock_token"]) for r in rows}
+
+    def claim_due_jobs(self, instance: str, max_jobs: int, lease_seconds: float,
+                       now: datetime | None = None) -> ClaimBatch:
+        rows = self._rows("claim_due_jobs", "SELECT * FROM mjsched.claim_due_jobs(%s, %s, %s, %s)",
+                          (instance, max_jobs, lease_seconds, now))
+        claims: list[Claim] = []
+        tail: dict[str, Any] = {}
+        for r in rows:
+            if r["job_id"] is None:
+                tail = r
+                continue
+            claims.append(Claim(job_id=str(r["job_id"]),
+                                run_id=str(r["run_id"]) if r["run_id"] else None,
+                                lock_token=str(r["lock_token"]), scheduled_for=r["scheduled_for"],
+                                db_now=r["db_now"], from_queue=bool(r["from_queue"])))
+        return ClaimBatch(claims=claims, next_due_at=tail.get("next_due_at"), db_now=tail.get("db_now"),
+                          due_left=int(tail.get("due_left") or 0), locked_out=int(tail.get("locked_out") or 0))
+
+    def complete_job_runs(self, items: Sequence[Completion], now: datetime | None = None) -> dict[str, bool]:
+        if not items:
+            return {}
+        payload = json.dumps([{
+            "run_id": i.run_id, "token": i.token, "status": i.status,
+            "error_message": i.error_message, "details": i.details,
+            "next_run_at": i.next_run_at.isoformat() if i.next_run_at else None,
+        } for i in items], default=str)
+        rows = self._rows("complete_job_runs",
+                          "SELECT run_id, completed FROM mjsched.complete_job_runs(%s::jsonb, %s)",
+                          (payload, now))
+        return {str(r["run_id"]): bool(r["completed"]) for r in rows}
+
+    def sweep_expired_leases(self, now: datetime | None = None) -> SweepResult:
+        rows = self._rows("sweep_expired_leases", "SELECT * FROM mjsched.sweep_expired_leases(%s)", (now,))
+        r = rows[0]
+        return SweepResult(int(r["swept"]), int(r["locks_freed"]), int(r["expired_jobs"]))
+
+    def enqueue_job_run(self, job_id: str, scheduled_for: datetime, now: datetime | None = None) -> bool:
+        return bool(self._scalar("enqueue_job_run",
+                                 "SELECT enqueued FROM mjsched.enqueue_job_run(%s::uuid, %s, %s)",
+                                 (job_id, scheduled_for, now)))
+
+    def advance_job(self, job_id: str, token: str, next_run_at: datetime | None, release: bool) -> bool:
+        return bool(self._scalar("advance_job",
+                                 "SELECT advanced FROM mjsched.advance_job(%s::uuid, %s::uuid, %s, %s)",
+                                 (job_id, token, next_run_at, release)))
+
+    def begin_job_run(self, job_id: str, token: str, instance: str,
+                      scheduled_for: datetime | None = None, now: datetime | None = None) -> str | None:
+        value = self._scalar("begin_job_run",
+                             "SELECT run_id FROM mjsched.begin_job_run(%s::uuid, %s::uuid, %s, %s, %s)",
+                             (job_id, token, instance, scheduled_for, now))
+        return str(value) if value else None
+
+    def initialize_next_run(self, job_id: str, next_run_at: datetime) -> bool:
+        return bool(self._scalar("initialize_next_run",
+                                 "SELECT initialized FROM mjsched.initialize_next_run(%s::uuid, %s)",
+                                 (job_id, next_run_at)))
+
+    def register_engine(self, instance: str, host: str, pid: int, version: str) -> None:
+        self._rows("register_engine", "SELECT * FROM mjsched.register_engine(%s, %s, %s, %s)",
+                   (instance, host, pid, version))
+
+    def unregister_engine(self, instance: str) -> None:
+        self._rows("unregister_engine", "SELECT * FROM mjsched.unregister_engine(%s)", (instance,))
+
+    def probe_permissions(self) -> list[str]:
+        rows = self._rows("probe_permissions", "SELECT * FROM mjsched.probe_permissions()")
+        return [r["procedure_name"] for r in rows if not r["can_execute"]]
+
+    # -- rows --------------------------------------------------------------------------------
+    def ensure_job_type(self, driver: str, isolation: str = "thread",
+                        default_max_runtime: float | None = None) -> str:
+        return str(self._scalar("ensure_job_type", """
+            WITH ins AS (
+                INSERT INTO mjsched.scheduled_job_type (name, driver_class, isolation, default_max_runtime_seconds)
+                VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING id)
+            SELECT id FROM ins
+            UNION ALL SELECT id FROM mjsched.scheduled_job_type WHERE driver_class = %s
+            LIMIT 1""", (driver, driver, isolation, default_max_runtime, driver)))
+
+    @staticmethod
+    def _adapt(fields: Mapping[str, Any]) -> dict[str, Any]:
+        unknown = set(fields) - set(JOB_COLUMNS)
+        if unknown:
+            raise ConfigurationError(sorted(unknown)[0], fields[sorted(unknown)[0]], "not a job column")
+        out = dict(fields)
+        if "configuration" in out and out["configuration"] is not None:
+            out["configuration"] = psycopg2.extras.Json(out["configuration"])
+        for key, value in out.items():
+            if hasattr(value, "value") and isinstance(getattr(value, "value"), str):
+                out[key] = value.value  # str enums
+        return out
+
+    def insert_job(self, fields: Mapping[str, Any]) -> str:
+        values = self._adapt(fields)
+        query = sql.SQL("INSERT INTO mjsched.scheduled_job ({}) VALUES ({}) RETURNING id").format(
+            sql.SQL(", ").join(map(sql.Identifier, values)), sql.SQL(", ").join(sql.Placeholder() * len(values)))
+        return self._insert(query, values)
+
+    def _insert(self, query: sql.Composed, values: dict[str, Any]) -> str:
+        def go(cur: Any) -> str:
+            cur.execute(query, list(values.values()))
+            return str(cur.fetchone()["id"])
+        return self._run("create_job", go)
+
+    def update_job(self, job_id: str, fields: Mapping[str, Any]) -> bool:
+        values = self._adapt(fields)
+        if not values:
+            return self.get_job(job_id) is not None
+        query = sql.SQL("UPDATE mjsched.scheduled_job SET {} WHERE id = %s::uuid").format(
+            sql.SQL(", ").join(sql.SQL("{} = {}").format(sql.Identifier(k), sql.Placeholder()) for k in values))
+
+        def go(cur: Any) -> bool:
+            cur.execute(query, [*values.values(), job_id])
+            return bool(cur.rowcount)
+        return self._run("update_job", go)
+
+    def delete_job(self, job_id: str) -> bool:
+        def go(cur: Any) -> bool:
+            cur.execute("DELETE FROM mjsched.scheduled_job WHERE id = %s::uuid", (job_id,))
+            return bool(cur.rowcount)
+        return self._run("delete_job", go)
+
+    def get_jobs(self, job_ids: Iterable[str]) -> list[Job]:
+        ids = list(job_ids)
+        if not ids:
+            return []
+        rows = self._rows("get_jobs", _JOB_SELECT + " WHERE j.id = ANY(%s::uuid[])", (ids,))
+        return [Job.from_row(r) for r in rows]
+
+    def list_jobs(self, status: str | None = None) -> list[Job]:
+        if status is None:
+            rows = self._rows("list_jobs", _JOB_SELECT + " ORDER BY j.name, j.created_at")
+        else:
+            rows = self._rows("list_jobs", _JOB_SELECT + " WHERE j.status = %s ORDER BY j.name, j.created_at",
+                              (status,))
+        return [Job.from_row(r) for r in rows]
+
+    def unscheduled_jobs(self, limit: int = 500) -> list[Job]:
+        rows = self._rows("unscheduled_jobs", _JOB_SELECT +
+                          " WHERE j.status = 'Active' AND j.next_run_at IS NULL LIMIT %s", (limit,))
+        return [Job.from_row(r) for r in rows]
+
+    def list_runs(self, job_id: str | None = None, status: str | None = None, limit: int = 100) -> list[JobRun]:
+        rows = self._rows("list_runs", """
+            SELECT * FROM mjsched.scheduled_job_run
+             WHERE (%(job)s::uuid IS NULL OR scheduled_job_id = %(job)s::uuid)
+               AND (%(status)s::varchar IS NULL OR status = %(status)s::varchar)
+             ORDER BY coalesce(started_at, queued_at) DESC NULLS LAST, id DESC
+             LIMIT %(limit)s""", {"job": job_id, "status": status, "limit": limit})
+        return [JobRun.from_row(r) for r in rows]
+
+    def get_run(self, run_id: str) -> JobRun | None:
+        rows = self._rows("get_run", "SELECT * FROM mjsched.scheduled_job_run WHERE id = %s::uuid", (run_id,))
+        return JobRun.from_row(rows[0]) if rows else None
+
+    def db_now(self) -> datetime:
+        return self._scalar("db_now", "SELECT now()")  # type: ignore[no-any-return]
+
+    def status_summary(self) -> dict[str, Any]:
+        engines = self._rows("status", """
+            SELECT instance, host, pid, version, started_at, last_seen_at,
+                   (now() - last_seen_at) AS silent_for
+              FROM mjsched.engine_instance WHERE stopped_at IS NULL ORDER BY started_at""")
+        counts = self._rows("status", """
+            SELECT (SELECT count(*) FROM mjsched.scheduled_job WHERE status = 'Active') AS active_jobs,
+                   (SELECT count(*) FROM mjsched.scheduled_job
+                     WHERE status = 'Active' AND next_run_at <= now()) AS due,
+                   (SELECT count(*) FROM mjsched.scheduled_job_run WHERE status = 'Running') AS running,
+                   (SELECT count(*) FROM mjsched.scheduled_job_run WHERE status = 'Queued') AS queued,
+                   (SELECT count(*) FROM mjsched.scheduled_job j WHERE j.status = 'Active' AND EXISTS (
+                        SELECT 1 FROM (SELECT r.status FROM mjsched.scheduled_job_run r
+                                        WHERE r.scheduled_job_id = j.id AND r.completed_at IS NOT NULL
+                                          AND r.status <> 'Skipped'
+                                        ORDER BY r.completed_at DESC LIMIT 1) last
+                         WHERE last.status <> 'Completed')) AS failing,
+                   (SELECT count(*) FROM mjsched.scheduled_job_run
+                     WHERE status = 'Abandoned' AND completed_at > now() - interval '24 hours') AS abandoned_24h""")
+        return {"engines": engines, **counts[0]}
+
+    # -- change feed -----------------------------------------------------------------------
+    def listener(self) -> Listener:
+        return PgListener(self._kwargs)
+
+    def close(self) -> None:
+        self._pool.close()
+
+
+class PgListener(Listener):
+    """LISTEN on the job-change channel over a dedicated connection; reconnects lazily."""
+
+    def __init__(self, connect_kwargs: dict[str, Any]) -> None:
+        self._kwargs = dict(connect_kwargs)
+        self._kwargs.pop("connection_factory", None)
+        self._conn: Any = None
+        self._lock = threading.Lock()
+
+    def _connect(self) -> Any:
+        conn = psycopg2.connect(**self._kwargs)
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            cur.execute(f"LISTEN {NOTIFY_CHANNEL}")
+        return conn
+
+    def wait(self, timeout: float) -> bool:
+        with self._lock:
+            try:
+                if self._conn is None or self._conn.closed:
+                    self._conn = self._connect()
+                conn = self._conn
+                if not conn.notifies:
+                    ready, _, _ = select.select([conn], [], [], timeout)
+                    if ready:
+                        conn.poll()
+                changed = bool(conn.notifies)
+                conn.notifies.clear()
+                return changed
+            except (psycopg2.Error, OSError, ValueError) as exc:
+                log.debug("job-change listener lost its connection: %s", redact(str(exc)))
+                with contextlib.suppress(Exception):
+                    if self._conn is not None:
+                        self._conn.close()
+                self._conn = None
+                raise DatabaseError(f"LISTEN connection failed: {redact(str(exc).strip())}") from exc
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                with contextlib.suppress(Exception):
+                    self._conn.close()
+                self._conn = None

@@ -1,0 +1,165 @@
+"""In-flight runs and the capped thread pool that executes them.
+
+The cap is hard: a slot is taken under a lock before a run is submitted and
+given back the moment the driver returns, times out or loses its lease. A
+thread that ignores cancellation is counted as leaked and no longer holds a
+slot; the pool is replaced so leaked threads never starve new work.
+"""
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Callable
+
+from .models import Job
+
+log = logging.getLogger(__name__)
+
+
+class State(enum.Enum):
+    RUNNING = "running"        # the driver is executing: holds a slot, lease renewed
+    COMPLETING = "completing"  # driver returned, completion being written: lease renewed
+    TIMED_OUT = "timed_out"    # past max_runtime: completion written as Timeout
+    LOST = "lost"              # lease taken over or abandoned: nothing more to write
+
+
+@dataclass(eq=False)
+class InFlight:
+    job: Job
+    run_id: str
+    token: str
+    scheduled_for: datetime | None
+    manual: bool = False
+    catch_up: bool = False
+    deadline: float | None = None              # time.monotonic() past which the run times out
+    cancel_event: threading.Event = field(default_factory=threading.Event)
+    started: float = field(default_factory=time.monotonic)
+    state: State = State.RUNNING
+    thread_alive: bool = True
+    last_enqueued: datetime | None = None      # Queue mode: newest tick kept as a Queued run
+    context: Any = None
+
+
+class InFlightRegistry:
+    """Every run this engine is responsible for, keyed by run id."""
+
+    def __init__(self, on_slot_freed: Callable[[], None] = lambda: None) -> None:
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._entries: dict[str, InFlight] = {}
+        self._leaked: set[str] = set()
+        self._on_slot_freed = on_slot_freed
+        self.leaked_total = 0
+
+    def add(self, entry: InFlight) -> None:
+        with self._lock:
+            self._entries[entry.run_id] = entry
+
+    def live_count(self) -> int:
+        """Runs holding a slot (manual runs are the caller's and do not count)."""
+        with self._lock:
+            return sum(1 for e in self._entries.values() if e.state is State.RUNNING and not e.manual)
+
+    def snapshot(self) -> list[InFlight]:
+        with self._lock:
+            return list(self._entries.values())
+
+    def tokens_to_renew(self) -> list[str]:
+        with self._lock:
+            return list({e.token for e in self._entries.values()
+                         if e.state in (State.RUNNING, State.COMPLETING)})
+
+    def transition(self, entry: InFlight, new: State, *, only_from: tuple[State, ...] = (State.RUNNING,)) -> bool:
+        """Move ``entry`` to ``new`` if it is still in one of ``only_from``; True when it moved."""
+        with self._lock:
+            if entry.state not in only_from or self._entries.get(entry.run_id) is not entry:
+                return False
+            freed = entry.state is State.RUNNING
+            entry.state = new
+            if new in (State.TIMED_OUT, State.LOST) and entry.thread_alive:
+                self._leaked.add(entry.run_id)
+                self.leaked_total += 1
+            self._changed.notify_all()
+        if freed:
+            self._on_slot_freed()
+        return True
+
+    def thread_done(self, entry: InFlight) -> None:
+        with self._lock:
+            entry.thread_alive = False
+            self._leaked.discard(entry.run_id)
+            self._changed.notify_all()
+
+    def remove(self, entry: InFlight) -> None:
+        """Forget ``entry`` (identity-checked: a newer entry under the same id stays)."""
+        with self._lock:
+            if self._entries.get(entry.run_id) is entry:
+                del self._entries[entry.run_id]
+            self._changed.notify_all()
+
+    def by_tokens(self, tokens: set[str]) -> list[InFlight]:
+        with self._lock:
+            return [e for e in self._entries.values() if e.token in tokens]
+
+    @property
+    def leaked(self) -> int:
+        with self._lock:
+            return len(self._leaked)
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no run is executing or completing; False on timeout."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while any(e.state in (State.RUNNING, State.COMPLETING) for e in self._entries.values()):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._changed.wait(left)
+            return True
+
+    def wait_gone(self, entry: InFlight, timeout: float | None) -> bool:
+        """Wait until ``entry`` left the registry (its completion was written)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            while self._entries.get(entry.run_id) is entry:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._changed.wait(left)
+            return True
+
+    def busy(self) -> list[InFlight]:
+        with self._lock:
+            return [e for e in self._entries.values() if e.state in (State.RUNNING, State.COMPLETING)]
+
+
+class WorkerPool:
+    """A ThreadPoolExecutor sized to the cap, replaced when threads leak."""
+
+    def __init__(self, size: int, name: str = "mjsched-worker") -> None:
+        self._size = size
+        self._name = name
+        self._lock = threading.Lock()
+        self._executor = ThreadPoolExecutor(max_workers=size, thread_name_prefix=name)
+        self._leaks_absorbed = 0
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+        with self._lock:
+            return self._executor.submit(fn, *args)
+
+    def absorb_leak(self) -> None:
+        """A worker thread will not come back: start a fresh pool for new work."""
+        with self._lock:
+            old = self._executor
+            self._executor = ThreadPoolExecutor(max_workers=self._size, thread_name_prefix=self._name)
+            self._leaks_absorbed += 1
+        old.shutdown(wait=False)
+
+    def shutdown(self) -> None:
+        with self._lock:
+            self._executor.shutdown(wait=False, cancel_futures=True)

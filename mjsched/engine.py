@@ -1,0 +1,579 @@
+"""The public facade: job CRUD, polling, manual execution.
+
+The engine is thin on purpose: the procedures decide who runs what; this class
+wires the poll loop, the capped pool, the lease keeper and the completion
+writer around them, and turns results into rows and notifications.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from datetime import datetime
+from functools import partial
+from typing import Any
+
+from . import scheduling, sqlfiles, validation
+from .backends.base import Backend, Completion, open_backend
+from .clock import DbClock
+from .completion import CompletionWriter
+from .cron import CronSchedule
+from .dispatch import InFlight, InFlightRegistry, State, WorkerPool
+from .drivers.base import BaseScheduledJob, ExecutionContext, JobResult
+from .drivers.registry import get_driver
+from .errors import (ConfigurationError, JobNotFound, LockNotAcquired, SchedulerError,
+                     SchemaNotInstalled)
+from .execution import effective_max_runtime, run_driver
+from .heartbeat import LeaseKeeper
+from .models import ConcurrencyMode, DispatchResult, Job, JobRun, JobStatus, RunStatus
+from .notify import LoggingNotifier, Notifier, safe_notify
+from .poller import Poller
+from .version import __version__
+
+log = logging.getLogger(__name__)
+
+SCHEDULE_REFRESH_SECONDS = 5.0
+
+
+class SchedulingEngine:
+    """Runs cron-scheduled jobs stored in a database, safely alongside other engines.
+
+    ``max_concurrent_jobs`` is a hard cap on runs executing in this engine;
+    ``lease_timeout`` (seconds) is how long a claimed run stays ours without a
+    heartbeat. See README "Tuning the cap and the lease".
+    """
+
+    def __init__(self, dsn: str | None = None, max_concurrent_jobs: int = 5, lease_timeout: float = 600.0,
+                 instance_name: str | None = None, notifier: Notifier | None = None, *,
+                 min_poll_interval: float = 0.005, max_poll_interval: float = 10.0,
+                 max_catch_up_runs: int = 100, heartbeat_interval: float | None = None,
+                 completion_batch_window: float = 0.002, backend: Backend | None = None,
+                 **backend_options: Any) -> None:
+        self.max_concurrent_jobs = validation.positive_int("max_concurrent_jobs", max_concurrent_jobs)
+        self.lease_timeout = float(validation.positive_number("lease_timeout", lease_timeout, optional=False)
+                                   or 0)
+        self.max_poll_interval = float(validation.positive_number("max_poll_interval", max_poll_interval,
+                                                                  optional=False) or 0)
+        self.min_poll_interval = float(validation.positive_number("min_poll_interval", min_poll_interval,
+                                                                  optional=False) or 0)
+        if self.min_poll_interval > self.max_poll_interval:
+            raise ConfigurationError("min_poll_interval", min_poll_interval, "must not exceed max_poll_interval")
+        self.max_catch_up_runs = validation.positive_int("max_catch_up_runs", max_catch_up_runs, maximum=100_000)
+        if heartbeat_interval is not None:
+            validation.positive_number("heartbeat_interval", heartbeat_interval, optional=False)
+            if heartbeat_interval > self.lease_timeout / 3:
+                raise ConfigurationError("heartbeat_interval", heartbeat_interval,
+                                         f"must renew at least three times per lease (<= {self.lease_timeout / 3:g})")
+        self.instance_name = validation.text("instance_name", instance_name, limit=255) or \
+            f"{socket.gethostname()}-{os.getpid()}"
+        if notifier is not None and not callable(getattr(notifier, "notify", None)):
+            raise ConfigurationError("notifier", notifier, "must have a notify(job, run, notification) method")
+        self.notifier: Notifier = notifier or LoggingNotifier()
+        backend_options.setdefault("pool_size", self.max_concurrent_jobs + 4)
+        self.backend: Backend = backend or open_backend(_dsn_or_env(dsn), **backend_options)
+
+        self._registry = InFlightRegistry(on_slot_freed=self._slot_freed)
+        self._pool = WorkerPool(self.max_concurrent_jobs)
+        self._writer = CompletionWriter(self.backend, batch_window=completion_batch_window,
+                                        give_up_after=self.lease_timeout + 60)
+        self._keeper = LeaseKeeper(self.backend, self._registry, instance=self.instance_name,
+                                   lease_seconds=self.lease_timeout, interval=heartbeat_interval,
+                                   on_timeout=self._time_out, on_lost=self._lost)
+        self._poller = Poller(self._poll, min_interval=self.min_poll_interval,
+                              max_interval=self.max_poll_interval)
+        self._clock = DbClock(self.backend.db_now)
+        self._dispatch_lock = threading.Lock()
+        self._state_lock = threading.Lock()
+        self._accepting = True          # False once stop_polling began: no new dispatches
+        self._polling = False
+        self._listener_stop = threading.Event()
+        self._schedule_dirty = True
+        self._schedule_checked = 0.0
+        self._high_frequency_warned: set[str] = set()
+        self.stats = {"dispatched": 0, "timeouts": 0, "leases_lost": 0, "fenced_completions": 0}
+
+    # -- schema ----------------------------------------------------------------------
+    def install(self) -> list[str]:
+        """Create or upgrade tables and procedures; safe from several engines at once."""
+        applied = self.backend.install()
+        if applied:
+            log.info("installed mjsched schema scripts: %s", ", ".join(applied), extra={"action": "install"})
+        return applied
+
+    # -- jobs --------------------------------------------------------------------------
+    def create_job(self, name: str, driver: str, cron: str, timezone: str = "UTC",
+                   configuration: dict[str, Any] | None = None, **fields: Any) -> str:
+        """Validate everything, then insert the job; returns its id (a UUID string)."""
+        values = validation.job_fields({"name": name, "driver": driver, "cron": cron, "timezone": timezone,
+                                        "configuration": configuration, **fields}, creating=True)
+        driver_name = values.pop("driver")
+        driver_cls = get_driver(driver_name)
+        values["job_type_id"] = self.backend.ensure_job_type(driver_name, driver_cls.isolation,
+                                                             driver_cls.default_max_runtime)
+        if values["status"] == JobStatus.ACTIVE.value:
+            schedule = CronSchedule.parse(values["cron_expression"], values["timezone"])
+            values["next_run_at"] = scheduling.first_due(
+                schedule, self.backend.db_now(), start_at=values.get("start_at"),
+                run_immediately=values.get("run_immediately_if_never_run", False), never_ran=True)
+        job_id = self.backend.insert_job(values)
+        log.info("created job %r (%s), driver %s, cron %r %s", values["name"], job_id, driver_name,
+                 values["cron_expression"], values["timezone"], extra={"action": "job_created"})
+        return job_id
+
+    def get_job(self, job_id: str) -> Job:
+        job = self.backend.get_job(validation.job_id(job_id))
+        if job is None:
+            raise JobNotFound(job_id)
+        return job
+
+    def list_jobs(self, status: str | None = None) -> list[Job]:
+        if status is not None:
+            status = validation.enum_value("status", status, JobStatus).value
+        return self.backend.list_jobs(status)
+
+    def update_job(self, job_id: str, **fields: Any) -> Job:
+        """Change fields of a job; a new schedule takes effect from its next tick."""
+        current = self.get_job(job_id)
+        values = validation.job_fields(fields, creating=False, current=dataclasses.asdict(current))
+        if "driver" in values:
+            driver_cls = get_driver(values["driver"])
+            values["job_type_id"] = self.backend.ensure_job_type(values["driver"], driver_cls.isolation,
+                                                                 driver_cls.default_max_runtime)
+            del values["driver"]
+        status = values.get("status", current.status.value)
+        reschedule = any(k in values for k in ("cron_expression", "timezone", "start_at")) or (
+            status == JobStatus.ACTIVE.value and current.status is not JobStatus.ACTIVE)
+        if reschedule and status == JobStatus.ACTIVE.value:
+            schedule = CronSchedule.parse(values.get("cron_expression", current.cron_expression),
+                                          values.get("timezone", current.timezone))
+            values["next_run_at"] = scheduling.first_due(
+                schedule, self.backend.db_now(), start_at=values.get("start_at", current.start_at),
+                run_immediately=values.get("run_immediately_if_never_run", current.run_immediately_if_never_run),
+                never_ran=current.last_run_at is None and current.run_count == 0)
+        if not self.backend.update_job(current.id, values):
+            raise JobNotFound(job_id)
+        self.on_job_changed()
+        return self.get_job(current.id)
+
+    def pause_job(self, job_id: str) -> Job:
+        return self.update_job(job_id, status=JobStatus.PAUSED.value)
+
+    def resume_job(self, job_id: str) -> Job:
+        return self.update_job(job_id, status=JobStatus.ACTIVE.value)
+
+    def delete_job(self, job_id: str) -> None:
+        if not self.backend.delete_job(validation.job_id(job_id)):
+            raise JobNotFound(job_id)
+
+    def list_runs(self, job_id: str | None = None, status: str | None = None, limit: int = 100) -> list[JobRun]:
+        jid = validation.job_id(job_id) if job_id is not None else None
+        if status is not None:
+            status = validation.enum_value("status", status, RunStatus).value
+        return self.backend.list_runs(jid, status, validation.positive_int("limit", limit))
+
+    # -- polling -------------------------------------------------------------------------
+    @property
+    def is_polling(self) -> bool:
+        return self._polling
+
+    def start_polling(self) -> None:
+        """Run the start-up steps, then poll in the background; returns at once."""
+        with self._state_lock:
+            if self._polling:
+                log.info("polling already started")
+                return
+            self._check_installed()
+            self.backend.register_engine(self.instance_name, socket.gethostname(), os.getpid(), __version__)
+            swept = self.backend.sweep_expired_leases()
+            if swept.swept or swept.locks_freed:
+                log.warning("start-up: cleared %d stale lock(s) and abandoned %d run(s) whose lease had expired",
+                            swept.locks_freed, swept.swept, extra={"action": "stale_locks_cleared"})
+            self._schedule_unscheduled()
+            self._probe_permissions()
+            self._warn_high_frequency(self.backend.list_jobs(JobStatus.ACTIVE.value))
+            self._accepting = True
+            self._polling = True
+            self._keeper.start()
+            self._poller.start()
+            self._start_listener()
+            log.info("polling started: instance %s, cap %d, lease %gs", self.instance_name,
+                     self.max_concurrent_jobs, self.lease_timeout, extra={"action": "polling_started"})
+
+    def stop_polling(self, wait: bool = True, max_wait: float | None = 30.0) -> None:
+        """Stop dispatching; with ``wait``, drain in-flight runs for at most ``max_wait`` seconds.
+
+        Runs still going afterwards get their ``cancel_event`` set and keep their
+        leases, which lapse once this engine stops renewing them.
+        """
+        if max_wait is not None:
+            if isinstance(max_wait, bool) or not isinstance(max_wait, (int, float)) or max_wait < 0:
+                raise ConfigurationError("max_wait", max_wait, "must be a number of seconds >= 0, or None")
+        with self._state_lock:
+            if not self._polling:
+                return
+            self._accepting = False
+            self._polling = False
+            self._listener_stop.set()
+            self._poller.stop()
+            started = time.monotonic()
+            if wait:
+                budget = float("inf") if max_wait is None else float(max_wait)
+                self._registry.wait_idle(budget)
+                self._writer.flush(max(0.0, budget - (time.monotonic() - started)))
+            still = self._registry.busy()
+            for entry in still:
+                entry.cancel_event.set()
+            if still:
+                log.warning("stopped with %d run(s) still executing (%s); they keep their leases until expiry",
+                            len(still), ", ".join(f"{e.job.name}/{e.run_id}" for e in still),
+                            extra={"action": "stopped_with_inflight"})
+            self._keeper.stop()
+            try:
+                self.backend.unregister_engine(self.instance_name)
+            except SchedulerError as exc:
+                log.warning("could not mark engine %s stopped: %s", self.instance_name, exc)
+            log.info("polling stopped after %.2fs", time.monotonic() - started, extra={"action": "polling_stopped"})
+
+    def on_job_changed(self) -> None:
+        """Wake the poller: a job was added or edited (by this process or another)."""
+        self._schedule_dirty = True
+        self._poller.wake()
+
+    def dispatch_due_jobs(self) -> DispatchResult:
+        """One poll, by hand: sweep, claim up to the free slots, hand runs to the pool."""
+        result, _ = self._dispatch()
+        return result
+
+    def _poll(self) -> float:
+        _, delay = self._dispatch()
+        return delay
+
+    def _dispatch(self) -> tuple[DispatchResult, float]:
+        if not self._accepting:
+            return DispatchResult(), self.max_poll_interval
+        with self._dispatch_lock:
+            swept = self.backend.sweep_expired_leases()
+            if swept.swept and self._registry.busy():
+                self._keeper.renew()   # learn at once which of our own runs were abandoned
+            if self._schedule_dirty or time.monotonic() - self._schedule_checked > SCHEDULE_REFRESH_SECONDS:
+                self._schedule_unscheduled()
+            free = max(0, self.max_concurrent_jobs - self._registry.live_count())
+            batch = self.backend.claim_due_jobs(self.instance_name, free, self.lease_timeout)
+            self._clock.observe(batch.db_now)
+            db_now = batch.db_now or self._clock.now()
+            jobs = {j.id: j for j in self.backend.get_jobs({c.job_id for c in batch.claims})} \
+                if batch.claims else {}
+            dispatched = 0
+            for claim in batch.claims:
+                job = jobs.get(claim.job_id)
+                if job is None:
+                    continue
+                try:
+                    dispatched += self._start_claim(job, claim.run_id, claim.lock_token, claim.scheduled_for,
+                                                    claim.from_queue, db_now)
+                except SchedulerError as exc:
+                    log.error("could not start run of job %r: %s (its lease will lapse and be swept)",
+                              job.name, exc, extra={"action": "dispatch_failed"})
+            delay = self.max_poll_interval
+            if batch.next_due_at is not None:
+                delay = min(delay, (batch.next_due_at - db_now).total_seconds() + 0.001)
+            delay = min(delay, self._enqueue_queue_ticks(db_now))
+            result = DispatchResult(swept=swept.swept, dispatched=dispatched, locked_out=batch.locked_out,
+                                    skipped_at_capacity=batch.due_left if free == 0 or
+                                    len(batch.claims) >= free else 0)
+        if dispatched or swept.swept or result.skipped_at_capacity:
+            log.info("poll: swept=%d, dispatched=%d, locked_out=%d, skipped_at_capacity=%d, inflight=%d/%d",
+                     result.swept, result.dispatched, result.locked_out, result.skipped_at_capacity,
+                     self._registry.live_count(), self.max_concurrent_jobs, extra={"action": "poll"})
+        return result, max(0.0, delay)
+
+    def _start_claim(self, job: Job, run_id: str | None, token: str, scheduled_for: datetime | None,
+                     from_queue: bool, db_now: datetime) -> int:
+        if run_id is None:  # the tick already had a run: move the schedule past it, run nothing
+            nxt = scheduling.next_run_after(job, scheduled_for, db_now, catch_up=False)
+            self.backend.advance_job(job.id, token, nxt, release=True)
+            log.warning("job %r: tick %s already has a run; advanced to %s", job.name, scheduled_for, nxt,
+                        extra={"action": "tick_already_served"})
+            return 0
+        plan = scheduling.TickPlan(run=True, catch_up=False, missed=0)
+        if scheduled_for is not None and not from_queue:
+            plan = scheduling.plan_tick(job, scheduled_for, db_now, self.max_catch_up_runs)
+        if plan.note:
+            log.warning("job %r: %s", job.name, plan.note, extra={"action": "missed_runs"})
+        if not plan.run:
+            nxt = scheduling.next_run_after(job, scheduled_for, db_now, catch_up=False)
+            self._writer.submit(Completion(run_id, token, RunStatus.SKIPPED.value, plan.note, {"missed": plan.missed},
+                                           nxt), lambda _ok: self._poller.wake())
+            return 0
+        if job.concurrency_mode is ConcurrencyMode.CONCURRENT and not from_queue:
+            nxt = scheduling.next_run_after(job, scheduled_for, db_now, catch_up=False)
+            self.backend.advance_job(job.id, token, nxt, release=True)
+        entry = self._new_entry(job, run_id, token, scheduled_for, manual=False, catch_up=plan.catch_up)
+        self._registry.add(entry)
+        try:
+            self._pool.submit(self._run_entry, entry)
+        except RuntimeError:
+            self._registry.remove(entry)
+            raise SchedulerError("worker pool is shut down") from None
+        self.stats["dispatched"] += 1
+        return 1
+
+    def _new_entry(self, job: Job, run_id: str, token: str, scheduled_for: datetime | None,
+                   *, manual: bool, catch_up: bool) -> InFlight:
+        try:
+            driver_cls: type[BaseScheduledJob] | None = get_driver(job.driver)
+        except SchedulerError:
+            driver_cls = None
+        max_runtime = effective_max_runtime(job, driver_cls)
+        entry = InFlight(job=job, run_id=run_id, token=token, scheduled_for=scheduled_for, manual=manual,
+                         catch_up=catch_up, deadline=time.monotonic() + max_runtime if max_runtime else None)
+        run = JobRun(id=run_id, scheduled_job_id=job.id, scheduled_for=scheduled_for, status=RunStatus.RUNNING,
+                     success=None, error_message=None, details=None, queued_at=None, started_at=self._clock.now(),
+                     completed_at=None, duration_ms=None, executed_by_instance=self.instance_name,
+                     lock_token=token, lease_expires_at=None)
+        entry.context = ExecutionContext(job=job, run=run, cancel_event=entry.cancel_event,
+                                         logger=logging.getLogger(f"mjsched.job.{job.driver}"),
+                                         heartbeat=partial(self._context_heartbeat, entry))
+        if entry.deadline is not None:
+            self._keeper.poke()
+        return entry
+
+    def _context_heartbeat(self, entry: InFlight) -> bool:
+        if entry.state is not State.RUNNING:
+            return False
+        return self._keeper.renew([entry.token]) and entry.state is State.RUNNING
+
+    # -- running a claimed run ---------------------------------------------------------------
+    def _run_entry(self, entry: InFlight) -> None:
+        try:
+            log.info("starting job %r (run %s)", entry.job.name, entry.run_id, extra={"action": "run_started"})
+            result, driver = run_driver(entry.context)
+        finally:
+            self._registry.thread_done(entry)
+        if not self._registry.transition(entry, State.COMPLETING):
+            log.warning("run %s of job %r returned after it was %s; its result is discarded", entry.run_id,
+                        entry.job.name, entry.state.value, extra={"action": "leaked_run_finished"})
+            return
+        status = RunStatus.COMPLETED if result.success else RunStatus.FAILED
+        nxt = None
+        if not entry.manual and entry.job.concurrency_mode is not ConcurrencyMode.CONCURRENT:
+            try:
+                nxt = scheduling.next_run_after(entry.job, entry.scheduled_for, self._clock.now(), entry.catch_up)
+            except SchedulerError as exc:
+                log.error("job %r: cannot compute its next run: %s", entry.job.name, exc)
+        self._writer.submit(Completion(entry.run_id, entry.token, status.value, result.error_message,
+                                       result.details, nxt),
+                            partial(self._completed, entry, result, driver, status))
+
+    def _completed(self, entry: InFlight, result: JobResult, driver: BaseScheduledJob | None,
+                   status: RunStatus, outcome: bool | None) -> None:
+        self._registry.remove(entry)
+        self._poller.wake()
+        elapsed_ms = int((time.monotonic() - entry.started) * 1000)
+        if outcome is False:
+            self.stats["fenced_completions"] += 1
+            log.warning("completion of run %s (job %r) was refused: its lease had been taken over or swept",
+                        entry.run_id, entry.job.name, extra={"action": "completion_fenced"})
+            return
+        if outcome is None:
+            return
+        log.info("%s job %r (run %s) in %d ms%s", status.value.lower(), entry.job.name, entry.run_id,
+                 elapsed_ms, f": {result.error_message}" if result.error_message else "",
+                 extra={"action": "run_finished", "status": status.value})
+        if (result.success and entry.job.notify_on_success) or (not result.success and entry.job.notify_on_failure):
+            context: ExecutionContext = entry.context
+            final = dataclasses.replace(context.run, status=status, success=result.success,
+                                        error_message=result.error_message, details=result.details,
+                                        duration_ms=elapsed_ms)
+            try:
+                notification = (driver or BaseScheduledJob()).format_notification(
+                    dataclasses.replace(context, run=final), result)
+            except Exception as exc:  # noqa: BLE001 - a formatter bug must not lose the notice
+                log.warning("format_notification of job %r failed (%s); using the default text", entry.job.name, exc)
+                notification = BaseScheduledJob().format_notification(dataclasses.replace(context, run=final), result)
+            safe_notify(self.notifier, entry.job, final, notification, log)
+
+    def _time_out(self, entry: InFlight) -> None:
+        if not self._registry.transition(entry, State.TIMED_OUT):
+            return
+        entry.cancel_event.set()
+        self.stats["timeouts"] += 1
+        limit = effective_max_runtime(entry.job, None) or 0
+        message = f"exceeded max_runtime of {limit:g}s; cancelled"
+        if entry.thread_alive:
+            self._pool.absorb_leak()
+            log.warning("run %s of job %r timed out; its thread is still running and is counted as leaked "
+                        "(%d leaked now)", entry.run_id, entry.job.name, self._registry.leaked,
+                        extra={"action": "run_timed_out"})
+        nxt = None
+        if not entry.manual and entry.job.concurrency_mode is not ConcurrencyMode.CONCURRENT:
+            nxt = scheduling.next_run_after(entry.job, entry.scheduled_for, self._clock.now(), entry.catch_up)
+        result = JobResult(success=False, error_message=message)
+        self._writer.submit(Completion(entry.run_id, entry.token, RunStatus.TIMEOUT.value, message, None, nxt),
+                            partial(self._completed, entry, result, None, RunStatus.TIMEOUT))
+
+    def _lost(self, entry: InFlight) -> None:
+        if self._registry.transition(entry, State.LOST, only_from=(State.RUNNING, State.COMPLETING)):
+            entry.cancel_event.set()
+            self.stats["leases_lost"] += 1
+            if entry.thread_alive:
+                self._pool.absorb_leak()
+            self._registry.remove(entry)
+            self._poller.wake()
+
+    def _slot_freed(self) -> None:
+        self._poller.wake()
+
+    # -- manual execution ---------------------------------------------------------------
+    def execute_job(self, job_id: str) -> JobRun:
+        """Run a job now, in this call, under its lock; returns the finished run."""
+        job = self.get_job(job_id)
+        token = str(uuid.uuid4())
+        if not self.backend.acquire_job_lock(job.id, token, self.instance_name, self.lease_timeout):
+            raise LockNotAcquired(job.id)
+        run_id = self.backend.begin_job_run(job.id, token, self.instance_name, None)
+        if run_id is None:
+            self.backend.release_job_lock(job.id, token)
+            raise LockNotAcquired(job.id)
+        entry = self._new_entry(job, run_id, token, None, manual=True, catch_up=False)
+        self._registry.add(entry)
+        self._keeper.start()
+        threading.Thread(target=self._run_entry, args=(entry,), name="mjsched-execute", daemon=True).start()
+        # Done when the run's completion is written (on return, or at its timeout).
+        self._registry.wait_gone(entry, timeout=None)
+        if not self._polling:
+            self._keeper_idle_stop()
+        run = self.backend.get_run(run_id)
+        if run is None:
+            raise JobNotFound(job.id)
+        return run
+
+    def _keeper_idle_stop(self) -> None:
+        if not self._registry.busy():
+            self._keeper.stop()
+
+    # -- start-up steps ----------------------------------------------------------------------
+    def _check_installed(self) -> None:
+        have = set(self.backend.installed_versions())
+        missing = [s.name for s in sqlfiles.scripts(self.backend.dialect) if s.name not in have]
+        if missing:
+            raise SchemaNotInstalled(f"schema scripts not installed: {', '.join(missing)}; "
+                                     "call engine.install() or run `mjsched init-db`")
+
+    def _schedule_unscheduled(self) -> None:
+        self._schedule_dirty = False
+        self._schedule_checked = time.monotonic()
+        jobs = self.backend.unscheduled_jobs()
+        if not jobs:
+            return
+        now = self.backend.db_now()
+        self._clock.observe(now)
+        for job in jobs:
+            try:
+                nxt = scheduling.initial_next_run(job, now)
+            except SchedulerError as exc:
+                log.error("job %r (%s) has an unusable schedule and will not run: %s", job.name, job.id, exc,
+                          extra={"action": "bad_schedule"})
+                continue
+            if self.backend.initialize_next_run(job.id, nxt):
+                log.info("scheduled job %r: next run %s", job.name, nxt.isoformat(), extra={"action": "scheduled"})
+        self._warn_high_frequency(jobs)
+
+    def _probe_permissions(self) -> None:
+        try:
+            missing = self.backend.probe_permissions()
+        except Exception as exc:  # noqa: BLE001 - the probe must never stop start-up
+            log.warning("permission probe failed (continuing): %s", exc, extra={"action": "probe_failed"})
+            return
+        if missing:
+            log.error("the database role lacks EXECUTE on: %s. Job dispatch WILL fail until it is granted "
+                      "(see sql/%s/grants.sql)", ", ".join(missing), self.backend.dialect,
+                      extra={"action": "probe_missing_execute"})
+
+    def _warn_high_frequency(self, jobs: list[Job]) -> None:
+        for job in jobs:
+            if job.id in self._high_frequency_warned:
+                continue
+            try:
+                if getattr(get_driver(job.driver), "high_frequency_by_design", False):
+                    continue
+                gap = scheduling.is_high_frequency(job, self._clock.now())
+            except SchedulerError:
+                continue
+            self._high_frequency_warned.add(job.id)
+            if gap is not None:
+                log.warning("job %r (cron %r, %s) fires every %s, more often than every 5 minutes; each run is a "
+                            "database round trip and a history row. This is a recommendation, not a block.",
+                            job.name, job.cron_expression, job.timezone, gap, extra={"action": "high_frequency"})
+
+    # -- change feed ---------------------------------------------------------------------------
+    def _start_listener(self) -> None:
+        listener = self.backend.listener()
+        if listener is None:
+            return
+        self._listener_stop.clear()
+        stop = self._listener_stop
+
+        def loop() -> None:
+            delay = 0.5
+            try:
+                while not stop.is_set():
+                    try:
+                        if listener.wait(1.0) and not stop.is_set():
+                            self.on_job_changed()
+                        delay = 0.5
+                    except SchedulerError:
+                        if stop.wait(delay):
+                            break
+                        delay = min(delay * 2, 10.0)
+            finally:
+                listener.close()
+        threading.Thread(target=loop, name="mjsched-listener", daemon=True).start()
+
+    # -- queue mode --------------------------------------------------------------------------
+    def _enqueue_queue_ticks(self, db_now: datetime) -> float:
+        """Keep ticks of our running Queue-mode jobs as Queued runs; return seconds to the next one."""
+        wait = self.max_poll_interval
+        for entry in self._registry.busy():
+            if entry.job.concurrency_mode is not ConcurrencyMode.QUEUE or entry.manual:
+                continue
+            schedule = scheduling.schedule_of(entry.job)
+            base = entry.last_enqueued or entry.scheduled_for or db_now
+            tick = schedule.next_after(base)
+            while tick <= db_now:
+                if self.backend.enqueue_job_run(entry.job.id, tick):
+                    log.info("job %r still running: tick %s kept as a Queued run", entry.job.name,
+                             tick.isoformat(), extra={"action": "queued"})
+                entry.last_enqueued = tick
+                tick = schedule.next_after(tick)
+            wait = min(wait, (tick - db_now).total_seconds() + 0.001)
+        return wait
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop polling (without draining), flush completions, close connections."""
+        if self._polling:
+            self.stop_polling(wait=False)
+        self._keeper.stop()
+        self._writer.stop(timeout=5.0)
+        self._pool.shutdown()
+        self.backend.close()
+
+    def __enter__(self) -> "SchedulingEngine":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _dsn_or_env(dsn: str | None) -> str:
+    if dsn:
+        return dsn
+    env = os.environ.get("MJSCHED_DSN")
+    if env:
+        return env
+    raise ConfigurationError("dsn", dsn, "no database given: pass a DSN or set MJSCHED_DSN")

@@ -1,0 +1,80 @@
+"""Runs one driver for one run and turns whatever happens into a JobResult.
+
+A driver that cannot be found or constructed, raises, or returns something
+odd yields a failed result; nothing escapes to the caller.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import traceback
+from typing import Any
+
+from .drivers.base import BaseScheduledJob, ExecutionContext, JobResult
+from .drivers.registry import get_driver
+from .models import Isolation, Job
+
+log = logging.getLogger(__name__)
+
+MAX_ERROR_CHARS = 8000
+
+
+def effective_isolation(job: Job, driver_cls: type[BaseScheduledJob] | None) -> Isolation:
+    if job.isolation is not None:
+        return job.isolation
+    default = getattr(driver_cls, "isolation", "thread") if driver_cls else "thread"
+    return Isolation(default)
+
+
+def effective_max_runtime(job: Job, driver_cls: type[BaseScheduledJob] | None) -> float | None:
+    if job.max_runtime_seconds is not None:
+        return job.max_runtime_seconds
+    return getattr(driver_cls, "default_max_runtime", None) if driver_cls else None
+
+
+def run_driver(context: ExecutionContext) -> tuple[JobResult, BaseScheduledJob | None]:
+    """Execute the job's driver in this thread (or in a child process when isolated)."""
+    driver: BaseScheduledJob | None = None
+    try:
+        driver_cls = get_driver(context.job.driver)
+        driver = driver_cls()
+        if effective_isolation(context.job, driver_cls) is Isolation.PROCESS:
+            from .isolation import run_in_process  # optional seam, see mjsched/isolation.py
+
+            raw: Any = run_in_process(driver_cls, context)
+        else:
+            raw = driver.execute(context)
+        return normalise(raw), driver
+    except BaseException as exc:  # noqa: BLE001 - a driver may raise anything, even SystemExit
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return failure(exc), driver
+
+
+def normalise(raw: Any) -> JobResult:
+    if raw is None:
+        return JobResult(success=True)
+    if isinstance(raw, JobResult):
+        result = raw
+    elif isinstance(raw, dict):
+        result = JobResult(success=True, details=raw)
+    else:
+        return JobResult(success=False,
+                         error_message=f"driver returned {type(raw).__name__}, expected a JobResult, dict or None")
+    if result.details is not None:
+        try:
+            details = json.loads(json.dumps(result.details, default=str))
+        except (TypeError, ValueError) as exc:
+            details = {"unserialisable_details": repr(result.details)[:2000], "error": str(exc)}
+        if not isinstance(details, dict):
+            details = {"value": details}
+        result = JobResult(result.success, result.error_message, details)
+    if result.error_message is not None and len(result.error_message) > MAX_ERROR_CHARS:
+        result = JobResult(result.success, result.error_message[:MAX_ERROR_CHARS] + "...", result.details)
+    return result
+
+
+def failure(exc: BaseException) -> JobResult:
+    tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-2000:]
+    return JobResult(success=False, error_message=f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS],
+                     details={"exception_type": type(exc).__name__, "traceback_tail": tail})

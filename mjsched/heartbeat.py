@@ -1,0 +1,104 @@
+"""The lease keeper: renews every held lease in one call, and enforces max_runtime.
+
+It runs on its own thread, at least four times per lease, and keeps running
+while a stopping engine drains. A lease that was not renewed (taken over or
+abandoned) cancels its run and frees its slot; errors are logged, never raised.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Callable
+
+from .backends.base import Backend
+from .dispatch import InFlight, InFlightRegistry, State
+from .errors import SchedulerError
+
+log = logging.getLogger(__name__)
+
+
+class LeaseKeeper:
+    def __init__(self, backend: Backend, registry: InFlightRegistry, *, instance: str, lease_seconds: float,
+                 on_timeout: Callable[[InFlight], None], on_lost: Callable[[InFlight], None],
+                 interval: float | None = None) -> None:
+        self._backend = backend
+        self._registry = registry
+        self._instance = instance
+        self._lease = lease_seconds
+        self.interval = interval if interval is not None else max(0.05, lease_seconds / 4)
+        self._on_timeout = on_timeout
+        self._on_lost = on_lost
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._beat_lock = threading.Lock()
+        self.renewals = 0
+        self.failures = 0
+
+    def start(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="mjsched-heartbeat", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5.0)
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def poke(self) -> None:
+        """Re-evaluate deadlines now (a run with a deadline was added)."""
+        self._wake.set()
+
+    def _loop(self) -> None:
+        next_beat = time.monotonic() + self.interval
+        while not self._stop.is_set():
+            now = time.monotonic()
+            deadlines = [e.deadline for e in self._registry.snapshot()
+                         if e.deadline is not None and e.state is State.RUNNING]
+            wake_at = min([next_beat, *deadlines])
+            self._wake.wait(max(0.0, wake_at - now))
+            self._wake.clear()
+            if self._stop.is_set():
+                break
+            try:
+                self.enforce_timeouts()
+                if time.monotonic() >= next_beat:
+                    next_beat = time.monotonic() + self.interval
+                    self.renew()
+            except Exception:  # the keeper must never die
+                log.exception("lease keeper iteration failed")
+
+    def enforce_timeouts(self) -> None:
+        now = time.monotonic()
+        for entry in self._registry.snapshot():
+            if entry.state is State.RUNNING and entry.deadline is not None and entry.deadline <= now:
+                self._on_timeout(entry)
+
+    def renew(self, tokens: list[str] | None = None) -> bool:
+        """Renew ``tokens`` (default: every lease held) in one call; False on error."""
+        with self._beat_lock:
+            held = self._registry.tokens_to_renew() if tokens is None else tokens
+            try:
+                renewed = self._backend.extend_job_leases(held, self._lease, self._instance)
+            except SchedulerError as exc:
+                self.failures += 1
+                log.error("Lease renewal failed for %d lease(s) (non-fatal, retried at the next beat): %s",
+                          len(held), exc, extra={"action": "lease_renewal_failed"})
+                return False
+            self.renewals += 1
+            lost = set(held) - renewed
+            for entry in self._registry.by_tokens(lost):
+                if entry.state in (State.RUNNING, State.COMPLETING):
+                    log.warning("Lease of run %s (job %r) was NOT extended (token mismatch): the slot has "
+                                "been handed off; cancelling the run", entry.run_id, entry.job.name,
+                                extra={"action": "lease_lost"})
+                    self._on_lost(entry)
+            return True

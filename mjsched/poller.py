@@ -1,0 +1,64 @@
+"""The poll loop: one thread that polls, then sleeps until the next due instant.
+
+It wakes early on ``wake()`` (a job changed, a slot freed, a completion
+landed). A failing poll is logged and retried with backoff; nothing stops the
+loop but ``stop()``.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Callable
+
+log = logging.getLogger(__name__)
+
+
+class Poller:
+    def __init__(self, poll: Callable[[], float], *, min_interval: float, max_interval: float,
+                 name: str = "mjsched-poller") -> None:
+        self._poll = poll
+        self._min = min_interval
+        self._max = max_interval
+        self._name = name
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.polls = 0
+        self.failures = 0
+
+    def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
+        self._thread.start()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def _loop(self) -> None:
+        backoff = self._min
+        while not self._stop.is_set():
+            self._wake.clear()
+            try:
+                delay = self._poll()
+                backoff = self._min
+            except BaseException as exc:  # the poller never dies
+                self.failures += 1
+                backoff = min(max(backoff * 2, 0.5), self._max)
+                delay = backoff
+                log.error("poll failed (retrying in %.1fs): %s: %s", delay, type(exc).__name__, exc,
+                          exc_info=not isinstance(exc, Exception) or log.isEnabledFor(logging.DEBUG),
+                          extra={"action": "poll_failed"})
+            self.polls += 1
+            if self._stop.is_set():
+                break
+            self._wake.wait(min(max(delay, self._min), self._max))

@@ -1,0 +1,193 @@
+"""Checks every job field at the API boundary, before anything is written.
+
+Each check raises a typed error naming the field and the value; each returns
+the normalised value to store.
+"""
+from __future__ import annotations
+
+import json
+import math
+import uuid
+from datetime import datetime
+from typing import Any, Mapping
+
+from .cron import CronSchedule, resolve_timezone
+from .drivers.registry import get_driver
+from .errors import ConfigurationError, JobNotFound
+from .models import ConcurrencyMode, Isolation, JobStatus, MissedRunPolicy
+
+MAX_NAME = 200
+MAX_TEXT = 100_000
+MAX_CONFIGURATION_BYTES = 1_000_000
+MAX_NOTIFY_TO = 1000
+MAX_OWNER = 255
+
+
+def text(field: str, value: Any, *, required: bool = False, limit: int = MAX_TEXT) -> str | None:
+    if value is None:
+        if required:
+            raise ConfigurationError(field, value, "is required")
+        return None
+    if not isinstance(value, str):
+        raise ConfigurationError(field, value, "must be a string")
+    if "\x00" in value:
+        raise ConfigurationError(field, value, "must not contain NUL characters")
+    if required and not value.strip():
+        raise ConfigurationError(field, value, "must not be empty")
+    if len(value) > limit:
+        raise ConfigurationError(field, value, f"is {len(value)} characters long; at most {limit} allowed")
+    return value
+
+
+def enum_value(field: str, value: Any, enum: type) -> Any:
+    try:
+        return enum(value)
+    except ValueError:
+        allowed = ", ".join(repr(e.value) for e in enum)
+        raise ConfigurationError(field, value, f"must be one of {allowed}") from None
+
+
+def flag(field: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigurationError(field, value, "must be True or False")
+    return value
+
+
+def positive_number(field: str, value: Any, *, optional: bool = True, maximum: float = 31_536_000) -> float | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or math.isinf(value):
+        raise ConfigurationError(field, value, "must be a finite number of seconds")
+    if value <= 0:
+        raise ConfigurationError(field, value, "must be greater than zero")
+    if value > maximum:
+        raise ConfigurationError(field, value, f"must be at most {maximum:g}")
+    return float(value)
+
+
+def positive_int(field: str, value: Any, *, maximum: int = 10_000) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigurationError(field, value, "must be an integer")
+    if value <= 0 or value > maximum:
+        raise ConfigurationError(field, value, f"must be between 1 and {maximum}")
+    return value
+
+
+def aware(field: str, value: Any) -> datetime | None:
+    if value is None:
+        return None
+    if not isinstance(value, datetime):
+        raise ConfigurationError(field, value, "must be a datetime")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ConfigurationError(field, value, "must be timezone-aware (naive datetimes are ambiguous)")
+    return value
+
+
+def configuration(value: Any, field: str = "configuration") -> dict[str, Any]:
+    if value is None:
+        return {}
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError as exc:
+            raise ConfigurationError(field, value, f"is not valid JSON: {exc}") from None
+    if not isinstance(value, Mapping):
+        raise ConfigurationError(field, value, "must be a JSON object (a dict)")
+    try:
+        encoded = json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(field, value, f"is not JSON-serialisable: {exc}") from None
+    if len(encoded.encode("utf-8")) > MAX_CONFIGURATION_BYTES:
+        raise ConfigurationError(field, f"<{len(encoded)} bytes>", f"is larger than {MAX_CONFIGURATION_BYTES} bytes")
+    if "\\u0000" in encoded:
+        raise ConfigurationError(field, value, "must not contain NUL characters")
+    return json.loads(encoded)
+
+
+def job_id(value: Any) -> str:
+    """A canonical UUID string; anything else cannot name a job."""
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, str):
+        try:
+            return str(uuid.UUID(value))
+        except ValueError:
+            pass
+    raise JobNotFound(value)
+
+
+def job_fields(fields: Mapping[str, Any], *, creating: bool,
+               current: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Validate create/update keyword arguments; returns column -> value to store.
+
+    ``current`` holds the stored values an update is checked against (cron with a
+    new timezone, a new start with the old end).
+    """
+    allowed = {"name", "driver", "cron", "timezone", "configuration", "description", "owner",
+               "concurrency_mode", "missed_run_policy", "run_immediately_if_never_run", "max_runtime",
+               "isolation", "max_queued_runs", "start_at", "end_at", "notify_on_success",
+               "notify_on_failure", "notify_to", "status"}
+    for key in fields:
+        if key not in allowed:
+            raise ConfigurationError(key, fields[key], f"unknown job field; known: {', '.join(sorted(allowed))}")
+    cur = dict(current or {})
+    out: dict[str, Any] = {}
+
+    if creating or "name" in fields:
+        out["name"] = text("name", fields.get("name"), required=True, limit=MAX_NAME)
+    if "description" in fields:
+        out["description"] = text("description", fields["description"])
+    if "owner" in fields:
+        out["owner"] = text("owner", fields["owner"], limit=MAX_OWNER)
+    if "notify_to" in fields:
+        out["notify_to"] = text("notify_to", fields["notify_to"], limit=MAX_NOTIFY_TO)
+
+    tz = fields.get("timezone", cur.get("timezone", "UTC")) if (creating or "timezone" in fields) else cur.get("timezone")
+    if creating or "timezone" in fields:
+        resolve_timezone(tz)  # raises UnknownTimezone
+        out["timezone"] = tz
+    if creating or "cron" in fields or "timezone" in fields:
+        cron = fields.get("cron", cur.get("cron_expression"))
+        CronSchedule.parse(cron, tz or "UTC")  # raises InvalidCronExpression naming the field
+        out["cron_expression"] = cron
+
+    if creating or "driver" in fields:
+        driver_name = text("driver", fields.get("driver"), required=True, limit=255)
+        driver_cls = get_driver(driver_name)  # raises UnknownDriver
+        out["driver"] = driver_name
+        conf = configuration(fields.get("configuration"))
+        driver_cls().validate_configuration(conf)
+        out["configuration"] = conf
+    elif "configuration" in fields:
+        conf = configuration(fields["configuration"])
+        get_driver(cur["driver"])().validate_configuration(conf)
+        out["configuration"] = conf
+
+    if creating or "concurrency_mode" in fields:
+        out["concurrency_mode"] = enum_value("concurrency_mode", fields.get("concurrency_mode", "Skip"),
+                                             ConcurrencyMode).value
+    if creating or "missed_run_policy" in fields:
+        out["missed_run_policy"] = enum_value("missed_run_policy", fields.get("missed_run_policy", "RunOnce"),
+                                              MissedRunPolicy).value
+    if creating or "status" in fields:
+        out["status"] = enum_value("status", fields.get("status", "Active"), JobStatus).value
+    if "isolation" in fields:
+        iso = fields["isolation"]
+        out["isolation"] = None if iso is None else enum_value("isolation", iso, Isolation).value
+    if "max_runtime" in fields:
+        out["max_runtime_seconds"] = positive_number("max_runtime", fields["max_runtime"])
+    if "max_queued_runs" in fields:
+        out["max_queued_runs"] = positive_int("max_queued_runs", fields["max_queued_runs"], maximum=1000)
+    for key in ("run_immediately_if_never_run", "notify_on_success", "notify_on_failure"):
+        if key in fields:
+            out[key] = flag(key, fields[key])
+
+    start = aware("start_at", fields["start_at"]) if "start_at" in fields else cur.get("start_at")
+    end = aware("end_at", fields["end_at"]) if "end_at" in fields else cur.get("end_at")
+    if start is not None and end is not None and start >= end:
+        raise ConfigurationError("end_at", end, f"must be after start_at ({start.isoformat()})")
+    if "start_at" in fields:
+        out["start_at"] = start
+    if "end_at" in fields:
+        out["end_at"] = end
+    return out
