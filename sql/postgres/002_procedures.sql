@@ -239,6 +239,8 @@ BEGIN
                NULL::integer, NULL::integer
           FROM taken t
           LEFT JOIN inserted i ON i.scheduled_job_id = t.id;
+        GET DIAGNOSTICS v_rows = ROW_COUNT;
+        v_left := v_left - v_rows;
     END IF;
 
     SELECT min(s.t) INTO v_next FROM (
