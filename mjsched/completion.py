@@ -56,13 +56,13 @@ class CompletionWriter:
                 self._thread = threading.Thread(target=self._loop, name="mjsched-completions", daemon=True)
                 self._thread.start()
 
-    def flush(self, timeout: float) -> bool:
-        """Wait until every submitted completion was written or given up."""
-        deadline = time.monotonic() + timeout
+    def flush(self, timeout: float | None) -> bool:
+        """Wait until every submitted completion was written or given up (None: no bound)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while self._pending:
-                left = deadline - time.monotonic()
-                if left <= 0:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
                     return False
                 self._cond.wait(left)
         return True

@@ -111,13 +111,13 @@ class InFlightRegistry:
         with self._lock:
             return len(self._leaked)
 
-    def wait_idle(self, timeout: float) -> bool:
-        """Wait until no run is executing or completing; False on timeout."""
-        deadline = time.monotonic() + timeout
+    def wait_idle(self, timeout: float | None) -> bool:
+        """Wait until no run is executing or completing (None: no bound); False on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
             while any(e.state in (State.RUNNING, State.COMPLETING) for e in self._entries.values()):
-                left = deadline - time.monotonic()
-                if left <= 0:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
                     return False
                 self._changed.wait(left)
             return True

@@ -221,9 +221,9 @@ class SchedulingEngine:
             self._poller.stop()
             started = time.monotonic()
             if wait:
-                budget = float("inf") if max_wait is None else float(max_wait)
-                self._registry.wait_idle(budget)
-                self._writer.flush(max(0.0, budget - (time.monotonic() - started)))
+                self._registry.wait_idle(None if max_wait is None else float(max_wait))
+                left = None if max_wait is None else max(0.0, max_wait - (time.monotonic() - started))
+                self._writer.flush(left)
             still = self._registry.busy()
             for entry in still:
                 entry.cancel_event.set()
@@ -261,23 +261,28 @@ class SchedulingEngine:
                 self._keeper.renew()   # learn at once which of our own runs were abandoned
             if self._schedule_dirty or time.monotonic() - self._schedule_checked > SCHEDULE_REFRESH_SECONDS:
                 self._schedule_unscheduled()
-            free = max(0, self.max_concurrent_jobs - self._registry.live_count())
-            batch = self.backend.claim_due_jobs(self.instance_name, free, self.lease_timeout)
-            self._clock.observe(batch.db_now)
-            db_now = batch.db_now or self._clock.now()
-            jobs = {j.id: j for j in self.backend.get_jobs({c.job_id for c in batch.claims})} \
-                if batch.claims else {}
             dispatched = 0
-            for claim in batch.claims:
-                job = jobs.get(claim.job_id)
-                if job is None:
-                    continue
-                try:
-                    dispatched += self._start_claim(job, claim.run_id, claim.lock_token, claim.scheduled_for,
-                                                    claim.from_queue, db_now)
-                except SchedulerError as exc:
-                    log.error("could not start run of job %r: %s (its lease will lapse and be swept)",
-                              job.name, exc, extra={"action": "dispatch_failed"})
+            for _ in range(4):  # claims that only advanced a served tick leave slots: claim again
+                free = max(0, self.max_concurrent_jobs - self._registry.live_count())
+                batch = self.backend.claim_due_jobs(self.instance_name, free, self.lease_timeout)
+                self._clock.observe(batch.db_now)
+                db_now = batch.db_now or self._clock.now()
+                jobs = {j.id: j for j in self.backend.get_jobs({c.job_id for c in batch.claims})} \
+                    if batch.claims else {}
+                started = 0
+                for claim in batch.claims:
+                    job = jobs.get(claim.job_id)
+                    if job is None:
+                        continue
+                    try:
+                        started += self._start_claim(job, claim.run_id, claim.lock_token, claim.scheduled_for,
+                                                     claim.from_queue, db_now)
+                    except SchedulerError as exc:
+                        log.error("could not start run of job %r: %s (its lease will lapse and be swept)",
+                                  job.name, exc, extra={"action": "dispatch_failed"})
+                dispatched += started
+                if not any(c.run_id is None for c in batch.claims) or len(batch.claims) < free:
+                    break
             delay = self.max_poll_interval
             if batch.next_due_at is not None:
                 delay = min(delay, (batch.next_due_at - db_now).total_seconds() + 0.001)

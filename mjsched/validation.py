@@ -116,6 +116,15 @@ def job_id(value: Any) -> str:
     raise JobNotFound(value)
 
 
+def _validate_with(name: str, driver_cls: type, conf: dict[str, Any]) -> None:
+    try:
+        driver = driver_cls()
+    except Exception as exc:  # a broken plugin is a configuration problem of this job
+        raise ConfigurationError("driver", name, f"driver could not be constructed: {type(exc).__name__}: {exc}") \
+            from exc
+    driver.validate_configuration(conf)
+
+
 def job_fields(fields: Mapping[str, Any], *, creating: bool,
                current: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Validate create/update keyword arguments; returns column -> value to store.
@@ -156,11 +165,11 @@ def job_fields(fields: Mapping[str, Any], *, creating: bool,
         driver_cls = get_driver(driver_name)  # raises UnknownDriver
         out["driver"] = driver_name
         conf = configuration(fields.get("configuration"))
-        driver_cls().validate_configuration(conf)
+        _validate_with(driver_name, driver_cls, conf)
         out["configuration"] = conf
     elif "configuration" in fields:
         conf = configuration(fields["configuration"])
-        get_driver(cur["driver"])().validate_configuration(conf)
+        _validate_with(cur["driver"], get_driver(cur["driver"]), conf)
         out["configuration"] = conf
 
     if creating or "concurrency_mode" in fields:
