@@ -1,0 +1,31 @@
+"""plpgsql_check finds errors CREATE FUNCTION accepts; none may be reported on any procedure."""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import psycopg2
+import pytest
+
+pytestmark = pytest.mark.postgres
+
+
+def test_plpgsql_check_reports_no_error(sql: Any) -> None:
+    try:
+        sql.run("CREATE EXTENSION IF NOT EXISTS plpgsql_check")
+    except psycopg2.Error as exc:
+        if os.environ.get("MJSCHED_REQUIRE_POSTGRES") == "1":
+            pytest.fail(f"plpgsql_check is required in CI: {exc}")
+        pytest.skip(f"plpgsql_check not installed (apt-get install postgresql-15-plpgsql-check): {exc}")
+    rows = sql.rows("""
+        SELECT p.oid::regprocedure::text AS fn, r.level, r.message, r.lineno
+          FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace,
+               LATERAL plpgsql_check_function_tb(p.oid,
+                   CASE WHEN p.prorettype = 'trigger'::regtype THEN 'mjsched.scheduled_job'::regclass
+                        ELSE 0::regclass END, extra_warnings => true) r
+         WHERE n.nspname = 'mjsched' AND p.prolang = (SELECT oid FROM pg_language WHERE lanname = 'plpgsql')""")
+    checked = sql.one("""SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+                          WHERE n.nspname = 'mjsched'
+                            AND p.prolang = (SELECT oid FROM pg_language WHERE lanname = 'plpgsql')""")
+    assert checked >= 12
+    assert [r for r in rows if r["level"] in ("error", "warning", "warning extra")] == []
