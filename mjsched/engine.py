@@ -355,7 +355,7 @@ class SchedulingEngine:
     # -- running a claimed run ---------------------------------------------------------------
     def _run_entry(self, entry: InFlight) -> None:
         try:
-            log.info("starting job %r (run %s)", entry.job.name, entry.run_id, extra={"action": "run_started"})
+            log.debug("starting job %r (run %s)", entry.job.name, entry.run_id, extra={"action": "run_started"})
             result, driver = run_driver(entry.context)
         finally:
             self._registry.thread_done(entry)
