@@ -17,7 +17,7 @@ from datetime import datetime
 from functools import partial
 from typing import Any
 
-from . import scheduling, sqlfiles, validation
+from . import scheduling, validation
 from .backends.base import Backend, Completion, open_backend
 from .clock import DbClock
 from .completion import CompletionWriter
@@ -25,13 +25,13 @@ from .cron import CronSchedule
 from .dispatch import InFlight, InFlightRegistry, State, WorkerPool
 from .drivers.base import BaseScheduledJob, ExecutionContext, JobResult
 from .drivers.registry import get_driver
-from .errors import (ConfigurationError, JobNotFound, LockNotAcquired, SchedulerError,
-                     SchemaNotInstalled)
+from .errors import ConfigurationError, JobNotFound, LockNotAcquired, SchedulerError
 from .execution import effective_max_runtime, run_driver
 from .heartbeat import LeaseKeeper
 from .models import ConcurrencyMode, DispatchResult, Job, JobRun, JobStatus, RunStatus
 from .notify import LoggingNotifier, Notifier, safe_notify
 from .poller import Poller
+from .startup import Housekeeping
 from .version import __version__
 
 log = logging.getLogger(__name__)
@@ -93,7 +93,7 @@ class SchedulingEngine:
         self._listener_stop = threading.Event()
         self._schedule_dirty = True
         self._schedule_checked = 0.0
-        self._high_frequency_warned: set[str] = set()
+        self._housekeeping = Housekeeping(self.backend, self._clock)
         self.stats = {"dispatched": 0, "timeouts": 0, "leases_lost": 0, "fenced_completions": 0}
 
     # -- schema ----------------------------------------------------------------------
@@ -186,15 +186,15 @@ class SchedulingEngine:
             if self._polling:
                 log.info("polling already started")
                 return
-            self._check_installed()
+            self._housekeeping.check_installed()
             self.backend.register_engine(self.instance_name, socket.gethostname(), os.getpid(), __version__)
             swept = self.backend.sweep_expired_leases()
             if swept.swept or swept.locks_freed:
                 log.warning("start-up: cleared %d stale lock(s) and abandoned %d run(s) whose lease had expired",
                             swept.locks_freed, swept.swept, extra={"action": "stale_locks_cleared"})
             self._schedule_unscheduled()
-            self._probe_permissions()
-            self._warn_high_frequency(self.backend.list_jobs(JobStatus.ACTIVE.value))
+            self._housekeeping.probe_permissions()
+            self._housekeeping.warn_high_frequency(self.backend.list_jobs(JobStatus.ACTIVE.value))
             self._accepting = True
             self._polling = True
             self._keeper.start()
@@ -251,6 +251,11 @@ class SchedulingEngine:
     def _poll(self) -> float:
         _, delay = self._dispatch()
         return delay
+
+    def _schedule_unscheduled(self) -> None:
+        self._schedule_dirty = False
+        self._schedule_checked = time.monotonic()
+        self._housekeeping.schedule_unscheduled()
 
     def _dispatch(self) -> tuple[DispatchResult, float]:
         if not self._accepting:
@@ -460,60 +465,6 @@ class SchedulingEngine:
     def _keeper_idle_stop(self) -> None:
         if not self._registry.busy():
             self._keeper.stop()
-
-    # -- start-up steps ----------------------------------------------------------------------
-    def _check_installed(self) -> None:
-        have = set(self.backend.installed_versions())
-        missing = [s.name for s in sqlfiles.scripts(self.backend.dialect) if s.name not in have]
-        if missing:
-            raise SchemaNotInstalled(f"schema scripts not installed: {', '.join(missing)}; "
-                                     "call engine.install() or run `mjsched init-db`")
-
-    def _schedule_unscheduled(self) -> None:
-        self._schedule_dirty = False
-        self._schedule_checked = time.monotonic()
-        jobs = self.backend.unscheduled_jobs()
-        if not jobs:
-            return
-        now = self.backend.db_now()
-        self._clock.observe(now)
-        for job in jobs:
-            try:
-                nxt = scheduling.initial_next_run(job, now)
-            except SchedulerError as exc:
-                log.error("job %r (%s) has an unusable schedule and will not run: %s", job.name, job.id, exc,
-                          extra={"action": "bad_schedule"})
-                continue
-            if self.backend.initialize_next_run(job.id, nxt):
-                log.info("scheduled job %r: next run %s", job.name, nxt.isoformat(), extra={"action": "scheduled"})
-        self._warn_high_frequency(jobs)
-
-    def _probe_permissions(self) -> None:
-        try:
-            missing = self.backend.probe_permissions()
-        except Exception as exc:  # noqa: BLE001 - the probe must never stop start-up
-            log.warning("permission probe failed (continuing): %s", exc, extra={"action": "probe_failed"})
-            return
-        if missing:
-            log.error("the database role lacks EXECUTE on: %s. Job dispatch WILL fail until it is granted "
-                      "(see sql/%s/grants.sql)", ", ".join(missing), self.backend.dialect,
-                      extra={"action": "probe_missing_execute"})
-
-    def _warn_high_frequency(self, jobs: list[Job]) -> None:
-        for job in jobs:
-            if job.id in self._high_frequency_warned:
-                continue
-            try:
-                if getattr(get_driver(job.driver), "high_frequency_by_design", False):
-                    continue
-                gap = scheduling.is_high_frequency(job, self._clock.now())
-            except SchedulerError:
-                continue
-            self._high_frequency_warned.add(job.id)
-            if gap is not None:
-                log.warning("job %r (cron %r, %s) fires every %s, more often than every 5 minutes; each run is a "
-                            "database round trip and a history row. This is a recommendation, not a block.",
-                            job.name, job.cron_expression, job.timezone, gap, extra={"action": "high_frequency"})
 
     # -- change feed ---------------------------------------------------------------------------
     def _start_listener(self) -> None:

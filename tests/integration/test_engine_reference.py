@@ -289,13 +289,13 @@ def test_t19_permission_probe_warns_and_never_throws(make_engine: Callable[..., 
                 f" boolean, timestamptz) FROM {role}")
         limited = make_engine(dsn=pg_dsn.replace("postgres@", f"{role}@"))
         with caplog.at_level(logging.WARNING, logger="mjsched"):
-            limited._probe_permissions()
+            limited._housekeeping.probe_permissions()
         assert any("lacks EXECUTE" in r.getMessage() and "acquire_job_lock" in r.getMessage()
                    for r in caplog.records)
         caplog.clear()
         sql.run("ALTER FUNCTION mjsched.probe_permissions() RENAME TO probe_permissions_gone")
         with caplog.at_level(logging.WARNING, logger="mjsched"):
-            limited._probe_permissions()  # must not raise
+            limited._housekeeping.probe_permissions()  # must not raise
         assert any("permission probe failed" in r.getMessage() for r in caplog.records)
     finally:
         sql.run(f"DROP OWNED BY {role}")
