@@ -136,7 +136,7 @@ def _normalize_field(expr: str, index: int, text: str,
             continue
         nth, last = _NTH_RE.match(item), _LAST_DOW_RE.match(item)
         if name == "day-of-week" and (nth or last):
-            raw = nth.group(1) if nth else (last.group(1) or last.group(2))
+            raw = nth.group(1) if nth else (last.group(1) or last.group(2)) if last else ""
             day = _parse_value(raw, name, low, high, bad) % 7
             if nth and not 1 <= int(nth.group(2)) <= 5:
                 bad(f"occurrence '#{nth.group(2)}' is out of range 1-5")
@@ -161,7 +161,7 @@ def _normalize_field(expr: str, index: int, text: str,
         if step is not None and not 1 <= int(step) <= high - low + 1:
             bad(f"step {step} is out of range 1-{high - low + 1}")
         interval = interval or base == "*" or "-" in base or step is not None
-        expanded = range(first, end + 1, int(step or 1))
+        expanded: list[int] | range = range(first, end + 1, int(step or 1))
         if name == "day-of-week":
             expanded = sorted({v % 7 for v in expanded})
         out.extend(str(v) for v in expanded)
@@ -272,7 +272,8 @@ class CronSchedule:
         if self.is_interval and local.fold == 0:
             # Inside the first pass of a repeated hour, earlier wall times still
             # fire again in the second pass: start the wall clock that far back.
-            wall -= max(timedelta(0), local.utcoffset() - local.replace(fold=1).utcoffset())
+            wall -= max(timedelta(0), (local.utcoffset() or timedelta(0))
+                        - (local.replace(fold=1).utcoffset() or timedelta(0)))
         it = croniter(self._croniter_expr, wall.replace(microsecond=0) - timedelta(seconds=1),
                       ret_type=datetime)
         pending: datetime | None = None

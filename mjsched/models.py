@@ -92,7 +92,7 @@ class Job:
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> "Job":
-        values = {f.name: row.get(f.name) for f in dataclasses.fields(cls)}
+        values: dict[str, Any] = {f.name: row.get(f.name) for f in dataclasses.fields(cls)}
         values["id"] = str(values["id"])
         values["job_type_id"] = str(values["job_type_id"])
         values["status"] = JobStatus(values["status"])
@@ -130,7 +130,7 @@ class JobRun:
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> "JobRun":
-        values = {f.name: row.get(f.name) for f in dataclasses.fields(cls)}
+        values: dict[str, Any] = {f.name: row.get(f.name) for f in dataclasses.fields(cls)}
         values["id"] = str(values["id"])
         values["scheduled_job_id"] = str(values["scheduled_job_id"])
         values["status"] = RunStatus(values["status"])

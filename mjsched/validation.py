@@ -39,7 +39,7 @@ def text(field: str, value: Any, *, required: bool = False, limit: int = MAX_TEX
     return value
 
 
-def enum_value(field: str, value: Any, enum: type) -> Any:
+def enum_value(field: str, value: Any, enum: Any) -> Any:
     try:
         return enum(value)
     except ValueError:
@@ -153,7 +153,7 @@ def job_fields(fields: Mapping[str, Any], *, creating: bool,
 
     tz = fields.get("timezone", cur.get("timezone", "UTC")) if (creating or "timezone" in fields) else cur.get("timezone")
     if creating or "timezone" in fields:
-        resolve_timezone(tz)  # raises UnknownTimezone
+        resolve_timezone(tz)  # type: ignore[arg-type]  # raises UnknownTimezone for non-strings too
         out["timezone"] = tz
     if creating or "cron" in fields or "timezone" in fields:
         cron = fields.get("cron", cur.get("cron_expression"))
@@ -161,7 +161,7 @@ def job_fields(fields: Mapping[str, Any], *, creating: bool,
         out["cron_expression"] = cron
 
     if creating or "driver" in fields:
-        driver_name = text("driver", fields.get("driver"), required=True, limit=255)
+        driver_name = str(text("driver", fields.get("driver"), required=True, limit=255))
         driver_cls = get_driver(driver_name)  # raises UnknownDriver
         out["driver"] = driver_name
         conf = configuration(fields.get("configuration"))
