@@ -2,7 +2,31 @@
 
 The database decides who runs a tick; this module decides which tick comes
 next and what a late tick means (the missed-run policy). Nothing here reads a
-clock: callers pass the database's time.
+clock: callers pass the database's time. Every instant in and out is an aware
+datetime (naive ones raise ``ConfigurationError`` naming the parameter).
+
+The rules (README "Time semantics" is the user-facing copy):
+
+* **Missed tick.** A claimed tick ``T`` is *missed* when the tick after it had
+  also come by the claim time ``now`` (inclusive: ``next(T) <= now``). The
+  number of missed ticks ``n`` is the number of ticks in ``(T, now]``: ``T`` and
+  the ``n - 1`` ticks after it were missed, the ``n``-th is the current one.
+  No grace constant (as the reference). Ticks that come while a run of the job
+  is still executing are not missed ticks: the job's next_run_at only moves at
+  completion (Skip mode drops them; Queue mode keeps them as Queued runs, which
+  never go through ``plan_tick``), and Concurrent mode claims them as they come.
+* **Skip** — one ``Skipped`` run for ``T`` (details ``{"missed": n}``), next
+  run = first tick after ``now`` (the current tick is not run either).
+* **RunOnce** (default) — run once now; the run's ``scheduled_for`` is ``T``,
+  the oldest missed tick; next run = first tick after completion.
+* **RunAll** — run ``T``; next run = the tick right after ``T`` even if past, so
+  the backlog drains oldest first, one tick per poll, and ends with the current
+  tick. Bounded: when more than ``max_catch_up`` ticks were missed, nothing is
+  replayed; the tick is served as RunOnce, with a warning (``TickPlan.note``),
+  logged once because afterwards no backlog is left.
+* The policy applies in every concurrency mode, Concurrent included.
+* Counting stops at ``max_catch_up + 1``: ``missed`` is exact up to the bound
+  and ``max_catch_up + 1`` beyond it (the note then says "more than N").
 """
 from __future__ import annotations
 
@@ -11,7 +35,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from .cron import CronSchedule
-from .models import ConcurrencyMode, Job, MissedRunPolicy
+from .errors import ConfigurationError
+from .models import Job, MissedRunPolicy
 
 log = logging.getLogger(__name__)
 
@@ -19,12 +44,22 @@ HIGH_FREQUENCY_THRESHOLD = timedelta(minutes=5)
 _EPSILON = timedelta(microseconds=1)
 
 
+def _aware(field: str, value: object) -> datetime:
+    if not isinstance(value, datetime) or value.tzinfo is None or value.utcoffset() is None:
+        raise ConfigurationError(field, value, "must be a timezone-aware datetime")
+    return value
+
+
 def schedule_of(job: Job) -> CronSchedule:
     return CronSchedule.parse(job.cron_expression, job.timezone)
 
 
 def initial_next_run(job: Job, now: datetime) -> datetime:
-    """First due instant of a job that has none (see ``first_due``)."""
+    """First due instant of a job that has none (see ``first_due``).
+
+    "Never ran" means no recorded run at all: ``last_run_at`` is NULL and
+    ``run_count`` is 0.
+    """
     return first_due(schedule_of(job), now, start_at=job.start_at,
                      run_immediately=job.run_immediately_if_never_run,
                      never_ran=job.last_run_at is None and job.run_count == 0)
@@ -32,8 +67,17 @@ def initial_next_run(job: Job, now: datetime) -> datetime:
 
 def first_due(schedule: CronSchedule, now: datetime, *, start_at: datetime | None,
               run_immediately: bool, never_ran: bool) -> datetime:
-    """Now, for a job that asks to run immediately and never ran; else its first
-    tick after now, and never before ``start_at``."""
+    """The first due instant of a job being scheduled at ``now`` (database time).
+
+    * ``run_immediately`` and ``never_ran``: exactly ``now`` — or ``start_at`` when
+      the window opens later (the job runs as soon as it may, not at a tick).
+    * otherwise: the first cron tick strictly after ``now`` and at or after
+      ``start_at`` (a tick exactly at ``start_at`` fires: the window is
+      ``[start_at, end_at)``).
+    """
+    _aware("now", now)
+    if start_at is not None:
+        _aware("start_at", start_at)
     if run_immediately and never_ran:
         return max(now, start_at) if start_at else now
     after = now
@@ -48,7 +92,9 @@ class TickPlan:
 
     ``run`` False: record it as Skipped. ``catch_up``: the next tick to serve is the
     one after this tick (RunAll backlog), not the first one after completion.
-    ``missed``: how many ticks after this one had already passed at claim time.
+    ``missed``: how many ticks after this one had already passed at claim time
+    (exact up to the catch-up bound, bound + 1 beyond it). ``note``: a warning
+    for the log (and the Skipped run's error_message), or None.
     """
 
     run: bool
@@ -57,30 +103,34 @@ class TickPlan:
     note: str | None = None
 
 
-def plan_tick(job: Job, scheduled_for: datetime, db_now: datetime, max_catch_up: int) -> TickPlan:
-    """Apply the missed-run policy to a tick claimed at ``db_now``.
+def missed_ticks(job: Job, scheduled_for: datetime, db_now: datetime, limit: int) -> list[datetime]:
+    """Ticks in ``(scheduled_for, db_now]``, at most ``limit``: the ticks that had
+    come after the claimed one by the claim time."""
+    _aware("scheduled_for", scheduled_for)
+    _aware("db_now", db_now)
+    return schedule_of(job).ticks_between(scheduled_for, db_now, limit=limit)
 
-    A tick is *missed* when the tick after it had also come by the time it was
-    claimed (no engine ran it in time). A tick that came while the job was still
-    running never reaches here: the concurrency mode governs it.
-    """
-    if job.concurrency_mode is ConcurrencyMode.CONCURRENT:
-        return TickPlan(run=True, catch_up=False, missed=0)
-    later = schedule_of(job).ticks_between(scheduled_for, db_now, limit=max_catch_up + 1)
-    missed = len(later)
+
+def plan_tick(job: Job, scheduled_for: datetime, db_now: datetime, max_catch_up: int) -> TickPlan:
+    """Apply the missed-run policy to a tick claimed at ``db_now`` (module doc)."""
+    if isinstance(max_catch_up, bool) or not isinstance(max_catch_up, int) or max_catch_up < 1:
+        raise ConfigurationError("max_catch_up", max_catch_up, "must be an int >= 1")
+    missed = len(missed_ticks(job, scheduled_for, db_now, limit=max_catch_up + 1))
     if missed == 0:
         return TickPlan(run=True, catch_up=False, missed=0)
     policy = job.missed_run_policy
     if policy is MissedRunPolicy.SKIP:
         return TickPlan(run=False, catch_up=False, missed=missed,
                         note=f"missed-run policy Skip: {_count(missed, max_catch_up)} tick(s) passed "
-                             f"while no engine ran this job since {scheduled_for.isoformat()}")
+                             f"while no engine ran this job since {scheduled_for.isoformat()}; "
+                             "skipped to the next future tick")
     if policy is MissedRunPolicy.RUN_ALL:
         if missed <= max_catch_up:
             return TickPlan(run=True, catch_up=True, missed=missed)
         return TickPlan(run=True, catch_up=False, missed=missed,
-                        note=f"missed-run policy RunAll: more than {max_catch_up} missed ticks; "
-                             "running once now instead (raise max_catch_up_runs to replay more)")
+                        note=f"missed-run policy RunAll: more than {max_catch_up} missed ticks since "
+                             f"{scheduled_for.isoformat()}; running once now instead "
+                             "(raise max_catch_up_runs to replay more)")
     return TickPlan(run=True, catch_up=False, missed=missed)
 
 
@@ -91,18 +141,25 @@ def _count(missed: int, limit: int) -> str:
 def next_run_after(job: Job, scheduled_for: datetime | None, now: datetime, catch_up: bool) -> datetime:
     """The next due instant once a tick is served (or skipped) at ``now``.
 
-    Normal case: the first tick after ``now`` (ticks that came while the job ran are
-    dropped: Skip mode; Queue mode keeps them as Queued runs). RunAll catch-up: the
-    tick right after the one served, even if it is already past.
+    Normal case: the first tick strictly after ``now`` — and after the tick served,
+    so a tick is never served twice even if ``now`` lags behind it. Ticks that came
+    while the job ran are dropped here (Skip mode; Queue mode keeps them as Queued
+    runs). RunAll catch-up: the tick right after the one served, even if past.
+    Manual runs (``scheduled_for`` None) count from ``now``.
     """
+    _aware("now", now)
     schedule = schedule_of(job)
     if catch_up and scheduled_for is not None:
-        return schedule.next_after(scheduled_for)
-    base = now if scheduled_for is None else max(now, scheduled_for)
+        return schedule.next_after(_aware("scheduled_for", scheduled_for))
+    base = now if scheduled_for is None else max(now, _aware("scheduled_for", scheduled_for))
     return schedule.next_after(base)
 
 
 def is_high_frequency(job: Job, now: datetime) -> timedelta | None:
-    """The job's shortest gap between fires when it is under five minutes, else None."""
-    gap = schedule_of(job).min_interval(after=now)
+    """The job's shortest gap between fires when it is under five minutes, else None.
+
+    Measured over the next six fire times after ``now`` (as the reference); exactly
+    five minutes is not high-frequency.
+    """
+    gap = schedule_of(job).min_interval(after=_aware("now", now))
     return gap if gap < HIGH_FREQUENCY_THRESHOLD else None
