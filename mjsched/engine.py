@@ -274,6 +274,7 @@ class SchedulingEngine:
                 db_now = batch.db_now or self._clock.now()
                 jobs = {j.id: j for j in self.backend.get_jobs({c.job_id for c in batch.claims})} \
                     if batch.claims else {}
+                self._housekeeping.warn_high_frequency(list(jobs.values()))
                 started = 0
                 for claim in batch.claims:
                     job = jobs.get(claim.job_id)
@@ -320,9 +321,11 @@ class SchedulingEngine:
                                            nxt), lambda _ok: self._poller.wake())
             return 0
         if job.concurrency_mode is ConcurrencyMode.CONCURRENT and not from_queue:
-            nxt = scheduling.next_run_after(job, scheduled_for, db_now, catch_up=False)
+            nxt = scheduling.next_run_after(job, scheduled_for, db_now, catch_up=plan.catch_up)
             self.backend.advance_job(job.id, token, nxt, release=True)
         entry = self._new_entry(job, run_id, token, scheduled_for, manual=False, catch_up=plan.catch_up)
+        if scheduled_for is not None and not from_queue:
+            entry.last_enqueued = max(scheduled_for, db_now)  # ticks missed before the claim are not queued
         self._registry.add(entry)
         try:
             self._pool.submit(self._run_entry, entry)
@@ -495,7 +498,7 @@ class SchedulingEngine:
         """Keep ticks of our running Queue-mode jobs as Queued runs; return seconds to the next one."""
         wait = self.max_poll_interval
         for entry in self._registry.busy():
-            if entry.job.concurrency_mode is not ConcurrencyMode.QUEUE or entry.manual:
+            if entry.job.concurrency_mode is not ConcurrencyMode.QUEUE or entry.manual or entry.catch_up:
                 continue
             schedule = scheduling.schedule_of(entry.job)
             base = entry.last_enqueued or entry.scheduled_for or db_now

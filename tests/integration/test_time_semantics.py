@@ -216,9 +216,6 @@ def test_a_concurrent_job_follows_the_run_once_policy(make_engine: Any, sql: Sql
     assert job_row(sql, job)["next_run_at"] == future
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "engine._start_claim advances a Concurrent job with catch_up=False, so RunAll degrades to RunOnce "
-    "(fix: pass catch_up=plan.catch_up to scheduling.next_run_after there)"))
 def test_a_concurrent_job_follows_the_run_all_policy(make_engine: Any, sql: Sql) -> None:
     engine = make_engine()
     job = create(engine, "concurrent-all", missed_run_policy="RunAll", concurrency_mode="Concurrent")
@@ -230,9 +227,6 @@ def test_a_concurrent_job_follows_the_run_all_policy(make_engine: Any, sql: Sql)
     assert job_row(sql, job)["next_run_at"] == future
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "engine._enqueue_queue_ticks starts from the claimed tick, so the ticks missed during downtime are "
-    "enqueued as Queued runs (Queue mode) instead of being governed by the missed-run policy"))
 def test_missed_ticks_of_a_queue_job_are_not_queued(make_engine: Any, sql: Sql, gate: Any) -> None:
     engine = make_engine()
     name, opened = gate()
@@ -245,9 +239,6 @@ def test_missed_ticks_of_a_queue_job_are_not_queued(make_engine: Any, sql: Sql, 
     assert job_row(sql, job)["next_run_at"] == future
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "engine._enqueue_queue_ticks enqueues the missed ticks of a RunAll catch-up run as Queued runs, "
-    "so they are served from the queue rather than replayed by the catch-up chain"))
 def test_run_all_of_a_queue_job_replays_without_queueing(make_engine: Any, sql: Sql, gate: Any) -> None:
     engine = make_engine()
     name, opened = gate()
@@ -514,9 +505,6 @@ def test_high_frequency_warning_once_per_job_unless_by_design(make_engine: Any,
     assert _frequency_warnings(caplog, "by-design") == []
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the engine only warns at start-up and for jobs it schedules itself; a job created (with its "
-    "next_run_at) while polling is never checked"))
 def test_a_job_created_while_polling_gets_the_warning(make_engine: Any, sql: Sql,
                                                       caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="mjsched")
