@@ -1,0 +1,790 @@
+"""The ``mjsched`` command (also ``python -m mjsched``).
+
+Exit codes: 0 ok; 1 a run failed (or could not start: lock held), or mjsched itself
+failed unexpectedly; 2 bad usage or input, an unknown job, a database that cannot be
+reached. Errors are one line on stderr: ``mjsched: error: <message>``.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import enum
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+import uuid
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, Callable, Iterable, NoReturn, Sequence
+
+from . import config as config_mod
+from .backends.base import redact
+from .errors import ConfigurationError, JobNotFound, LockNotAcquired, SchedulerError
+from .version import __version__
+
+log = logging.getLogger("mjsched.cli")
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+UTC = timezone.utc
+_EPS = timedelta(microseconds=1)
+JOB_STATUSES = ("Pending", "Active", "Paused", "Disabled", "Expired")
+RUN_STATUSES = ("Queued", "Running", "Completed", "Failed", "Timeout", "Cancelled", "Abandoned", "Skipped")
+
+
+class UsageError(SchedulerError):
+    """Bad command-line usage (exit 2)."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with one-line errors and exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+# -- output helpers ---------------------------------------------------------------------------------
+def jsonable(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    if hasattr(value, "total_seconds"):
+        return value.total_seconds()
+    return value
+
+
+def ts(value: datetime | None) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S") if value else "-"
+
+
+def ago(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = max(0.0, seconds)
+    if seconds < 90:
+        return f"{seconds:.0f}s ago"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f}m ago"
+    return f"{seconds / 3600:.1f}h ago"
+
+
+def duration(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    return f"{ms} ms" if ms < 10_000 else f"{ms / 1000:.1f} s"
+
+
+def clip(text: Any, width: int = 60) -> str:
+    out = "-" if text is None or text == "" else " ".join(str(text).split())
+    return out if len(out) <= width else out[: width - 3] + "..."
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    cells = [[str(c) for c in headers]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells)
+
+
+def enum_arg(allowed: Sequence[str]) -> Callable[[str], str]:
+    """Accept enum values case-insensitively ("skip" -> "Skip"); validation reports bad ones."""
+    def convert(text: str) -> str:
+        for value in allowed:
+            if value.lower() == text.lower():
+                return value
+        return text
+    return convert
+
+
+# -- the per-invocation context -------------------------------------------------------------------------
+class Context:
+    def __init__(self, args: argparse.Namespace, settings: config_mod.Settings) -> None:
+        self.args = args
+        self.settings = settings
+        self.json = bool(getattr(args, "json", False))
+        self.out = sys.stdout
+        self.embedded: Any = None
+        self._engines: list[Any] = []
+
+    def emit(self, text: str = "") -> None:
+        print(text, file=self.out, flush=True)
+
+    def emit_json(self, value: Any) -> None:
+        print(json.dumps(jsonable(value), indent=2, default=str), file=self.out, flush=True)
+
+    def dsn(self) -> str:
+        if self.settings.dsn:
+            return self.settings.dsn
+        if self.embedded is None:
+            from .embedded import EmbeddedServer
+
+            self.embedded = EmbeddedServer(self.settings["embedded.data_dir"], self.settings["embedded.user"],
+                                           announce=lambda m: print(f"mjsched: {m}", file=sys.stderr, flush=True))
+        return str(self.embedded.start())
+
+    @property
+    def on_embedded(self) -> bool:
+        return not self.settings.dsn
+
+    def describe_database(self) -> str:
+        if self.on_embedded and self.embedded is not None:
+            st = self.embedded.status()
+            return f"embedded PostgreSQL {st.get('major') or ''} on 127.0.0.1:{st.get('port')} ({st['data_dir']})"
+        return redact(self.settings.dsn or "")
+
+    def engine(self, *, long_running: bool = False, install: bool | None = None, **overrides: Any) -> Any:
+        """A SchedulingEngine on the configured database (the embedded one by default).
+
+        One-shot commands give up on an unreachable database after a few seconds;
+        ``run`` keeps the engine's patient retries. On the embedded database the
+        schema is installed on first use (zero setup).
+        """
+        from .engine import SchedulingEngine
+
+        options = self.settings.engine_options()
+        options.update(overrides)
+        if not long_running:
+            options.update(retry_attempts=2, retry_max_delay=3.0, connect_timeout=5.0)
+        engine = SchedulingEngine(self.dsn(), **options)
+        self._engines.append(engine)
+        if install if install is not None else self.on_embedded:
+            engine.install()
+        return engine
+
+    def close(self) -> None:
+        for engine in self._engines:
+            try:
+                engine.close()
+            except Exception as exc:  # noqa: BLE001 - closing must not mask the command's outcome
+                log.debug("closing the engine failed: %s", exc)
+        self._engines.clear()
+        if self.embedded is not None:
+            try:
+                self.embedded.stop()
+            except Exception as exc:  # noqa: BLE001
+                print(f"mjsched: warning: could not stop the embedded PostgreSQL: {exc}", file=sys.stderr)
+
+
+def resolve_job(engine: Any, ref: str) -> Any:
+    """A job by full id, by unique name, or by unique id prefix (at least 4 characters)."""
+    try:
+        return engine.get_job(str(uuid.UUID(ref)))
+    except ValueError:
+        pass
+    jobs = engine.list_jobs()
+    named = [j for j in jobs if j.name == ref]
+    if len(named) == 1:
+        return named[0]
+    if len(named) > 1:
+        raise ConfigurationError("job", ref, f"{len(named)} jobs have this name; give the id "
+                                 f"({', '.join(j.id for j in named[:5])})")
+    if len(ref) >= 4:
+        prefixed = [j for j in jobs if j.id.startswith(ref.lower())]
+        if len(prefixed) == 1:
+            return prefixed[0]
+        if len(prefixed) > 1:
+            raise ConfigurationError("job", ref, f"id prefix matches {len(prefixed)} jobs; give more characters")
+    raise JobNotFound(ref)
+
+
+def parse_instant(field: str, text: str | None, zone: str) -> datetime | None:
+    """ISO 8601; a time without an offset is read in the job's timezone."""
+    if text is None:
+        return None
+    from .cron import resolve_timezone
+
+    try:
+        value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise ConfigurationError(field, text, "must be an ISO 8601 date/time, e.g. 2030-01-31T09:00:00+01:00") \
+            from None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=resolve_timezone(zone))
+    return value
+
+
+def job_configuration(text: str | None) -> dict[str, Any] | None:
+    if text is None:
+        return None
+    if text.startswith("@"):
+        path = Path(text[1:]).expanduser()
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigurationError("--config", str(path), f"cannot be read: {exc.strerror}") from None
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ConfigurationError("--config", text, f"is not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise ConfigurationError("--config", text, "must be a JSON object, e.g. '{\"command\": [\"true\"]}'")
+    return value
+
+
+# -- commands -------------------------------------------------------------------------------------------
+def cmd_init_db(ctx: Context) -> int:
+    engine = ctx.engine(install=False)
+    applied = engine.install()
+    if ctx.json:
+        ctx.emit_json({"applied": applied, "database": ctx.describe_database()})
+    elif applied:
+        ctx.emit(f"installed: {', '.join(applied)} on {ctx.describe_database()}")
+    else:
+        ctx.emit(f"schema is up to date on {ctx.describe_database()}")
+    return EXIT_OK
+
+
+def job_row(job: Any) -> list[str]:
+    return [job.id, clip(job.name, 32), job.driver, f"{job.cron_expression} ({job.timezone})", job.status.value,
+            ts(job.next_run_at), ts(job.last_run_at), f"{job.success_count}/{job.failure_count}"]
+
+
+JOB_HEADERS = ["ID", "NAME", "DRIVER", "SCHEDULE", "STATUS", "NEXT RUN (UTC)", "LAST RUN (UTC)", "OK/FAILED"]
+
+
+def cmd_jobs_add(ctx: Context) -> int:
+    a = ctx.args
+    fields: dict[str, Any] = {
+        "concurrency_mode": a.concurrency_mode, "missed_run_policy": a.missed_run_policy, "status": a.status,
+        "run_immediately_if_never_run": a.run_immediately, "notify_on_success": a.notify_on_success,
+        "notify_on_failure": a.notify_on_failure,
+    }
+    optional = {"description": a.description, "owner": a.owner, "notify_to": a.notify_to,
+                "max_runtime": a.max_runtime, "max_queued_runs": a.max_queued_runs, "isolation": a.isolation,
+                "start_at": parse_instant("--start-at", a.start_at, a.timezone),
+                "end_at": parse_instant("--end-at", a.end_at, a.timezone)}
+    fields.update({k: v for k, v in optional.items() if v is not None})
+    configuration = job_configuration(a.configuration)
+    # Validate the whole job before touching the database (and before starting one).
+    from . import validation
+
+    validation.job_fields({"name": a.name, "driver": a.driver, "cron": a.cron, "timezone": a.timezone,
+                           "configuration": configuration, **fields}, creating=True)
+    engine = ctx.engine()
+    job_id = engine.create_job(name=a.name, driver=a.driver, cron=a.cron, timezone=a.timezone,
+                               configuration=configuration, **fields)
+    job = engine.get_job(job_id)
+    if ctx.json:
+        ctx.emit_json(job)
+    else:
+        ctx.emit(f"created job {job.id} ({job.name}); status {job.status.value}, next run {ts(job.next_run_at)} UTC")
+    return EXIT_OK
+
+
+def cmd_jobs_list(ctx: Context) -> int:
+    engine = ctx.engine()
+    status = ctx.args.status
+    jobs = engine.list_jobs(status)
+    if status is None and not ctx.args.all:
+        jobs = [j for j in jobs if j.status.value != "Disabled"]
+    if ctx.json:
+        ctx.emit_json(jobs)
+    elif not jobs:
+        ctx.emit("no jobs" + ("" if ctx.args.all or status else " (Disabled jobs are hidden; use --all)"))
+    else:
+        ctx.emit(table(JOB_HEADERS, [job_row(j) for j in jobs]))
+    return EXIT_OK
+
+
+def cmd_jobs_show(ctx: Context) -> int:
+    engine = ctx.engine()
+    job = resolve_job(engine, ctx.args.job)
+    if ctx.json:
+        ctx.emit_json(job)
+        return EXIT_OK
+    data = jsonable(job)
+    width = max(len(k) for k in data)
+    for key, value in data.items():
+        if key == "configuration":
+            value = json.dumps(value, sort_keys=True)
+        ctx.emit(f"{key.ljust(width)}  {'-' if value is None else value}")
+    return EXIT_OK
+
+
+def _set_status(ctx: Context, action: str) -> int:
+    engine = ctx.engine()
+    job = resolve_job(engine, ctx.args.job)
+    job = getattr(engine, f"{action}_job")(job.id)
+    if ctx.json:
+        ctx.emit_json(job)
+    else:
+        ctx.emit(f"{action}d job {job.id} ({job.name}): status {job.status.value}, next run {ts(job.next_run_at)} UTC")
+    return EXIT_OK
+
+
+def cmd_jobs_pause(ctx: Context) -> int:
+    return _set_status(ctx, "pause")
+
+
+def cmd_jobs_resume(ctx: Context) -> int:
+    return _set_status(ctx, "resume")
+
+
+def cmd_jobs_remove(ctx: Context) -> int:
+    engine = ctx.engine()
+    job = resolve_job(engine, ctx.args.job)
+    engine.delete_job(job.id)
+    if ctx.json:
+        ctx.emit_json({"removed": job.id, "name": job.name})
+    else:
+        ctx.emit(f"removed job {job.id} ({job.name}) and its run history")
+    return EXIT_OK
+
+
+def cmd_jobs_preview(ctx: Context) -> int:
+    from .cron import next_run_times, resolve_timezone
+
+    a = ctx.args
+    after = parse_instant("--after", a.after, a.timezone or "UTC") if a.after else datetime.now(UTC)
+    job = None
+    if a.job is not None:
+        if a.cron is not None:
+            raise UsageError("give a job or --cron, not both")
+        job = resolve_job(ctx.engine(), a.job)
+        cron, zone = job.cron_expression, a.timezone or job.timezone
+        if job.start_at is not None and job.start_at > after:
+            after = job.start_at - _EPS   # a tick exactly at start_at fires
+    elif a.cron is not None:
+        cron, zone = a.cron, a.timezone or "UTC"
+    else:
+        raise UsageError("give a job id or name, or --cron EXPR")
+    times = next_run_times(cron, zone, after=after, count=a.count)
+    if job is not None and job.end_at is not None:
+        times = [t for t in times if t < job.end_at]
+    tz = resolve_timezone(zone)
+    rows = [{"local": t.astimezone(tz).isoformat(), "utc": t.astimezone(UTC).isoformat()} for t in times]
+    if ctx.json:
+        ctx.emit_json({"cron": cron, "timezone": zone, "job": job.id if job else None, "times": rows})
+        return EXIT_OK
+    title = f"job {job.name!r} ({job.id})" if job else "cron"
+    ctx.emit(f"next {len(times)} fire time(s) of {title}: {cron!r} in {zone}")
+    if job is not None and job.status.value != "Active":
+        ctx.emit(f"(the job is {job.status.value}: nothing fires until it is Active)")
+    ctx.emit(table([zone, "UTC"], [[t.astimezone(tz).strftime("%Y-%m-%d %H:%M:%S %Z (%z)"),
+                                    t.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")] for t in times]))
+    if job is not None and job.end_at is not None and len(times) < a.count:
+        ctx.emit(f"(the job's window ends at {ts(job.end_at)} UTC)")
+    return EXIT_OK
+
+
+def run_lines(run: Any, job_name: str | None = None) -> list[str]:
+    lines = [f"run {run.id} of job {job_name or run.scheduled_job_id}: {run.status.value}"
+             + (f" in {duration(run.duration_ms)}" if run.duration_ms is not None else "")]
+    if run.error_message:
+        lines.append(f"error: {run.error_message}")
+    for key, value in (run.details or {}).items():
+        if value is None or value == "":
+            continue
+        text = value if isinstance(value, str) else json.dumps(value, default=str)
+        if isinstance(value, str) and "\n" in value.strip():
+            lines.append(f"{key}:")
+            lines.extend("  " + line for line in value.rstrip().splitlines()[-20:])
+        else:
+            lines.append(f"{key}: {text}")
+    return lines
+
+
+def cmd_execute(ctx: Context) -> int:
+    engine = ctx.engine()
+    job = resolve_job(engine, ctx.args.job)
+    run = engine.execute_job(job.id)
+    if ctx.json:
+        ctx.emit_json(run)
+    else:
+        for line in run_lines(run, job.name):
+            ctx.emit(line)
+    return EXIT_OK if run.status.value == "Completed" else EXIT_FAILED
+
+
+def cmd_runs(ctx: Context) -> int:
+    engine = ctx.engine()
+    job_id = resolve_job(engine, ctx.args.job).id if ctx.args.job else None
+    runs = engine.list_runs(job_id=job_id, status=ctx.args.status, limit=ctx.args.limit)
+    if ctx.json:
+        ctx.emit_json(runs)
+        return EXIT_OK
+    if not runs:
+        ctx.emit("no runs")
+        return EXIT_OK
+    names = {j.id: j.name for j in engine.list_jobs()}
+    ctx.emit(table(["RUN", "JOB", "STATUS", "SCHEDULED FOR (UTC)", "STARTED (UTC)", "DURATION", "BY", "ERROR"],
+                   [[r.id[:8], clip(names.get(r.scheduled_job_id, r.scheduled_job_id[:8]), 28), r.status.value,
+                     ts(r.scheduled_for) if r.scheduled_for else "manual", ts(r.started_at),
+                     duration(r.duration_ms), clip(r.executed_by_instance, 24), clip(r.error_message, 50)]
+                    for r in runs]))
+    return EXIT_OK
+
+
+def cmd_status(ctx: Context) -> int:
+    engine = ctx.engine()
+    summary = dict(engine.backend.status_summary())
+    engines = summary.pop("engines", [])
+    stale_after = ctx.settings["lease_timeout"]
+    for e in engines:
+        silent = e.get("silent_for")
+        e["silent_seconds"] = silent.total_seconds() if hasattr(silent, "total_seconds") else silent
+        e["stale"] = bool(e["silent_seconds"] is not None and e["silent_seconds"] > stale_after)
+    if ctx.json:
+        ctx.emit_json({"database": ctx.describe_database(), "engines": engines, "counts": summary})
+        return EXIT_OK
+    ctx.emit(f"database: {ctx.describe_database()}")
+    ctx.emit("")
+    if engines:
+        ctx.emit(f"engines ({len(engines)} running)")
+        ctx.emit(table(["INSTANCE", "HOST", "PID", "VERSION", "STARTED (UTC)", "LAST SEEN"],
+                       [[e["instance"], e["host"], e["pid"], e["version"], ts(e["started_at"]),
+                         ago(e["silent_seconds"]) + (" (stale?)" if e["stale"] else "")] for e in engines]))
+    else:
+        ctx.emit("engines: none running (start one with `mjsched run`)")
+    ctx.emit("")
+    labels = [("active_jobs", "active jobs"), ("due", "due now"), ("running", "running"), ("queued", "queued"),
+              ("failing", "failing (last run not Completed)"), ("abandoned_24h", "abandoned (24 h)")]
+    width = max(len(label) for _, label in labels)
+    for key, label in labels:
+        if key in summary:
+            ctx.emit(f"{label.ljust(width)}  {summary[key]}")
+    return EXIT_OK
+
+
+def cmd_config(ctx: Context) -> int:
+    rows = ctx.settings.describe()
+    if ctx.json:
+        ctx.emit_json({"config_file": ctx.settings.config_file, "settings": rows})
+        return EXIT_OK
+    ctx.emit(f"config file: {ctx.settings.config_file or '(none)'}")
+    ctx.emit(table(["KEY", "VALUE", "FROM"], [[r["key"], clip(json.dumps(r["value"]) if not isinstance(
+        r["value"], str) else r["value"], 50), r["source"]] for r in rows]))
+    return EXIT_OK
+
+
+def cmd_run(ctx: Context) -> int:
+    settings = ctx.settings
+    if not settings["enabled"]:
+        print(f"mjsched: scheduled jobs are disabled (enabled = false, from {settings.label('enabled')}); "
+              "not polling", file=sys.stderr)
+        return EXIT_OK
+    engine = ctx.engine(long_running=True)
+    exporter = None
+    if settings["metrics.port"]:
+        from .metrics import EngineMetrics
+
+        exporter = EngineMetrics(engine)
+        exporter.serve(settings["metrics.port"], settings["metrics.host"])
+        log.info("metrics on http://%s:%d/metrics", settings["metrics.host"], settings["metrics.port"],
+                 extra={"action": "metrics_started"})
+    stop = GracefulStop()
+    with stop.installed():
+        engine.start_polling()
+        log.info("mjsched %s running on %s; stop with SIGTERM or Ctrl-C (drain up to %gs)", __version__,
+                 ctx.describe_database(), settings["shutdown_timeout"], extra={"action": "cli_running"})
+        stop.wait()
+        log.info("received %s: stopping; waiting up to %gs for running jobs", stop.signal_name,
+                 settings["shutdown_timeout"], extra={"action": "cli_stopping"})
+        code = drain(engine, settings["shutdown_timeout"], stop)
+    if exporter is not None:
+        exporter.close()
+    return code
+
+
+class GracefulStop:
+    """SIGINT/SIGTERM set an event (the first one) or force an exit (the second one)."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.forced = threading.Event()
+        self.signal_name = "?"
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, _frame: Any) -> None:
+        if self.event.is_set():
+            self.forced.set()
+            return
+        self.signal_name = signal.Signals(signum).name
+        self.event.set()
+
+    def installed(self) -> Any:
+        stop = self
+
+        class _Installed:
+            def __enter__(self) -> GracefulStop:
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    stop._previous[sig] = signal.signal(sig, stop._handle)
+                return stop
+
+            def __exit__(self, *exc: Any) -> None:
+                for sig, handler in stop._previous.items():
+                    signal.signal(sig, handler)
+        return _Installed()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.event.is_set():
+            left = 0.5 if deadline is None else min(0.5, deadline - time.monotonic())
+            if left <= 0:
+                return False
+            self.event.wait(left)
+        return True
+
+
+def drain(engine: Any, budget: float, stop: GracefulStop) -> int:
+    """stop_polling(wait=True, max_wait=budget) on a helper thread; a second signal stops waiting."""
+    done = threading.Event()
+    failure: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            engine.stop_polling(wait=True, max_wait=budget)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failure.append(exc)
+        finally:
+            done.set()
+    threading.Thread(target=work, name="mjsched-drain", daemon=True).start()
+    while not done.wait(0.2):
+        if stop.forced.is_set():
+            log.warning("second signal: exiting without waiting; running jobs keep their leases until expiry",
+                        extra={"action": "cli_forced_exit"})
+            return EXIT_FAILED
+    if failure:
+        raise failure[0]
+    return EXIT_OK
+
+
+def cmd_demo(ctx: Context) -> int:
+    from .demo import run_demo
+
+    return run_demo(ctx, ctx.args.duration)
+
+
+# -- the parser -------------------------------------------------------------------------------------------
+def _common() -> Parser:
+    common = Parser(add_help=False)
+    common.add_argument("--dsn", default=argparse.SUPPRESS, metavar="DSN",
+                        help="database URL (postgresql://... or mssql://...); default: $MJSCHED_DSN, the config "
+                             "file, else the embedded PostgreSQL")
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                        help="print machine-readable JSON")
+    common.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
+                        help="more log output (-v: info, -vv: debug)")
+    return common
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _common()
+    parser = Parser(prog="mjsched", parents=[common],
+                    description="Cron-scheduled jobs out of a SQL database, safely, on one server or many.",
+                    epilog="Exit codes: 0 ok, 1 a run failed, 2 bad usage or input. Settings: flags > MJSCHED_* "
+                           "environment > TOML file (--config, else ./mjsched.toml) > defaults.")
+    parser.add_argument("--config", metavar="FILE", default=None,
+                        help="TOML settings file (default: $MJSCHED_CONFIG, else ./mjsched.toml if present); "
+                             "give it before the command")
+    parser.add_argument("--version", action="version", version=f"mjsched {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+
+    def add(parent: Any, name: str, handler: Callable[[Context], int], help_text: str, **kw: Any) -> Any:
+        p = parent.add_parser(name, parents=[common], help=help_text, description=help_text, **kw)
+        p.set_defaults(handler=handler)
+        return p
+
+    add(sub, "init-db", cmd_init_db, "create or upgrade the mjsched schema and procedures (idempotent)")
+
+    run = add(sub, "run", cmd_run, "run an engine: poll until SIGINT/SIGTERM, then drain running jobs "
+                                   "(bounded) and exit 0")
+    run.add_argument("--max-concurrent-jobs", type=int, metavar="N", help="hard cap on runs at once (default 5)")
+    run.add_argument("--lease", type=float, metavar="SECONDS", help="lease of a claimed run (default 600)")
+    run.add_argument("--min-poll-interval", type=float, metavar="SECONDS")
+    run.add_argument("--max-poll-interval", type=float, metavar="SECONDS", help="longest idle sleep (default 10)")
+    run.add_argument("--instance-name", metavar="NAME", help="engine name (default <host>-<pid>)")
+    run.add_argument("--shutdown-timeout", type=float, metavar="SECONDS",
+                     help="on SIGINT/SIGTERM wait at most this long for running jobs (default 30)")
+    run.add_argument("--metrics-port", type=int, metavar="PORT",
+                     help="serve Prometheus metrics on this port (needs mjsched[metrics])")
+    run.add_argument("--metrics-host", metavar="ADDR", help="address for --metrics-port (default 127.0.0.1)")
+
+    jobs = sub.add_parser("jobs", parents=[common], help="add, list, show, pause, resume, remove, preview jobs",
+                          description="Manage jobs. A JOB is an id, a unique name, or a unique id prefix.")
+    jobs.set_defaults(handler=lambda ctx: _missing_subcommand(jobs))
+    jsub = jobs.add_subparsers(dest="jobs_command", metavar="ACTION", parser_class=Parser)
+
+    ja = add(jsub, "add", cmd_jobs_add, "create a job")
+    ja.add_argument("--name", required=True)
+    ja.add_argument("--driver", required=True, help="shell, python, sql, http, or a registered driver")
+    ja.add_argument("--cron", required=True, help="5 fields, or 6 with seconds first; @hourly-style macros")
+    ja.add_argument("--timezone", default="UTC", help="IANA zone the cron is read in (default UTC)")
+    ja.add_argument("--config", "--configuration", dest="configuration", metavar="JSON",
+                    help="driver configuration as a JSON object, or @file.json")
+    ja.add_argument("--description")
+    ja.add_argument("--owner")
+    ja.add_argument("--concurrency-mode", type=enum_arg(("Skip", "Queue", "Concurrent")), default="Skip",
+                    help="Skip (default), Queue or Concurrent")
+    ja.add_argument("--missed-run-policy", type=enum_arg(("Skip", "RunOnce", "RunAll")), default="RunOnce",
+                    help="Skip, RunOnce (default) or RunAll")
+    ja.add_argument("--max-runtime", type=float, metavar="SECONDS", help="past it the run is timed out")
+    ja.add_argument("--max-queued-runs", type=int, metavar="N", help="Queue mode: bound of kept ticks")
+    ja.add_argument("--isolation", type=enum_arg(("thread", "process")), help="thread or process")
+    ja.add_argument("--start-at", metavar="ISO", help="nothing runs before (no offset: in --timezone)")
+    ja.add_argument("--end-at", metavar="ISO", help="nothing runs from then on (no offset: in --timezone)")
+    ja.add_argument("--status", type=enum_arg(JOB_STATUSES), default="Active", help="default Active")
+    ja.add_argument("--run-immediately", action="store_true", help="run at once if it never ran")
+    ja.add_argument("--notify-on-success", action="store_true")
+    ja.add_argument("--notify-on-failure", action=argparse.BooleanOptionalAction, default=True,
+                    help="notify when a run fails (default on)")
+    ja.add_argument("--notify-to", metavar="ADDRESSES", help="comma-separated e-mail recipients")
+
+    jl = add(jsub, "list", cmd_jobs_list, "list jobs (Disabled ones only with --all or --status Disabled)")
+    jl.add_argument("--all", action="store_true", help="include Disabled jobs")
+    jl.add_argument("--status", type=enum_arg(JOB_STATUSES), help="only jobs with this status")
+    for name, handler, text in (("show", cmd_jobs_show, "show every field of a job"),
+                                ("pause", cmd_jobs_pause, "pause a job (status Paused)"),
+                                ("resume", cmd_jobs_resume, "resume a job (status Active; next run from now)"),
+                                ("remove", cmd_jobs_remove, "delete a job and its run history")):
+        add(jsub, name, handler, text).add_argument("job", metavar="JOB")
+    jp = add(jsub, "preview", cmd_jobs_preview, "the next fire times of a job or a cron expression, in its "
+                                                "zone and in UTC")
+    jp.add_argument("job", metavar="JOB", nargs="?")
+    jp.add_argument("--cron", help="preview this expression instead of a job's")
+    jp.add_argument("--timezone", help="zone to read --cron in (default UTC, or the job's)")
+    jp.add_argument("-n", "--count", type=int, default=5, help="how many (default 5)")
+    jp.add_argument("--after", metavar="ISO", help="start after this instant (default now)")
+
+    ex = add(sub, "execute", cmd_execute, "run a job now, under its lock, and print the run (exit 1 if it failed)")
+    ex.add_argument("job", metavar="JOB")
+
+    rn = add(sub, "runs", cmd_runs, "run history, newest first")
+    rn.add_argument("--job", metavar="JOB")
+    rn.add_argument("--status", type=enum_arg(RUN_STATUSES), help=", ".join(RUN_STATUSES))
+    rn.add_argument("--limit", type=int, default=20, help="default 20")
+
+    add(sub, "status", cmd_status, "engines seen, and how many jobs are due, running, queued, failing, abandoned")
+    add(sub, "config", cmd_config, "the effective settings and where each comes from")
+    dm = add(sub, "demo", cmd_demo, "a zero-setup tour: sample jobs, an engine, a live table of runs")
+    dm.add_argument("--duration", type=float, metavar="SECONDS", help="stop after this long (default: Ctrl-C)")
+    return parser
+
+
+def _missing_subcommand(parser: argparse.ArgumentParser) -> int:
+    parser.print_help(sys.stderr)
+    return EXIT_USAGE
+
+
+def flag_settings(args: argparse.Namespace) -> dict[str, tuple[Any, str]]:
+    mapping = {"dsn": ("dsn", "--dsn"), "max_concurrent_jobs": ("max_concurrent_jobs", "--max-concurrent-jobs"),
+               "lease": ("lease_timeout", "--lease"), "min_poll_interval": ("min_poll_interval", "--min-poll-interval"),
+               "max_poll_interval": ("max_poll_interval", "--max-poll-interval"),
+               "instance_name": ("instance_name", "--instance-name"),
+               "shutdown_timeout": ("shutdown_timeout", "--shutdown-timeout"),
+               "metrics_port": ("metrics.port", "--metrics-port"), "metrics_host": ("metrics.host", "--metrics-host")}
+    out = {}
+    for attr, (key, flag) in mapping.items():
+        value = getattr(args, attr, None)
+        if value is not None:
+            out[key] = (value, flag)
+    return out
+
+
+def setup_logging(verbosity: int, command: str | None) -> None:
+    level = logging.WARNING
+    if command == "run" or verbosity >= 1:
+        level = logging.INFO
+    if verbosity >= 2:
+        level = logging.DEBUG
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.WARNING)
+    logging.getLogger("mjsched").setLevel(level)
+    if command != "run" and verbosity == 0:
+        # one-shot commands: a retry that ends in an error is reported once, as that error
+        logging.getLogger("mjsched.backends").setLevel(logging.ERROR)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    verbosity = int(getattr(args, "verbose", 0) or 0)
+    if getattr(args, "command", None) is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    if args.command != "demo":
+        setup_logging(verbosity, args.command)
+    else:
+        args.verbose = verbosity
+    ctx: Context | None = None
+    previous_term = signal.getsignal(signal.SIGTERM)
+    code = EXIT_FAILED
+    try:
+        # SIGTERM ends one-shot commands through the same cleanup as Ctrl-C.
+        signal.signal(signal.SIGTERM, _raise_interrupt)
+        settings = config_mod.load(flag_settings(args), config_file=args.config)
+        ctx = Context(args, settings)
+        code = int(args.handler(ctx))
+    except LockNotAcquired as exc:
+        print(f"mjsched: error: {exc} (it is running elsewhere; try again later)", file=sys.stderr)
+        code = EXIT_FAILED
+    except SchedulerError as exc:
+        print(f"mjsched: error: {_one_line(exc)}", file=sys.stderr)
+        code = EXIT_USAGE
+    except KeyboardInterrupt:
+        print("mjsched: interrupted", file=sys.stderr)
+        code = 130
+    except BrokenPipeError:   # `mjsched runs | head`: the reader left; not an error of ours
+        _silence_stdout()
+        code = EXIT_OK
+    except Exception as exc:  # noqa: BLE001 - a bug in mjsched: one line, the traceback with -v
+        if verbosity:
+            log.exception("unexpected error")
+        print(f"mjsched: internal error: {type(exc).__name__}: {_one_line(exc)} (run with -v for the traceback)",
+              file=sys.stderr)
+        code = EXIT_FAILED
+    finally:
+        try:
+            if ctx is not None:
+                ctx.close()
+        finally:
+            signal.signal(signal.SIGTERM, previous_term)
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BrokenPipeError:
+        _silence_stdout()
+    if _threads_left():
+        os._exit(code)   # runs still executing past the drain bound: their leases lapse; do not hang
+    return code
+
+
+def _silence_stdout() -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
+def _raise_interrupt(signum: int, _frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def _one_line(exc: BaseException) -> str:
+    return redact(" ".join(str(exc).split())) or type(exc).__name__
+
+
+def _threads_left(grace: float = 1.0) -> bool:
+    deadline = time.monotonic() + grace
+    while True:
+        alive = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon
+                 and t.is_alive()]
+        if not alive:
+            return False
+        if time.monotonic() > deadline:
+            log.warning("%d job thread(s) still running at exit; exiting anyway (their leases lapse)", len(alive))
+            return True
+        time.sleep(0.05)
+

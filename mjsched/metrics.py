@@ -1,0 +1,179 @@
+"""Optional Prometheus exporter for one engine (``pip install 'mjsched[metrics]'``).
+
+``mjsched run --metrics-port 9464`` serves, on ``/metrics``:
+
+=====================================  =========  ==================================================
+``mjsched_runs_total{status}``         counter    runs this engine finished, by final status
+``mjsched_run_duration_seconds``       histogram  wall time of those runs
+``mjsched_runs_in_flight``             gauge      runs executing in this engine now
+``mjsched_max_concurrent_jobs``        gauge      the engine's hard cap
+``mjsched_lock_contention_total``      counter    due jobs found locked by another engine (locked_out)
+``mjsched_skipped_at_capacity_total``  counter    due jobs left for later because every slot was busy
+``mjsched_polls_total``                counter    polls (each one sweeps, then claims)
+``mjsched_poll_failures_total``        counter    polls that raised (logged; the poller keeps going)
+``mjsched_swept_runs_total``           counter    runs whose lease lapsed, marked Abandoned by our sweeps
+``mjsched_dispatched_total``           counter    runs handed to the worker pool
+``mjsched_timeouts_total``             counter    runs cancelled past their max_runtime
+``mjsched_leases_lost_total``          counter    runs whose lease was taken over while running
+``mjsched_fenced_completions_total``   counter    completions refused because the lease had moved on
+``mjsched_engine_info``                info       instance name and version
+=====================================  =========  ==================================================
+
+Counters come from the engine's own events, not from scanning the run table, so a
+scrape costs no database work. The engine has no public event hook yet; this
+module wraps two of its methods (``_dispatch`` and ``_completed``) and switches to
+``engine.add_listener(self)`` once the engine offers one.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Iterator
+
+from .errors import ConfigurationError
+from .version import __version__
+
+log = logging.getLogger(__name__)
+
+DURATION_BUCKETS = (0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, float("inf"))
+
+
+def _client() -> Any:
+    try:
+        import prometheus_client
+    except ImportError:
+        raise ConfigurationError("metrics.port", None, "needs the prometheus-client package: "
+                                 "pip install 'mjsched[metrics]'") from None
+    return prometheus_client
+
+
+class EngineMetrics:
+    """Prometheus metrics of one ``SchedulingEngine``; ``serve(port)`` exposes them."""
+
+    def __init__(self, engine: Any, registry: Any = None) -> None:
+        pc = _client()
+        self._pc = pc
+        self.engine = engine
+        self.registry = registry if registry is not None else pc.CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.runs = pc.Counter("mjsched_runs", "Runs this engine finished, by final status", ["status"], registry=r)
+        for status in ("Completed", "Failed", "Timeout"):
+            self.runs.labels(status)
+        self.duration = pc.Histogram("mjsched_run_duration_seconds", "Wall time of runs this engine finished",
+                                     buckets=DURATION_BUCKETS, registry=r)
+        self.in_flight = pc.Gauge("mjsched_runs_in_flight", "Runs executing in this engine now", registry=r)
+        self.in_flight.set_function(self._in_flight)
+        pc.Gauge("mjsched_max_concurrent_jobs", "The engine's hard cap on runs at once",
+                 registry=r).set(engine.max_concurrent_jobs)
+        self.locked_out = pc.Counter("mjsched_lock_contention", "Due jobs found locked by another engine",
+                                     registry=r)
+        self.skipped = pc.Counter("mjsched_skipped_at_capacity", "Due jobs left for later: every slot was busy",
+                                  registry=r)
+        self.swept = pc.Counter("mjsched_swept_runs", "Runs whose lease lapsed, marked Abandoned by our sweeps",
+                                registry=r)
+        self.polls = pc.Counter("mjsched_polls", "Polls (each sweeps, then claims)", registry=r)
+        self.poll_failures = pc.Counter("mjsched_poll_failures", "Polls that raised", registry=r)
+        pc.Info("mjsched_engine", "The engine", registry=r).info({"instance": str(engine.instance_name),
+                                                                    "version": __version__})
+        r.register(_StatsCollector(engine, pc))
+        self._server: Any = None
+        self._thread: Any = None
+        self._attach()
+
+    # -- events --------------------------------------------------------------------------------
+    def on_poll(self, result: Any) -> None:
+        self.polls.inc()
+        self.locked_out.inc(getattr(result, "locked_out", 0) or 0)
+        self.skipped.inc(getattr(result, "skipped_at_capacity", 0) or 0)
+        self.swept.inc(getattr(result, "swept", 0) or 0)
+
+    def on_poll_failed(self) -> None:
+        self.polls.inc()
+        self.poll_failures.inc()
+
+    def on_run_finished(self, status: str, seconds: float) -> None:
+        self.runs.labels(status).inc()
+        self.duration.observe(max(0.0, seconds))
+
+    def _in_flight(self) -> float:
+        registry = getattr(self.engine, "_registry", None)
+        if registry is not None and hasattr(registry, "live_count"):
+            return float(registry.live_count())
+        return float(getattr(self.engine, "inflight", 0) or 0)
+
+    def _attach(self) -> None:
+        engine = self.engine
+        if callable(getattr(engine, "add_listener", None)):
+            engine.add_listener(self)
+            return
+        dispatch = getattr(engine, "_dispatch", None)
+        completed = getattr(engine, "_completed", None)
+        if dispatch is None or completed is None:
+            log.warning("this engine exposes no poll/run events; only gauges and engine.stats are exported")
+            return
+
+        def counted_dispatch(*args: Any, **kwargs: Any) -> Any:
+            try:
+                out = dispatch(*args, **kwargs)
+            except BaseException:
+                self.on_poll_failed()
+                raise
+            result = out[0] if isinstance(out, tuple) else out
+            self.on_poll(result)
+            return out
+
+        def counted_completed(entry: Any, result: Any, driver: Any, status: Any, outcome: Any) -> Any:
+            out = completed(entry, result, driver, status, outcome)
+            if outcome is True:
+                started = getattr(entry, "started", None)
+                seconds = time.monotonic() - started if isinstance(started, (int, float)) else 0.0
+                self.on_run_finished(getattr(status, "value", str(status)), seconds)
+            return out
+
+        engine._dispatch = counted_dispatch      # instance attributes shadow the methods
+        engine._completed = counted_completed
+
+    # -- the endpoint -----------------------------------------------------------------------------
+    def serve(self, port: int, host: str = "127.0.0.1") -> None:
+        try:
+            started = self._pc.start_http_server(port, addr=host, registry=self.registry)
+        except OSError as exc:
+            raise ConfigurationError("metrics.port", port, f"cannot listen on {host}:{port}: {exc.strerror}") \
+                from None
+        if isinstance(started, tuple):
+            self._server, self._thread = started
+
+    def render(self) -> bytes:
+        return bytes(self._pc.generate_latest(self.registry))
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+
+class _StatsCollector:
+    """Exports ``engine.stats`` (dispatched, timeouts, leases lost, fenced completions) at scrape time."""
+
+    NAMES = {"dispatched": "Runs handed to the worker pool",
+             "timeouts": "Runs cancelled past their max_runtime",
+             "leases_lost": "Runs whose lease was taken over while running",
+             "fenced_completions": "Completions refused because the lease had moved on"}
+
+    def __init__(self, engine: Any, pc: Any) -> None:
+        self._engine = engine
+        self._pc = pc
+
+    def describe(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily
+
+        for key, doc in self.NAMES.items():
+            yield CounterMetricFamily(f"mjsched_{key}", doc)
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily
+
+        stats = dict(getattr(self._engine, "stats", {}) or {})
+        for key, doc in self.NAMES.items():
+            yield CounterMetricFamily(f"mjsched_{key}", doc, value=float(stats.get(key, 0) or 0))

@@ -1,0 +1,126 @@
+"""The README quick start, as a newcomer runs it: a fresh virtual environment, a non-editable
+``pip install`` of this checkout, then the commands of docs/readme-cli.md's quick-start block
+exactly as written, on the embedded default (no DSN anywhere)."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from mjsched.embedded import find_binaries
+from tests.cli.conftest import REPO
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not find_binaries(), reason="no PostgreSQL server binaries on this machine")]
+
+README = REPO / "docs" / "readme-cli.md"
+TIMINGS: dict[str, float] = {}
+
+
+def quickstart_commands() -> list[str]:
+    text = README.read_text()
+    block = re.search(r"<!-- quickstart -->\s*```(?:sh|bash|console)?\n(.*?)```\s*<!-- /quickstart -->", text, re.S)
+    assert block, "docs/readme-cli.md has no <!-- quickstart --> block"
+    return [line.strip() for line in block.group(1).splitlines() if line.strip() and not line.startswith("#")]
+
+
+def outer_pip_cache() -> str:
+    if os.environ.get("PIP_CACHE_DIR"):
+        return os.environ["PIP_CACHE_DIR"]
+    out = subprocess.run([sys.executable, "-m", "pip", "cache", "dir"], capture_output=True, text=True, timeout=60)
+    return out.stdout.strip() or str(Path.home() / ".cache" / "pip")
+
+
+class Newcomer:
+    """A shell with the fresh venv activated and no mjsched settings at all."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.venv = base / "venv"
+        self.home = base / "mjsched-home"
+        self.env = {k: v for k, v in os.environ.items()
+                    if not k.startswith(("MJSCHED_", "PYTHON", "VIRTUAL_ENV", "PIP_REQUIRE"))}
+        self.env.update(PATH=f"{self.venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+                        VIRTUAL_ENV=str(self.venv), PIP_CACHE_DIR=outer_pip_cache(),
+                        PIP_DISABLE_PIP_VERSION_CHECK="1",
+                        # keep the embedded server of this test apart from the machine's default one
+                        MJSCHED_EMBEDDED_DATA_DIR=str(self.home))
+
+    def sh(self, command: str, timeout: float, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+        started = time.monotonic()
+        proc = subprocess.Popen(["bash", "-c", command], cwd=cwd, env=self.env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate(timeout=10)
+            raise AssertionError(f"{command!r} did not finish within {timeout}s\n{out[-3000:]}\n{err[-3000:]}") from None
+        TIMINGS[command] = time.monotonic() - started
+        return subprocess.CompletedProcess(command, proc.returncode, out, err)
+
+
+@pytest.fixture(scope="module")
+def newcomer() -> Iterator[Newcomer]:
+    base = Path(tempfile.mkdtemp(prefix="mjsched-quickstart-", dir="/tmp"))
+    base.chmod(0o755)   # as root, the embedded server's user must reach the data home below it
+    person = Newcomer(base)
+    made = person.sh(f"{sys.executable} -m venv {person.venv}", timeout=180)
+    assert made.returncode == 0, made.stderr
+    yield person
+    pidfile = person.home / "pg" / "data" / "postmaster.pid"
+    if pidfile.exists():
+        try:
+            os.kill(int(pidfile.read_text().split()[0]), signal.SIGQUIT)
+        except (OSError, ValueError):
+            pass
+    shutil.rmtree(base, ignore_errors=True)
+    report = REPO / ".pytest_cache" / "quickstart-timings.json"
+    try:
+        report.parent.mkdir(exist_ok=True)
+        report.write_text(json.dumps(TIMINGS, indent=2))
+    except OSError:
+        pass
+
+
+def test_readme_quickstart_on_the_embedded_default(newcomer: Newcomer) -> None:
+    commands = quickstart_commands()
+    assert any("pip install ." in c for c in commands) and any("mjsched demo --duration 10" in c for c in commands)
+    for command in commands:
+        result = newcomer.sh(command, timeout=900)
+        assert result.returncode == 0, f"{command!r} exited {result.returncode}\n{result.stdout[-3000:]}\n" \
+                                       f"{result.stderr[-3000:]}"
+        assert "Traceback" not in result.stderr, result.stderr
+    # installed for real, not editable, and importable away from the checkout
+    where = newcomer.sh("python -c 'import mjsched, sys; print(mjsched.__file__)'", timeout=60,
+                        cwd=newcomer.base).stdout.strip()
+    assert where.startswith(str(newcomer.venv)), where
+    installed = Path(where).parent
+    assert (installed / "py.typed").exists() and (installed / "sql" / "postgres" / "002_procedures.sql").exists()
+    # the demo's runs were recorded in the embedded database, and it was stopped afterwards
+    runs = json.loads(newcomer.sh("mjsched runs --json --limit 100", timeout=120, cwd=newcomer.base).stdout)
+    assert any(r["status"] == "Completed" for r in runs), runs
+    jobs = {j["name"] for j in json.loads(newcomer.sh("mjsched jobs list --json", timeout=120,
+                                                      cwd=newcomer.base).stdout)}
+    assert {"demo-shell", "demo-python", "demo-failing"} <= jobs
+    assert not (newcomer.home / "pg" / "data" / "postmaster.pid").exists()
+
+
+def test_installed_package_installs_the_schema(newcomer: Newcomer, empty_pg_dsn: str) -> None:
+    if not (newcomer.venv / "bin" / "mjsched").exists():
+        installed = newcomer.sh("pip install -q .", timeout=900)
+        assert installed.returncode == 0, installed.stderr
+    result = newcomer.sh(f"mjsched --dsn '{empty_pg_dsn}' init-db --json", timeout=120, cwd=newcomer.base)
+    assert result.returncode == 0, result.stderr
+    assert "002_procedures" in json.loads(result.stdout)["applied"]
+    assert newcomer.sh("python -m mjsched --help", timeout=60, cwd=newcomer.base).returncode == 0
