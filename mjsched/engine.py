@@ -74,7 +74,9 @@ class SchedulingEngine:
             raise ConfigurationError("notifier", notifier, "must have a notify(job, run, notification) method")
         self.notifier: Notifier = notifier or LoggingNotifier()
         backend_options.setdefault("pool_size", self.max_concurrent_jobs + 4)
-        self.backend: Backend = backend or open_backend(_dsn_or_env(dsn), **backend_options)
+        if backend is None and not dsn:
+            raise ConfigurationError("dsn", dsn, "a database URL is required (postgresql://... or mssql://...)")
+        self.backend: Backend = backend or open_backend(str(dsn), **backend_options)
 
         self._registry = InFlightRegistry(on_slot_freed=self._slot_freed)
         self._pool = WorkerPool(self.max_concurrent_jobs)
@@ -95,6 +97,7 @@ class SchedulingEngine:
         self._schedule_checked = 0.0
         self._housekeeping = Housekeeping(self.backend, self._clock)
         self.stats = {"dispatched": 0, "timeouts": 0, "leases_lost": 0, "fenced_completions": 0}
+        self._listeners: list[Any] = []
 
     # -- schema ----------------------------------------------------------------------
     def install(self) -> list[str]:
@@ -238,6 +241,32 @@ class SchedulingEngine:
                 log.warning("could not mark engine %s stopped: %s", self.instance_name, exc)
             log.info("polling stopped after %.2fs", time.monotonic() - started, extra={"action": "polling_stopped"})
 
+    @property
+    def inflight(self) -> int:
+        """Runs executing in this engine now (what the cap counts)."""
+        return self._registry.live_count()
+
+    @property
+    def leaked(self) -> int:
+        """Timed-out or lease-lost runs whose thread still runs (they hold no slot)."""
+        return self._registry.leaked
+
+    def add_listener(self, listener: Any) -> None:
+        """Observe the engine: ``listener`` may define ``on_poll(DispatchResult)``,
+        ``on_poll_failed()`` and ``on_run_finished(status: str, seconds: float)``.
+        Listener errors are logged and never reach the engine's threads."""
+        self._listeners.append(listener)
+
+    def _emit(self, event: str, *args: Any) -> None:
+        for listener in self._listeners:
+            handler = getattr(listener, event, None)
+            if handler is None:
+                continue
+            try:
+                handler(*args)
+            except Exception:  # noqa: BLE001 - an observer must never break the engine
+                log.exception("engine listener %r failed in %s", listener, event)
+
     def on_job_changed(self) -> None:
         """Wake the poller: a job was added or edited (by this process or another)."""
         self._schedule_dirty = True
@@ -245,12 +274,19 @@ class SchedulingEngine:
 
     def dispatch_due_jobs(self) -> DispatchResult:
         """One poll, by hand: sweep, claim up to the free slots, hand runs to the pool."""
-        result, _ = self._dispatch()
-        return result
+        return self._observed_dispatch()[0]
 
     def _poll(self) -> float:
-        _, delay = self._dispatch()
-        return delay
+        return self._observed_dispatch()[1]
+
+    def _observed_dispatch(self) -> tuple[DispatchResult, float]:
+        try:
+            result, delay = self._dispatch()
+        except BaseException:
+            self._emit("on_poll_failed")
+            raise
+        self._emit("on_poll", result)
+        return result, delay
 
     def _schedule_unscheduled(self) -> None:
         self._schedule_dirty = False
@@ -394,6 +430,7 @@ class SchedulingEngine:
             return
         if outcome is None:
             return
+        self._emit("on_run_finished", status.value, elapsed_ms / 1000.0)
         log.info("%s job %r (run %s) in %d ms%s", status.value.lower(), entry.job.name, entry.run_id,
                  elapsed_ms, f": {result.error_message}" if result.error_message else "",
                  extra={"action": "run_finished", "status": status.value})
@@ -528,11 +565,3 @@ class SchedulingEngine:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-
-def _dsn_or_env(dsn: str | None) -> str:
-    if dsn:
-        return dsn
-    env = os.environ.get("MJSCHED_DSN")
-    if env:
-        return env
-    raise ConfigurationError("dsn", dsn, "no database given: pass a DSN or set MJSCHED_DSN")

@@ -20,14 +20,12 @@
 =====================================  =========  ==================================================
 
 Counters come from the engine's own events, not from scanning the run table, so a
-scrape costs no database work. The engine has no public event hook yet; this
-module wraps two of its methods (``_dispatch`` and ``_completed``) and switches to
-``engine.add_listener(self)`` once the engine offers one.
+scrape costs no database work: this
+module subscribes with ``engine.add_listener(self)``.
 """
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any, Iterator
 
 from .errors import ConfigurationError
@@ -96,42 +94,10 @@ class EngineMetrics:
         self.duration.observe(max(0.0, seconds))
 
     def _in_flight(self) -> float:
-        registry = getattr(self.engine, "_registry", None)
-        if registry is not None and hasattr(registry, "live_count"):
-            return float(registry.live_count())
-        return float(getattr(self.engine, "inflight", 0) or 0)
+        return float(self.engine.inflight)
 
     def _attach(self) -> None:
-        engine = self.engine
-        if callable(getattr(engine, "add_listener", None)):
-            engine.add_listener(self)
-            return
-        dispatch = getattr(engine, "_dispatch", None)
-        completed = getattr(engine, "_completed", None)
-        if dispatch is None or completed is None:
-            log.warning("this engine exposes no poll/run events; only gauges and engine.stats are exported")
-            return
-
-        def counted_dispatch(*args: Any, **kwargs: Any) -> Any:
-            try:
-                out = dispatch(*args, **kwargs)
-            except BaseException:
-                self.on_poll_failed()
-                raise
-            result = out[0] if isinstance(out, tuple) else out
-            self.on_poll(result)
-            return out
-
-        def counted_completed(entry: Any, result: Any, driver: Any, status: Any, outcome: Any) -> Any:
-            out = completed(entry, result, driver, status, outcome)
-            if outcome is True:
-                started = getattr(entry, "started", None)
-                seconds = time.monotonic() - started if isinstance(started, (int, float)) else 0.0
-                self.on_run_finished(getattr(status, "value", str(status)), seconds)
-            return out
-
-        engine._dispatch = counted_dispatch      # instance attributes shadow the methods
-        engine._completed = counted_completed
+        self.engine.add_listener(self)
 
     # -- the endpoint -----------------------------------------------------------------------------
     def serve(self, port: int, host: str = "127.0.0.1") -> None:
