@@ -1,0 +1,803 @@
+"""SQL Server gateway: the only module that imports pyodbc (with its small pool).
+
+DSN forms:
+
+``mssql://user:password@host:1433/database?driver=ODBC+Driver+18+for+SQL+Server&TrustServerCertificate=yes``
+    Query keys other than ``driver`` are passed to the ODBC driver as they are
+    (``Encrypt``, ``TrustServerCertificate``, ``ApplicationIntent``, ``TDS_Version`` ...).
+    ``driver=FreeTDS`` (or any driver name containing "FreeTDS") builds a FreeTDS
+    connection string (SERVER + PORT, TDS_Version 7.4, UTF-8).
+``Driver={ODBC Driver 18 for SQL Server};Server=tcp:host,1433;Database=db;UID=...;PWD=...``
+    A raw ODBC connection string (anything containing ``Driver=``), used verbatim.
+
+Every lock decision is made by the procedures in ``sql/mssql``; this module only calls
+them by name (``EXEC mjsched.<name> @p_x = ?``) and turns rows into models. Times go to
+the server as ISO 8601 strings with an offset (unambiguous under any DATEFORMAT or
+language) and come back as aware UTC datetimes; uniqueidentifiers come back as
+lower-case strings, as PostgreSQL prints them.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import re
+import struct
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from enum import Enum
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+import pyodbc
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential
+
+from .. import sqlfiles
+from ..errors import ConfigurationError, DatabaseError, SchemaNotInstalled
+from ..models import Claim, ClaimBatch, Job, JobRun
+from .base import Backend, Completion, Listener, SweepResult, redact
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+INSTALL_LOCK = "mjsched.install"      # sp_getapplock resource serialising install()
+DEFAULT_DRIVER = "ODBC Driver 18 for SQL Server"
+DEFAULT_PORT = 1433
+INVALID_PARAMETER = 50022             # THROW number of the procedures (SQLSTATE 22023 in PostgreSQL)
+
+JOB_COLUMNS = (
+    "job_type_id", "name", "description", "cron_expression", "timezone", "start_at", "end_at",
+    "status", "configuration", "owner", "concurrency_mode", "missed_run_policy",
+    "run_immediately_if_never_run", "max_runtime_seconds", "isolation", "max_queued_runs",
+    "notify_on_success", "notify_on_failure", "notify_to", "next_run_at",
+)
+_JOB_SELECT = """
+SELECT j.*, t.driver_class AS driver
+  FROM mjsched.scheduled_job AS j JOIN mjsched.scheduled_job_type AS t ON t.id = j.job_type_id
+"""
+# Session options the filtered indexes need for every write, and the procedures' defaults.
+_SESSION_SETUP = ("SET NOCOUNT ON; SET XACT_ABORT ON; SET ANSI_NULLS ON; SET ANSI_PADDING ON; "
+                  "SET ANSI_WARNINGS ON; SET ARITHABORT ON; SET CONCAT_NULL_YIELDS_NULL ON; "
+                  "SET QUOTED_IDENTIFIER ON; SET NUMERIC_ROUNDABORT OFF;")
+
+# SQLSTATEs of a lost or refused connection, and of a login/query timeout.
+_CONNECTION_SQLSTATES = {"08S01", "08001", "08003", "08004", "08007", "08S02", "HYT00", "HYT01"}
+# Native errors worth another attempt: deadlock victim, Azure SQL transient faults, broken pipes.
+_TRANSIENT_NATIVE = {1205, 4060, 4221, 10053, 10054, 10060, 10928, 10929, 40143, 40197, 40501,
+                     40540, 40613, 49918, 49919, 49920, 233, -2}
+_SCHEMA_MISSING_NATIVE = {208, 2812}   # invalid object name; could not find stored procedure
+_SQL_SS_TIMESTAMPOFFSET = -155
+_BATCH_SPLIT = re.compile(r"(?im)^[ \t]*GO[ \t]*(?:--[^\n]*)?$")
+
+
+# -- DSNs ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class OdbcTarget:
+    connection_string: str
+    host: str
+    port: str
+    database: str | None
+    driver: str
+    password: str | None
+
+    @property
+    def where(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def _odbc_value(value: str) -> str:
+    """An ODBC attribute value, braced when it could be misread (``}`` doubled inside)."""
+    if value and not re.search(r"[;{}=\s]", value) and value == value.strip():
+        return value
+    return "{" + value.replace("}", "}}") + "}"
+
+
+def _odbc_pairs(connection_string: str) -> list[tuple[str, str]]:
+    """``key=value`` pairs of an ODBC connection string (braced values may hold ``;``)."""
+    pairs: list[tuple[str, str]] = []
+    i, text = 0, connection_string
+    while i < len(text):
+        eq = text.find("=", i)
+        if eq < 0:
+            break
+        key = text[i:eq].strip().strip(";").strip()
+        j = eq + 1
+        while j < len(text) and text[j] == " ":
+            j += 1
+        if j < len(text) and text[j] == "{":
+            k, value = j + 1, ""
+            while k < len(text):
+                if text[k] == "}":
+                    if text[k + 1:k + 2] == "}":
+                        value += "}"
+                        k += 2
+                        continue
+                    break
+                value += text[k]
+                k += 1
+            end = text.find(";", k)
+        else:
+            end = text.find(";", j)
+            value = text[j:end if end >= 0 else len(text)].strip()
+        if key:
+            pairs.append((key, value))
+        if end < 0:
+            break
+        i = end + 1
+    return pairs
+
+
+def _split_server(server: str) -> tuple[str, str | None]:
+    """``tcp:host,1433`` / ``host\\instance`` / ``host`` -> (host, port or None)."""
+    server = re.sub(r"(?i)^(tcp|np|lpc|admin):", "", server.strip())
+    host, _, port = server.partition(",")
+    return host.strip() or "localhost", (port.strip() or None)
+
+
+def parse_dsn(dsn: str) -> OdbcTarget:
+    """The ODBC connection string (and host/port for messages) for an mjsched SQL Server DSN."""
+    if not isinstance(dsn, str) or not dsn.strip():
+        raise ConfigurationError("dsn", dsn, "a SQL Server DSN is required (mssql://... or an ODBC string)")
+    text = dsn.strip()
+    if not text.lower().startswith("mssql://"):
+        if "driver=" not in text.lower():
+            raise ConfigurationError("dsn", redact(text), "not a SQL Server DSN: use mssql://user:pass@host:port/db"
+                                     "?driver=... or an ODBC connection string with Driver=")
+        pairs = {k.lower(): v for k, v in _odbc_pairs(text)}
+        host, port = _split_server(pairs.get("server", pairs.get("address", pairs.get("addr", "localhost"))))
+        port = pairs.get("port") or port or str(DEFAULT_PORT)
+        return OdbcTarget(text, host, port, pairs.get("database"), pairs.get("driver", "?"),
+                          pairs.get("pwd", pairs.get("password")))
+
+    try:
+        parts = urlsplit(text)
+        port_number = parts.port
+    except ValueError as exc:
+        raise ConfigurationError("dsn", redact(text), f"not a valid mssql:// URL: {exc}") from None
+    host = parts.hostname or "localhost"
+    port = str(port_number or DEFAULT_PORT)
+    user = unquote(parts.username) if parts.username else None
+    password = unquote(parts.password) if parts.password is not None else None
+    database = unquote(parts.path.lstrip("/")) or None
+    options: dict[str, str] = {}
+    driver = DEFAULT_DRIVER
+    for key, value in parse_qsl(parts.query, keep_blank_values=True):
+        if key.lower() == "driver":
+            driver = value.strip().strip("{}")
+        else:
+            options[key] = value
+    freetds = "freetds" in driver.lower() or driver.lower().endswith("libtdsodbc.so")
+    items: list[tuple[str, str]] = [("DRIVER", driver)]
+    if freetds:
+        items += [("SERVER", host), ("PORT", port)]
+        if not any(k.lower() == "tds_version" for k in options):
+            items.append(("TDS_Version", "7.4"))
+        if not any(k.lower() == "clientcharset" for k in options):
+            items.append(("ClientCharset", "UTF-8"))
+    else:
+        items.append(("SERVER", f"tcp:{host},{port}"))
+    if database:
+        items.append(("DATABASE", database))
+    if user:
+        items += [("UID", user), ("PWD", password or "")]
+    elif not freetds:
+        items.append(("Trusted_Connection", "yes"))
+    if not any(k.lower() in ("app", "application name") for k in options):
+        items.append(("APP", "mjsched"))
+    items += list(options.items())
+    connection_string = ";".join(f"{k}={_odbc_value(v) if k != 'PWD' else '{' + v.replace('}', '}}') + '}'}"
+                                 for k, v in items) + ";"
+    return OdbcTarget(connection_string, host, port, database, driver, password)
+
+
+def odbc_connection_string(dsn: str) -> str:
+    """The ODBC connection string mjsched opens for ``dsn`` (contains the password)."""
+    return parse_dsn(dsn).connection_string
+
+
+def with_database(dsn: str, database: str) -> str:
+    """``dsn`` pointing at another database on the same server (for tests and tools)."""
+    text = dsn.strip()
+    if text.lower().startswith("mssql://"):
+        parts = urlsplit(text)
+        return parts._replace(path="/" + database).geturl()
+    kept = [(k, v) for k, v in _odbc_pairs(text) if k.lower() not in ("database", "initial catalog")]
+    return ";".join(f"{k}={_odbc_value(v)}" for k, v in kept + [("DATABASE", database)]) + ";"
+
+
+# -- errors ------------------------------------------------------------------------------------
+
+def _sqlstate(exc: BaseException) -> str | None:
+    args: tuple[Any, ...] = tuple(getattr(exc, "args", ()))
+    return args[0] if args and isinstance(args[0], str) and len(args[0]) == 5 else None
+
+
+def _message(exc: BaseException) -> str:
+    args: tuple[Any, ...] = tuple(getattr(exc, "args", ()))
+    return str(args[1] if len(args) > 1 else (args[0] if args else exc))
+
+
+def native_error(exc: BaseException) -> int | None:
+    """SQL Server's error number, as both drivers print it: ``... (1205) (SQLExecDirectW)``."""
+    m = re.search(r"\((-?\d+)\)\s*\(SQL\w*\)", _message(exc))
+    return int(m.group(1)) if m else None
+
+
+def clean_message(exc: BaseException) -> str:
+    """The server's own text: no ``[SQLSTATE] [driver][SQL Server]`` prefix, no ``(n) (SQLxxx)`` tail."""
+    text = _message(exc).split("; [", 1)[0]
+    text = re.sub(r"^(\s*\[[^\]]*\])+\s*", "", text)
+    text = re.sub(r"\s*\(-?\d+\)\s*(\(SQL\w*\))?\s*$", "", text)
+    return text.strip() or type(exc).__name__
+
+
+def is_connection_error(exc: BaseException) -> bool:
+    state = _sqlstate(exc)
+    return isinstance(exc, pyodbc.OperationalError) or (state is not None and (
+        state in _CONNECTION_SQLSTATES or state.startswith("08")))
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Connection lost or refused, login/query timeout, deadlock victim, Azure transient faults."""
+    if not isinstance(exc, pyodbc.Error):
+        return False
+    if _sqlstate(exc) == "IM002" or "can't open lib" in _message(exc).lower():
+        return False                  # driver not installed: no retry will help
+    return is_connection_error(exc) or _sqlstate(exc) == "40001" or native_error(exc) in _TRANSIENT_NATIVE
+
+
+# -- type conversion ------------------------------------------------------------------------------
+
+_DTO_TEXT = re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?\s*"
+                       r"(?:([+-])(\d{2}):(\d{2})|Z)?")
+
+
+def _datetimeoffset(raw: bytes | None) -> datetime | None:
+    """SQL_SS_TIMESTAMPOFFSET_STRUCT (or its text form) -> aware UTC datetime."""
+    if raw is None:
+        return None
+    if len(raw) == 20:
+        y, mo, d, h, mi, s, ns, tzh, tzm = struct.unpack("<6hI2h", raw)
+        tz = timezone(timedelta(hours=tzh, minutes=tzm))
+        return datetime(y, mo, d, h, mi, s, ns // 1000, tzinfo=tz).astimezone(timezone.utc)
+    text = raw.decode("utf-16-le") if b"\x00" in raw else raw.decode("ascii", "replace")
+    return parse_timestamp(text)
+
+
+def parse_timestamp(text: str) -> datetime:
+    m = _DTO_TEXT.fullmatch(text.strip())
+    if m is None:
+        raise ValueError(f"not a datetimeoffset: {text!r}")
+    y, mo, d, h, mi, s = (int(g) for g in m.groups()[:6])
+    micro = int((m.group(7) or "0").ljust(6, "0")[:6])
+    offset = timedelta(0)
+    if m.group(8):
+        offset = timedelta(hours=int(m.group(9)), minutes=int(m.group(10)))
+        offset = -offset if m.group(8) == "-" else offset
+    return datetime(y, mo, d, h, mi, s, micro, tzinfo=timezone(offset)).astimezone(timezone.utc)
+
+
+def _guid(raw: bytes | None) -> str | None:
+    if raw is None:
+        return None
+    if len(raw) == 16:
+        return str(uuid.UUID(bytes_le=bytes(raw)))
+    return str(uuid.UUID(raw.decode("utf-16-le") if b"\x00" in raw else raw.decode("ascii")))
+
+
+_TIME_COLUMNS = {"start_at", "end_at", "next_run_at", "last_run_at", "locked_at", "expected_completion_at",
+                 "created_at", "updated_at", "scheduled_for", "queued_at", "started_at", "completed_at",
+                 "lease_expires_at", "db_now", "next_due_at", "last_seen_at", "stopped_at", "now",
+                 "applied_at"}
+
+
+def _value(column: str, value: Any) -> Any:
+    """Drivers that report datetimeoffset as text (old FreeTDS) still give datetimes."""
+    if isinstance(value, str) and column in _TIME_COLUMNS:
+        return parse_timestamp(value)
+    return value
+
+
+def to_param(value: Any) -> Any:
+    """A Python value as pyodbc should bind it for mjsched's columns and parameters."""
+    if isinstance(value, datetime):
+        aware = value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
+        return aware.astimezone(timezone.utc).isoformat(timespec="microseconds")
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, default=str)
+    return value
+
+
+def configure_connection(conn: Any) -> None:
+    """What mjsched does to every new pyodbc connection: converters and session options."""
+    conn.add_output_converter(_SQL_SS_TIMESTAMPOFFSET, _datetimeoffset)
+    conn.add_output_converter(pyodbc.SQL_GUID, _guid)
+    conn.execute(_SESSION_SETUP).close()
+
+
+# -- pool ----------------------------------------------------------------------------------------------
+
+class PoolTimeout(DatabaseError):
+    """No connection became free in time."""
+
+
+class OdbcPool:
+    """A small thread-safe pool of pyodbc connections (the shape of pgpool.ConnectionPool).
+
+    A connection that saw a connection-level error is dropped; after any other error
+    an open transaction is rolled back before the connection is reused.
+    """
+
+    def __init__(self, connect: Callable[[], Any], max_size: int = 8, acquire_timeout: float = 30.0) -> None:
+        self._connect = connect
+        self._max_size = max_size
+        self._acquire_timeout = acquire_timeout
+        self._idle: list[Any] = []
+        self._open = 0
+        self._cond = threading.Condition()
+        self._closed = False
+
+    @contextlib.contextmanager
+    def connection(self) -> Iterator[Any]:
+        conn = self._take()
+        broken = False
+        try:
+            yield conn
+        except pyodbc.Error as exc:
+            broken = is_connection_error(exc) or not self._reset(conn)
+            raise
+        except BaseException:
+            broken = not self._reset(conn)
+            raise
+        finally:
+            self._give_back(conn, broken)
+
+    @staticmethod
+    def _reset(conn: Any) -> bool:
+        try:
+            conn.execute("IF @@TRANCOUNT > 0 ROLLBACK TRANSACTION;")
+            return True
+        except Exception:
+            return False
+
+    def _take(self) -> Any:
+        deadline = time.monotonic() + self._acquire_timeout
+        with self._cond:
+            while True:
+                if self._closed:
+                    raise DatabaseError("connection pool is closed")
+                if self._idle:
+                    return self._idle.pop()
+                if self._open < self._max_size:
+                    self._open += 1
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise PoolTimeout(f"no database connection free within {self._acquire_timeout:.0f}s "
+                                      f"(pool size {self._max_size})")
+                self._cond.wait(left)
+        try:
+            return self._connect()
+        except BaseException:
+            with self._cond:
+                self._open -= 1
+                self._cond.notify()
+            raise
+
+    def _give_back(self, conn: Any, broken: bool) -> None:
+        with self._cond:
+            if broken or self._closed:
+                self._open -= 1
+                with contextlib.suppress(Exception):
+                    conn.close()
+            else:
+                self._idle.append(conn)
+            self._cond.notify()
+
+    def discard_idle(self) -> None:
+        with self._cond:
+            idle, self._idle = self._idle, []
+            self._open -= len(idle)
+            self._cond.notify_all()
+        for conn in idle:
+            with contextlib.suppress(Exception):
+                conn.close()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+        self.discard_idle()
+
+
+# -- the gateway -----------------------------------------------------------------------------------------
+
+def _rows_of(cur: Any) -> list[dict[str, Any]]:
+    """The first result set of what ``cur`` executed, then drain the rest (so errors surface)."""
+    while cur.description is None:
+        if not cur.nextset():
+            return []
+    columns = [d[0] for d in cur.description]
+    rows = [{c: _value(c, v) for c, v in zip(columns, row)} for row in cur.fetchall()]
+    while cur.nextset():
+        pass
+    return rows
+
+
+def _drain(cur: Any) -> None:
+    while cur.nextset():
+        pass
+
+
+class MssqlBackend(Backend):
+    dialect = "mssql"
+
+    def __init__(self, dsn: str, *, pool_size: int = 8, connect_timeout: float = 5.0,
+                 statement_timeout: float = 60.0, retry_attempts: int = 5,
+                 retry_max_delay: float = 15.0, install_lock_timeout: float = 120.0) -> None:
+        self._target = parse_dsn(dsn)
+        self._safe_dsn = redact(dsn)
+        self._connect_timeout = max(1, int(round(connect_timeout)))
+        self._statement_timeout = max(1, int(round(statement_timeout)))
+        self._install_lock_timeout = install_lock_timeout
+        self._retry_attempts = retry_attempts
+        self._retry_max_delay = retry_max_delay
+        self._pool = OdbcPool(self._connect, max_size=pool_size)
+
+    @property
+    def where(self) -> str:
+        """``host:port`` of the server, for messages."""
+        return self._target.where
+
+    # -- plumbing ----------------------------------------------------------------------
+    def _connect(self) -> Any:
+        conn = pyodbc.connect(self._target.connection_string, autocommit=True, timeout=self._connect_timeout)
+        try:
+            conn.timeout = self._statement_timeout
+            configure_connection(conn)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                conn.close()
+            raise
+        return conn
+
+    def _scrub(self, text: str) -> str:
+        text = redact(text)
+        if self._target.password:
+            text = text.replace(self._target.password, "***")
+        return text
+
+    def _describe(self, exc: BaseException | None) -> str:
+        return self._scrub(clean_message(exc)) if exc is not None else "?"
+
+    @contextlib.contextmanager
+    def _translate(self, what: str) -> Iterator[None]:
+        try:
+            yield
+        except DatabaseError:
+            raise
+        except pyodbc.Error as exc:
+            number = native_error(exc)
+            message = self._scrub(clean_message(exc))
+            if number == INVALID_PARAMETER:
+                raise ConfigurationError(what, None, message) from exc
+            if number in _SCHEMA_MISSING_NATIVE and "mjsched" in message.lower():
+                raise SchemaNotInstalled(f"{what}: the mjsched schema is missing or outdated; "
+                                         "run engine.install() or `mjsched init-db`") from exc
+            raw = _message(exc)
+            if _sqlstate(exc) == "IM002" or "can't open lib" in raw.lower():
+                message = (f"ODBC driver {self._target.driver!r} is not installed "
+                           f"(`odbcinst -q -d` lists the installed ones): {message}")
+            elif "(SQLDriverConnect)" in raw:
+                message = f"could not connect (login timeout {self._connect_timeout}s): {message}"
+            raise DatabaseError(f"{what} failed on {self.where}: {message}") from exc
+
+    def _run(self, what: str, fn: Callable[[Any], T]) -> T:
+        retrying = Retrying(
+            retry=retry_if_exception(is_transient),
+            stop=stop_after_attempt(self._retry_attempts) | stop_after_delay(self._retry_max_delay),
+            wait=wait_exponential(multiplier=0.05, max=2.0),
+            reraise=True,
+            before_sleep=lambda rs: log.warning(
+                "transient database error in %s on %s (attempt %d), retrying: %s", what, self.where,
+                rs.attempt_number, self._describe(rs.outcome.exception() if rs.outcome else None),
+                extra={"action": "db_retry"}),
+        )
+        with self._translate(what):
+            for attempt in retrying:
+                with attempt:
+                    with self._pool.connection() as conn:
+                        cur = conn.cursor()
+                        try:
+                            return fn(cur)
+                        finally:
+                            with contextlib.suppress(Exception):
+                                cur.close()
+        raise AssertionError("unreachable")
+
+    def _rows(self, what: str, query: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        def go(cur: Any) -> list[dict[str, Any]]:
+            cur.execute(query, [to_param(p) for p in params])
+            return _rows_of(cur)
+        return self._run(what, go)
+
+    def _call(self, procedure: str, **params: Any) -> list[dict[str, Any]]:
+        """``EXEC mjsched.<procedure> @p_x = ?, ...``: parameters by name, in the given order."""
+        names = ", ".join(f"@p_{name} = ?" for name in params)
+        return self._rows(procedure, f"EXEC mjsched.{procedure} {names};" if names else
+                          f"EXEC mjsched.{procedure};", list(params.values()))
+
+    def _scalar(self, procedure: str, **params: Any) -> Any:
+        rows = self._call(procedure, **params)
+        return next(iter(rows[0].values())) if rows else None
+
+    # -- schema --------------------------------------------------------------------------
+    def install(self) -> list[str]:
+        # wait for another installer at most until just before the statement timeout
+        lock_ms = int(max(1.0, min(self._install_lock_timeout, self._statement_timeout - 1)) * 1000)
+
+        def go(cur: Any) -> list[str]:
+            applied: list[str] = []
+            cur.execute("SET XACT_ABORT ON; BEGIN TRANSACTION;")
+            try:
+                cur.execute("SET NOCOUNT ON; DECLARE @r int; "
+                            "EXEC @r = sys.sp_getapplock @Resource = ?, @LockMode = N'Exclusive', "
+                            "@LockOwner = N'Transaction', @LockTimeout = ?; SELECT @r AS r;",
+                            (INSTALL_LOCK, lock_ms))
+                status = _rows_of(cur)[0]["r"]
+                if status is None or status < 0:
+                    raise DatabaseError(f"install failed on {self.where}: could not take the install lock "
+                                        f"{INSTALL_LOCK!r} (sp_getapplock returned {status})")
+                cur.execute("IF SCHEMA_ID(N'mjsched') IS NULL EXEC sys.sp_executesql N'CREATE SCHEMA mjsched';")
+                _drain(cur)
+                cur.execute("""IF OBJECT_ID(N'mjsched.schema_version', N'U') IS NULL
+                               CREATE TABLE mjsched.schema_version (
+                                   name nvarchar(100) NOT NULL CONSTRAINT pk_schema_version PRIMARY KEY,
+                                   checksum nvarchar(64) NOT NULL,
+                                   applied_at datetimeoffset NOT NULL
+                                       CONSTRAINT df_schema_version_applied_at DEFAULT SYSDATETIMEOFFSET());""")
+                _drain(cur)
+                cur.execute("SELECT name, checksum FROM mjsched.schema_version;")
+                have = {r["name"]: r["checksum"] for r in _rows_of(cur)}
+                for script in sqlfiles.scripts(self.dialect):
+                    if have.get(script.name) == script.checksum:
+                        continue
+                    for batch in split_batches(script.text):
+                        cur.execute(batch)
+                        _drain(cur)
+                    cur.execute("""UPDATE mjsched.schema_version SET checksum = ?, applied_at = SYSDATETIMEOFFSET()
+                                    WHERE name = ?;
+                                   IF @@ROWCOUNT = 0
+                                       INSERT INTO mjsched.schema_version (name, checksum) VALUES (?, ?);""",
+                                (script.checksum, script.name, script.name, script.checksum))
+                    _drain(cur)
+                    applied.append(script.name)
+                cur.execute("COMMIT TRANSACTION;")
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    cur.execute("IF @@TRANCOUNT > 0 ROLLBACK TRANSACTION;")
+                raise
+            return applied
+        return self._run("install", go)
+
+    def installed_versions(self) -> list[str]:
+        try:
+            rows = self._rows("installed_versions",
+                              "IF OBJECT_ID(N'mjsched.schema_version', N'U') IS NOT NULL "
+                              "SELECT name FROM mjsched.schema_version ORDER BY name;")
+        except SchemaNotInstalled:
+            return []
+        return [r["name"] for r in rows]
+
+    # -- procedures ------------------------------------------------------------------------
+    def acquire_job_lock(self, job_id: str, token: str, instance: str, lease_seconds: float,
+                         require_due: bool = False, now: datetime | None = None) -> bool:
+        return bool(self._scalar("acquire_job_lock", job_id=job_id, token=token, instance=instance,
+                                 lease_seconds=lease_seconds, require_due=bool(require_due), now=now))
+
+    def release_job_lock(self, job_id: str, token: str) -> bool:
+        return bool(self._scalar("release_job_lock", job_id=job_id, token=token))
+
+    def extend_job_leases(self, tokens: Sequence[str], lease_seconds: float,
+                          instance: str | None = None, now: datetime | None = None) -> set[str]:
+        rows = self._call("extend_job_leases", tokens=json.dumps([str(t) for t in tokens]),
+                          lease_seconds=lease_seconds, instance=instance, now=now)
+        return {str(r["lock_token"]).lower() for r in rows}
+
+    def claim_due_jobs(self, instance: str, max_jobs: int, lease_seconds: float,
+                       now: datetime | None = None) -> ClaimBatch:
+        rows = self._call("claim_due_jobs", instance=instance, max_jobs=max_jobs, lease_seconds=lease_seconds,
+                          now=now)
+        claims: list[Claim] = []
+        tail: dict[str, Any] = {}
+        for r in rows:
+            if r["job_id"] is None:
+                tail = r
+                continue
+            claims.append(Claim(job_id=str(r["job_id"]),
+                                run_id=str(r["run_id"]) if r["run_id"] else None,
+                                lock_token=str(r["lock_token"]), scheduled_for=r["scheduled_for"],
+                                db_now=r["db_now"], from_queue=bool(r["from_queue"])))
+        return ClaimBatch(claims=claims, next_due_at=tail.get("next_due_at"), db_now=tail.get("db_now"),
+                          due_left=int(tail.get("due_left") or 0), locked_out=int(tail.get("locked_out") or 0))
+
+    def complete_job_runs(self, items: Sequence[Completion], now: datetime | None = None) -> dict[str, bool]:
+        if not items:
+            return {}
+        payload = json.dumps([{
+            "run_id": i.run_id, "token": i.token, "status": i.status,
+            "error_message": i.error_message, "details": i.details,
+            "next_run_at": to_param(i.next_run_at) if i.next_run_at else None,
+        } for i in items], default=str)
+        rows = self._call("complete_job_runs", items=payload, now=now)
+        return {str(r["run_id"]): bool(r["completed"]) for r in rows}
+
+    def sweep_expired_leases(self, now: datetime | None = None) -> SweepResult:
+        r = self._call("sweep_expired_leases", now=now)[0]
+        return SweepResult(int(r["swept"]), int(r["locks_freed"]), int(r["expired_jobs"]))
+
+    def enqueue_job_run(self, job_id: str, scheduled_for: datetime, now: datetime | None = None) -> bool:
+        return bool(self._scalar("enqueue_job_run", job_id=job_id, scheduled_for=scheduled_for, now=now))
+
+    def advance_job(self, job_id: str, token: str, next_run_at: datetime | None, release: bool) -> bool:
+        return bool(self._scalar("advance_job", job_id=job_id, token=token, next_run_at=next_run_at,
+                                 release=bool(release)))
+
+    def begin_job_run(self, job_id: str, token: str, instance: str,
+                      scheduled_for: datetime | None = None, now: datetime | None = None) -> str | None:
+        value = self._scalar("begin_job_run", job_id=job_id, token=token, instance=instance,
+                             scheduled_for=scheduled_for, now=now)
+        return str(value) if value else None
+
+    def initialize_next_run(self, job_id: str, next_run_at: datetime) -> bool:
+        return bool(self._scalar("initialize_next_run", job_id=job_id, next_run_at=next_run_at))
+
+    def register_engine(self, instance: str, host: str, pid: int, version: str) -> None:
+        self._call("register_engine", instance=instance, host=host, pid=pid, version=version)
+
+    def unregister_engine(self, instance: str) -> None:
+        self._call("unregister_engine", instance=instance)
+
+    def probe_permissions(self) -> list[str]:
+        rows = self._call("probe_permissions")
+        return [r["procedure_name"] for r in rows if not r["can_execute"]]
+
+    # -- rows --------------------------------------------------------------------------------
+    def ensure_job_type(self, driver: str, isolation: str = "thread",
+                        default_max_runtime: float | None = None) -> str:
+        rows = self._rows("ensure_job_type", """
+            SET NOCOUNT ON; SET XACT_ABORT ON;
+            DECLARE @driver nvarchar(255) = ?, @isolation nvarchar(10) = ?, @max_runtime float = ?;
+            DECLARE @id uniqueidentifier;
+            DECLARE @inserted TABLE (id uniqueidentifier NOT NULL);
+            BEGIN TRANSACTION;
+            SELECT @id = t.id FROM mjsched.scheduled_job_type AS t WITH (UPDLOCK, HOLDLOCK)
+             WHERE t.driver_class = @driver;
+            IF @id IS NULL
+            BEGIN
+                INSERT INTO mjsched.scheduled_job_type (name, driver_class, isolation, default_max_runtime_seconds)
+                OUTPUT inserted.id INTO @inserted
+                SELECT @driver, @driver, @isolation, @max_runtime
+                 WHERE NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_type AS n WITH (UPDLOCK, HOLDLOCK)
+                                    WHERE n.name = @driver);
+                SELECT @id = i.id FROM @inserted AS i;
+            END;
+            COMMIT TRANSACTION;
+            SELECT @id AS id;""", (driver, to_param(isolation), default_max_runtime))
+        return str(rows[0]["id"])
+
+    @staticmethod
+    def _adapt(fields: Mapping[str, Any]) -> dict[str, Any]:
+        unknown = set(fields) - set(JOB_COLUMNS)
+        if unknown:
+            raise ConfigurationError(sorted(unknown)[0], fields[sorted(unknown)[0]], "not a job column")
+        return {key: to_param(value) for key, value in fields.items()}
+
+    def insert_job(self, fields: Mapping[str, Any]) -> str:
+        values = self._adapt(fields)
+        columns = ", ".join(f"[{c}]" for c in values)
+        marks = ", ".join("?" for _ in values)
+        insert = (f"INSERT INTO mjsched.scheduled_job ({columns}) OUTPUT inserted.id INTO @ids VALUES ({marks});"
+                  if values else "INSERT INTO mjsched.scheduled_job OUTPUT inserted.id INTO @ids DEFAULT VALUES;")
+        rows = self._rows("create_job", "SET NOCOUNT ON; DECLARE @ids TABLE (id uniqueidentifier NOT NULL); "
+                          f"{insert} SELECT i.id FROM @ids AS i;", list(values.values()))
+        return str(rows[0]["id"])
+
+    def update_job(self, job_id: str, fields: Mapping[str, Any]) -> bool:
+        values = self._adapt(fields)
+        if not values:
+            return self.get_job(job_id) is not None
+        assignments = ", ".join(f"[{c}] = ?" for c in values)
+        rows = self._rows("update_job", "SET NOCOUNT ON; DECLARE @ids TABLE (id uniqueidentifier NOT NULL); "
+                          f"UPDATE mjsched.scheduled_job SET {assignments} OUTPUT inserted.id INTO @ids "
+                          "WHERE id = ?; SELECT COUNT(*) AS n FROM @ids;", [*values.values(), job_id])
+        return bool(rows[0]["n"])
+
+    def delete_job(self, job_id: str) -> bool:
+        rows = self._rows("delete_job", "SET NOCOUNT ON; DECLARE @ids TABLE (id uniqueidentifier NOT NULL); "
+                          "DELETE FROM mjsched.scheduled_job OUTPUT deleted.id INTO @ids WHERE id = ?; "
+                          "SELECT COUNT(*) AS n FROM @ids;", (job_id,))
+        return bool(rows[0]["n"])
+
+    def get_jobs(self, job_ids: Iterable[str]) -> list[Job]:
+        ids = [str(i) for i in job_ids]
+        if not ids:
+            return []
+        rows = self._rows("get_jobs", _JOB_SELECT +
+                          " WHERE j.id IN (SELECT TRY_CONVERT(uniqueidentifier, e.value) FROM OPENJSON(?) AS e);",
+                          (json.dumps(ids),))
+        return [Job.from_row(r) for r in rows]
+
+    def list_jobs(self, status: str | None = None) -> list[Job]:
+        if status is None:
+            rows = self._rows("list_jobs", _JOB_SELECT + " ORDER BY j.name, j.created_at;")
+        else:
+            rows = self._rows("list_jobs", _JOB_SELECT + " WHERE j.status = ? ORDER BY j.name, j.created_at;",
+                              (status,))
+        return [Job.from_row(r) for r in rows]
+
+    def unscheduled_jobs(self, limit: int = 500) -> list[Job]:
+        rows = self._rows("unscheduled_jobs", "SELECT TOP (?) u.* FROM (" + _JOB_SELECT +
+                          " WHERE j.status = N'Active' AND j.next_run_at IS NULL) AS u;", (int(limit),))
+        return [Job.from_row(r) for r in rows]
+
+    def list_runs(self, job_id: str | None = None, status: str | None = None, limit: int = 100) -> list[JobRun]:
+        rows = self._rows("list_runs", """
+            SET NOCOUNT ON;
+            DECLARE @job uniqueidentifier = ?, @status nvarchar(20) = ?, @limit int = ?;
+            SELECT TOP (@limit) r.* FROM mjsched.scheduled_job_run AS r
+             WHERE (@job IS NULL OR r.scheduled_job_id = @job) AND (@status IS NULL OR r.status = @status)
+             ORDER BY COALESCE(r.started_at, r.queued_at) DESC, r.id DESC
+            OPTION (RECOMPILE);""", (job_id, status, int(limit)))
+        return [JobRun.from_row(r) for r in rows]
+
+    def get_run(self, run_id: str) -> JobRun | None:
+        rows = self._rows("get_run", "SELECT r.* FROM mjsched.scheduled_job_run AS r WHERE r.id = ?;", (run_id,))
+        return JobRun.from_row(rows[0]) if rows else None
+
+    def db_now(self) -> datetime:
+        return self._rows("db_now", "SELECT SYSDATETIMEOFFSET() AS now;")[0]["now"]  # type: ignore[no-any-return]
+
+    def status_summary(self) -> dict[str, Any]:
+        engines = self._rows("status", """
+            SELECT instance, host, pid, version, started_at, last_seen_at,
+                   DATEDIFF_BIG(millisecond, last_seen_at, SYSDATETIMEOFFSET()) AS silent_for_ms
+              FROM mjsched.engine_instance WHERE stopped_at IS NULL ORDER BY started_at;""")
+        for e in engines:
+            e["silent_for"] = timedelta(milliseconds=int(e.pop("silent_for_ms") or 0))
+        counts = self._rows("status", """
+            SELECT (SELECT COUNT(*) FROM mjsched.scheduled_job WHERE status = N'Active') AS active_jobs,
+                   (SELECT COUNT(*) FROM mjsched.scheduled_job
+                     WHERE status = N'Active' AND next_run_at <= SYSDATETIMEOFFSET()) AS due,
+                   (SELECT COUNT(*) FROM mjsched.scheduled_job_run WHERE status = N'Running') AS running,
+                   (SELECT COUNT(*) FROM mjsched.scheduled_job_run WHERE status = N'Queued') AS queued,
+                   (SELECT COUNT(*) FROM mjsched.scheduled_job AS j
+                     CROSS APPLY (SELECT TOP (1) r.status FROM mjsched.scheduled_job_run AS r
+                                   WHERE r.scheduled_job_id = j.id AND r.completed_at IS NOT NULL
+                                     AND r.status <> N'Skipped'
+                                   ORDER BY r.completed_at DESC) AS last_run
+                     WHERE j.status = N'Active' AND last_run.status <> N'Completed') AS failing,
+                   (SELECT COUNT(*) FROM mjsched.scheduled_job_run
+                     WHERE status = N'Abandoned'
+                       AND completed_at > DATEADD(hour, -24, SYSDATETIMEOFFSET())) AS abandoned_24h;""")
+        return {"engines": engines, **counts[0]}
+
+    # -- change feed -----------------------------------------------------------------------
+    def listener(self) -> Listener | None:
+        """None: SQL Server has no NOTIFY; the poller's bounded idle interval covers changes."""
+        return None
+
+    def close(self) -> None:
+        self._pool.close()
+
+
+def split_batches(text: str) -> list[str]:
+    """The batches of a T-SQL script, split on ``GO`` lines (as sqlcmd and SSMS do)."""
+    return [b for b in _BATCH_SPLIT.split(text) if b.strip()]

@@ -1,0 +1,274 @@
+"""Static check of the T-SQL (no SQL Server can run on this project's machines).
+
+Every file in ``sql/mssql`` must parse with two independent T-SQL parsers:
+
+* **sqlfluff** (dialect ``tsql``), over the whole file, GO separators included. Any
+  unparsable section is an error, and so is an *implicit procedure call*: T-SQL lets a
+  batch call a procedure without EXEC, so sqlfluff reads a misspelled keyword
+  (``WHRE j.id = 1``) as a call to a procedure named ``WHRE``. mjsched never calls a
+  procedure without EXEC, so such a node is a defect.
+* **sqlglot** (``read="tsql"``, ``error_level=RAISE``), batch by batch: ``GO`` is a client
+  separator, not T-SQL, and sqlglot fed a whole script swallows each batch into one
+  opaque command. sqlglot does not model TRY/CATCH, THROW, triggers or GRANT; it falls
+  back to an opaque command for those, and a fallback anywhere else is an error.
+
+Then broken copies of the real batches (a missing END, a misspelled keyword, a missing
+comma, an unclosed parenthesis) must each be rejected by at least one of the two, so
+the check is shown to be able to fail. A missing comma that leaves valid SQL behind
+(``SELECT a b`` -- b is then an alias) is no syntax error; the parity test catches it in
+result columns. Blind spots of BOTH parsers, measured with sqlfluff 4.x / sqlglot 30.x:
+a missing comma between two assignments of an UPDATE's SET list, between two function
+arguments inside an UPDATE TOP statement (sqlglot silently drops the rest of an UPDATE
+TOP it cannot model inside a procedure body), and before a @variable in a SELECT list
+(both read it as an alias, which SQL Server rejects).
+"""
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+import sqlfluff
+import sqlglot
+from sqlfluff.api.simple import APIParsingError
+from sqlfluff.core import FluffConfig
+
+from tests.support.sqlparity import Tok, split_batches, tokenize
+
+SQL_DIR = Path(__file__).resolve().parents[2] / "sql" / "mssql"
+FILES = sorted(SQL_DIR.glob("*.sql"))
+_FLUFF = FluffConfig(overrides={"dialect": "tsql", "large_file_skip_byte_limit": 0})
+
+# Statements sqlglot does not model and parses as an opaque Command (checked by sqlfluff).
+_SQLGLOT_OPAQUE = re.compile(
+    r"^\s*(BEGIN\s+TRY|END\s+TRY|BEGIN\s+CATCH|END\s+CATCH|BEGIN\s+THROW|THROW"
+    r"|CREATE\s+OR\s+ALTER\s+TRIGGER|GRANT|REVOKE|DENY|IF\s+DATABASE_PRINCIPAL_ID)\b", re.I)
+
+
+# -- the two checks -----------------------------------------------------------------------------
+
+def _implicit_calls(node: Any, found: list[str]) -> None:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "execute_script_statement":
+                first = value[0] if isinstance(value, list) else value
+                if not (isinstance(first, dict) and str(first.get("keyword", "")).upper() in ("EXEC", "EXECUTE")):
+                    found.append(f"implicit procedure call (misspelled keyword?): {str(value)[:160]}")
+            _implicit_calls(value, found)
+    elif isinstance(node, list):
+        for item in node:
+            _implicit_calls(item, found)
+
+
+def sqlfluff_errors(text: str) -> list[str]:
+    try:
+        tree = sqlfluff.parse(text, config=_FLUFF)
+    except APIParsingError as exc:
+        return [f"line {v.line_no}: {v.desc()}" for v in exc.violations] or [str(exc)]
+    found: list[str] = []
+    _implicit_calls(tree, found)
+    return found
+
+
+class _Fallbacks(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.texts: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if "Falling back to parsing as a 'Command'" in message:
+            self.texts.append(message.split("' contains unsupported syntax")[0].lstrip("'"))
+
+
+def sqlglot_errors(text: str) -> list[str]:
+    errors: list[str] = []
+    handler = _Fallbacks()
+    logger = logging.getLogger("sqlglot")
+    logger.addHandler(handler)
+    try:
+        for batch in split_batches(text):
+            try:
+                sqlglot.parse(batch, read="tsql", error_level=sqlglot.ErrorLevel.RAISE)
+            except sqlglot.errors.ParseError as exc:
+                errors.append(str(exc).splitlines()[0])
+    finally:
+        logger.removeHandler(handler)
+    errors += [f"unexpected opaque command: {t[:120]!r}" for t in handler.texts if not _SQLGLOT_OPAQUE.match(t)]
+    return errors
+
+
+# -- the real files -------------------------------------------------------------------------------
+
+def test_there_are_tsql_files() -> None:
+    names = {p.name for p in FILES}
+    assert {"001_schema.sql", "002_procedures.sql", "grants.sql"} <= names
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_file_parses_with_sqlfluff(path: Path) -> None:
+    assert sqlfluff_errors(path.read_text(encoding="utf-8")) == []
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_file_parses_with_sqlglot(path: Path) -> None:
+    assert sqlglot_errors(path.read_text(encoding="utf-8")) == []
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_batches_are_separated_by_go_lines_only(path: Path) -> None:
+    text = path.read_text(encoding="utf-8")
+    # a GO that is not alone on its line would be sent to the server as T-SQL
+    assert not re.search(r"(?im)^[ \t]*GO\b[ \t]*[^\s-]", text)
+    assert not re.search(r"(?im);[ \t]*GO[ \t]*$", text)
+
+
+def test_every_routine_batch_sets_nocount_and_xact_abort() -> None:
+    for batch in split_batches((SQL_DIR / "002_procedures.sql").read_text(encoding="utf-8")):
+        head = re.search(r"(?i)CREATE\s+OR\s+ALTER\s+PROCEDURE\s+(\S+)", batch)
+        if head:
+            assert re.search(r"(?i)SET\s+NOCOUNT\s+ON", batch), head.group(1)
+            assert re.search(r"(?i)SET\s+XACT_ABORT\s+ON", batch), head.group(1)
+        if re.search(r"(?i)BEGIN\s+TRANSACTION", batch):
+            assert re.search(r"(?i)BEGIN\s+CATCH.*ROLLBACK\s+TRANSACTION.*THROW;", batch, re.S), batch[:80]
+
+
+def test_the_only_clock_is_sysdatetimeoffset() -> None:
+    for path in FILES:
+        text = path.read_text(encoding="utf-8")
+        code = "\n".join(line.split("--", 1)[0] for line in text.splitlines())
+        for other in ("GETDATE", "GETUTCDATE", "SYSDATETIME(", "SYSUTCDATETIME", "CURRENT_TIMESTAMP"):
+            assert other not in code.upper(), f"{path.name} uses {other}"
+
+
+# -- broken copies ---------------------------------------------------------------------------------
+
+def _batches() -> Iterator[tuple[str, str]]:
+    for path in FILES:
+        if not path.name[:3].isdigit():
+            continue
+        for batch in split_batches(path.read_text(encoding="utf-8")):
+            head = re.search(r"(?i)CREATE\s+(?:OR\s+ALTER\s+)?(?:PROCEDURE|FUNCTION|TRIGGER|TABLE)\s+([\w.]+)",
+                             batch)
+            if head:
+                yield head.group(1), batch
+
+
+def _replace(batch: str, tok: Tok, new: str) -> str:
+    return batch[:tok.pos] + new + batch[tok.pos + len(tok.text):]
+
+
+def _drop_last_end(batch: str, toks: list[Tok]) -> str | None:
+    ends = [t for t in toks if t.up == "END"]
+    return _replace(batch, ends[-1], "") if ends else None
+
+
+def _misspell(word: str, wrong: str) -> Callable[[str, list[Tok]], str | None]:
+    def mutate(batch: str, toks: list[Tok]) -> str | None:
+        hit = next((t for t in toks if t.kind == "word" and t.up == word), None)
+        return _replace(batch, hit, wrong) if hit else None
+    return mutate
+
+
+def _drop_first_comma_after(word: str) -> Callable[[str, list[Tok]], str | None]:
+    def mutate(batch: str, toks: list[Tok]) -> str | None:
+        start = next((n for n, t in enumerate(toks) if t.up == word), None)
+        if start is None:
+            return None
+        comma = next((t for t in toks[start:] if t.text == ","), None)
+        return _replace(batch, comma, " ") if comma else None
+    return mutate
+
+
+def _cannot_be_an_alias(toks: list[Tok], k: int) -> bool:
+    """Whether the item at ``k`` would be invalid as the previous item's alias.
+
+    ``SELECT a b`` is valid SQL (b aliases a), so dropping the comma before a bare name
+    is no syntax error; before ``x.y``, a number, a call or CASE it is one.
+    """
+    if k + 1 >= len(toks):
+        return False
+    t, nxt = toks[k], toks[k + 1]
+    return (t.kind == "word" and nxt.text in (".", "(")) or t.kind == "number" or t.up == "CASE"
+
+
+def _drop_select_list_comma(batch: str, toks: list[Tok]) -> str | None:
+    """The first comma between two SELECT-list items whose loss is a syntax error."""
+    for n, t in enumerate(toks):
+        if t.up != "SELECT":
+            continue
+        depth = 0
+        for k in range(n + 1, len(toks)):
+            u = toks[k]
+            depth += {"(": 1, ")": -1}.get(u.text, 0)
+            if depth < 0 or (depth == 0 and (u.up in ("FROM", "INTO", "WHERE") or u.text == ";")):
+                break
+            if depth == 0 and u.text == "," and _cannot_be_an_alias(toks, k + 1):
+                return _replace(batch, u, " ")
+    return None
+
+
+def _drop_last_close_paren(batch: str, toks: list[Tok]) -> str | None:
+    closes = [t for t in toks if t.text == ")"]
+    return _replace(batch, closes[-1], " ") if closes else None
+
+
+def _drop_first_close_paren(batch: str, toks: list[Tok]) -> str | None:
+    closes = [t for t in toks if t.text == ")"]
+    return _replace(batch, closes[0], " ") if closes else None
+
+
+MUTATIONS: dict[str, Callable[[str, list[Tok]], str | None]] = {
+    "missing final END": _drop_last_end,
+    "misspelled SELECT": _misspell("SELECT", "SELCT"),
+    "misspelled UPDATE": _misspell("UPDATE", "UPDTAE"),
+    "misspelled WHERE": _misspell("WHERE", "WHRE"),
+    "misspelled BEGIN": _misspell("BEGIN", "BEGN"),
+    "misspelled DECLARE": _misspell("DECLARE", "DECLRAE"),
+    "misspelled FROM": _misspell("FROM", "FORM"),
+    "missing comma (first of the batch)": _drop_first_comma_after("CREATE"),
+    "missing comma (select list)": _drop_select_list_comma,
+    "unclosed parenthesis (first)": _drop_first_close_paren,
+    "unclosed parenthesis (last)": _drop_last_close_paren,
+}
+
+
+def _broken_copies() -> Iterator[Any]:
+    for name, batch in _batches():
+        toks = tokenize(batch)
+        for kind, mutate in MUTATIONS.items():
+            broken = mutate(batch, toks)
+            if broken is not None and broken != batch:
+                yield pytest.param(broken, id=f"{name}: {kind}")
+
+
+BROKEN = list(_broken_copies())
+
+
+def test_broken_copies_cover_every_defect_class() -> None:
+    ids = [p.id for p in BROKEN]
+    for kind in MUTATIONS:
+        assert sum(i.endswith(f": {kind}") for i in ids) >= 3, kind
+    assert len(BROKEN) >= 80
+
+
+@pytest.mark.parametrize("broken", BROKEN)
+def test_a_broken_copy_is_rejected(broken: str) -> None:
+    if sqlglot_errors(broken):
+        return
+    assert sqlfluff_errors(broken), "neither sqlglot nor sqlfluff rejects this broken T-SQL"
+
+
+def test_both_parsers_are_needed() -> None:
+    """Each parser alone misses defects the other catches (so both run in CI)."""
+    claim = next(b for n, b in _batches() if n.endswith("claim_due_jobs"))
+    toks = tokenize(claim)
+    missing_end = _drop_last_end(claim, toks)
+    assert missing_end is not None
+    assert sqlfluff_errors(missing_end) and not sqlglot_errors(missing_end)
+    acquire = next(b for n, b in _batches() if n.endswith("acquire_job_lock"))
+    no_comma = acquire.replace("locked_at = @v_now,", "locked_at = @v_now", 1)
+    assert no_comma != acquire
+    assert sqlglot_errors(no_comma) and not sqlfluff_errors(no_comma)
