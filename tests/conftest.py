@@ -3,7 +3,8 @@
 PostgreSQL comes from MJSCHED_TEST_POSTGRES_DSN (CI sets it), else the local server
 on 127.0.0.1:5432. Without one the PostgreSQL tests skip, unless
 MJSCHED_REQUIRE_POSTGRES=1, where a missing server fails the run. SQL Server comes
-from MJSCHED_TEST_MSSQL_DSN (see tests/integration/mssql_server.py).
+from MJSCHED_TEST_MSSQL_DSN or Docker (the mssql_dsn fixture in
+tests/integration/test_mssql_backend.py).
 """
 from __future__ import annotations
 

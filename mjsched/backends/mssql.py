@@ -691,6 +691,8 @@ class MssqlBackend(Backend):
             END;
             COMMIT TRANSACTION;
             SELECT @id AS id;""", (driver, to_param(isolation), default_max_runtime))
+        if not rows or rows[0]["id"] is None:
+            raise ConfigurationError("driver", driver, "a job type of this name exists with another driver_class")
         return str(rows[0]["id"])
 
     @staticmethod

@@ -130,9 +130,8 @@ class PostgresBackend(Backend):
 
     # -- schema --------------------------------------------------------------------------
     def install(self) -> list[str]:
-        applied: list[str] = []
-
         def go(cur: Any) -> list[str]:
+            applied: list[str] = []   # per attempt: a retried install reports each script once
             conn = cur.connection
             conn.autocommit = False
             try:
@@ -258,13 +257,16 @@ class PostgresBackend(Backend):
     # -- rows --------------------------------------------------------------------------------
     def ensure_job_type(self, driver: str, isolation: str = "thread",
                         default_max_runtime: float | None = None) -> str:
-        return str(self._scalar("ensure_job_type", """
+        type_id = self._scalar("ensure_job_type", """
             WITH ins AS (
                 INSERT INTO mjsched.scheduled_job_type (name, driver_class, isolation, default_max_runtime_seconds)
                 VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING id)
             SELECT id FROM ins
             UNION ALL SELECT id FROM mjsched.scheduled_job_type WHERE driver_class = %s
-            LIMIT 1""", (driver, driver, isolation, default_max_runtime, driver)))
+            LIMIT 1""", (driver, driver, isolation, default_max_runtime, driver))
+        if type_id is None:
+            raise ConfigurationError("driver", driver, "a job type of this name exists with another driver_class")
+        return str(type_id)
 
     @staticmethod
     def _adapt(fields: Mapping[str, Any]) -> dict[str, Any]:
