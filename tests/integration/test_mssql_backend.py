@@ -33,8 +33,8 @@ import pyodbc
 import pytest
 
 from mjsched.backends.base import Completion, open_backend
-from mjsched.backends.mssql import (
-    MssqlBackend,
+from mjsched.backends.mssql import MssqlBackend, split_batches
+from mjsched.backends.odbc import (
     _datetimeoffset,
     _guid,
     configure_connection,
@@ -42,7 +42,6 @@ from mjsched.backends.mssql import (
     native_error,
     odbc_connection_string,
     parse_dsn,
-    split_batches,
     to_param,
     with_database,
 )
