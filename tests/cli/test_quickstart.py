@@ -23,7 +23,7 @@ from tests.cli.conftest import REPO
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not find_binaries(), reason="no PostgreSQL server binaries on this machine")]
 
-README = REPO / "docs" / "readme-cli.md"
+README = REPO / "README.md"
 TIMINGS: dict[str, float] = {}
 
 
