@@ -15,6 +15,8 @@ Every instant leaves this module as an aware UTC datetime, except
 """
 from __future__ import annotations
 
+import copy
+import functools
 import logging
 import re
 from dataclasses import dataclass, field as dc_field
@@ -188,7 +190,16 @@ class CronSchedule:
 
     @classmethod
     def parse(cls, expression: str, timezone: str = "UTC", field: str = "cron") -> CronSchedule:
-        """Validate field by field so the error names the field and value."""
+        """Validate field by field so the error names the field and value.
+
+        Schedules are immutable, so parsed ones are cached: the engine asks for the
+        same few expressions on every claim and completion."""
+        if isinstance(expression, str) and isinstance(timezone, str) and isinstance(field, str):
+            return _parse_cached(expression, timezone, field)
+        return cls._parse(expression, timezone, field)
+
+    @classmethod
+    def _parse(cls, expression: str, timezone: str = "UTC", field: str = "cron") -> CronSchedule:
         def bad(reason: str) -> NoReturn:
             raise InvalidCronExpression(expression, reason, field=field)
 
@@ -242,6 +253,10 @@ class CronSchedule:
             bad(f"rejected by croniter: {exc}")
         return cls(expression, timezone, zone, has_seconds, is_interval, cron_expr)
 
+    @functools.cached_property
+    def _template(self) -> croniter:
+        return croniter(self._croniter_expr, datetime(2000, 1, 1), ret_type=datetime)
+
     # -- DST-aware iteration ------------------------------------------------
 
     def _first_changed_offset(self, lo: datetime, hi: datetime) -> datetime:
@@ -274,8 +289,8 @@ class CronSchedule:
             # fire again in the second pass: start the wall clock that far back.
             wall -= max(timedelta(0), (local.utcoffset() or timedelta(0))
                         - (local.replace(fold=1).utcoffset() or timedelta(0)))
-        it = croniter(self._croniter_expr, wall.replace(microsecond=0) - timedelta(seconds=1),
-                      ret_type=datetime)
+        it = copy.copy(self._template)   # croniter's expansion of the expression, done once
+        it.set_current(wall.replace(microsecond=0) - timedelta(seconds=1), force=True)
         pending: datetime | None = None
         while True:
             try:
@@ -343,3 +358,8 @@ def next_run_times(cron: str, timezone: str = "UTC", after: datetime | None = No
     schedule = CronSchedule.parse(cron, timezone)
     start = datetime.now(UTC) if after is None else _require_aware(after, "after")
     return [t.astimezone(schedule.zone) for t in islice(schedule.iter_after(start), count)]
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_cached(expression: str, timezone: str, field: str) -> CronSchedule:
+    return CronSchedule._parse(expression, timezone, field)

@@ -18,7 +18,7 @@ from functools import partial
 from typing import Any
 
 from . import scheduling, validation
-from .backends.base import Backend, Completion, open_backend
+from .backends.base import Backend, Completion, SweepResult, open_backend
 from .clock import DbClock
 from .completion import CompletionWriter
 from .cron import CronSchedule
@@ -95,6 +95,7 @@ class SchedulingEngine:
         self._listener_stop = threading.Event()
         self._schedule_dirty = True
         self._schedule_checked = 0.0
+        self._last_sweep = 0.0
         self._housekeeping = Housekeeping(self.backend, self._clock)
         self.stats = {"dispatched": 0, "timeouts": 0, "leases_lost": 0, "fenced_completions": 0}
         self._listeners: list[Any] = []
@@ -197,7 +198,7 @@ class SchedulingEngine:
                             swept.locks_freed, swept.swept, extra={"action": "stale_locks_cleared"})
             self._schedule_unscheduled()
             self._housekeeping.probe_permissions()
-            self._housekeeping.warn_high_frequency(self.backend.list_jobs(JobStatus.ACTIVE.value))
+            self._housekeeping.warn_high_frequency_at_start()
             self._accepting = True
             self._polling = True
             self._keeper.start()
@@ -274,14 +275,17 @@ class SchedulingEngine:
 
     def dispatch_due_jobs(self) -> DispatchResult:
         """One poll, by hand: sweep, claim up to the free slots, hand runs to the pool."""
-        return self._observed_dispatch()[0]
+        return self._observed_dispatch(sweep=True)[0]
 
     def _poll(self) -> float:
-        return self._observed_dispatch()[1]
+        # The background poller sweeps at most once a second (or per quarter lease):
+        # a busy engine polls many times a second and a sweep per poll is wasted work.
+        due = time.monotonic() - self._last_sweep >= min(1.0, self.lease_timeout / 4)
+        return self._observed_dispatch(sweep=due)[1]
 
-    def _observed_dispatch(self) -> tuple[DispatchResult, float]:
+    def _observed_dispatch(self, sweep: bool) -> tuple[DispatchResult, float]:
         try:
-            result, delay = self._dispatch()
+            result, delay = self._dispatch(sweep)
         except BaseException:
             self._emit("on_poll_failed")
             raise
@@ -293,11 +297,14 @@ class SchedulingEngine:
         self._schedule_checked = time.monotonic()
         self._housekeeping.schedule_unscheduled()
 
-    def _dispatch(self) -> tuple[DispatchResult, float]:
+    def _dispatch(self, sweep: bool) -> tuple[DispatchResult, float]:
         if not self._accepting:
             return DispatchResult(), self.max_poll_interval
         with self._dispatch_lock:
-            swept = self.backend.sweep_expired_leases()
+            swept = SweepResult()
+            if sweep:
+                swept = self.backend.sweep_expired_leases()
+                self._last_sweep = time.monotonic()
             if swept.swept and self._registry.busy():
                 self._keeper.renew()   # learn at once which of our own runs were abandoned
             if self._schedule_dirty or time.monotonic() - self._schedule_checked > SCHEDULE_REFRESH_SECONDS:

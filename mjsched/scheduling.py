@@ -156,10 +156,15 @@ def next_run_after(job: Job, scheduled_for: datetime | None, now: datetime, catc
 
 
 def is_high_frequency(job: Job, now: datetime) -> timedelta | None:
-    """The job's shortest gap between fires when it is under five minutes, else None.
+    """The job's shortest gap between fires when it is under five minutes, else None."""
+    return schedule_gap(job.cron_expression, job.timezone, now)
+
+
+def schedule_gap(cron: str, timezone: str, now: datetime) -> timedelta | None:
+    """The shortest gap between fires of ``cron`` when under five minutes, else None.
 
     Measured over the next six fire times after ``now`` (as the reference); exactly
     five minutes is not high-frequency.
     """
-    gap = schedule_of(job).min_interval(after=_aware("now", now))
+    gap = CronSchedule.parse(cron, timezone).min_interval(after=_aware("now", now))
     return gap if gap < HIGH_FREQUENCY_THRESHOLD else None

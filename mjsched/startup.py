@@ -18,7 +18,7 @@ class Housekeeping:
     def __init__(self, backend: Backend, clock: DbClock) -> None:
         self._backend = backend
         self._clock = clock
-        self._high_frequency_warned: set[str] = set()
+        self._verdicts: dict[tuple[str, str, str], bool] = {}   # (cron, zone, driver) -> warned
 
     def check_installed(self) -> None:
         have = set(self._backend.installed_versions())
@@ -57,18 +57,37 @@ class Housekeeping:
                       extra={"action": "probe_missing_execute"})
 
     def warn_high_frequency(self, jobs: list[Job]) -> None:
-        """Once per job per process, unless its driver is high-frequency by design."""
+        """Warn about jobs firing more often than every five minutes (once per schedule
+        per process), unless their driver is high-frequency by design. Cheap enough for
+        the claim path: verdicts are cached per (cron, zone, driver)."""
         for job in jobs:
-            if job.id in self._high_frequency_warned:
-                continue
-            try:
-                if getattr(get_driver(job.driver), "high_frequency_by_design", False):
-                    continue
-                gap = scheduling.is_high_frequency(job, self._clock.now())
-            except SchedulerError:
-                continue
-            self._high_frequency_warned.add(job.id)
-            if gap is not None:
-                log.warning("job %r (cron %r, %s) fires every %s, more often than every 5 minutes; each run is a "
-                            "database round trip and a history row. This is a recommendation, not a block.",
-                            job.name, job.cron_expression, job.timezone, gap, extra={"action": "high_frequency"})
+            self._check_schedule(job.cron_expression, job.timezone, job.driver, job.name, 1)
+
+    def warn_high_frequency_at_start(self) -> None:
+        """The start-up check, over distinct schedules: no job is loaded into memory."""
+        try:
+            schedules = self._backend.active_schedules()
+        except SchedulerError as exc:
+            log.warning("high-frequency check skipped: %s", exc)
+            return
+        for row in schedules:
+            self._check_schedule(row["cron_expression"], row["timezone"], row["driver"], row["example"],
+                                 int(row["jobs"]))
+
+    def _check_schedule(self, cron: str, zone: str, driver: str, example: str, jobs: int) -> None:
+        key = (cron, zone, driver)
+        if key in self._verdicts:
+            return
+        try:
+            by_design = getattr(get_driver(driver), "high_frequency_by_design", False)
+            gap = None if by_design else scheduling.schedule_gap(cron, zone, self._clock.now())
+        except SchedulerError:
+            gap = None
+        if len(self._verdicts) > 10_000:
+            self._verdicts.clear()
+        self._verdicts[key] = gap is not None
+        if gap is not None:
+            others = f" (and {jobs - 1} other job(s) with this schedule)" if jobs > 1 else ""
+            log.warning("job %r%s (cron %r, %s) fires every %s, more often than every 5 minutes; each run is a "
+                        "database round trip and a history row. This is a recommendation, not a block.",
+                        example, others, cron, zone, gap, extra={"action": "high_frequency"})

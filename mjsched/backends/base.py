@@ -160,6 +160,11 @@ class Backend(abc.ABC):
         """Active jobs with no next_run_at (new, or edited by someone else)."""
 
     @abc.abstractmethod
+    def active_schedules(self) -> list[dict[str, Any]]:
+        """Distinct (cron_expression, timezone, driver) of Active jobs, with ``example``
+        (a job name) and ``jobs`` (how many share it): start-up checks without loading jobs."""
+
+    @abc.abstractmethod
     def list_runs(self, job_id: str | None = None, status: str | None = None,
                   limit: int = 100) -> list[JobRun]: ...
 

@@ -369,6 +369,14 @@ class MssqlBackend(Backend):
                           " WHERE j.status = N'Active' AND j.next_run_at IS NULL) AS u;", (int(limit),))
         return [Job.from_row(r) for r in rows]
 
+    def active_schedules(self) -> list[dict[str, Any]]:
+        return self._rows("active_schedules", """
+            SELECT j.cron_expression, j.timezone, t.driver_class AS driver, MIN(j.name) AS example,
+                   COUNT(*) AS jobs
+              FROM mjsched.scheduled_job AS j JOIN mjsched.scheduled_job_type AS t ON t.id = j.job_type_id
+             WHERE j.status = N'Active'
+             GROUP BY j.cron_expression, j.timezone, t.driver_class;""")
+
     def list_runs(self, job_id: str | None = None, status: str | None = None, limit: int = 100) -> list[JobRun]:
         rows = self._rows("list_runs", """
             SET NOCOUNT ON;

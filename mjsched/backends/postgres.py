@@ -331,6 +331,14 @@ class PostgresBackend(Backend):
                           " WHERE j.status = 'Active' AND j.next_run_at IS NULL LIMIT %s", (limit,))
         return [Job.from_row(r) for r in rows]
 
+    def active_schedules(self) -> list[dict[str, Any]]:
+        return self._rows("active_schedules", """
+            SELECT j.cron_expression, j.timezone, t.driver_class AS driver, min(j.name) AS example,
+                   count(*) AS jobs
+              FROM mjsched.scheduled_job j JOIN mjsched.scheduled_job_type t ON t.id = j.job_type_id
+             WHERE j.status = 'Active'
+             GROUP BY j.cron_expression, j.timezone, t.driver_class""")
+
     def list_runs(self, job_id: str | None = None, status: str | None = None, limit: int = 100) -> list[JobRun]:
         rows = self._rows("list_runs", """
             SELECT * FROM mjsched.scheduled_job_run

@@ -382,10 +382,12 @@ BEGIN
         -- only when the batch was full), and due jobs held by other engines' live leases.
         IF @v_left <= 0
         BEGIN
-            SELECT @v_due_left = COUNT(*) FROM mjsched.scheduled_job AS j WITH (READCOMMITTEDLOCK, READPAST)
-             WHERE j.status = N'Active' AND j.next_run_at <= @v_now
-               AND (j.start_at IS NULL OR j.start_at <= @v_now) AND (j.end_at IS NULL OR j.end_at > @v_now)
-               AND (j.lock_token IS NULL OR j.expected_completion_at < @v_now);
+            -- capped at 1000: the count is for a log line and must not cost O(backlog)
+            SELECT @v_due_left = COUNT(*) FROM (
+                SELECT TOP (1000) j.id FROM mjsched.scheduled_job AS j WITH (READCOMMITTEDLOCK, READPAST)
+                 WHERE j.status = N'Active' AND j.next_run_at <= @v_now
+                   AND (j.start_at IS NULL OR j.start_at <= @v_now) AND (j.end_at IS NULL OR j.end_at > @v_now)
+                   AND (j.lock_token IS NULL OR j.expected_completion_at < @v_now)) AS d;
         END;
         SELECT @v_locked_out = COUNT(*) FROM mjsched.scheduled_job AS j WITH (READCOMMITTEDLOCK, READPAST)
          WHERE j.status = N'Active' AND j.next_run_at <= @v_now

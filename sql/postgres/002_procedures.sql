@@ -256,11 +256,14 @@ BEGIN
 
     -- Counters for DispatchResult: due jobs left unclaimed for want of slots (counted
     -- only when the batch was full), and due jobs held by other engines' live leases.
+    -- (capped at 1000: the count is for a log line, and must not cost O(backlog)).
     IF v_left <= 0 THEN
-        SELECT count(*) INTO v_due_left FROM mjsched.scheduled_job j
-         WHERE j.status = 'Active' AND j.next_run_at <= v_now
-           AND (j.start_at IS NULL OR j.start_at <= v_now) AND (j.end_at IS NULL OR j.end_at > v_now)
-           AND (j.lock_token IS NULL OR j.expected_completion_at < v_now);
+        SELECT count(*) INTO v_due_left FROM (
+            SELECT 1 FROM mjsched.scheduled_job j
+             WHERE j.status = 'Active' AND j.next_run_at <= v_now
+               AND (j.start_at IS NULL OR j.start_at <= v_now) AND (j.end_at IS NULL OR j.end_at > v_now)
+               AND (j.lock_token IS NULL OR j.expected_completion_at < v_now)
+             LIMIT 1000) d;
     END IF;
     SELECT count(*) INTO v_locked_out FROM mjsched.scheduled_job j
      WHERE j.status = 'Active' AND j.next_run_at <= v_now
