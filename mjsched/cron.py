@@ -322,8 +322,17 @@ class CronSchedule:
                     yield instant
 
     def next_after(self, after: datetime) -> datetime:
-        """The first fire instant strictly after ``after``, in UTC."""
+        """The first fire instant strictly after ``after``, in UTC.
+
+        Remembers its last answer: when r = next_after(b), every ``after`` in [b, r)
+        has the same answer r. Many jobs share a schedule and ask about nearly the
+        same instant, so most calls skip croniter entirely."""
+        _require_aware(after, "after")
+        memo = self.__dict__.get("_memo")
+        if memo is not None and memo[0] <= after < memo[1]:
+            return memo[1]  # type: ignore[no-any-return]
         for instant in self.iter_after(after):
+            self.__dict__["_memo"] = (after, instant)   # one tuple store: atomic across threads
             return instant
         raise InvalidCronExpression(self.expression, f"no fire time after {after.isoformat()}")
 
@@ -343,6 +352,8 @@ class CronSchedule:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
             raise ConfigurationError("limit", limit, "must be an int >= 0")
         ticks: list[datetime] = []
+        if limit == 0 or self.next_after(start_exclusive) > end:
+            return ticks     # the common case (nothing missed), answered from the memo
         for instant in self.iter_after(start_exclusive):
             if instant > end or len(ticks) >= limit:
                 break

@@ -389,10 +389,11 @@ BEGIN
                    AND (j.start_at IS NULL OR j.start_at <= @v_now) AND (j.end_at IS NULL OR j.end_at > @v_now)
                    AND (j.lock_token IS NULL OR j.expected_completion_at < @v_now)) AS d;
         END;
-        SELECT @v_locked_out = COUNT(*) FROM mjsched.scheduled_job AS j WITH (READCOMMITTEDLOCK, READPAST)
-         WHERE j.status = N'Active' AND j.next_run_at <= @v_now
-           AND j.lock_token IS NOT NULL AND j.expected_completion_at >= @v_now
-           AND EXISTS (SELECT j.locked_by_instance EXCEPT SELECT @p_instance);
+        SELECT @v_locked_out = COUNT(*) FROM (
+            SELECT TOP (1000) j.id FROM mjsched.scheduled_job AS j WITH (READCOMMITTEDLOCK, READPAST)
+             WHERE j.status = N'Active' AND j.next_run_at <= @v_now
+               AND j.lock_token IS NOT NULL AND j.expected_completion_at >= @v_now
+               AND EXISTS (SELECT j.locked_by_instance EXCEPT SELECT @p_instance)) AS d;
         COMMIT TRANSACTION;
     END TRY
     BEGIN CATCH

@@ -256,7 +256,7 @@ BEGIN
 
     -- Counters for DispatchResult: due jobs left unclaimed for want of slots (counted
     -- only when the batch was full), and due jobs held by other engines' live leases.
-    -- (capped at 1000: the count is for a log line, and must not cost O(backlog)).
+    -- Both counts are capped at 1000: they feed a log line and must not cost O(backlog).
     IF v_left <= 0 THEN
         SELECT count(*) INTO v_due_left FROM (
             SELECT 1 FROM mjsched.scheduled_job j
@@ -265,10 +265,12 @@ BEGIN
                AND (j.lock_token IS NULL OR j.expected_completion_at < v_now)
              LIMIT 1000) d;
     END IF;
-    SELECT count(*) INTO v_locked_out FROM mjsched.scheduled_job j
-     WHERE j.status = 'Active' AND j.next_run_at <= v_now
-       AND j.lock_token IS NOT NULL AND j.expected_completion_at >= v_now
-       AND j.locked_by_instance IS DISTINCT FROM p_instance;
+    SELECT count(*) INTO v_locked_out FROM (
+        SELECT 1 FROM mjsched.scheduled_job j
+         WHERE j.status = 'Active' AND j.next_run_at <= v_now
+           AND j.lock_token IS NOT NULL AND j.expected_completion_at >= v_now
+           AND j.locked_by_instance IS DISTINCT FROM p_instance
+         LIMIT 1000) d;
 
     RETURN QUERY SELECT NULL::uuid, NULL::uuid, NULL::uuid, NULL::timestamptz, false, v_now, v_next,
                         v_due_left, v_locked_out;

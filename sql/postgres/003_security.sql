@@ -1,0 +1,40 @@
+-- mjsched security, version 3: every procedure runs with a fixed search_path, and the
+-- ones the engine calls run as their owner (SECURITY DEFINER), so an engine role needs
+-- EXECUTE on them and no write privilege on any table (see grants.sql).
+--
+-- * search_path = mjsched, pg_temp on every function: no caller can shadow a table,
+--   an operator or a function through its own search_path (pg_catalog is searched
+--   first implicitly; pg_temp last, as the PostgreSQL manual recommends).
+-- * SECURITY DEFINER on every function except trigger functions (they run as the
+--   writer) and probe_permissions (it must answer for the caller's role, not the owner's).
+-- * EXECUTE is revoked from PUBLIC on every function, now and for functions this role
+--   creates in the schema later; grants.sql grants it back to the engine role only.
+--
+-- Caveat: CREATE OR REPLACE FUNCTION resets SECURITY DEFINER and SET, so whenever an
+-- earlier script is re-applied (its checksum changed), this one must run again after it
+-- (see docs/readme-reliability.md, "Least privilege", and test_least_privilege.py).
+-- Safe to re-run.
+
+DO $$
+DECLARE
+    f record;
+BEGIN
+    FOR f IN
+        SELECT p.oid::regprocedure AS signature, p.proname,
+               p.prorettype = 'trigger'::regtype AS is_trigger
+          FROM pg_proc p
+          JOIN pg_namespace n ON n.oid = p.pronamespace
+         WHERE n.nspname = 'mjsched' AND p.prokind = 'f'
+    LOOP
+        IF f.is_trigger OR f.proname = 'probe_permissions' THEN
+            EXECUTE format('ALTER FUNCTION %s SECURITY INVOKER SET search_path = mjsched, pg_temp', f.signature);
+        ELSE
+            EXECUTE format('ALTER FUNCTION %s SECURITY DEFINER SET search_path = mjsched, pg_temp', f.signature);
+        END IF;
+        EXECUTE format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', f.signature);
+    END LOOP;
+END;
+$$;
+
+ALTER DEFAULT PRIVILEGES IN SCHEMA mjsched REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC;
+REVOKE ALL ON SCHEMA mjsched FROM PUBLIC;
