@@ -1,0 +1,431 @@
+"""Process isolation: run one driver in a child process that can always be stopped.
+
+``run_in_process(driver_cls, context)`` is what ``run_driver`` calls for jobs
+whose isolation is ``"process"``. The child is a fresh interpreter (spawn
+semantics: nothing is forked from the threaded engine) started in its own
+session and process group. It receives the frozen ``Job`` and ``JobRun`` and
+the driver class by import path (``"pkg.module:Class"``), runs the driver, and
+sends back the result over a socket pair; an exception comes back as a failed
+result with its type, message and traceback tail, exactly as in thread mode.
+
+Cancellation. When ``context.cancel_event`` is set (``max_runtime``, shutdown,
+lease loss) the parent tells the child (its own ``cancel_event`` is set, by a
+message and by ``SIGTERM``), signals the child's whole process tree with
+``SIGTERM``, waits ``grace`` seconds, then ``SIGKILL``\\ s the tree and reaps the
+child. No orphan survives: descendants are found through ``/proc`` before the
+kill (so even a grandchild in its own session, like the shell driver's, is
+reached), and the child kills what is left of its own tree before it reports.
+If the engine itself dies (``kill -9``), the child sees its socket close and
+tears its tree down after the same grace.
+
+Heartbeats: the engine's lease keeper renews the run's lease from the parent,
+so the child needs none; ``context.heartbeat()`` in the child still works (it
+asks the parent). Log records of the child are forwarded to the parent's
+loggers of the same name.
+
+Not ``multiprocessing.Process``: its spawn and forkserver start methods
+re-import the application's ``__main__`` in the child, which re-runs an
+unguarded script (and its ``start_polling()``). The child here is started with
+``subprocess`` and talks through ``multiprocessing.connection`` framing.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import logging
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from multiprocessing import spawn as _mp_spawn
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+from .drivers.base import BaseScheduledJob, ExecutionContext, JobResult
+from .errors import ConfigurationError
+
+log = logging.getLogger(__name__)
+
+GRACE = 3.0              # seconds between SIGTERM and SIGKILL (above the shell driver's own 2 s)
+POLL_INTERVAL = 0.05     # how often the parent looks at cancel_event while waiting
+EXIT_WAIT = 5.0          # how long a child that reported may take to exit before it is killed
+HEARTBEAT_REPLY_TIMEOUT = 30.0
+TRACEBACK_TAIL = 2000
+
+_PKG_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_BOOTSTRAP = ("import sys; sys.path.insert(0, sys.argv[2]); "
+              "from mjsched.isolation import _child_main; _child_main(int(sys.argv[1]))")
+_STANDARD_RECORD_KEYS = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+
+_live_lock = threading.Lock()
+_live: dict[int, str] = {}
+
+
+def live_children() -> dict[int, str]:
+    """Child pid -> run id of every isolated run this process is supervising now."""
+    with _live_lock:
+        return dict(_live)
+
+
+def driver_path(driver_cls: type) -> str:
+    """``"pkg.module:Qualified.Name"`` of a driver class, checked importable."""
+    path = f"{driver_cls.__module__}:{driver_cls.__qualname__}"
+    if "<locals>" in driver_cls.__qualname__:
+        raise ConfigurationError("isolation", path, "a driver run in process isolation must be a module-level "
+                                 "class (the child imports it by path)")
+    return path
+
+
+def load_driver(path: str) -> type[BaseScheduledJob]:
+    module_name, _, qualname = path.partition(":")
+    target: Any = importlib.import_module(module_name)
+    for part in qualname.split("."):
+        target = getattr(target, part)
+    if not (isinstance(target, type) and issubclass(target, BaseScheduledJob)):
+        raise ConfigurationError("isolation", path, "does not name a BaseScheduledJob subclass")
+    return target
+
+
+def run_in_process(driver_cls: type[BaseScheduledJob], context: ExecutionContext, *,
+                   grace: float = GRACE) -> JobResult:
+    """Run ``driver_cls().execute(context)`` in a child process; see the module docstring."""
+    path = driver_path(driver_cls)
+    parent_sock, child_sock = socket.socketpair()
+    try:
+        # -X, -W, -O ... of this interpreter, passed on as multiprocessing does
+        flags = subprocess._args_from_interpreter_flags()  # type: ignore[attr-defined]
+        proc = subprocess.Popen([_mp_spawn.get_executable(), *flags, "-c", _BOOTSTRAP, str(child_sock.fileno()),
+                                 _PKG_ROOT],
+                                pass_fds=(child_sock.fileno(),), stdin=subprocess.DEVNULL, start_new_session=True)
+    except BaseException:
+        parent_sock.close()
+        raise
+    finally:
+        child_sock.close()
+    conn = Connection(parent_sock.detach())
+    with _live_lock:
+        _live[proc.pid] = context.run.id
+    supervisor = _Supervisor(proc, conn, context, grace)
+    log.debug("run %s of job %r: driver %s in child process %d", context.run.id, context.job.name, path, proc.pid,
+              extra={"action": "isolated_start", "child_pid": proc.pid})
+    try:
+        try:
+            conn.send(list(sys.path))
+            conn.send({"driver": path, "job": context.job, "run": context.run, "grace": grace,
+                       "log_level": context.logger.getEffectiveLevel()})
+        except OSError:
+            pass  # the child died at once; its exit status tells why
+        return supervisor.supervise()
+    finally:
+        supervisor.reap()
+        conn.close()
+        with _live_lock:
+            _live.pop(proc.pid, None)
+
+
+class _Supervisor:
+    """The parent's side of one child: relays messages, cancels, kills, reaps."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], conn: Connection, context: ExecutionContext,
+                 grace: float) -> None:
+        self.proc = proc
+        self.conn = conn
+        self.context = context
+        self.grace = grace
+        self.cancelled_at: float | None = None
+        self.killed = False
+        self.known: dict[int, int] = {}   # descendants seen: pid -> start time (guards against pid reuse)
+
+    def supervise(self) -> JobResult:
+        outcome: tuple[str, dict[str, Any]] | None = None
+        connected = True
+        reported_at: float | None = None
+        while True:
+            self._enforce_cancel()
+            if connected:
+                try:
+                    exited = False
+                    if not wait([self.conn], POLL_INTERVAL):
+                        # gone, though something it forked may hold the line open: read what is left
+                        exited = _exited(self.proc)
+                    while self.conn.poll(0):
+                        message = self.conn.recv()
+                        if message[0] in ("result", "error"):
+                            outcome, reported_at = message, time.monotonic()
+                        else:
+                            self._handle(message)
+                    connected = not exited
+                except (EOFError, OSError):
+                    connected = False
+                continue
+            if _exited(self.proc):
+                break
+            if reported_at is not None and time.monotonic() - reported_at > EXIT_WAIT and not self.killed:
+                self._kill_tree()
+            time.sleep(POLL_INTERVAL)
+        return self._result(outcome)
+
+    def _handle(self, message: tuple[Any, ...]) -> None:
+        kind = message[0]
+        if kind == "log":
+            record = logging.makeLogRecord(message[1])
+            logger = logging.getLogger(record.name)
+            if logger.isEnabledFor(record.levelno):
+                logger.handle(record)
+        elif kind == "heartbeat":
+            try:
+                ok = bool(self.context.heartbeat()) and not self.context.cancel_event.is_set()
+            except Exception:  # noqa: BLE001 - a failed renewal is a "no", never a crash
+                ok = False
+            try:
+                self.conn.send(("heartbeat", ok))
+            except OSError:
+                pass
+
+    def _enforce_cancel(self) -> None:
+        if self.cancelled_at is None and self.context.cancel_event.is_set():
+            self.cancelled_at = time.monotonic()
+            log.warning("run %s of job %r cancelled: terminating child process %d (SIGKILL in %gs)",
+                        self.context.run.id, self.context.job.name, self.proc.pid, self.grace,
+                        extra={"action": "isolated_terminate", "child_pid": self.proc.pid})
+            try:
+                self.conn.send(("cancel",))
+            except OSError:
+                pass
+            self._signal_tree(signal.SIGTERM)
+        elif (self.cancelled_at is not None and not self.killed
+              and time.monotonic() - self.cancelled_at >= self.grace):
+            log.warning("child process %d of run %s ignored SIGTERM for %gs: killing its process tree",
+                        self.proc.pid, self.context.run.id, self.grace,
+                        extra={"action": "isolated_kill", "child_pid": self.proc.pid})
+            self._kill_tree()
+
+    def _signal_tree(self, sig: int) -> None:
+        self.known.update(_descendants(self.proc.pid))
+        _signal_group(self.proc.pid, sig)
+        for pid, started in list(self.known.items()):
+            _signal_pid(pid, started, sig)
+
+    def _kill_tree(self) -> None:
+        self.killed = True
+        self._signal_tree(signal.SIGKILL)
+
+    def reap(self) -> None:
+        """Make sure the child and its tree are gone, and reap the child (no zombie)."""
+        if self.proc.returncode is None:
+            if not _exited(self.proc):   # supervise() was interrupted: abandon the child for sure
+                self._kill_tree()
+            _signal_group(self.proc.pid, signal.SIGKILL)  # leftovers of the group; the pid is not reused yet
+            self.proc.wait()
+        for pid, started in list(self.known.items()):
+            _signal_pid(pid, started, signal.SIGKILL)
+
+    def _result(self, outcome: tuple[str, dict[str, Any]] | None) -> JobResult:
+        pid = self.proc.pid
+        code = _exit_code(self.proc)
+        if outcome is not None and outcome[0] == "result":
+            return JobResult(**outcome[1])
+        if outcome is not None:
+            error = outcome[1]
+            return JobResult(success=False, error_message=f"{error['type']}: {error['message']}",
+                             details={"exception_type": error["type"], "traceback_tail": error["traceback"]})
+        details: dict[str, Any] = {"child_pid": pid, "exit_code": code}
+        if self.cancelled_at is not None:
+            details["cancelled"] = True
+            details["killed"] = self.killed
+            how = "killed after ignoring SIGTERM" if self.killed else "terminated"
+            return JobResult(success=False, error_message=f"cancelled; child process {pid} {how}", details=details)
+        if code is not None and code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            return JobResult(success=False, error_message=f"child process {pid} was killed by {name} before it "
+                             "reported a result", details=details)
+        return JobResult(success=False, error_message=f"child process {pid} exited with code {code} before it "
+                         "reported a result", details=details)
+
+
+# -- process plumbing (Linux /proc; elsewhere only the process group is signalled) -----------
+def _exited(proc: subprocess.Popen[bytes]) -> bool:
+    """Has the child exited? Where possible without reaping it, so that its pid (and its
+    process group id) cannot be reused while the group is still being cleaned up."""
+    if not hasattr(os, "waitid"):   # e.g. macOS: reap at once
+        return proc.poll() is not None
+    try:
+        return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
+def _exit_code(proc: subprocess.Popen[bytes]) -> int | None:
+    if not hasattr(os, "waitid"):
+        return proc.poll()
+    try:
+        info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return proc.returncode
+    if info is None:
+        return None
+    return -info.si_status if info.si_code in (os.CLD_KILLED, os.CLD_DUMPED) else info.si_status
+
+
+def _process_table() -> dict[int, tuple[int, int]]:
+    """pid -> (parent pid, start time in clock ticks), from /proc."""
+    table: dict[int, tuple[int, int]] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return table
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        table[int(name)] = (int(fields[1]), int(fields[19]))
+    return table
+
+
+def _descendants(root: int) -> dict[int, int]:
+    table = _process_table()
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found: dict[int, int] = {}
+    todo = list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found[pid] = table[pid][1]
+            todo.extend(children.get(pid, []))
+    return found
+
+
+def _start_time(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return int(fh.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _signal_pid(pid: int, started: int, sig: int) -> None:
+    if _start_time(pid) == started:  # still the process we saw, not a reused pid
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+# -- the child ------------------------------------------------------------------------------
+class _PipeLogHandler(logging.Handler):
+    def __init__(self, send: Any) -> None:
+        super().__init__()
+        self._send = send
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            data = {k: v for k, v in vars(record).items() if k in _STANDARD_RECORD_KEYS}
+            data["msg"], data["args"] = record.getMessage(), None
+            if record.exc_info:
+                data["exc_text"] = self.formatter.formatException(record.exc_info) if self.formatter \
+                    else "".join(traceback.format_exception(*record.exc_info))
+            data["exc_info"] = None
+            for key, value in vars(record).items():
+                if key not in _STANDARD_RECORD_KEYS:
+                    data[key] = value if isinstance(value, (str, int, float, bool, type(None))) else repr(value)
+            data["child_pid"] = os.getpid()
+            self._send(("log", data))
+        except Exception:  # noqa: BLE001 - logging must never break the job
+            pass
+
+
+def _kill_own_tree(sig: int) -> None:
+    for pid, started in _descendants(os.getpid()).items():
+        _signal_pid(pid, started, sig)
+
+
+def _child_main(fd: int) -> None:
+    """Entry point of the child interpreter (see ``_BOOTSTRAP``)."""
+    os.set_inheritable(fd, False)   # grandchildren must not keep the parent's line open
+    conn = Connection(fd)
+    sys.path[:] = conn.recv()
+    payload = conn.recv()
+    grace = float(payload["grace"])
+    cancel = threading.Event()
+    send_lock = threading.Lock()
+    replies: queue.Queue[bool] = queue.Queue()
+
+    def send(message: Any) -> None:
+        with send_lock:
+            conn.send(message)
+
+    def parent_gone() -> None:
+        cancel.set()
+        time.sleep(grace)
+        _kill_own_tree(signal.SIGKILL)
+        os._exit(137)
+
+    def reader() -> None:
+        try:
+            while True:
+                message = conn.recv()
+                if message[0] == "cancel":
+                    cancel.set()
+                elif message[0] == "heartbeat":
+                    replies.put(bool(message[1]))
+        except (EOFError, OSError):
+            parent_gone()
+
+    signal.signal(signal.SIGTERM, lambda *_: cancel.set())
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=reader, name="mjsched-isolation-reader", daemon=True).start()
+    root = logging.getLogger()
+    root.handlers[:] = [_PipeLogHandler(send)]
+    root.setLevel(payload["log_level"])
+
+    def heartbeat() -> bool:
+        try:
+            send(("heartbeat",))
+            return replies.get(timeout=HEARTBEAT_REPLY_TIMEOUT)
+        except (OSError, queue.Empty):
+            return False
+
+    job, run = payload["job"], payload["run"]
+    context = ExecutionContext(job=job, run=run, cancel_event=cancel, heartbeat=heartbeat,
+                               logger=logging.getLogger(f"mjsched.job.{job.driver}"))
+    try:
+        from .execution import normalise
+
+        result = normalise(load_driver(payload["driver"])().execute(context))
+        message: tuple[str, dict[str, Any]] = ("result", dataclasses.asdict(result))
+    except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent as a failure
+        tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-TRACEBACK_TAIL:]
+        message = ("error", {"type": type(exc).__name__, "message": str(exc), "traceback": tail})
+    _kill_own_tree(signal.SIGKILL)   # nothing the driver started outlives the run
+    try:
+        send(message)
+        conn.close()
+    except OSError:
+        pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001
+            pass
+    os._exit(0)   # do not wait for non-daemon threads the driver left behind

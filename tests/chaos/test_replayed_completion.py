@@ -1,0 +1,77 @@
+"""A completion whose reply is lost is retried; the retry must be acknowledged.
+
+Found by chaos (5): when ``complete_job_runs`` commits but its reply is lost, the
+gateway retries it, the run is no longer Running, and the procedure answers
+``completed = 0``. The database is right (one Completed run, counted once), but the
+engine takes the 0 for "fenced out": it counts a fenced completion, logs that the
+lease was taken over, and sends no notification for a run that succeeded.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import mjsched
+from mjsched.backends.base import Completion
+from tests.chaos.faults import FaultPlan
+
+pytestmark = [pytest.mark.chaos, pytest.mark.postgres, pytest.mark.timeout(60)]
+
+FIX = ("mjsched.complete_job_runs (sql/postgres/002_procedures.sql) answers 0 to an exact replay of a completion "
+       "that already landed. Fix: in its final SELECT return 1 also when the run already holds the item's token "
+       "and final status: `CASE WHEN f.id IS NOT NULL OR EXISTS (SELECT 1 FROM mjsched.scheduled_job_run r WHERE "
+       "r.id = i.run_id AND r.lock_token = i.token AND r.status = i.status) THEN 1 ELSE 0 END` (the statement's "
+       "snapshot predates its own updates, so only earlier completions match); the T-SQL twin likewise.")
+
+
+class Recorder(mjsched.Notifier):
+    def __init__(self) -> None:
+        self.sent: list[Any] = []
+
+    def notify(self, job: Any, run: Any, notification: Any) -> None:
+        self.sent.append((job.name, run.status, notification.subject))
+
+
+def test_first_completion_lands_once(make_engine: Any, sql: Any) -> None:
+    """What already holds: the replay changes nothing (no double count)."""
+    engine = make_engine()
+    job_id = engine.create_job(name="once", driver="python", cron="0 0 1 1 *", configuration={"callable": "os:getpid"})
+    token = "6f1f4a7e-0000-4000-8000-000000000001"
+    assert engine.backend.acquire_job_lock(job_id, token, "t", 30)
+    run_id = engine.backend.begin_job_run(job_id, token, "t")
+    item = Completion(run_id, token, "Completed", None, {"n": 1}, None)
+    assert engine.backend.complete_job_runs([item]) == {run_id: True}
+    engine.backend.complete_job_runs([item])
+    job = engine.get_job(job_id)
+    assert (job.run_count, job.success_count, job.lock_token) == (1, 1, None)
+    assert sql.one("SELECT status FROM mjsched.scheduled_job_run WHERE id = %s", (run_id,)) == "Completed"
+
+
+@pytest.mark.xfail(strict=True, reason=FIX)
+def test_replayed_completion_is_acknowledged(make_engine: Any) -> None:
+    engine = make_engine()
+    job_id = engine.create_job(name="replay", driver="python", cron="0 0 1 1 *",
+                               configuration={"callable": "os:getpid"})
+    token = "6f1f4a7e-0000-4000-8000-000000000002"
+    assert engine.backend.acquire_job_lock(job_id, token, "t", 30)
+    run_id = engine.backend.begin_job_run(job_id, token, "t")
+    item = Completion(run_id, token, "Completed", None, None, None)
+    assert engine.backend.complete_job_runs([item]) == {run_id: True}
+    assert engine.backend.complete_job_runs([item]) == {run_id: True}
+
+
+@pytest.mark.xfail(strict=True, reason=FIX + " Symptom: the engine counts a fenced completion and drops the "
+                   "success notification of a run that completed.")
+def test_lost_reply_of_a_completion_keeps_its_notification(make_engine: Any, sql: Any) -> None:
+    plan = FaultPlan(force_after={"complete_job_runs": 1})
+    recorder = Recorder()
+    engine = make_engine(connection_factory=plan.connection_factory(), notifier=recorder)
+    job_id = engine.create_job(name="notify-me", driver="python", cron="0 0 1 1 *", notify_on_success=True,
+                               configuration={"callable": "os:getpid"})
+    run = engine.execute_job(job_id)
+    assert plan.snapshot().get("after:complete_job_runs") == 1    # the fault did happen
+    assert run.status is mjsched.RunStatus.COMPLETED               # and the database is right
+    assert sql.one("SELECT success_count FROM mjsched.scheduled_job WHERE id = %s", (job_id,)) == 1
+    assert engine.stats["fenced_completions"] == 0
+    assert recorder.sent == [("notify-me", mjsched.RunStatus.COMPLETED, "[mjsched] notify-me succeeded")]

@@ -1,0 +1,364 @@
+"""Least privilege: the engine runs under an EXECUTE-only role, and passwords never leak.
+
+sql/postgres/003_security.sql makes every procedure SECURITY DEFINER with a fixed
+search_path and revokes EXECUTE from PUBLIC; sql/postgres/grants.sql creates the
+``mjsched_engine`` group role (USAGE, SELECT on what the engine reads, EXECUTE on the
+procedures, no INSERT/UPDATE/DELETE). Each test logs in as a fresh member of it.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import threading
+import traceback
+import uuid
+from typing import Any, Iterator
+
+import psycopg2
+import psycopg2.errors
+import pytest
+
+import mjsched
+from mjsched import sqlfiles
+from tests.chaos import cluster
+from tests.support.pg import wait_for
+
+pytestmark = [pytest.mark.postgres, pytest.mark.timeout(120)]
+
+GROUP = "mjsched_engine"
+DEFINER_EXCEPTIONS = {"probe_permissions"}   # must answer for the caller, so it stays SECURITY INVOKER
+
+
+def apply_grants(dsn: str) -> None:
+    conn = psycopg2.connect(dsn)
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sqlfiles.script("postgres", "grants.sql"))
+    finally:
+        conn.close()
+
+
+def as_user(dsn: str, user: str, password: str | None = None) -> str:
+    parsed = psycopg2.extensions.parse_dsn(dsn)
+    auth = user if password is None else f"{user}:{password}"
+    return f"postgresql://{auth}@{parsed.get('host', '127.0.0.1')}:{parsed.get('port', '5432')}/{parsed['dbname']}"
+
+
+@pytest.fixture
+def engine_role(pg_dsn: str, sql: Any) -> Iterator[str]:
+    """A login role that is a member of mjsched_engine, on the test database; its DSN."""
+    apply_grants(pg_dsn)
+    apply_grants(pg_dsn)   # idempotent
+    name = f"mjsched_eng_{uuid.uuid4().hex[:10]}"
+    sql.run(f'CREATE ROLE "{name}" LOGIN IN ROLE {GROUP}')
+    yield as_user(pg_dsn, name)
+    sql.run(f'DROP ROLE IF EXISTS "{name}"')
+
+
+def job_fields(name: str, cron: str = "* * * * * *") -> dict[str, Any]:
+    return dict(name=name, driver="python", cron=cron, configuration={"callable": "os:getpid"})
+
+
+def test_procedures_are_security_definer_with_a_fixed_search_path(pg_dsn: str, sql: Any) -> None:
+    rows = sql.rows("""SELECT p.proname, p.prosecdef, p.proconfig, p.prorettype = 'trigger'::regtype AS trig,
+                              has_function_privilege('public', p.oid, 'EXECUTE') AS public_exec
+                         FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+                        WHERE n.nspname = 'mjsched' AND p.prokind = 'f'""")
+    assert len(rows) >= 15
+    for r in rows:
+        assert r["proconfig"] == ["search_path=mjsched, pg_temp"], r
+        assert r["prosecdef"] is not (r["trig"] or r["proname"] in DEFINER_EXCEPTIONS), r
+        assert r["public_exec"] is False, r
+
+
+def test_grants_script_is_idempotent_and_safe_to_run_concurrently(pg_dsn: str, sql: Any) -> None:
+    errors: list[str] = []
+
+    def run() -> None:
+        for _ in range(3):
+            try:
+                apply_grants(pg_dsn)
+            except psycopg2.Error as exc:
+                errors.append(str(exc).strip())
+
+    threads = [threading.Thread(target=run) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    privileges = sql.rows("""SELECT table_name, privilege_type FROM information_schema.role_table_grants
+                              WHERE grantee = %s AND table_schema = 'mjsched' ORDER BY 1, 2""", (GROUP,))
+    assert {p["privilege_type"] for p in privileges} == {"SELECT"}
+    assert {p["table_name"] for p in privileges} == {"scheduled_job", "scheduled_job_type", "scheduled_job_run",
+                                                      "engine_instance", "schema_version"}
+
+
+def test_engine_runs_a_job_end_to_end_as_the_execute_only_role(engine_role: str, make_engine: Any, sql: Any,
+                                                               caplog: Any) -> None:
+    admin = make_engine()
+    polled = admin.create_job(**job_fields("polled"))
+    manual = admin.create_job(**job_fields("manual", cron="0 0 1 1 *"))
+    caplog.set_level(logging.WARNING, logger="mjsched")
+    engine = make_engine(dsn=engine_role, lease_timeout=5.0, max_poll_interval=0.5)
+    assert sql.one("SELECT rolsuper OR rolcreaterole FROM pg_roles WHERE rolname = %s",
+                   (engine_role.split("//")[1].split("@")[0],)) is False
+    engine.start_polling()
+    try:
+        wait_for(lambda: engine.list_runs(polled, status="Completed"), timeout=10, message="a polled run to complete")
+        run = engine.execute_job(manual)
+    finally:
+        engine.stop_polling(wait=True, max_wait=5)
+    assert run.status is mjsched.RunStatus.COMPLETED and run.executed_by_instance == engine.instance_name
+    done = engine.list_runs(polled, status="Completed")[0]
+    assert done.executed_by_instance == engine.instance_name and done.success is True
+    job = engine.get_job(polled)
+    assert job.success_count >= 1 and job.lock_token is None
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], [r.getMessage() for r in caplog.records]
+    assert not [r for r in caplog.records if "permission" in r.getMessage().lower()]   # the probe found nothing
+
+
+@pytest.mark.parametrize("statement", [
+    "UPDATE mjsched.scheduled_job SET status = 'Paused'",
+    "UPDATE mjsched.scheduled_job SET lock_token = NULL, expected_completion_at = NULL",
+    "DELETE FROM mjsched.scheduled_job",
+    "INSERT INTO mjsched.scheduled_job_run (scheduled_job_id, status) "
+    "SELECT id, 'Completed' FROM mjsched.scheduled_job",
+    "UPDATE mjsched.scheduled_job_run SET status = 'Completed'",
+    "DELETE FROM mjsched.scheduled_job_run",
+    "TRUNCATE mjsched.scheduled_job_run",
+    "INSERT INTO mjsched.scheduled_job_type (name, driver_class) VALUES ('x', 'x')",
+    "UPDATE mjsched.engine_instance SET stopped_at = now()",
+    "CREATE TABLE mjsched.intruder (id int)",
+    "CREATE FUNCTION mjsched.now() RETURNS timestamptz LANGUAGE sql AS 'SELECT ''2000-01-01''::timestamptz'",
+    "SELECT * FROM mjsched.lease_interval(1, 1)",   # granted: harmless, pure (a control row)
+])
+def test_the_role_cannot_write_tables_directly(statement: str, engine_role: str, make_engine: Any, sql: Any) -> None:
+    make_engine().create_job(**job_fields("target"))
+    before = sql.rows("SELECT * FROM mjsched.scheduled_job")
+    conn = psycopg2.connect(engine_role)
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            if statement.startswith("SELECT"):
+                cur.execute(statement)
+                return
+            with pytest.raises(psycopg2.errors.InsufficientPrivilege):
+                cur.execute(statement)
+    finally:
+        conn.close()
+    assert sql.rows("SELECT * FROM mjsched.scheduled_job") == before
+
+
+def test_job_management_needs_an_administrative_role(engine_role: str, make_engine: Any, sql: Any) -> None:
+    """Documented limit: create/update/delete are plain SQL in postgres.py, so the engine role cannot run them."""
+    engine = make_engine(dsn=engine_role)
+    job_id = make_engine().create_job(**job_fields("managed"))
+    for call in (lambda: engine.create_job(**job_fields("new")),
+                 lambda: engine.update_job(job_id, description="changed"),
+                 lambda: engine.delete_job(job_id)):
+        with pytest.raises(mjsched.DatabaseError) as info:
+            call()
+        assert "permission denied" in str(info.value)
+    assert sql.one("SELECT count(*) FROM mjsched.scheduled_job") == 1
+    assert sql.one("SELECT description FROM mjsched.scheduled_job") is None
+
+
+@pytest.mark.xfail(strict=True, raises=mjsched.DatabaseError, reason=(
+    "The issue asks that 'the engine runs fully under that role', but create_job/update_job/delete_job (and "
+    "ensure_job_type) in mjsched/backends/postgres.py are plain INSERT/UPDATE/DELETE. Fix: add SECURITY DEFINER "
+    "procedures to a new versioned script (e.g. sql/postgres/004_job_admin.sql): mjsched.ensure_job_type(p_driver "
+    "varchar, p_isolation varchar, p_default_max_runtime double precision) -> id; mjsched.insert_job(p_fields "
+    "jsonb) -> id; mjsched.update_job(p_job_id uuid, p_fields jsonb) -> updated integer; mjsched.delete_job("
+    "p_job_id uuid) -> deleted integer, each restricted to the JOB_COLUMNS whitelist (no lock/lease/statistics "
+    "columns), and call them from postgres.py; grants.sql then grants them like every other procedure. A separate "
+    "mjsched_admin role can get them instead if job management should stay out of the engines' hands."))
+def test_engine_role_can_manage_jobs_through_procedures(engine_role: str, make_engine: Any) -> None:
+    engine = make_engine(dsn=engine_role)
+    job_id = engine.create_job(**job_fields("by-engine-role"))
+    engine.update_job(job_id, description="changed")
+    assert engine.get_job(job_id).description == "changed"
+    engine.delete_job(job_id)
+
+
+def test_a_role_without_grants_gets_a_clean_error(pg_dsn: str, sql: Any) -> None:
+    name = f"mjsched_nogrant_{uuid.uuid4().hex[:8]}"
+    sql.run(f'CREATE ROLE "{name}" LOGIN')
+    engine = mjsched.SchedulingEngine(as_user(pg_dsn, name), pool_size=1, retry_attempts=1)
+    try:
+        with pytest.raises(mjsched.DatabaseError) as info:
+            engine.start_polling()
+        assert "permission denied" in str(info.value)
+        conn = psycopg2.connect(as_user(pg_dsn, name))
+        conn.autocommit = True
+        try:
+            with conn.cursor() as cur, pytest.raises(psycopg2.errors.InsufficientPrivilege):
+                cur.execute("SELECT * FROM mjsched.sweep_expired_leases()")
+        finally:
+            conn.close()
+    finally:
+        engine.close()
+        sql.run(f'DROP ROLE IF EXISTS "{name}"')
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "CREATE OR REPLACE FUNCTION resets SECURITY DEFINER and SET search_path, and install() re-applies only scripts "
+    "whose checksum changed: after an upgrade that edits 002_procedures.sql, 003_security.sql is not re-run and "
+    "the procedures silently lose SECURITY DEFINER (the engine role then gets 'permission denied'). Fix in "
+    "mjsched/backends/postgres.py install(): once any script is applied, apply every later script too (all are "
+    "idempotent), e.g. `stale = False; for script in scripts: stale = stale or have.get(script.name) != "
+    "script.checksum; if stale: execute + record`."))
+def test_security_survives_an_upgrade_of_the_procedures(pg_dsn: str, sql: Any, make_engine: Any) -> None:
+    sql.run("UPDATE mjsched.schema_version SET checksum = 'outdated' WHERE name = '002_procedures'")
+    make_engine().install()
+    insecure = sql.rows("""SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+                            WHERE n.nspname = 'mjsched' AND p.proname = 'claim_due_jobs' AND NOT p.prosecdef""")
+    assert insecure == []
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "The procedures take p_now 'so tests can move time' and, now that they run as their owner, any engine role "
+    "can pass one: sweep_expired_leases(now() + interval '1 day') abandons every other engine's live runs, and "
+    "acquire_job_lock/claim_due_jobs with a future p_now take over live leases. Fix in "
+    "sql/postgres/002_procedures.sql: in every procedure with p_now, start with `IF p_now IS NOT NULL AND NOT "
+    "pg_has_role(session_user, current_user, 'MEMBER') THEN RAISE EXCEPTION 'p_now is for tests run as the "
+    "schema owner' USING ERRCODE = '42501'; END IF;` (inside SECURITY DEFINER, current_user is the owner)."))
+def test_engine_role_cannot_move_the_database_clock(engine_role: str, make_engine: Any, sql: Any) -> None:
+    admin = make_engine(lease_timeout=60.0)
+    job_id = admin.create_job(**job_fields("held", cron="0 0 1 1 *"))
+    token = str(uuid.uuid4())
+    assert admin.backend.acquire_job_lock(job_id, token, "other-engine", 60.0)
+    admin.backend.begin_job_run(job_id, token, "other-engine")
+    conn = psycopg2.connect(engine_role)
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            try:
+                cur.execute("SELECT * FROM mjsched.sweep_expired_leases(now() + interval '1 day')")
+            except psycopg2.errors.InsufficientPrivilege:
+                pass
+    finally:
+        conn.close()
+    assert sql.one("SELECT status FROM mjsched.scheduled_job_run WHERE scheduled_job_id = %s", (job_id,)) == "Running"
+
+
+# -- passwords never appear in logs or error messages --------------------------------------------------
+SECRET = "Tr0ub4dor&3-s3cr3t"
+WRONG = "wrong-Pa55-c0rrect-horse"
+
+
+@pytest.fixture(scope="module")
+def password_cluster() -> Iterator[cluster.PrivateCluster]:
+    why = cluster.available()
+    if why is not None:
+        pytest.skip(f"cannot start a private PostgreSQL cluster with password authentication: {why}")
+    pc = cluster.PrivateCluster(password_auth=True).start()
+    try:
+        pc.admin(f"CREATE ROLE app_user LOGIN PASSWORD '{SECRET}'")
+        pc.admin("CREATE DATABASE app OWNER app_user")
+        yield pc
+    finally:
+        pc.stop()
+
+
+def _everything_logged(caplog: Any) -> str:
+    parts = []
+    for r in caplog.records:
+        parts.append(r.getMessage())
+        if r.exc_info:
+            parts.append("".join(traceback.format_exception(*r.exc_info)))
+        parts.extend(str(v) for v in vars(r).values())
+    return "\n".join(parts)
+
+
+def _chain(exc: BaseException) -> str:
+    parts = []
+    while exc is not None:
+        parts += [str(exc), repr(exc), "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))]
+        exc = exc.__cause__ or exc.__context__
+    return "\n".join(parts)
+
+
+@pytest.mark.parametrize("form", ["url", "keywords"])
+def test_wrong_password_never_appears_in_errors_or_logs(password_cluster: cluster.PrivateCluster, form: str,
+                                                        caplog: Any) -> None:
+    caplog.set_level(logging.DEBUG)
+    dsn = password_cluster.dsn("app", "app_user", WRONG) if form == "url" else \
+        f"host=127.0.0.1 port={password_cluster.port} dbname=app user=app_user password={WRONG}"
+    engine = mjsched.SchedulingEngine(dsn, pool_size=1, retry_attempts=2)
+    try:
+        for call in (engine.install, engine.start_polling, lambda: engine.list_jobs()):
+            with pytest.raises(mjsched.DatabaseError) as info:
+                call()
+            assert "password authentication failed" in str(info.value)
+            assert WRONG not in _chain(info.value)
+    finally:
+        engine.close()
+    logged = _everything_logged(caplog)
+    assert logged and WRONG not in logged
+
+
+def test_password_never_logged_while_running(password_cluster: cluster.PrivateCluster, caplog: Any,
+                                             tmp_path: Any) -> None:
+    caplog.set_level(logging.DEBUG)
+    dsn = password_cluster.dsn("app", "app_user", SECRET)
+    with mjsched.SchedulingEngine(dsn, lease_timeout=5.0, max_poll_interval=0.5) as engine:
+        engine.install()
+        ok = engine.create_job(name="sql-ok", driver="sql", cron="0 0 1 1 *",
+                               configuration={"dsn": dsn, "statement": "SELECT 1"})
+        bad = engine.create_job(name="sql-bad", driver="sql", cron="0 0 1 1 *",
+                                configuration={"dsn": password_cluster.dsn("app", "app_user", WRONG),
+                                               "statement": "SELECT 1"})
+        assert engine.execute_job(ok).status is mjsched.RunStatus.COMPLETED
+        failed = engine.execute_job(bad)
+        assert failed.status is mjsched.RunStatus.FAILED and "password authentication failed" in failed.error_message
+        assert WRONG not in (failed.error_message or "") + str(failed.details)
+        engine.start_polling()
+        engine.stop_polling()
+        with pytest.raises(mjsched.ConfigurationError) as info:
+            engine.create_job(name="x", driver="sql", cron="* * * * *",
+                              configuration={"dsn": f"mysql://app_user:{SECRET}@h/db", "statement": "SELECT 1"})
+        assert SECRET not in _chain(info.value)
+    logged = _everything_logged(caplog)
+    assert SECRET not in logged and WRONG not in logged
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "validation.configuration() puts the whole configuration dict into ConfigurationError.value, so a "
+    "configuration that is not JSON-serialisable or holds a NUL prints the sql driver's dsn, password "
+    "included ('configuration={\"dsn\": \"postgresql://u:secret@...\"...}'). Fix in mjsched/validation.py "
+    "configuration(): pass redact(repr(value)) (mjsched.backends.base.redact) instead of value in those "
+    "ConfigurationErrors, or name only the offending key path (configuration.parameters) with a placeholder."))
+@pytest.mark.parametrize("poison", [{"parameters": [float("nan")]}, {"statement": "SELECT '\x00'"}])
+def test_password_not_in_configuration_errors(poison: dict[str, Any]) -> None:
+    engine = mjsched.SchedulingEngine("postgresql://nobody@127.0.0.1:1/none", pool_size=1)
+    try:
+        with pytest.raises(mjsched.ConfigurationError) as info:
+            engine.create_job(name="x", driver="sql", cron="* * * * *",
+                              configuration={"dsn": f"postgresql://app_user:{SECRET}@db/app",
+                                             "statement": "SELECT 1", **poison})
+        assert SECRET not in _chain(info.value)
+    finally:
+        engine.close()
+
+
+try:
+    import mjsched.cli  # noqa: F401
+    CLI_MISSING = None
+except ImportError as exc:  # the CLI is another issue's work
+    CLI_MISSING = f"mjsched.cli is not there yet: {exc}"
+
+
+@pytest.mark.skipif(CLI_MISSING is not None, reason=CLI_MISSING or "")
+def test_cli_never_prints_the_password(password_cluster: cluster.PrivateCluster, tmp_path: Any) -> None:
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MJSCHED_")}
+    env["PYTHONPATH"] = repo
+    for args in (["status"], ["-v", "jobs", "list"], ["init-db"]):
+        proc = subprocess.run([sys.executable, "-m", "mjsched", "--dsn", password_cluster.dsn("app", "app_user", WRONG),
+                               *args], capture_output=True, text=True, timeout=90, env=env, cwd=str(tmp_path))
+        assert proc.returncode != 0 and "password authentication failed" in proc.stderr, proc.stderr
+        assert WRONG not in proc.stdout + proc.stderr
