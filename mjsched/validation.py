@@ -32,6 +32,7 @@ def text(field: str, value: Any, *, required: bool = False, limit: int = MAX_TEX
         raise ConfigurationError(field, value, "must be a string")
     if "\x00" in value:
         raise ConfigurationError(field, value, "must not contain NUL characters")
+    _require_encodable(field, value)
     if required and not value.strip():
         raise ConfigurationError(field, value, "must not be empty")
     if len(value) > limit:
@@ -84,24 +85,62 @@ def aware(field: str, value: Any) -> datetime | None:
 
 
 def configuration(value: Any, field: str = "configuration") -> dict[str, Any]:
+    """A JSON object, returned as plain JSON data. Error values are redacted: a
+    configuration may hold a DSN with a password (the sql driver's)."""
     if value is None:
         return {}
     if isinstance(value, str):
         try:
             value = json.loads(value)
         except ValueError as exc:
-            raise ConfigurationError(field, value, f"is not valid JSON: {exc}") from None
+            raise ConfigurationError(field, _redacted(value), f"is not valid JSON: {exc}") from None
     if not isinstance(value, Mapping):
-        raise ConfigurationError(field, value, "must be a JSON object (a dict)")
+        raise ConfigurationError(field, _redacted(value), "must be a JSON object (a dict)")
     try:
-        encoded = json.dumps(value, allow_nan=False)
+        encoded = json.dumps(value, allow_nan=False, ensure_ascii=False)
     except (TypeError, ValueError) as exc:
-        raise ConfigurationError(field, value, f"is not JSON-serialisable: {exc}") from None
+        raise ConfigurationError(field, _redacted(value), f"is not JSON-serialisable: {exc}") from None
+    _require_encodable(field, encoded, shown=_redacted(value))
     if len(encoded.encode("utf-8")) > MAX_CONFIGURATION_BYTES:
         raise ConfigurationError(field, f"<{len(encoded)} bytes>", f"is larger than {MAX_CONFIGURATION_BYTES} bytes")
-    if "\\u0000" in encoded:
-        raise ConfigurationError(field, value, "must not contain NUL characters")
-    return json.loads(encoded)
+    data = json.loads(encoded)
+    path = _nul_path(data, field)
+    if path is not None:
+        raise ConfigurationError(path, "<redacted>", "must not contain NUL characters")
+    return data  # type: ignore[no-any-return]
+
+
+def _nul_path(data: Any, path: str) -> str | None:
+    """The key path of the first string (key or value) holding a NUL character."""
+    if isinstance(data, str):
+        return path if "\x00" in data else None
+    if isinstance(data, dict):
+        for key, item in data.items():
+            if "\x00" in key:
+                return f"{path}.<key>"
+            found = _nul_path(item, f"{path}.{key}")
+            if found:
+                return found
+    if isinstance(data, list):
+        for i, item in enumerate(data):
+            found = _nul_path(item, f"{path}[{i}]")
+            if found:
+                return found
+    return None
+
+
+def _require_encodable(field: str, text: str, shown: Any = None) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ConfigurationError(field, text if shown is None else shown,
+                                 "must be valid Unicode text (no unpaired surrogates)") from None
+
+
+def _redacted(value: Any) -> str:
+    from .backends.base import redact
+
+    return redact(repr(value))
 
 
 def job_id(value: Any) -> str:

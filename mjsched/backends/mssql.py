@@ -185,8 +185,11 @@ class MssqlBackend(Backend):
                 _drain(cur)
                 cur.execute("SELECT name, checksum FROM mjsched.schema_version;")
                 have = {r["name"]: r["checksum"] for r in _rows_of(cur)}
+                stale = False
                 for script in sqlfiles.scripts(self.dialect):
-                    if have.get(script.name) == script.checksum:
+                    # once one script is (re)applied, every later one runs again too (all are idempotent)
+                    stale = stale or have.get(script.name) != script.checksum
+                    if not stale:
                         continue
                     for batch in split_batches(script.text):
                         cur.execute(batch)
@@ -291,28 +294,11 @@ class MssqlBackend(Backend):
     # -- rows --------------------------------------------------------------------------------
     def ensure_job_type(self, driver: str, isolation: str = "thread",
                         default_max_runtime: float | None = None) -> str:
-        rows = self._rows("ensure_job_type", """
-            SET NOCOUNT ON; SET XACT_ABORT ON;
-            DECLARE @driver nvarchar(255) = ?, @isolation nvarchar(10) = ?, @max_runtime float = ?;
-            DECLARE @id uniqueidentifier;
-            DECLARE @inserted TABLE (id uniqueidentifier NOT NULL);
-            BEGIN TRANSACTION;
-            SELECT @id = t.id FROM mjsched.scheduled_job_type AS t WITH (UPDLOCK, HOLDLOCK)
-             WHERE t.driver_class = @driver;
-            IF @id IS NULL
-            BEGIN
-                INSERT INTO mjsched.scheduled_job_type (name, driver_class, isolation, default_max_runtime_seconds)
-                OUTPUT inserted.id INTO @inserted
-                SELECT @driver, @driver, @isolation, @max_runtime
-                 WHERE NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_type AS n WITH (UPDLOCK, HOLDLOCK)
-                                    WHERE n.name = @driver);
-                SELECT @id = i.id FROM @inserted AS i;
-            END;
-            COMMIT TRANSACTION;
-            SELECT @id AS id;""", (driver, to_param(isolation), default_max_runtime))
-        if not rows or rows[0]["id"] is None:
+        type_id = self._scalar("ensure_job_type", driver=driver, isolation=to_param(isolation),
+                               default_max_runtime=default_max_runtime)
+        if type_id is None:
             raise ConfigurationError("driver", driver, "a job type of this name exists with another driver_class")
-        return str(rows[0]["id"])
+        return str(type_id)
 
     @staticmethod
     def _adapt(fields: Mapping[str, Any]) -> dict[str, Any]:
@@ -321,31 +307,20 @@ class MssqlBackend(Backend):
             raise ConfigurationError(sorted(unknown)[0], fields[sorted(unknown)[0]], "not a job column")
         return {key: to_param(value) for key, value in fields.items()}
 
-    def insert_job(self, fields: Mapping[str, Any]) -> str:
+    def _fields_json(self, fields: Mapping[str, Any]) -> str:
         values = self._adapt(fields)
-        columns = ", ".join(f"[{c}]" for c in values)
-        marks = ", ".join("?" for _ in values)
-        insert = (f"INSERT INTO mjsched.scheduled_job ({columns}) OUTPUT inserted.id INTO @ids VALUES ({marks});"
-                  if values else "INSERT INTO mjsched.scheduled_job OUTPUT inserted.id INTO @ids DEFAULT VALUES;")
-        rows = self._rows("create_job", "SET NOCOUNT ON; DECLARE @ids TABLE (id uniqueidentifier NOT NULL); "
-                          f"{insert} SELECT i.id FROM @ids AS i;", list(values.values()))
-        return str(rows[0]["id"])
+        if isinstance(values.get("configuration"), str):   # nested JSON, not a string value
+            values["configuration"] = json.loads(values["configuration"])
+        return json.dumps(values, default=str)
+
+    def insert_job(self, fields: Mapping[str, Any]) -> str:
+        return str(self._scalar("insert_job", fields=self._fields_json(fields)))
 
     def update_job(self, job_id: str, fields: Mapping[str, Any]) -> bool:
-        values = self._adapt(fields)
-        if not values:
-            return self.get_job(job_id) is not None
-        assignments = ", ".join(f"[{c}] = ?" for c in values)
-        rows = self._rows("update_job", "SET NOCOUNT ON; DECLARE @ids TABLE (id uniqueidentifier NOT NULL); "
-                          f"UPDATE mjsched.scheduled_job SET {assignments} OUTPUT inserted.id INTO @ids "
-                          "WHERE id = ?; SELECT COUNT(*) AS n FROM @ids;", [*values.values(), job_id])
-        return bool(rows[0]["n"])
+        return bool(self._scalar("update_job", job_id=job_id, fields=self._fields_json(fields)))
 
     def delete_job(self, job_id: str) -> bool:
-        rows = self._rows("delete_job", "SET NOCOUNT ON; DECLARE @ids TABLE (id uniqueidentifier NOT NULL); "
-                          "DELETE FROM mjsched.scheduled_job OUTPUT deleted.id INTO @ids WHERE id = ?; "
-                          "SELECT COUNT(*) AS n FROM @ids;", (job_id,))
-        return bool(rows[0]["n"])
+        return bool(self._scalar("delete_job", job_id=job_id))
 
     def get_jobs(self, job_ids: Iterable[str]) -> list[Job]:
         ids = [str(i) for i in job_ids]

@@ -13,7 +13,6 @@ import psycopg2
 import psycopg2.errors
 import psycopg2.extensions
 import psycopg2.extras
-from psycopg2 import sql
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential
 
 from .. import sqlfiles
@@ -142,8 +141,12 @@ class PostgresBackend(Backend):
                                    applied_at timestamptz NOT NULL DEFAULT now())""")
                 cur.execute("SELECT name, checksum FROM mjsched.schema_version")
                 have = {r["name"]: r["checksum"] for r in cur.fetchall()}
+                stale = False
                 for script in sqlfiles.scripts(self.dialect):
-                    if have.get(script.name) == script.checksum:
+                    # Once one script is (re)applied every later one runs again too: they are
+                    # idempotent, and CREATE OR REPLACE FUNCTION resets what 003_security set.
+                    stale = stale or have.get(script.name) != script.checksum
+                    if not stale:
                         continue
                     cur.execute(script.text)
                     cur.execute("""INSERT INTO mjsched.schema_version (name, checksum) VALUES (%s, %s)
@@ -257,59 +260,38 @@ class PostgresBackend(Backend):
     # -- rows --------------------------------------------------------------------------------
     def ensure_job_type(self, driver: str, isolation: str = "thread",
                         default_max_runtime: float | None = None) -> str:
-        type_id = self._scalar("ensure_job_type", """
-            WITH ins AS (
-                INSERT INTO mjsched.scheduled_job_type (name, driver_class, isolation, default_max_runtime_seconds)
-                VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING id)
-            SELECT id FROM ins
-            UNION ALL SELECT id FROM mjsched.scheduled_job_type WHERE driver_class = %s
-            LIMIT 1""", (driver, driver, isolation, default_max_runtime, driver))
+        type_id = self._scalar("ensure_job_type",
+                               "SELECT job_type_id FROM mjsched.ensure_job_type(%s, %s, %s)",
+                               (driver, isolation, default_max_runtime))
         if type_id is None:
             raise ConfigurationError("driver", driver, "a job type of this name exists with another driver_class")
         return str(type_id)
 
     @staticmethod
-    def _adapt(fields: Mapping[str, Any]) -> dict[str, Any]:
+    def _fields_json(fields: Mapping[str, Any]) -> str:
         unknown = set(fields) - set(JOB_COLUMNS)
         if unknown:
-            raise ConfigurationError(sorted(unknown)[0], fields[sorted(unknown)[0]], "not a job column")
-        out = dict(fields)
-        if "configuration" in out and out["configuration"] is not None:
-            out["configuration"] = psycopg2.extras.Json(out["configuration"])
-        for key, value in out.items():
+            key = sorted(unknown)[0]
+            raise ConfigurationError(key, fields[key], "not a job column")
+
+        def plain(value: Any) -> Any:
+            if isinstance(value, datetime):
+                return value.isoformat()
             if hasattr(value, "value") and isinstance(getattr(value, "value"), str):
-                out[key] = value.value  # str enums
-        return out
+                return value.value  # str enums
+            return value
+        return json.dumps({k: plain(v) for k, v in fields.items()})
 
     def insert_job(self, fields: Mapping[str, Any]) -> str:
-        values = self._adapt(fields)
-        query = sql.SQL("INSERT INTO mjsched.scheduled_job ({}) VALUES ({}) RETURNING id").format(
-            sql.SQL(", ").join(map(sql.Identifier, values)), sql.SQL(", ").join(sql.Placeholder() * len(values)))
-        return self._insert(query, values)
-
-    def _insert(self, query: sql.Composed, values: dict[str, Any]) -> str:
-        def go(cur: Any) -> str:
-            cur.execute(query, list(values.values()))
-            return str(cur.fetchone()["id"])
-        return self._run("create_job", go)
+        return str(self._scalar("create_job", "SELECT job_id FROM mjsched.insert_job(%s::jsonb)",
+                                (self._fields_json(fields),)))
 
     def update_job(self, job_id: str, fields: Mapping[str, Any]) -> bool:
-        values = self._adapt(fields)
-        if not values:
-            return self.get_job(job_id) is not None
-        query = sql.SQL("UPDATE mjsched.scheduled_job SET {} WHERE id = %s::uuid").format(
-            sql.SQL(", ").join(sql.SQL("{} = {}").format(sql.Identifier(k), sql.Placeholder()) for k in values))
-
-        def go(cur: Any) -> bool:
-            cur.execute(query, [*values.values(), job_id])
-            return bool(cur.rowcount)
-        return self._run("update_job", go)
+        return bool(self._scalar("update_job", "SELECT updated FROM mjsched.update_job(%s::uuid, %s::jsonb)",
+                                 (job_id, self._fields_json(fields))))
 
     def delete_job(self, job_id: str) -> bool:
-        def go(cur: Any) -> bool:
-            cur.execute("DELETE FROM mjsched.scheduled_job WHERE id = %s::uuid", (job_id,))
-            return bool(cur.rowcount)
-        return self._run("delete_job", go)
+        return bool(self._scalar("delete_job", "SELECT deleted FROM mjsched.delete_job(%s::uuid)", (job_id,)))
 
     def get_jobs(self, job_ids: Iterable[str]) -> list[Job]:
         ids = list(job_ids)

@@ -65,6 +65,22 @@ BEGIN
 END;
 GO
 
+-- check_test_clock: @p_now moves the database clock for tests on a real server. Only the
+-- schema owner (db_owner or sysadmin) may pass one: for an engine role a future @p_now
+-- would take over live leases.
+CREATE OR ALTER PROCEDURE mjsched.check_test_clock
+    @p_now datetimeoffset
+AS
+BEGIN
+    SET NOCOUNT ON;
+    SET XACT_ABORT ON;
+    IF @p_now IS NOT NULL AND IS_MEMBER(N'db_owner') = 0 AND IS_SRVROLEMEMBER(N'sysadmin') = 0
+    BEGIN
+        THROW 50042, N'now may only be passed by the schema owner (it is for tests)', 1;
+    END;
+END;
+GO
+
 -- acquire_job_lock: take the job's lock iff it is free or its lease expired (and,
 -- with @p_require_due, only while the job is Active and due). Taking over an expired
 -- lease abandons the old holder's Running runs, so its late completion changes nothing.
@@ -81,6 +97,7 @@ AS
 BEGIN
     SET NOCOUNT ON;
     SET XACT_ABORT ON;
+    EXEC mjsched.check_test_clock @p_now = @p_now;
     DECLARE @v_now datetimeoffset = COALESCE(@p_now, SYSDATETIMEOFFSET());
     DECLARE @v_old uniqueidentifier;
     DECLARE @v_rows int = 0;
@@ -163,6 +180,7 @@ AS
 BEGIN
     SET NOCOUNT ON;
     SET XACT_ABORT ON;
+    EXEC mjsched.check_test_clock @p_now = @p_now;
     DECLARE @v_now datetimeoffset = COALESCE(@p_now, SYSDATETIMEOFFSET());
     DECLARE @v_until datetimeoffset;
     DECLARE @v_tokens TABLE (lock_token uniqueidentifier NOT NULL PRIMARY KEY);
@@ -231,6 +249,7 @@ AS
 BEGIN
     SET NOCOUNT ON;
     SET XACT_ABORT ON;
+    EXEC mjsched.check_test_clock @p_now = @p_now;
     DECLARE @v_now datetimeoffset = COALESCE(@p_now, SYSDATETIMEOFFSET());
     DECLARE @v_left int = @p_max_jobs;
     DECLARE @v_next datetimeoffset;
@@ -428,6 +447,7 @@ AS
 BEGIN
     SET NOCOUNT ON;
     SET XACT_ABORT ON;
+    EXEC mjsched.check_test_clock @p_now = @p_now;
     DECLARE @v_now datetimeoffset = COALESCE(@p_now, SYSDATETIMEOFFSET());
     DECLARE @v_items TABLE (run_id uniqueidentifier NULL, token uniqueidentifier NULL, status nvarchar(20) NULL,
                             error_message nvarchar(max) NULL, details nvarchar(max) NULL,
@@ -562,6 +582,7 @@ AS
 BEGIN
     SET NOCOUNT ON;
     SET XACT_ABORT ON;
+    EXEC mjsched.check_test_clock @p_now = @p_now;
     DECLARE @v_now datetimeoffset = COALESCE(@p_now, SYSDATETIMEOFFSET());
     DECLARE @v_swept int = 0;
     DECLARE @v_freed int = 0;
@@ -633,6 +654,7 @@ AS
 BEGIN
     SET NOCOUNT ON;
     SET XACT_ABORT ON;
+    EXEC mjsched.check_test_clock @p_now = @p_now;
     DECLARE @v_now datetimeoffset = COALESCE(@p_now, SYSDATETIMEOFFSET());
     DECLARE @v_limit int;
     DECLARE @v_queued TABLE (id uniqueidentifier NOT NULL);
@@ -707,6 +729,7 @@ AS
 BEGIN
     SET NOCOUNT ON;
     SET XACT_ABORT ON;
+    EXEC mjsched.check_test_clock @p_now = @p_now;
     DECLARE @v_now datetimeoffset = COALESCE(@p_now, SYSDATETIMEOFFSET());
     DECLARE @v_begun TABLE (run_id uniqueidentifier NOT NULL);
     INSERT INTO mjsched.scheduled_job_run
@@ -811,12 +834,13 @@ BEGIN
     SELECT r.name AS procedure_name,
            CASE WHEN HAS_PERMS_BY_NAME(CONCAT(N'mjsched.', r.name), N'OBJECT', N'EXECUTE') = 1
                 THEN 1 ELSE 0 END AS can_execute
-      FROM (VALUES (N'acquire_job_lock'), (N'advance_job'), (N'begin_job_run'), (N'check_lease'),
-                   (N'claim_due_jobs'), (N'complete_job_run'), (N'complete_job_runs'),
-                   (N'enqueue_job_run'), (N'extend_job_leases'), (N'initialize_next_run'),
-                   (N'lease_interval'), (N'probe_permissions'), (N'register_engine'),
+      FROM (VALUES (N'acquire_job_lock'), (N'advance_job'), (N'begin_job_run'), (N'check_job_fields'),
+                   (N'check_lease'), (N'check_test_clock'), (N'claim_due_jobs'), (N'complete_job_run'),
+                   (N'complete_job_runs'), (N'delete_job'), (N'enqueue_job_run'),
+                   (N'ensure_job_type'), (N'extend_job_leases'), (N'initialize_next_run'),
+                   (N'insert_job'), (N'lease_interval'), (N'probe_permissions'), (N'register_engine'),
                    (N'release_job_lock'), (N'sweep_expired_leases'),
-                   (N'unregister_engine')) AS r (name)
+                   (N'unregister_engine'), (N'update_job')) AS r (name)
      ORDER BY r.name;
 END;
 GO

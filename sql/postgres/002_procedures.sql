@@ -21,6 +21,19 @@ BEGIN
 END;
 $$;
 
+-- check_test_clock: p_now moves the database clock for tests on a real server. Only the
+-- schema owner (or a member of its role) may pass one: for an engine role a future p_now
+-- would take over live leases. Inside SECURITY DEFINER functions current_user is the owner.
+CREATE OR REPLACE FUNCTION mjsched.check_test_clock(p_now timestamptz) RETURNS void
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF p_now IS NOT NULL AND NOT pg_has_role(session_user, current_user, 'MEMBER') THEN
+        RAISE EXCEPTION 'now=% may only be passed by the schema owner (it is for tests)', p_now
+            USING ERRCODE = '42501';
+    END IF;
+END;
+$$;
+
 -- acquire_job_lock: take the job's lock iff it is free or its lease expired (and,
 -- with p_require_due, only while the job is Active and due). Taking over an expired
 -- lease abandons the old holder's Running runs, so its late completion changes nothing.
@@ -35,6 +48,7 @@ DECLARE
     v_old uuid;
     v_rows integer;
 BEGIN
+    PERFORM mjsched.check_test_clock(p_now);
     PERFORM mjsched.check_lease(p_lease_seconds);
     IF p_token IS NULL THEN
         RAISE EXCEPTION 'token must not be NULL' USING ERRCODE = '22023';
@@ -95,6 +109,7 @@ LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE v_now timestamptz := coalesce(p_now, now());
 BEGIN
+    PERFORM mjsched.check_test_clock(p_now);
     PERFORM mjsched.check_lease(p_lease_seconds);
     IF p_instance IS NOT NULL THEN
         UPDATE mjsched.engine_instance SET last_seen_at = v_now WHERE instance = p_instance;
@@ -143,6 +158,7 @@ DECLARE
     v_due_left integer := 0;
     v_locked_out integer := 0;
 BEGIN
+    PERFORM mjsched.check_test_clock(p_now);
     PERFORM mjsched.check_lease(p_lease_seconds);
     IF p_max_jobs IS NULL OR p_max_jobs < 0 OR p_max_jobs > 10000 THEN
         RAISE EXCEPTION 'max_jobs=% must be between 0 and 10000', p_max_jobs USING ERRCODE = '22023';
@@ -288,6 +304,7 @@ LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE v_now timestamptz := coalesce(p_now, now());
 BEGIN
+    PERFORM mjsched.check_test_clock(p_now);
     IF p_items IS NULL OR jsonb_typeof(p_items) <> 'array' THEN
         RAISE EXCEPTION 'items must be a JSON array' USING ERRCODE = '22023';
     END IF;
@@ -377,6 +394,7 @@ DECLARE
     v_freed integer;
     v_expired integer;
 BEGIN
+    PERFORM mjsched.check_test_clock(p_now);
     WITH stale AS (
         SELECT r.id FROM mjsched.scheduled_job_run r
          WHERE r.status = 'Running' AND r.lease_expires_at < v_now
@@ -438,6 +456,7 @@ DECLARE
     v_limit integer;
     v_rows integer := 0;
 BEGIN
+    PERFORM mjsched.check_test_clock(p_now);
     IF p_scheduled_for IS NULL THEN
         RAISE EXCEPTION 'scheduled_for must not be NULL' USING ERRCODE = '22023';
     END IF;
@@ -489,6 +508,7 @@ LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE v_now timestamptz := coalesce(p_now, now());
 BEGIN
+    PERFORM mjsched.check_test_clock(p_now);
     RETURN QUERY
     INSERT INTO mjsched.scheduled_job_run
            (scheduled_job_id, scheduled_for, status, started_at, executed_by_instance,

@@ -120,10 +120,12 @@ def test_the_drifted_fixture_is_caught() -> None:
     (("    SELECT @v_swept AS swept,", "    SELECT @v_swept AS swept;\n    SELECT @v_swept AS swept,"),
      "routine sweep_expired_leases: 2 result sets in mssql, expected at most one"),
     (("@p_scheduled_for datetimeoffset,\n    @p_now datetimeoffset = NULL\nAS\nBEGIN\n    SET NOCOUNT ON;\n"
-      "    SET XACT_ABORT ON;\n    DECLARE @v_now datetimeoffset = COALESCE(@p_now, SYSDATETIMEOFFSET());\n"
+      "    SET XACT_ABORT ON;\n    EXEC mjsched.check_test_clock @p_now = @p_now;\n"
+      "    DECLARE @v_now datetimeoffset = COALESCE(@p_now, SYSDATETIMEOFFSET());\n"
       "    DECLARE @v_limit",
       "@p_scheduled_for datetime2,\n    @p_now datetimeoffset = NULL\nAS\nBEGIN\n    SET NOCOUNT ON;\n"
-      "    SET XACT_ABORT ON;\n    DECLARE @v_now datetimeoffset = COALESCE(@p_now, SYSDATETIMEOFFSET());\n"
+      "    SET XACT_ABORT ON;\n    EXEC mjsched.check_test_clock @p_now = @p_now;\n"
+      "    DECLARE @v_now datetimeoffset = COALESCE(@p_now, SYSDATETIMEOFFSET());\n"
       "    DECLARE @v_limit"),
      "routine enqueue_job_run: parameter p_scheduled_for type timestamptz != datetime2"),
 ])

@@ -1,0 +1,182 @@
+-- mjsched job administration, version 4 (T-SQL twin of sql/postgres/004_job_admin.sql):
+-- create, change and delete jobs through procedures, so the EXECUTE-only engine role
+-- (grants.sql) manages jobs without write privileges on the tables. Only definition and
+-- schedule columns can be written; lock, lease and statistics columns belong to the
+-- lock procedures. @p_fields is a JSON object of column -> value: absent keys keep their
+-- default (insert) or current value (update); unknown keys are an error naming the key.
+
+CREATE OR ALTER PROCEDURE mjsched.check_job_fields
+    @p_fields nvarchar(max)
+AS
+BEGIN
+    SET NOCOUNT ON;
+    SET XACT_ABORT ON;
+    DECLARE @v_key nvarchar(4000);
+    IF @p_fields IS NULL OR ISJSON(@p_fields) = 0 OR LEFT(LTRIM(@p_fields), 1) <> N'{'
+    BEGIN
+        THROW 50022, N'fields must be a JSON object', 1;
+    END;
+    SELECT TOP (1) @v_key = e.[key] FROM OPENJSON(@p_fields) AS e
+     WHERE e.[key] NOT IN (N'job_type_id', N'name', N'description', N'cron_expression', N'timezone', N'start_at', N'end_at', N'status', N'configuration', N'owner', N'concurrency_mode', N'missed_run_policy', N'run_immediately_if_never_run', N'max_runtime_seconds', N'isolation', N'max_queued_runs', N'notify_on_success', N'notify_on_failure', N'notify_to', N'next_run_at');
+    DECLARE @v_message nvarchar(4200) = CONCAT(N'fields.', @v_key, N': not a job column that can be set');
+    IF @v_key IS NOT NULL
+    BEGIN
+        THROW 50022, @v_message, 1;
+    END;
+END;
+GO
+
+-- ensure_job_type: the id of the job type for a driver, created on first use.
+CREATE OR ALTER PROCEDURE mjsched.ensure_job_type
+    @p_driver nvarchar(255),
+    @p_isolation nvarchar(10),
+    @p_default_max_runtime float
+AS
+BEGIN
+    SET NOCOUNT ON;
+    SET XACT_ABORT ON;
+    BEGIN TRANSACTION;
+    IF NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_type AS t WITH (UPDLOCK, HOLDLOCK)
+                    WHERE t.driver_class = @p_driver OR t.name = @p_driver)
+    BEGIN
+        INSERT INTO mjsched.scheduled_job_type (name, driver_class, isolation, default_max_runtime_seconds)
+        VALUES (@p_driver, @p_driver, COALESCE(@p_isolation, N'thread'), @p_default_max_runtime);
+    END;
+    COMMIT TRANSACTION;
+    SELECT t.id AS job_type_id FROM mjsched.scheduled_job_type AS t WHERE t.driver_class = @p_driver;
+END;
+GO
+
+CREATE OR ALTER PROCEDURE mjsched.insert_job
+    @p_fields nvarchar(max)
+AS
+BEGIN
+    SET NOCOUNT ON;
+    SET XACT_ABORT ON;
+    EXEC mjsched.check_job_fields @p_fields = @p_fields;
+    DECLARE @v_keys TABLE (name nvarchar(4000) NOT NULL);
+    INSERT INTO @v_keys (name) SELECT e.[key] FROM OPENJSON(@p_fields) AS e;
+    DECLARE @v_ids TABLE (id uniqueidentifier NOT NULL);
+    INSERT INTO mjsched.scheduled_job (job_type_id, name, description, cron_expression, timezone, start_at, end_at, status, configuration, owner, concurrency_mode, missed_run_policy, run_immediately_if_never_run, max_runtime_seconds, isolation, max_queued_runs, notify_on_success, notify_on_failure, notify_to, next_run_at)
+    OUTPUT inserted.id INTO @v_ids
+    SELECT
+               f.job_type_id,
+               f.name,
+               f.description,
+               f.cron_expression,
+               CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'timezone') THEN f.timezone ELSE N'UTC' END,
+               f.start_at,
+               f.end_at,
+               CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'status') THEN f.status ELSE N'Pending' END,
+               f.configuration,
+               f.owner,
+               CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'concurrency_mode') THEN f.concurrency_mode ELSE N'Skip' END,
+               CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'missed_run_policy') THEN f.missed_run_policy ELSE N'RunOnce' END,
+               CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'run_immediately_if_never_run') THEN f.run_immediately_if_never_run ELSE 0 END,
+               f.max_runtime_seconds,
+               f.isolation,
+               CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'max_queued_runs') THEN f.max_queued_runs ELSE 5 END,
+               CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'notify_on_success') THEN f.notify_on_success ELSE 0 END,
+               CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'notify_on_failure') THEN f.notify_on_failure ELSE 1 END,
+               f.notify_to,
+               f.next_run_at
+      FROM OPENJSON(@p_fields) WITH (
+            job_type_id uniqueidentifier '$.job_type_id',
+            name nvarchar(200) '$.name',
+            description nvarchar(max) '$.description',
+            cron_expression nvarchar(255) '$.cron_expression',
+            timezone nvarchar(64) '$.timezone',
+            start_at datetimeoffset '$.start_at',
+            end_at datetimeoffset '$.end_at',
+            status nvarchar(20) '$.status',
+            configuration nvarchar(max) '$.configuration' AS JSON,
+            owner nvarchar(255) '$.owner',
+            concurrency_mode nvarchar(20) '$.concurrency_mode',
+            missed_run_policy nvarchar(20) '$.missed_run_policy',
+            run_immediately_if_never_run bit '$.run_immediately_if_never_run',
+            max_runtime_seconds float '$.max_runtime_seconds',
+            isolation nvarchar(10) '$.isolation',
+            max_queued_runs int '$.max_queued_runs',
+            notify_on_success bit '$.notify_on_success',
+            notify_on_failure bit '$.notify_on_failure',
+            notify_to nvarchar(1000) '$.notify_to',
+            next_run_at datetimeoffset '$.next_run_at'
+      ) AS f;
+    SELECT i.id AS job_id FROM @v_ids AS i;
+END;
+GO
+
+CREATE OR ALTER PROCEDURE mjsched.update_job
+    @p_job_id uniqueidentifier,
+    @p_fields nvarchar(max)
+AS
+BEGIN
+    SET NOCOUNT ON;
+    SET XACT_ABORT ON;
+    EXEC mjsched.check_job_fields @p_fields = @p_fields;
+    DECLARE @v_keys TABLE (name nvarchar(4000) NOT NULL);
+    INSERT INTO @v_keys (name) SELECT e.[key] FROM OPENJSON(@p_fields) AS e;
+    DECLARE @v_ids TABLE (id uniqueidentifier NOT NULL);
+    UPDATE j
+       SET
+           job_type_id = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'job_type_id') THEN f.job_type_id ELSE j.job_type_id END,
+           name = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'name') THEN f.name ELSE j.name END,
+           description = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'description') THEN f.description ELSE j.description END,
+           cron_expression = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'cron_expression') THEN f.cron_expression ELSE j.cron_expression END,
+           timezone = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'timezone') THEN f.timezone ELSE j.timezone END,
+           start_at = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'start_at') THEN f.start_at ELSE j.start_at END,
+           end_at = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'end_at') THEN f.end_at ELSE j.end_at END,
+           status = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'status') THEN f.status ELSE j.status END,
+           configuration = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'configuration') THEN f.configuration ELSE j.configuration END,
+           owner = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'owner') THEN f.owner ELSE j.owner END,
+           concurrency_mode = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'concurrency_mode') THEN f.concurrency_mode ELSE j.concurrency_mode END,
+           missed_run_policy = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'missed_run_policy') THEN f.missed_run_policy ELSE j.missed_run_policy END,
+           run_immediately_if_never_run = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'run_immediately_if_never_run') THEN f.run_immediately_if_never_run ELSE j.run_immediately_if_never_run END,
+           max_runtime_seconds = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'max_runtime_seconds') THEN f.max_runtime_seconds ELSE j.max_runtime_seconds END,
+           isolation = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'isolation') THEN f.isolation ELSE j.isolation END,
+           max_queued_runs = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'max_queued_runs') THEN f.max_queued_runs ELSE j.max_queued_runs END,
+           notify_on_success = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'notify_on_success') THEN f.notify_on_success ELSE j.notify_on_success END,
+           notify_on_failure = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'notify_on_failure') THEN f.notify_on_failure ELSE j.notify_on_failure END,
+           notify_to = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'notify_to') THEN f.notify_to ELSE j.notify_to END,
+           next_run_at = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'next_run_at') THEN f.next_run_at ELSE j.next_run_at END
+    OUTPUT inserted.id INTO @v_ids
+      FROM mjsched.scheduled_job AS j
+     CROSS JOIN OPENJSON(@p_fields) WITH (
+            job_type_id uniqueidentifier '$.job_type_id',
+            name nvarchar(200) '$.name',
+            description nvarchar(max) '$.description',
+            cron_expression nvarchar(255) '$.cron_expression',
+            timezone nvarchar(64) '$.timezone',
+            start_at datetimeoffset '$.start_at',
+            end_at datetimeoffset '$.end_at',
+            status nvarchar(20) '$.status',
+            configuration nvarchar(max) '$.configuration' AS JSON,
+            owner nvarchar(255) '$.owner',
+            concurrency_mode nvarchar(20) '$.concurrency_mode',
+            missed_run_policy nvarchar(20) '$.missed_run_policy',
+            run_immediately_if_never_run bit '$.run_immediately_if_never_run',
+            max_runtime_seconds float '$.max_runtime_seconds',
+            isolation nvarchar(10) '$.isolation',
+            max_queued_runs int '$.max_queued_runs',
+            notify_on_success bit '$.notify_on_success',
+            notify_on_failure bit '$.notify_on_failure',
+            notify_to nvarchar(1000) '$.notify_to',
+            next_run_at datetimeoffset '$.next_run_at'
+      ) AS f
+     WHERE j.id = @p_job_id;
+    SELECT COUNT(*) AS updated FROM @v_ids;
+END;
+GO
+
+CREATE OR ALTER PROCEDURE mjsched.delete_job
+    @p_job_id uniqueidentifier
+AS
+BEGIN
+    SET NOCOUNT ON;
+    SET XACT_ABORT ON;
+    DECLARE @v_deleted int;
+    DELETE FROM mjsched.scheduled_job WHERE id = @p_job_id;
+    SET @v_deleted = @@ROWCOUNT;   -- scheduled_job has no DELETE trigger
+    SELECT @v_deleted AS deleted;
+END;
+GO

@@ -1,0 +1,133 @@
+-- mjsched job administration, version 4: create, change and delete jobs through
+-- procedures, so the EXECUTE-only engine role (grants.sql) can manage jobs without any
+-- write privilege on the tables. Only definition and schedule columns can be written
+-- here; lock, lease and statistics columns belong to the lock procedures.
+-- p_fields is a JSON object of column -> value; absent keys keep their default (insert)
+-- or their current value (update). Unknown keys are an error naming the key.
+
+CREATE OR REPLACE FUNCTION mjsched.check_job_fields(p_fields jsonb) RETURNS void
+LANGUAGE plpgsql IMMUTABLE SECURITY DEFINER SET search_path = mjsched, pg_temp AS $$
+#variable_conflict use_column
+DECLARE v_key text;
+BEGIN
+    IF p_fields IS NULL OR jsonb_typeof(p_fields) <> 'object' THEN
+        RAISE EXCEPTION 'fields must be a JSON object' USING ERRCODE = '22023';
+    END IF;
+    SELECT k INTO v_key FROM jsonb_object_keys(p_fields) k
+     WHERE k NOT IN ('job_type_id', 'name', 'description', 'cron_expression', 'timezone', 'start_at',
+                     'end_at', 'status', 'configuration', 'owner', 'concurrency_mode', 'missed_run_policy',
+                     'run_immediately_if_never_run', 'max_runtime_seconds', 'isolation', 'max_queued_runs',
+                     'notify_on_success', 'notify_on_failure', 'notify_to', 'next_run_at')
+     LIMIT 1;
+    IF v_key IS NOT NULL THEN
+        RAISE EXCEPTION 'fields.%: not a job column that can be set', v_key USING ERRCODE = '22023';
+    END IF;
+END;
+$$;
+
+-- ensure_job_type: the id of the job type for a driver, created on first use.
+CREATE OR REPLACE FUNCTION mjsched.ensure_job_type(
+    p_driver varchar, p_isolation varchar, p_default_max_runtime double precision)
+RETURNS TABLE (job_type_id uuid)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = mjsched, pg_temp AS $$
+#variable_conflict use_column
+BEGIN
+    INSERT INTO mjsched.scheduled_job_type (name, driver_class, isolation, default_max_runtime_seconds)
+    VALUES (p_driver, p_driver, coalesce(p_isolation, 'thread'), p_default_max_runtime)
+    ON CONFLICT DO NOTHING;
+    RETURN QUERY SELECT t.id FROM mjsched.scheduled_job_type t WHERE t.driver_class = p_driver;
+END;
+$$;
+
+CREATE OR REPLACE FUNCTION mjsched.insert_job(p_fields jsonb)
+RETURNS TABLE (job_id uuid)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = mjsched, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    r mjsched.scheduled_job;
+BEGIN
+    PERFORM mjsched.check_job_fields(p_fields);
+    r := jsonb_populate_record(NULL::mjsched.scheduled_job, p_fields);
+    RETURN QUERY
+    INSERT INTO mjsched.scheduled_job AS j
+           (job_type_id, name, description, cron_expression, timezone, start_at, end_at, status,
+            configuration, owner, concurrency_mode, missed_run_policy, run_immediately_if_never_run,
+            max_runtime_seconds, isolation, max_queued_runs, notify_on_success, notify_on_failure,
+            notify_to, next_run_at)
+    VALUES (r.job_type_id, r.name, r.description, r.cron_expression,
+            CASE WHEN p_fields ? 'timezone' THEN r.timezone ELSE 'UTC' END,
+            r.start_at, r.end_at,
+            CASE WHEN p_fields ? 'status' THEN r.status ELSE 'Pending' END,
+            r.configuration, r.owner,
+            CASE WHEN p_fields ? 'concurrency_mode' THEN r.concurrency_mode ELSE 'Skip' END,
+            CASE WHEN p_fields ? 'missed_run_policy' THEN r.missed_run_policy ELSE 'RunOnce' END,
+            coalesce(r.run_immediately_if_never_run, false),
+            r.max_runtime_seconds, r.isolation,
+            coalesce(r.max_queued_runs, 5),
+            coalesce(r.notify_on_success, false),
+            coalesce(r.notify_on_failure, true),
+            r.notify_to, r.next_run_at)
+    RETURNING j.id;
+END;
+$$;
+
+CREATE OR REPLACE FUNCTION mjsched.update_job(p_job_id uuid, p_fields jsonb)
+RETURNS TABLE (updated integer)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = mjsched, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    r mjsched.scheduled_job;
+    v_rows integer;
+BEGIN
+    PERFORM mjsched.check_job_fields(p_fields);
+    r := jsonb_populate_record(NULL::mjsched.scheduled_job, p_fields);
+    UPDATE mjsched.scheduled_job j SET
+        job_type_id = CASE WHEN p_fields ? 'job_type_id' THEN r.job_type_id ELSE j.job_type_id END,
+        name = CASE WHEN p_fields ? 'name' THEN r.name ELSE j.name END,
+        description = CASE WHEN p_fields ? 'description' THEN r.description ELSE j.description END,
+        cron_expression = CASE WHEN p_fields ? 'cron_expression' THEN r.cron_expression ELSE j.cron_expression END,
+        timezone = CASE WHEN p_fields ? 'timezone' THEN r.timezone ELSE j.timezone END,
+        start_at = CASE WHEN p_fields ? 'start_at' THEN r.start_at ELSE j.start_at END,
+        end_at = CASE WHEN p_fields ? 'end_at' THEN r.end_at ELSE j.end_at END,
+        status = CASE WHEN p_fields ? 'status' THEN r.status ELSE j.status END,
+        configuration = CASE WHEN p_fields ? 'configuration' THEN r.configuration ELSE j.configuration END,
+        owner = CASE WHEN p_fields ? 'owner' THEN r.owner ELSE j.owner END,
+        concurrency_mode = CASE WHEN p_fields ? 'concurrency_mode' THEN r.concurrency_mode ELSE j.concurrency_mode END,
+        missed_run_policy = CASE WHEN p_fields ? 'missed_run_policy' THEN r.missed_run_policy
+                                 ELSE j.missed_run_policy END,
+        run_immediately_if_never_run = CASE WHEN p_fields ? 'run_immediately_if_never_run'
+                                            THEN r.run_immediately_if_never_run
+                                            ELSE j.run_immediately_if_never_run END,
+        max_runtime_seconds = CASE WHEN p_fields ? 'max_runtime_seconds' THEN r.max_runtime_seconds
+                                   ELSE j.max_runtime_seconds END,
+        isolation = CASE WHEN p_fields ? 'isolation' THEN r.isolation ELSE j.isolation END,
+        max_queued_runs = CASE WHEN p_fields ? 'max_queued_runs' THEN r.max_queued_runs ELSE j.max_queued_runs END,
+        notify_on_success = CASE WHEN p_fields ? 'notify_on_success' THEN r.notify_on_success
+                                 ELSE j.notify_on_success END,
+        notify_on_failure = CASE WHEN p_fields ? 'notify_on_failure' THEN r.notify_on_failure
+                                 ELSE j.notify_on_failure END,
+        notify_to = CASE WHEN p_fields ? 'notify_to' THEN r.notify_to ELSE j.notify_to END,
+        next_run_at = CASE WHEN p_fields ? 'next_run_at' THEN r.next_run_at ELSE j.next_run_at END
+     WHERE j.id = p_job_id;
+    GET DIAGNOSTICS v_rows = ROW_COUNT;
+    RETURN QUERY SELECT v_rows;
+END;
+$$;
+
+CREATE OR REPLACE FUNCTION mjsched.delete_job(p_job_id uuid)
+RETURNS TABLE (deleted integer)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = mjsched, pg_temp AS $$
+#variable_conflict use_column
+DECLARE v_rows integer;
+BEGIN
+    DELETE FROM mjsched.scheduled_job j WHERE j.id = p_job_id;
+    GET DIAGNOSTICS v_rows = ROW_COUNT;
+    RETURN QUERY SELECT v_rows;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION mjsched.check_job_fields(jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION mjsched.ensure_job_type(varchar, varchar, double precision) FROM PUBLIC;
+REVOKE ALL ON FUNCTION mjsched.insert_job(jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION mjsched.update_job(uuid, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION mjsched.delete_job(uuid) FROM PUBLIC;
