@@ -10,9 +10,10 @@
 -- * EXECUTE is revoked from PUBLIC on every function, now and for functions this role
 --   creates in the schema later; grants.sql grants it back to the engine role only.
 --
--- Caveat: CREATE OR REPLACE FUNCTION resets SECURITY DEFINER and SET, so whenever an
--- earlier script is re-applied (its checksum changed), this one must run again after it
--- (see docs/readme-reliability.md, "Least privilege", and test_least_privilege.py).
+-- CREATE OR REPLACE FUNCTION resets SECURITY DEFINER and SET, so this script must run
+-- again whenever an earlier one is re-applied: install() re-applies every later script
+-- after a changed one (test_least_privilege.py checks it). Later scripts declare their
+-- own functions SECURITY DEFINER with this search_path (e.g. 004_job_admin.sql).
 -- Safe to re-run.
 
 DO $$

@@ -153,30 +153,8 @@ def test_the_role_cannot_write_tables_directly(statement: str, engine_role: str,
     assert sql.rows("SELECT * FROM mjsched.scheduled_job") == before
 
 
-def test_job_management_needs_an_administrative_role(engine_role: str, make_engine: Any, sql: Any) -> None:
-    """Documented limit: create/update/delete are plain SQL in postgres.py, so the engine role cannot run them."""
-    engine = make_engine(dsn=engine_role)
-    job_id = make_engine().create_job(**job_fields("managed"))
-    for call in (lambda: engine.create_job(**job_fields("new")),
-                 lambda: engine.update_job(job_id, description="changed"),
-                 lambda: engine.delete_job(job_id)):
-        with pytest.raises(mjsched.DatabaseError) as info:
-            call()
-        assert "permission denied" in str(info.value)
-    assert sql.one("SELECT count(*) FROM mjsched.scheduled_job") == 1
-    assert sql.one("SELECT description FROM mjsched.scheduled_job") is None
-
-
-@pytest.mark.xfail(strict=True, raises=mjsched.DatabaseError, reason=(
-    "The issue asks that 'the engine runs fully under that role', but create_job/update_job/delete_job (and "
-    "ensure_job_type) in mjsched/backends/postgres.py are plain INSERT/UPDATE/DELETE. Fix: add SECURITY DEFINER "
-    "procedures to a new versioned script (e.g. sql/postgres/004_job_admin.sql): mjsched.ensure_job_type(p_driver "
-    "varchar, p_isolation varchar, p_default_max_runtime double precision) -> id; mjsched.insert_job(p_fields "
-    "jsonb) -> id; mjsched.update_job(p_job_id uuid, p_fields jsonb) -> updated integer; mjsched.delete_job("
-    "p_job_id uuid) -> deleted integer, each restricted to the JOB_COLUMNS whitelist (no lock/lease/statistics "
-    "columns), and call them from postgres.py; grants.sql then grants them like every other procedure. A separate "
-    "mjsched_admin role can get them instead if job management should stay out of the engines' hands."))
 def test_engine_role_can_manage_jobs_through_procedures(engine_role: str, make_engine: Any) -> None:
+    """Job CRUD goes through SECURITY DEFINER procedures (004_job_admin.sql), so the role needs no writes."""
     engine = make_engine(dsn=engine_role)
     job_id = engine.create_job(**job_fields("by-engine-role"))
     engine.update_job(job_id, description="changed")
@@ -204,14 +182,8 @@ def test_a_role_without_grants_gets_a_clean_error(pg_dsn: str, sql: Any) -> None
         sql.run(f'DROP ROLE IF EXISTS "{name}"')
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "CREATE OR REPLACE FUNCTION resets SECURITY DEFINER and SET search_path, and install() re-applies only scripts "
-    "whose checksum changed: after an upgrade that edits 002_procedures.sql, 003_security.sql is not re-run and "
-    "the procedures silently lose SECURITY DEFINER (the engine role then gets 'permission denied'). Fix in "
-    "mjsched/backends/postgres.py install(): once any script is applied, apply every later script too (all are "
-    "idempotent), e.g. `stale = False; for script in scripts: stale = stale or have.get(script.name) != "
-    "script.checksum; if stale: execute + record`."))
 def test_security_survives_an_upgrade_of_the_procedures(pg_dsn: str, sql: Any, make_engine: Any) -> None:
+    """CREATE OR REPLACE resets SECURITY DEFINER: re-applying 002 must re-apply 003 after it."""
     sql.run("UPDATE mjsched.schema_version SET checksum = 'outdated' WHERE name = '002_procedures'")
     make_engine().install()
     insecure = sql.rows("""SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
@@ -219,14 +191,8 @@ def test_security_survives_an_upgrade_of_the_procedures(pg_dsn: str, sql: Any, m
     assert insecure == []
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "The procedures take p_now 'so tests can move time' and, now that they run as their owner, any engine role "
-    "can pass one: sweep_expired_leases(now() + interval '1 day') abandons every other engine's live runs, and "
-    "acquire_job_lock/claim_due_jobs with a future p_now take over live leases. Fix in "
-    "sql/postgres/002_procedures.sql: in every procedure with p_now, start with `IF p_now IS NOT NULL AND NOT "
-    "pg_has_role(session_user, current_user, 'MEMBER') THEN RAISE EXCEPTION 'p_now is for tests run as the "
-    "schema owner' USING ERRCODE = '42501'; END IF;` (inside SECURITY DEFINER, current_user is the owner)."))
 def test_engine_role_cannot_move_the_database_clock(engine_role: str, make_engine: Any, sql: Any) -> None:
+    """p_now (for tests) would let a SECURITY DEFINER caller abandon or steal live leases: owner only."""
     admin = make_engine(lease_timeout=60.0)
     job_id = admin.create_job(**job_fields("held", cron="0 0 1 1 *"))
     token = str(uuid.uuid4())
@@ -236,10 +202,12 @@ def test_engine_role_cannot_move_the_database_clock(engine_role: str, make_engin
     conn.autocommit = True
     try:
         with conn.cursor() as cur:
-            try:
-                cur.execute("SELECT * FROM mjsched.sweep_expired_leases(now() + interval '1 day')")
-            except psycopg2.errors.InsufficientPrivilege:
-                pass
+            for call in ("SELECT * FROM mjsched.sweep_expired_leases(now() + interval '1 day')",
+                         f"SELECT * FROM mjsched.acquire_job_lock('{job_id}', gen_random_uuid(), 'thief', 60, "
+                         "false, now() + interval '1 day')"):
+                with pytest.raises(psycopg2.errors.InsufficientPrivilege):
+                    cur.execute(call)
+            cur.execute("SELECT * FROM mjsched.sweep_expired_leases()")   # the real clock is fine
     finally:
         conn.close()
     assert sql.one("SELECT status FROM mjsched.scheduled_job_run WHERE scheduled_job_id = %s", (job_id,)) == "Running"
@@ -326,14 +294,9 @@ def test_password_never_logged_while_running(password_cluster: cluster.PrivateCl
     assert SECRET not in logged and WRONG not in logged
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "validation.configuration() puts the whole configuration dict into ConfigurationError.value, so a "
-    "configuration that is not JSON-serialisable or holds a NUL prints the sql driver's dsn, password "
-    "included ('configuration={\"dsn\": \"postgresql://u:secret@...\"...}'). Fix in mjsched/validation.py "
-    "configuration(): pass redact(repr(value)) (mjsched.backends.base.redact) instead of value in those "
-    "ConfigurationErrors, or name only the offending key path (configuration.parameters) with a placeholder."))
 @pytest.mark.parametrize("poison", [{"parameters": [float("nan")]}, {"statement": "SELECT '\x00'"}])
 def test_password_not_in_configuration_errors(poison: dict[str, Any]) -> None:
+    """A configuration rejected as a whole is quoted redacted (the sql driver's dsn holds a password)."""
     engine = mjsched.SchedulingEngine("postgresql://nobody@127.0.0.1:1/none", pool_size=1)
     try:
         with pytest.raises(mjsched.ConfigurationError) as info:
