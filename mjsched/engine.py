@@ -415,6 +415,8 @@ class SchedulingEngine:
                         entry.job.name, entry.state.value, extra={"action": "leaked_run_finished"})
             return
         status = RunStatus.COMPLETED if result.success else RunStatus.FAILED
+        if not result.success and entry.cancel_event.is_set():
+            status = RunStatus.CANCELLED   # it gave up because the engine asked it to (shutdown)
         nxt = None
         if not entry.manual and entry.job.concurrency_mode is not ConcurrencyMode.CONCURRENT:
             try:

@@ -538,12 +538,18 @@ BEGIN
     IF OBJECT_ID(N'tempdb..#mjsched_completed') IS NOT NULL
     BEGIN
         INSERT INTO #mjsched_completed (run_id, completed)
-        SELECT i.run_id, CASE WHEN f.run_id IS NULL THEN 0 ELSE 1 END
+        SELECT i.run_id, CASE WHEN f.run_id IS NOT NULL OR EXISTS (
+                         SELECT 1 FROM mjsched.scheduled_job_run AS r
+                          WHERE r.id = i.run_id AND r.lock_token = i.token AND r.status = i.status)
+                    THEN 1 ELSE 0 END
           FROM @v_items AS i
           LEFT JOIN @v_finished AS f ON f.run_id = i.run_id;
         RETURN;
     END;
-    SELECT i.run_id, CASE WHEN f.run_id IS NULL THEN 0 ELSE 1 END AS completed
+    SELECT i.run_id, CASE WHEN f.run_id IS NOT NULL OR EXISTS (
+                         SELECT 1 FROM mjsched.scheduled_job_run AS r
+                          WHERE r.id = i.run_id AND r.lock_token = i.token AND r.status = i.status)
+                    THEN 1 ELSE 0 END AS completed
       FROM @v_items AS i
       LEFT JOIN @v_finished AS f ON f.run_id = i.run_id;
 END;

@@ -362,7 +362,14 @@ BEGIN
          WHERE j.id = p.scheduled_job_id
      RETURNING j.id
     )
-    SELECT i.run_id, CASE WHEN f.id IS NULL THEN 0 ELSE 1 END
+    -- A replayed item (its first reply was lost and the caller retried) is reported
+    -- completed too: the same token already finished the run with the same status.
+    -- (The statement's snapshot predates its own updates, so this sees earlier runs only.)
+    SELECT i.run_id,
+           CASE WHEN f.id IS NOT NULL OR EXISTS (
+                     SELECT 1 FROM mjsched.scheduled_job_run r
+                      WHERE r.id = i.run_id AND r.lock_token = i.token AND r.status = i.status)
+                THEN 1 ELSE 0 END
       FROM items i
       LEFT JOIN finished f ON f.id = i.run_id;
 END;

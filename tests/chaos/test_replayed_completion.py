@@ -18,11 +18,6 @@ from tests.chaos.faults import FaultPlan
 
 pytestmark = [pytest.mark.chaos, pytest.mark.postgres, pytest.mark.timeout(60)]
 
-FIX = ("mjsched.complete_job_runs (sql/postgres/002_procedures.sql) answers 0 to an exact replay of a completion "
-       "that already landed. Fix: in its final SELECT return 1 also when the run already holds the item's token "
-       "and final status: `CASE WHEN f.id IS NOT NULL OR EXISTS (SELECT 1 FROM mjsched.scheduled_job_run r WHERE "
-       "r.id = i.run_id AND r.lock_token = i.token AND r.status = i.status) THEN 1 ELSE 0 END` (the statement's "
-       "snapshot predates its own updates, so only earlier completions match); the T-SQL twin likewise.")
 
 
 class Recorder(mjsched.Notifier):
@@ -48,7 +43,6 @@ def test_first_completion_lands_once(make_engine: Any, sql: Any) -> None:
     assert sql.one("SELECT status FROM mjsched.scheduled_job_run WHERE id = %s", (run_id,)) == "Completed"
 
 
-@pytest.mark.xfail(strict=True, reason=FIX)
 def test_replayed_completion_is_acknowledged(make_engine: Any) -> None:
     engine = make_engine()
     job_id = engine.create_job(name="replay", driver="python", cron="0 0 1 1 *",
@@ -61,8 +55,6 @@ def test_replayed_completion_is_acknowledged(make_engine: Any) -> None:
     assert engine.backend.complete_job_runs([item]) == {run_id: True}
 
 
-@pytest.mark.xfail(strict=True, reason=FIX + " Symptom: the engine counts a fenced completion and drops the "
-                   "success notification of a run that completed.")
 def test_lost_reply_of_a_completion_keeps_its_notification(make_engine: Any, sql: Any) -> None:
     plan = FaultPlan(force_after={"complete_job_runs": 1})
     recorder = Recorder()
