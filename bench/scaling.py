@@ -252,7 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         notes.append(f"poll cost ratio {top:,}/{min(sizes):,} jobs: idle {idle_ratio:.2f}, claim {claim_ratio:.2f} "
                      f"(target <= 2)")
     notes.append("RSS after polls: engine built and polled by hand (dispatch_due_jobs); RSS after start: after "
-                 "start_polling(), the daemon path, which today loads every Active job (high-frequency warning). "
+                 "start_polling(), the daemon path (start-up checks read distinct schedules, not jobs). "
                  f"start_polling is measured up to {args.startup_max:,} jobs. Due scan taken from {source}.")
     common.print_table(
         "scaling: poll cost and engine memory vs defined jobs",
