@@ -35,7 +35,6 @@ from .odbc import (
     INSTALL_LOCK,
     INVALID_PARAMETER,
     JOB_COLUMNS,
-    OdbcPool,
     _BATCH_SPLIT,
     _JOB_SELECT,
     _SCHEMA_MISSING_NATIVE,
@@ -47,6 +46,7 @@ from .odbc import (
     configure_connection,
     is_transient,
     native_error,
+    odbc_pool,
     parse_dsn,
     to_param,
 )
@@ -68,7 +68,7 @@ class MssqlBackend(Backend):
         self._install_lock_timeout = install_lock_timeout
         self._retry_attempts = retry_attempts
         self._retry_max_delay = retry_max_delay
-        self._pool = OdbcPool(self._connect, max_size=pool_size)
+        self._pool = odbc_pool(self._connect, max_size=pool_size)
 
     @property
     def where(self) -> str:

@@ -2,24 +2,22 @@
 value converters and a small connection pool. Only this module and mssql.py import pyodbc."""
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import re
 import struct
-import threading
-import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from enum import Enum
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 import pyodbc
 
-from ..errors import ConfigurationError, DatabaseError
+from ..errors import ConfigurationError
 from .base import redact
+from .pool import ConnectionPool
 
 log = logging.getLogger(__name__)
 
@@ -305,96 +303,18 @@ def configure_connection(conn: Any) -> None:
 
 # -- pool ----------------------------------------------------------------------------------------------
 
-class PoolTimeout(DatabaseError):
-    """No connection became free in time."""
-
-
-class OdbcPool:
-    """A small thread-safe pool of pyodbc connections (the shape of pgpool.ConnectionPool).
-
-    A connection that saw a connection-level error is dropped; after any other error
-    an open transaction is rolled back before the connection is reused.
-    """
-
-    def __init__(self, connect: Callable[[], Any], max_size: int = 8, acquire_timeout: float = 30.0) -> None:
-        self._connect = connect
-        self._max_size = max_size
-        self._acquire_timeout = acquire_timeout
-        self._idle: list[Any] = []
-        self._open = 0
-        self._cond = threading.Condition()
-        self._closed = False
-
-    @contextlib.contextmanager
-    def connection(self) -> Iterator[Any]:
-        conn = self._take()
-        broken = False
-        try:
-            yield conn
-        except pyodbc.Error as exc:
-            broken = is_connection_error(exc) or not self._reset(conn)
-            raise
-        except BaseException:
-            broken = not self._reset(conn)
-            raise
-        finally:
-            self._give_back(conn, broken)
-
-    @staticmethod
-    def _reset(conn: Any) -> bool:
+def odbc_pool(connect: Callable[[], Any], max_size: int = 8) -> ConnectionPool[Any]:
+    """The shared pool, with pyodbc's rules: a connection-level error drops the
+    connection; after any other error an open transaction is rolled back first."""
+    def broken_after(conn: Any, exc: BaseException) -> bool:
+        if isinstance(exc, pyodbc.Error) and is_connection_error(exc):
+            return True
         try:
             conn.execute("IF @@TRANCOUNT > 0 ROLLBACK TRANSACTION;")
-            return True
-        except Exception:
             return False
-
-    def _take(self) -> Any:
-        deadline = time.monotonic() + self._acquire_timeout
-        with self._cond:
-            while True:
-                if self._closed:
-                    raise DatabaseError("connection pool is closed")
-                if self._idle:
-                    return self._idle.pop()
-                if self._open < self._max_size:
-                    self._open += 1
-                    break
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise PoolTimeout(f"no database connection free within {self._acquire_timeout:.0f}s "
-                                      f"(pool size {self._max_size})")
-                self._cond.wait(left)
-        try:
-            return self._connect()
-        except BaseException:
-            with self._cond:
-                self._open -= 1
-                self._cond.notify()
-            raise
-
-    def _give_back(self, conn: Any, broken: bool) -> None:
-        with self._cond:
-            if broken or self._closed:
-                self._open -= 1
-                with contextlib.suppress(Exception):
-                    conn.close()
-            else:
-                self._idle.append(conn)
-            self._cond.notify()
-
-    def discard_idle(self) -> None:
-        with self._cond:
-            idle, self._idle = self._idle, []
-            self._open -= len(idle)
-            self._cond.notify_all()
-        for conn in idle:
-            with contextlib.suppress(Exception):
-                conn.close()
-
-    def close(self) -> None:
-        with self._cond:
-            self._closed = True
-        self.discard_idle()
+        except Exception:
+            return True
+    return ConnectionPool(connect, broken_after, max_size=max_size)
 
 
 # -- the gateway -----------------------------------------------------------------------------------------

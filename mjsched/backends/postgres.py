@@ -19,7 +19,7 @@ from .. import sqlfiles
 from ..errors import ConfigurationError, DatabaseError, SchemaNotInstalled
 from ..models import Claim, ClaimBatch, Job, JobRun
 from .base import Backend, Completion, Listener, SweepResult, redact
-from .pgpool import ConnectionPool
+from .pool import ConnectionPool
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -71,7 +71,7 @@ class PostgresBackend(Backend):
         self._kwargs = _utc_opts(dsn, connect_timeout, int(statement_timeout * 1000))
         if connection_factory is not None:
             self._kwargs["connection_factory"] = connection_factory
-        self._pool = ConnectionPool(self._kwargs, max_size=pool_size)
+        self._pool: ConnectionPool[Any] = ConnectionPool(self._connect, _broken_after, max_size=pool_size)
         self._retry_attempts = retry_attempts
         self._retry_max_delay = retry_max_delay
         try:
@@ -81,6 +81,11 @@ class PostgresBackend(Backend):
         self._where = f"{params.get('host', 'localhost')}:{params.get('port', '5432')}"
 
     # -- plumbing ----------------------------------------------------------------------
+    def _connect(self) -> Any:
+        conn = psycopg2.connect(**self._kwargs)
+        conn.autocommit = True
+        return conn
+
     @contextlib.contextmanager
     def _translate(self, what: str) -> Iterator[None]:
         try:
@@ -364,6 +369,19 @@ class PostgresBackend(Backend):
 
     def close(self) -> None:
         self._pool.close()
+
+
+def _broken_after(conn: Any, exc: BaseException) -> bool:
+    """psycopg2's rules: connection-level errors drop the connection; otherwise roll
+    back an open transaction and keep it."""
+    if isinstance(exc, (psycopg2.OperationalError, psycopg2.InterfaceError)) or conn.closed:
+        return True
+    if conn.get_transaction_status() != psycopg2.extensions.TRANSACTION_STATUS_IDLE:
+        try:
+            conn.rollback()
+        except psycopg2.Error:
+            return True
+    return False
 
 
 class PgListener(Listener):

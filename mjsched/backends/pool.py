@@ -1,60 +1,53 @@
-"""A small thread-safe psycopg2 connection pool.
+"""A small thread-safe connection pool, shared by both dialects.
 
-psycopg2's own ThreadedConnectionPool hands out dead connections after a
-server restart; this one drops any connection that saw a connection-level error
-and opens a fresh one on demand, up to ``max_size``.
+Drivers' own pools hand out dead connections after a server restart; this one
+drops any connection its dialect calls broken after an error and opens a fresh
+one on demand, up to ``max_size``.
 """
 from __future__ import annotations
 
 import contextlib
 import threading
 import time
-from typing import Any, Iterator
-
-import psycopg2
-import psycopg2.extensions
+from typing import Callable, Generic, Iterator, TypeVar
 
 from ..errors import DatabaseError
+
+C = TypeVar("C")
 
 
 class PoolTimeout(DatabaseError):
     """No connection became free in time."""
 
 
-class ConnectionPool:
-    def __init__(self, connect_kwargs: dict[str, Any], max_size: int = 8, acquire_timeout: float = 30.0) -> None:
-        self._connect_kwargs = connect_kwargs
+class ConnectionPool(Generic[C]):
+    """``connect()`` opens a connection; ``broken_after(conn, exc)`` says whether a
+    connection that raised must be dropped (it may also roll back and keep it)."""
+
+    def __init__(self, connect: Callable[[], C], broken_after: Callable[[C, BaseException], bool],
+                 max_size: int = 8, acquire_timeout: float = 30.0) -> None:
+        self._connect = connect
+        self._broken_after = broken_after
         self._max_size = max_size
         self._acquire_timeout = acquire_timeout
-        self._idle: list[psycopg2.extensions.connection] = []
+        self._idle: list[C] = []
         self._open = 0
         self._cond = threading.Condition()
         self._closed = False
 
-    def _new(self) -> psycopg2.extensions.connection:
-        conn = psycopg2.connect(**self._connect_kwargs)
-        conn.autocommit = True
-        return conn
-
     @contextlib.contextmanager
-    def connection(self) -> Iterator[psycopg2.extensions.connection]:
+    def connection(self) -> Iterator[C]:
         conn = self._take()
         broken = False
         try:
             yield conn
-        except (psycopg2.OperationalError, psycopg2.InterfaceError):
-            broken = True
-            raise
-        except BaseException:
-            broken = conn.closed != 0 or conn.get_transaction_status() not in (
-                psycopg2.extensions.TRANSACTION_STATUS_IDLE,)
-            if broken is False and not conn.autocommit:
-                conn.rollback()
+        except BaseException as exc:
+            broken = self._broken_after(conn, exc)
             raise
         finally:
-            self._give_back(conn, broken or conn.closed != 0)
+            self._give_back(conn, broken)
 
-    def _take(self) -> psycopg2.extensions.connection:
+    def _take(self) -> C:
         deadline = time.monotonic() + self._acquire_timeout
         with self._cond:
             while True:
@@ -71,19 +64,19 @@ class ConnectionPool:
                                       f"(pool size {self._max_size})")
                 self._cond.wait(left)
         try:
-            return self._new()
+            return self._connect()
         except BaseException:
             with self._cond:
                 self._open -= 1
                 self._cond.notify()
             raise
 
-    def _give_back(self, conn: psycopg2.extensions.connection, broken: bool) -> None:
+    def _give_back(self, conn: C, broken: bool) -> None:
         with self._cond:
             if broken or self._closed:
                 self._open -= 1
                 with contextlib.suppress(Exception):
-                    conn.close()
+                    conn.close()  # type: ignore[attr-defined]
             else:
                 self._idle.append(conn)
             self._cond.notify()
@@ -96,7 +89,7 @@ class ConnectionPool:
             self._cond.notify_all()
         for conn in idle:
             with contextlib.suppress(Exception):
-                conn.close()
+                conn.close()  # type: ignore[attr-defined]
 
     def close(self) -> None:
         with self._cond:
