@@ -6,11 +6,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
+
+from tests.support.pg import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -86,11 +87,4 @@ def stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM, timeout: float 
 
 def wait_until(predicate: Callable[[], Any], timeout: float = 20.0, interval: float = 0.1,
                message: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
-        time.sleep(interval)
+    return wait_for(predicate, timeout=timeout, interval=interval, message=message)
