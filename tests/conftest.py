@@ -3,8 +3,10 @@
 PostgreSQL comes from MJSCHED_TEST_POSTGRES_DSN (CI sets it), else the local server
 on 127.0.0.1:5432. Without one the PostgreSQL tests skip, unless
 MJSCHED_REQUIRE_POSTGRES=1, where a missing server fails the run. SQL Server comes
-from MJSCHED_TEST_MSSQL_DSN or Docker (the mssql_dsn fixture in
-tests/integration/test_mssql_backend.py).
+from MJSCHED_TEST_MSSQL_DSN or Docker (tests/support/mssql.py); without one its tests
+skip, unless MJSCHED_REQUIRE_MSSQL=1.
+
+The backend contract suite asks for ``db``: each such test runs once per dialect.
 """
 from __future__ import annotations
 
@@ -14,9 +16,12 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from tests.support import pg
+from tests.support import mssql, pg
+from tests.support.db import Db
 
 REQUIRE_POSTGRES = os.environ.get("MJSCHED_REQUIRE_POSTGRES") == "1"
+REQUIRE_MSSQL = os.environ.get("MJSCHED_REQUIRE_MSSQL") == "1"
+DIALECTS = [pytest.param("postgres", marks=pytest.mark.postgres), pytest.param("mssql", marks=pytest.mark.mssql)]
 
 
 @pytest.fixture(scope="session")
@@ -63,17 +68,98 @@ def empty_pg_dsn(pg_server: str) -> Iterator[str]:
     pg.drop_database(pg_server, name)
 
 
+@pytest.fixture(scope="session")
+def mssql_server() -> Iterator[str]:
+    """DSN of a SQL Server where tests may create databases."""
+    dsn, reason = mssql.find_server()
+    if dsn is None:
+        if REQUIRE_MSSQL:
+            pytest.fail(f"MJSCHED_REQUIRE_MSSQL=1 but {reason}")
+        pytest.skip(reason)
+    yield dsn
+    mssql.stop_container()
+
+
+@pytest.fixture(scope="session")
+def mssql_database(mssql_server: str) -> Iterator[str]:
+    """A database with the schema installed, for the whole session."""
+    from mjsched.backends.mssql import MssqlBackend
+
+    name = f"mjsched_t_{os.getpid()}"
+    mssql.drop_database(mssql_server, name)
+    dsn = mssql.create_database(mssql_server, name)
+    backend = MssqlBackend(dsn)
+    try:
+        backend.install()
+    finally:
+        backend.close()
+    yield dsn
+    mssql.drop_database(mssql_server, name)
+
+
 @pytest.fixture
-def make_engine(pg_dsn: str) -> Iterator[Callable[..., Any]]:
-    """Factory of engines on the test database; every engine is closed at teardown."""
+def mssql_dsn(mssql_database: str) -> Iterator[str]:
+    """The session database, emptied before each test (creating one per test is slow on SQL Server)."""
+    conn = mssql.Sql(mssql_database)
+    try:
+        conn.run("DELETE FROM mjsched.scheduled_job_run; DELETE FROM mjsched.scheduled_job; "
+                 "DELETE FROM mjsched.scheduled_job_type; DELETE FROM mjsched.engine_instance;")
+    finally:
+        conn.close()
+    yield mssql_database
+
+
+@pytest.fixture
+def empty_mssql_dsn(mssql_server: str) -> Iterator[str]:
+    """A fresh database without the schema."""
+    name = f"mjsched_e_{uuid.uuid4().hex[:12]}"
+    dsn = mssql.create_database(mssql_server, name)
+    yield dsn
+    mssql.drop_database(mssql_server, name)
+
+
+@pytest.fixture(params=DIALECTS)
+def db(request: pytest.FixtureRequest) -> Iterator[Db]:
+    """A test database with the schema installed, once per dialect."""
+    if request.param == "postgres":
+        dsn = request.getfixturevalue("pg_dsn")
+        handle = Db("postgres", dsn, pg.Sql(dsn))
+    else:
+        dsn = request.getfixturevalue("mssql_dsn")
+        handle = Db("mssql", dsn, mssql.Sql(dsn))
+    yield handle
+    handle.close()
+
+
+@pytest.fixture
+def pg_db(pg_dsn: str) -> Iterator[Db]:
+    """``db`` for the tests that need PostgreSQL's own machinery (NOTIFY, roles, psycopg2)."""
+    handle = Db("postgres", pg_dsn, pg.Sql(pg_dsn))
+    yield handle
+    handle.close()
+
+
+@pytest.fixture(params=DIALECTS)
+def empty_db_dsn(request: pytest.FixtureRequest) -> str:
+    """A fresh database without the schema, once per dialect."""
+    return str(request.getfixturevalue("empty_pg_dsn" if request.param == "postgres" else "empty_mssql_dsn"))
+
+
+@pytest.fixture
+def make_engine(request: pytest.FixtureRequest) -> Iterator[Callable[..., Any]]:
+    """Factory of engines on the test database (``db``'s when the test asks for it, else
+    PostgreSQL's ``pg_dsn``); every engine is closed at teardown."""
     import mjsched
+
+    default_dsn = request.getfixturevalue("db").dsn if "db" in request.fixturenames \
+        else request.getfixturevalue("pg_dsn")
 
     engines: list[mjsched.SchedulingEngine] = []
 
     def make(**kwargs: Any) -> mjsched.SchedulingEngine:
         kwargs.setdefault("lease_timeout", 30.0)
         kwargs.setdefault("max_poll_interval", 1.0)
-        engine = mjsched.SchedulingEngine(kwargs.pop("dsn", pg_dsn), **kwargs)
+        engine = mjsched.SchedulingEngine(kwargs.pop("dsn", default_dsn), **kwargs)
         engines.append(engine)
         return engine
 

@@ -1,4 +1,8 @@
-"""The lock and lease procedures, raced by several real connections at once."""
+"""The lock and lease procedures, raced by several real connections at once.
+
+The contract suite: every test runs once per dialect (the ``db`` fixture), on
+PostgreSQL always and on SQL Server when a server is given (tests/support/mssql.py).
+"""
 from __future__ import annotations
 
 import threading
@@ -9,21 +13,19 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from mjsched.backends.base import Completion
-from mjsched.backends.postgres import PostgresBackend
+from mjsched.backends.base import Backend, Completion, open_backend
 from mjsched.errors import ConfigurationError
-
-pytestmark = pytest.mark.postgres
+from tests.support.db import Db
 
 
 @pytest.fixture
-def backend(pg_dsn: str) -> Iterator[PostgresBackend]:
-    b = PostgresBackend(pg_dsn, pool_size=20)
+def backend(db: Db) -> Iterator[Backend]:
+    b = db.backend(pool_size=20)
     yield b
     b.close()
 
 
-def new_job(backend: PostgresBackend, *, next_run_at: datetime | None = None, **fields: Any) -> str:
+def new_job(backend: Backend, *, next_run_at: datetime | None = None, **fields: Any) -> str:
     type_id = backend.ensure_job_type("python")
     values = {"job_type_id": type_id, "name": fields.pop("name", "job"), "cron_expression": "0 0 1 1 *",
               "status": "Active", "configuration": {"callable": "os:getpid"},
@@ -50,28 +52,28 @@ def past(seconds: float = 60) -> datetime:
     return datetime.now(timezone.utc) - timedelta(seconds=seconds)
 
 
-def test_sixteen_racing_acquirers_exactly_one_wins(backend: PostgresBackend, sql: Any) -> None:
+def test_sixteen_racing_acquirers_exactly_one_wins(backend: Backend, db: Db) -> None:
     job = new_job(backend)
     tokens = [token() for _ in range(16)]
     won = race(16, lambda i: backend.acquire_job_lock(job, tokens[i], f"engine-{i}", 60))
     assert sum(won) == 1
     holder = tokens[won.index(True)]
-    assert sql.one("SELECT lock_token::text FROM mjsched.scheduled_job WHERE id = %s", (job,)) == holder
+    assert db.lock_token(job) == holder
 
 
-def test_release_with_wrong_token_changes_nothing(backend: PostgresBackend, sql: Any) -> None:
+def test_release_with_wrong_token_changes_nothing(backend: Backend, db: Db) -> None:
     job = new_job(backend)
     mine = token()
     assert backend.acquire_job_lock(job, mine, "a", 60)
     results = race(8, lambda i: backend.release_job_lock(job, token()))
     assert results == [False] * 8
-    assert sql.one("SELECT lock_token::text FROM mjsched.scheduled_job WHERE id = %s", (job,)) == mine
+    assert db.lock_token(job) == mine
     assert backend.release_job_lock(job, mine) is True
     assert backend.release_job_lock(job, mine) is False  # idempotent
-    assert sql.one("SELECT lock_token FROM mjsched.scheduled_job WHERE id = %s", (job,)) is None
+    assert db.lock_token(job) is None
 
 
-def test_lease_expiry_hands_the_lock_over_and_fences_the_old_holder(backend: PostgresBackend, sql: Any) -> None:
+def test_lease_expiry_hands_the_lock_over_and_fences_the_old_holder(backend: Backend, db: Db) -> None:
     job = new_job(backend, next_run_at=past())
     batch = backend.claim_due_jobs("old", 10, 30)
     (claim,) = batch.claims
@@ -83,25 +85,20 @@ def test_lease_expiry_hands_the_lock_over_and_fences_the_old_holder(backend: Pos
     assert backend.release_job_lock(job, claim.lock_token) is False
     assert backend.extend_job_leases([claim.lock_token], 30, now=later) == set()
     assert backend.complete_job_run(claim.run_id, claim.lock_token, "Completed", None, None, later) is False
-    row = sql.rows("SELECT lock_token::text AS t, run_count FROM mjsched.scheduled_job WHERE id = %s", (job,))[0]
-    assert row["t"] == newer[won.index(True)]
-    assert row["run_count"] == 0
-    assert sql.one("SELECT status FROM mjsched.scheduled_job_run WHERE id = %s", (claim.run_id,)) == "Abandoned"
+    assert db.lock_token(job) == newer[won.index(True)]
+    assert db.job_value(job, "run_count") == 0
+    assert db.run_status(claim.run_id) == "Abandoned"
 
 
-def test_live_lease_cannot_be_taken(backend: PostgresBackend) -> None:
+def test_live_lease_cannot_be_taken(backend: Backend) -> None:
     job = new_job(backend)
     assert backend.acquire_job_lock(job, token(), "a", 60)
     assert not backend.acquire_job_lock(job, token(), "b", 60)
 
 
-def test_two_engines_claim_a_thousand_due_jobs_each_exactly_once(backend: PostgresBackend, pg_dsn: str,
-                                                                 sql: Any) -> None:
-    type_id = backend.ensure_job_type("python")
-    sql.run("""INSERT INTO mjsched.scheduled_job (job_type_id, name, cron_expression, status, next_run_at)
-               SELECT %s, 'j' || g, '0 0 1 1 *', 'Active', now() - g * interval '1 ms'
-                 FROM generate_series(1, 1000) g""", (type_id,))
-    engines = [PostgresBackend(pg_dsn, pool_size=2) for _ in range(2)]
+def test_two_engines_claim_a_thousand_due_jobs_each_exactly_once(backend: Backend, db: Db) -> None:
+    db.insert_due_jobs(backend.ensure_job_type("python"), 1000)
+    engines = [db.backend(pool_size=2) for _ in range(2)]
     claimed: list[list[str]] = [[], []]
     barrier = threading.Barrier(2, timeout=10)
 
@@ -121,12 +118,12 @@ def test_two_engines_claim_a_thousand_due_jobs_each_exactly_once(backend: Postgr
     both = claimed[0] + claimed[1]
     assert len(both) == 1000 and len(set(both)) == 1000
     assert claimed[0] and claimed[1], "both engines should have won some jobs"
-    assert sql.one("SELECT count(*) FROM mjsched.scheduled_job_run WHERE status = 'Running'") == 1000
-    assert sql.one("""SELECT count(*) FROM (SELECT scheduled_job_id FROM mjsched.scheduled_job_run
+    assert db.count_runs("Running") == 1000
+    assert db.one("""SELECT count(*) FROM (SELECT scheduled_job_id FROM mjsched.scheduled_job_run
                        GROUP BY 1 HAVING count(*) > 1) d""") == 0
 
 
-def test_claim_respects_max_jobs_and_reports_next_due(backend: PostgresBackend) -> None:
+def test_claim_respects_max_jobs_and_reports_next_due(backend: Backend) -> None:
     for i in range(5):
         new_job(backend, name=f"due{i}", next_run_at=past())
     future = datetime.now(timezone.utc) + timedelta(hours=1)
@@ -139,35 +136,35 @@ def test_claim_respects_max_jobs_and_reports_next_due(backend: PostgresBackend) 
     assert len(again.claims) == 2 and again.locked_out == 3
 
 
-def test_sweep_abandons_only_running_runs(backend: PostgresBackend, sql: Any) -> None:
+def test_sweep_abandons_only_running_runs(backend: Backend, db: Db) -> None:
     jobs = [new_job(backend, name=f"s{i}", next_run_at=past()) for i in range(3)]
     batch = backend.claim_due_jobs("a", 10, 30)
     assert len(batch.claims) == 3
     done, running, queued_job = batch.claims[0], batch.claims[1], batch.claims[2]
     assert backend.complete_job_run(done.run_id, done.lock_token, "Completed", None, None, None)
     # a Queued run and a Completed run must survive the sweep untouched
-    sql.run("UPDATE mjsched.scheduled_job SET concurrency_mode = 'Queue' WHERE id = %s", (queued_job.job_id,))
+    db.run("UPDATE mjsched.scheduled_job SET concurrency_mode = 'Queue' WHERE id = ?", (queued_job.job_id,))
     assert backend.enqueue_job_run(queued_job.job_id, datetime.now(timezone.utc) + timedelta(minutes=5))
     later = batch.db_now + timedelta(seconds=31)
     results = race(4, lambda i: backend.sweep_expired_leases(now=later))
     assert sum(r.swept for r in results) == 2  # the two Running runs, once each, across racing sweeps
-    statuses = {r["id"]: r["status"] for r in sql.rows("SELECT id::text, status FROM mjsched.scheduled_job_run")}
+    statuses = {str(r["id"]): r["status"] for r in db.rows("SELECT id, status FROM mjsched.scheduled_job_run")}
     assert statuses[done.run_id] == "Completed"
     assert statuses[running.run_id] == "Abandoned"
     assert sorted(statuses.values()).count("Queued") == 1
-    assert sql.one("SELECT count(*) FROM mjsched.scheduled_job WHERE lock_token IS NOT NULL") == 0
-    assert sql.one("SELECT failure_count FROM mjsched.scheduled_job WHERE id = %s", (running.job_id,)) == 1
+    assert db.one("SELECT count(*) FROM mjsched.scheduled_job WHERE lock_token IS NOT NULL") == 0
+    assert db.job_value(running.job_id, "failure_count") == 1
     assert jobs  # all three jobs exist
 
 
-def test_sweep_is_a_no_op_when_nothing_is_stale(backend: PostgresBackend) -> None:
+def test_sweep_is_a_no_op_when_nothing_is_stale(backend: Backend) -> None:
     new_job(backend, next_run_at=past())
     backend.claim_due_jobs("a", 10, 60)
     result = backend.sweep_expired_leases()
     assert (result.swept, result.locks_freed, result.expired_jobs) == (0, 0, 0)
 
 
-def test_heartbeat_racing_the_sweep_one_of_them_wins(backend: PostgresBackend, sql: Any) -> None:
+def test_heartbeat_racing_the_sweep_one_of_them_wins(backend: Backend, db: Db) -> None:
     new_job(backend, next_run_at=past())
     (claim,) = backend.claim_due_jobs("a", 1, 30).claims
     at = datetime.now(timezone.utc) + timedelta(seconds=31)
@@ -177,14 +174,14 @@ def test_heartbeat_racing_the_sweep_one_of_them_wins(backend: PostgresBackend, s
             return backend.sweep_expired_leases(now=at).swept
         return len(backend.extend_job_leases([claim.lock_token], 30, now=at))
     outcome = race(6, act)
-    status = sql.one("SELECT status FROM mjsched.scheduled_job_run WHERE id = %s", (claim.run_id,))
+    status = db.run_status(claim.run_id)
     if status == "Running":
         assert sum(outcome[1::2]) == 0          # every sweep lost to the renewal
     else:
         assert status == "Abandoned" and sum(outcome[1::2]) == 1
 
 
-def test_extend_renews_only_matching_tokens_in_one_call(backend: PostgresBackend) -> None:
+def test_extend_renews_only_matching_tokens_in_one_call(backend: Backend) -> None:
     for i in range(4):
         new_job(backend, name=f"e{i}", next_run_at=past())
     claims = backend.claim_due_jobs("a", 10, 30).claims
@@ -193,20 +190,20 @@ def test_extend_renews_only_matching_tokens_in_one_call(backend: PostgresBackend
     assert renewed == {c.lock_token for c in claims}
 
 
-def test_racing_completions_of_one_run_land_once(backend: PostgresBackend, sql: Any) -> None:
+def test_racing_completions_of_one_run_land_once(backend: Backend, db: Db) -> None:
     job = new_job(backend, next_run_at=past())
     (claim,) = backend.claim_due_jobs("a", 1, 60).claims
     nxt = datetime.now(timezone.utc) + timedelta(hours=1)
     landed = race(8, lambda i: backend.complete_job_run(claim.run_id, claim.lock_token, "Completed", None,
                                                          {"i": i}, nxt))
     assert sum(landed) >= 1   # exact replays of the landed completion may also answer 1 (idempotent)
-    row = sql.rows("SELECT run_count, success_count, lock_token, next_run_at FROM mjsched.scheduled_job "
-                   "WHERE id = %s", (job,))[0]
+    row = db.rows("SELECT run_count, success_count, lock_token, next_run_at FROM mjsched.scheduled_job "
+                  "WHERE id = ?", (job,))[0]
     assert row["run_count"] == 1 and row["success_count"] == 1 and row["lock_token"] is None
     assert abs((row["next_run_at"] - nxt).total_seconds()) < 1e-3
 
 
-def test_a_replayed_completion_is_acknowledged_and_counted_once(backend: PostgresBackend, sql: Any) -> None:
+def test_a_replayed_completion_is_acknowledged_and_counted_once(backend: Backend, db: Db) -> None:
     job = new_job(backend, next_run_at=past())
     (claim,) = backend.claim_due_jobs("a", 1, 60).claims
     item = Completion(claim.run_id, claim.lock_token, "Completed", None, {"n": 1}, None)
@@ -214,10 +211,10 @@ def test_a_replayed_completion_is_acknowledged_and_counted_once(backend: Postgre
     assert backend.complete_job_runs([item]) == {claim.run_id: True}     # the retry after a lost reply
     other = Completion(claim.run_id, claim.lock_token, "Failed", "late", None, None)
     assert backend.complete_job_runs([other]) == {claim.run_id: False}   # not a replay: a different outcome
-    assert sql.one("SELECT run_count FROM mjsched.scheduled_job WHERE id = %s", (job,)) == 1
+    assert db.job_value(job, "run_count") == 1
 
 
-def test_batched_completion_is_fenced_per_run(backend: PostgresBackend, sql: Any) -> None:
+def test_batched_completion_is_fenced_per_run(backend: Backend, db: Db) -> None:
     for i in range(3):
         new_job(backend, name=f"b{i}", next_run_at=past())
     a, b, c = backend.claim_due_jobs("a", 10, 60).claims
@@ -225,18 +222,18 @@ def test_batched_completion_is_fenced_per_run(backend: PostgresBackend, sql: Any
              Completion(b.run_id, token(), "Completed"),            # wrong token
              Completion(c.run_id, c.lock_token, "Failed", "boom", {"x": 1})]
     assert backend.complete_job_runs(items) == {a.run_id: True, b.run_id: False, c.run_id: True}
-    assert sql.one("SELECT status FROM mjsched.scheduled_job_run WHERE id = %s", (b.run_id,)) == "Running"
-    assert sql.one("SELECT error_message FROM mjsched.scheduled_job_run WHERE id = %s", (c.run_id,)) == "boom"
+    assert db.run_status(b.run_id) == "Running"
+    assert db.one("SELECT error_message FROM mjsched.scheduled_job_run WHERE id = ?", (c.run_id,)) == "boom"
 
 
-def test_completion_rejects_an_unknown_status(backend: PostgresBackend) -> None:
+def test_completion_rejects_an_unknown_status(backend: Backend) -> None:
     new_job(backend, next_run_at=past())
     (claim,) = backend.claim_due_jobs("a", 1, 60).claims
     with pytest.raises(ConfigurationError):
         backend.complete_job_run(claim.run_id, claim.lock_token, "Running", None, None, None)
 
 
-def test_a_tick_can_never_have_two_runs(backend: PostgresBackend, sql: Any) -> None:
+def test_a_tick_can_never_have_two_runs(backend: Backend, db: Db) -> None:
     tick = past()
     job = new_job(backend, next_run_at=tick)
     (first,) = backend.claim_due_jobs("a", 1, 30).claims
@@ -244,44 +241,46 @@ def test_a_tick_can_never_have_two_runs(backend: PostgresBackend, sql: Any) -> N
     later = datetime.now(timezone.utc) + timedelta(seconds=31)
     (second,) = backend.claim_due_jobs("b", 1, 30, now=later).claims
     assert second.run_id is None and second.scheduled_for == first.scheduled_for
-    assert sql.one("SELECT count(*) FROM mjsched.scheduled_job_run WHERE scheduled_job_id = %s", (job,)) == 1
+    assert db.count_runs(job_id=job) == 1
 
 
-def test_enqueue_keeps_one_run_per_tick_and_bounds_the_queue(backend: PostgresBackend, sql: Any) -> None:
+def test_enqueue_keeps_one_run_per_tick_and_bounds_the_queue(backend: Backend, db: Db) -> None:
     job = new_job(backend, concurrency_mode="Queue", max_queued_runs=3)
     tick = datetime.now(timezone.utc).replace(microsecond=0)
     assert sum(race(16, lambda i: backend.enqueue_job_run(job, tick))) == 1
     ticks = [tick + timedelta(seconds=i + 1) for i in range(10)]
     assert sum(race(10, lambda i: backend.enqueue_job_run(job, ticks[i]))) == 2
-    assert sql.one("SELECT count(*) FROM mjsched.scheduled_job_run WHERE status = 'Queued'") == 3
+    assert db.count_runs("Queued") == 3
 
 
-def test_queued_runs_are_claimed_before_new_ticks(backend: PostgresBackend, sql: Any) -> None:
+def test_queued_runs_are_claimed_before_new_ticks(backend: Backend, db: Db) -> None:
     job = new_job(backend, concurrency_mode="Queue", next_run_at=past(5))
     queued_tick = past(30)
     assert backend.enqueue_job_run(job, queued_tick)
     (claim,) = backend.claim_due_jobs("a", 5, 60).claims
     assert claim.from_queue and claim.scheduled_for == queued_tick
-    assert sql.one("SELECT status FROM mjsched.scheduled_job_run WHERE id = %s", (claim.run_id,)) == "Running"
+    assert db.run_status(claim.run_id) == "Running"
 
 
-def test_initialize_next_run_is_compare_and_set(backend: PostgresBackend) -> None:
+def test_initialize_next_run_is_compare_and_set(backend: Backend) -> None:
     job = new_job(backend)
     when = [datetime.now(timezone.utc) + timedelta(minutes=i) for i in range(8)]
     assert sum(race(8, lambda i: backend.initialize_next_run(job, when[i]))) == 1
 
 
-def test_install_from_several_engines_at_once(empty_pg_dsn: str) -> None:
-    backends = [PostgresBackend(empty_pg_dsn) for _ in range(4)]
+def test_install_from_several_engines_at_once(empty_db_dsn: str) -> None:
+    backends = [open_backend(empty_db_dsn) for _ in range(4)]
     try:
         applied = race(4, lambda i: backends[i].install())
+        assert sorted(len(a) for a in applied)[-1] >= 2 and sum(1 for a in applied if a) == 1
+        assert backends[0].installed_versions() == sorted(max(applied, key=len))
+        assert backends[1].install() == []       # idempotent once installed
     finally:
         for b in backends:
             b.close()
-    assert sorted(len(a) for a in applied)[-1] >= 2 and sum(1 for a in applied if a) == 1
 
 
-def test_bad_procedure_arguments_are_typed_errors(backend: PostgresBackend) -> None:
+def test_bad_procedure_arguments_are_typed_errors(backend: Backend) -> None:
     job = new_job(backend)
     with pytest.raises(ConfigurationError, match="lease_seconds"):
         backend.acquire_job_lock(job, token(), "a", 0)
