@@ -18,7 +18,7 @@ from functools import partial
 from typing import Any
 
 from . import scheduling, validation
-from .backends.base import Backend, Completion, SweepResult, open_backend
+from .backends.base import Backend, Completion, Listener, SweepResult, open_backend
 from .clock import DbClock
 from .completion import CompletionWriter
 from .cron import CronSchedule
@@ -93,6 +93,8 @@ class SchedulingEngine:
         self._accepting = True          # False once stop_polling began: no new dispatches
         self._polling = False
         self._listener_stop = threading.Event()
+        self._listener_thread: threading.Thread | None = None
+        self._listener: Listener | None = None
         self._schedule_dirty = True
         self._schedule_checked = 0.0
         self._last_sweep = 0.0
@@ -222,6 +224,8 @@ class SchedulingEngine:
             self._accepting = False
             self._polling = False
             self._listener_stop.set()
+            if self._listener is not None:
+                self._listener.interrupt()
             self._poller.stop()
             started = time.monotonic()
             if wait:
@@ -517,11 +521,11 @@ class SchedulingEngine:
 
     # -- change feed ---------------------------------------------------------------------------
     def _start_listener(self) -> None:
-        listener = self.backend.listener()
+        self._join_listener(timeout=10.0)   # a stop_polling() just before: let that listener go first
+        listener = self._listener = self.backend.listener()
         if listener is None:
             return
-        self._listener_stop.clear()
-        stop = self._listener_stop
+        stop = self._listener_stop = threading.Event()   # fresh: the old thread must stay stopped
 
         def loop() -> None:
             delay = 0.5
@@ -537,7 +541,18 @@ class SchedulingEngine:
                         delay = min(delay * 2, 10.0)
             finally:
                 listener.close()
-        threading.Thread(target=loop, name="mjsched-listener", daemon=True).start()
+        self._listener_thread = threading.Thread(target=loop, name="mjsched-listener", daemon=True)
+        self._listener_thread.start()
+
+    def _join_listener(self, timeout: float) -> None:
+        """Wait for the listener thread to end; stop_polling() interrupted its wait, so
+        this is quick unless it was reconnecting (one connect timeout at most)."""
+        thread, self._listener_thread = self._listener_thread, None
+        if thread is None or thread is threading.current_thread():
+            return
+        thread.join(timeout)
+        if thread.is_alive():
+            log.warning("the job-change listener did not stop within %.0fs; left to exit on its own", timeout)
 
     # -- queue mode --------------------------------------------------------------------------
     def _enqueue_queue_ticks(self, db_now: datetime) -> float:
@@ -563,6 +578,7 @@ class SchedulingEngine:
         """Stop polling (without draining), flush completions, close connections."""
         if self._polling:
             self.stop_polling(wait=False)
+        self._join_listener(timeout=10.0)
         self._keeper.stop()
         self._writer.stop(timeout=5.0)
         self._pool.shutdown()

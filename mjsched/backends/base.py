@@ -41,6 +41,10 @@ class Listener(abc.ABC):
     def wait(self, timeout: float) -> bool:
         """Block up to ``timeout`` seconds; True when a job changed meanwhile."""
 
+    def interrupt(self) -> None:
+        """End the ``wait`` under way, and every later one, at once: the listener is
+        being shut down. Safe from any thread; the default does nothing."""
+
     @abc.abstractmethod
     def close(self) -> None: ...
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
+import re
 import select
 import threading
 from datetime import datetime
@@ -41,12 +43,27 @@ _TRANSIENT_SQLSTATES = {"40001", "40P01", "55P03", "57P01", "57P02", "57P03", "0
                         "08006", "08001", "08004", "53300"}
 
 
+# libpq's connection errors carry no SQLSTATE; these messages are a wrong DSN or login,
+# which no retry will mend (a server starting up or refusing connections is retried).
+_MALFORMED_DSN = re.compile(r"invalid \w+ value|invalid connection option|invalid (dsn|uri|URI)")
+_REJECTED_LOGIN = re.compile(r'(role|database) "[^"]*" does not exist|password authentication failed'
+                             r"|no pg_hba\.conf entry|password supplied|SSL (is not enabled|required)")
+
+
 def is_transient(exc: BaseException) -> bool:
     """Connection lost, deadlock, serialization failure, server shutting down."""
     if isinstance(exc, (psycopg2.OperationalError, psycopg2.InterfaceError)):
         code = getattr(exc, "pgcode", None)
-        return code is None or code in _TRANSIENT_SQLSTATES or code.startswith("08")
+        if code is None:
+            return not is_permanent_connect_error(exc)
+        return code in _TRANSIENT_SQLSTATES or code.startswith("08")
     return getattr(exc, "pgcode", None) in _TRANSIENT_SQLSTATES
+
+
+def is_permanent_connect_error(exc: BaseException) -> bool:
+    """A connection refused for a reason a retry cannot change (bad DSN, unknown role or database)."""
+    text = str(exc)
+    return bool(_MALFORMED_DSN.search(text) or _REJECTED_LOGIN.search(text))
 
 
 def _utc_opts(dsn: str, connect_timeout: float, statement_timeout_ms: int) -> dict[str, Any]:
@@ -95,6 +112,9 @@ class PostgresBackend(Backend):
         except psycopg2.Error as exc:
             if getattr(exc, "pgcode", None) == "22023":
                 raise ConfigurationError(what, None, str(exc.diag.message_primary)) from exc
+            if _MALFORMED_DSN.search(str(exc)):
+                raise ConfigurationError("dsn", self._safe_dsn,
+                                         f"not a valid PostgreSQL DSN: {str(exc).strip()}") from exc
             if getattr(exc, "pgcode", None) == "3F000" or (
                     getattr(exc, "pgcode", None) in ("42883", "42P01") and "mjsched" in str(exc)):
                 raise SchemaNotInstalled(f"{what}: the mjsched schema is missing or outdated; "
@@ -392,6 +412,8 @@ class PgListener(Listener):
         self._kwargs.pop("connection_factory", None)
         self._conn: Any = None
         self._lock = threading.Lock()
+        self._wakeup = threading.Event()
+        self._pipe_r, self._pipe_w = os.pipe()   # interrupt() writes here to end a select at once
 
     def _connect(self) -> Any:
         conn = psycopg2.connect(**self._kwargs)
@@ -406,10 +428,12 @@ class PgListener(Listener):
                 if self._conn is None or self._conn.closed:
                     self._conn = self._connect()
                 conn = self._conn
-                if not conn.notifies:
-                    ready, _, _ = select.select([conn], [], [], timeout)
-                    if ready:
+                if not conn.notifies and not self._wakeup.is_set():
+                    ready, _, _ = select.select([conn, self._pipe_r], [], [], timeout)
+                    if conn in ready:
                         conn.poll()
+                    if self._pipe_r in ready:
+                        os.read(self._pipe_r, 64)
                 changed = bool(conn.notifies)
                 conn.notifies.clear()
                 return changed
@@ -421,9 +445,19 @@ class PgListener(Listener):
                 self._conn = None
                 raise DatabaseError(f"LISTEN connection failed: {redact(str(exc).strip())}") from exc
 
+    def interrupt(self) -> None:
+        self._wakeup.set()
+        with contextlib.suppress(OSError):
+            os.write(self._pipe_w, b"x")
+
     def close(self) -> None:
+        self.interrupt()
         with self._lock:
             if self._conn is not None:
                 with contextlib.suppress(Exception):
                     self._conn.close()
                 self._conn = None
+            for fd in (self._pipe_r, self._pipe_w):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self._pipe_r = self._pipe_w = -1
