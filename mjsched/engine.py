@@ -94,6 +94,8 @@ class SchedulingEngine:
         self._polling = False
         self._listener_stop = threading.Event()
         self._listener_thread: threading.Thread | None = None
+        # (claim id, claims already started) of a claim whose reply or handling failed
+        self._unanswered_claim: tuple[str, set[str]] | None = None
         self._listener: Listener | None = None
         self._schedule_dirty = True
         self._schedule_checked = 0.0
@@ -316,7 +318,16 @@ class SchedulingEngine:
             dispatched = 0
             for _ in range(4):  # claims that only advanced a served tick leave slots: claim again
                 free = max(0, self.max_concurrent_jobs - self._registry.live_count())
-                batch = self.backend.claim_due_jobs(self.instance_name, free, self.lease_timeout)
+                # A claim that raised may have committed: call again under its id, as a replay.
+                replay = self._unanswered_claim is not None
+                if self._unanswered_claim is None:
+                    self._unanswered_claim = (str(uuid.uuid4()), set())
+                claim_id, handled = self._unanswered_claim
+                batch = self.backend.claim_due_jobs(self.instance_name, free, self.lease_timeout,
+                                                    claim_id=claim_id, replay=replay)
+                if replay:
+                    log.warning("claim %s had failed; asked again as a replay: %d claim(s) answered",
+                                claim_id, len(batch.claims), extra={"action": "claim_replayed"})
                 self._clock.observe(batch.db_now)
                 db_now = batch.db_now or self._clock.now()
                 jobs = {j.id: j for j in self.backend.get_jobs({c.job_id for c in batch.claims})} \
@@ -325,14 +336,17 @@ class SchedulingEngine:
                 started = 0
                 for claim in batch.claims:
                     job = jobs.get(claim.job_id)
-                    if job is None:
+                    key = claim.run_id or claim.job_id
+                    if job is None or key in handled:   # handled: started before a replay of its claim
                         continue
+                    handled.add(key)
                     try:
                         started += self._start_claim(job, claim.run_id, claim.lock_token, claim.scheduled_for,
                                                      claim.from_queue, db_now)
                     except SchedulerError as exc:
                         log.error("could not start run of job %r: %s (its lease will lapse and be swept)",
                                   job.name, exc, extra={"action": "dispatch_failed"})
+                self._unanswered_claim = None
                 dispatched += started
                 if not any(c.run_id is None for c in batch.claims) or len(batch.claims) < free:
                     break

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from ..models import ClaimBatch, Job, JobRun
+from ..models import Claim, ClaimBatch, Job, JobRun
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,22 @@ class Listener(abc.ABC):
 
     @abc.abstractmethod
     def close(self) -> None: ...
+
+
+def claim_batch(rows: Iterable[Mapping[str, Any]]) -> ClaimBatch:
+    """``claim_due_jobs``'s rows as a ClaimBatch: one row per claim, then the tail row
+    (job_id NULL) with db_now, next_due_at and the two counters."""
+    claims: list[Claim] = []
+    tail: Mapping[str, Any] = {}
+    for r in rows:
+        if r["job_id"] is None:
+            tail = r
+            continue
+        claims.append(Claim(job_id=str(r["job_id"]), run_id=str(r["run_id"]) if r["run_id"] else None,
+                            lock_token=str(r["lock_token"]), scheduled_for=r["scheduled_for"],
+                            db_now=r["db_now"], from_queue=bool(r["from_queue"])))
+    return ClaimBatch(claims=claims, next_due_at=tail.get("next_due_at"), db_now=tail.get("db_now"),
+                      due_left=int(tail.get("due_left") or 0), locked_out=int(tail.get("locked_out") or 0))
 
 
 class Backend(abc.ABC):
@@ -87,9 +103,15 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def claim_due_jobs(self, instance: str, max_jobs: int, lease_seconds: float,
-                       now: datetime | None = None) -> ClaimBatch:
+                       now: datetime | None = None, claim_id: str | None = None,
+                       replay: bool = False) -> ClaimBatch:
         """Lock up to ``max_jobs`` claimable jobs (Queued runs first, then due ticks),
-        skipping rows others are claiming, and start their runs; all in one transaction."""
+        skipping rows others are claiming, and start their runs; all in one transaction.
+
+        Idempotent per ``claim_id`` (a fresh UUID when None): a retry after a lost reply
+        is sent with ``replay`` and answers what the lost call claimed, if it committed.
+        The backend replays its own retries; the caller passes ``replay=True`` when it
+        calls again with the ``claim_id`` of a claim that raised."""
 
     @abc.abstractmethod
     def complete_job_runs(self, items: Sequence[Completion],

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import uuid
 from datetime import datetime, timedelta
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
@@ -29,8 +30,8 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_afte
 
 from .. import sqlfiles
 from ..errors import ConfigurationError, DatabaseError, SchemaNotInstalled
-from ..models import Claim, ClaimBatch, Job, JobRun
-from .base import Backend, Completion, Listener, SweepResult, redact
+from ..models import ClaimBatch, Job, JobRun
+from .base import Backend, Completion, Listener, SweepResult, claim_batch, redact
 from .odbc import (
     INSTALL_LOCK,
     INVALID_PARAMETER,
@@ -234,21 +235,20 @@ class MssqlBackend(Backend):
         return {str(r["lock_token"]).lower() for r in rows}
 
     def claim_due_jobs(self, instance: str, max_jobs: int, lease_seconds: float,
-                       now: datetime | None = None) -> ClaimBatch:
-        rows = self._call("claim_due_jobs", instance=instance, max_jobs=max_jobs, lease_seconds=lease_seconds,
-                          now=now)
-        claims: list[Claim] = []
-        tail: dict[str, Any] = {}
-        for r in rows:
-            if r["job_id"] is None:
-                tail = r
-                continue
-            claims.append(Claim(job_id=str(r["job_id"]),
-                                run_id=str(r["run_id"]) if r["run_id"] else None,
-                                lock_token=str(r["lock_token"]), scheduled_for=r["scheduled_for"],
-                                db_now=r["db_now"], from_queue=bool(r["from_queue"])))
-        return ClaimBatch(claims=claims, next_due_at=tail.get("next_due_at"), db_now=tail.get("db_now"),
-                          due_left=int(tail.get("due_left") or 0), locked_out=int(tail.get("locked_out") or 0))
+                       now: datetime | None = None, claim_id: str | None = None,
+                       replay: bool = False) -> ClaimBatch:
+        claim_id = claim_id or str(uuid.uuid4())
+        calls = 0
+
+        def go(cur: Any) -> list[dict[str, Any]]:
+            nonlocal calls
+            calls += 1   # a retry may follow a call that committed: it replays
+            cur.execute("EXEC mjsched.claim_due_jobs @p_instance = ?, @p_max_jobs = ?, @p_lease_seconds = ?, "
+                        "@p_now = ?, @p_claim_id = ?, @p_replay = ?;",
+                        [to_param(p) for p in (instance, max_jobs, lease_seconds, now, claim_id,
+                                               replay or calls > 1)])
+            return _rows_of(cur)
+        return claim_batch(self._run("claim_due_jobs", go))
 
     def complete_job_runs(self, items: Sequence[Completion], now: datetime | None = None) -> dict[str, bool]:
         if not items:

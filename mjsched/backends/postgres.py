@@ -8,6 +8,7 @@ import os
 import re
 import select
 import threading
+import uuid
 from datetime import datetime
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
@@ -19,8 +20,8 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_afte
 
 from .. import sqlfiles
 from ..errors import ConfigurationError, DatabaseError, SchemaNotInstalled
-from ..models import Claim, ClaimBatch, Job, JobRun
-from .base import Backend, Completion, Listener, SweepResult, redact
+from ..models import ClaimBatch, Job, JobRun
+from .base import Backend, Completion, Listener, SweepResult, claim_batch, redact
 from .pool import ConnectionPool
 
 log = logging.getLogger(__name__)
@@ -215,21 +216,18 @@ class PostgresBackend(Backend):
         return {str(r["lock_token"]) for r in rows}
 
     def claim_due_jobs(self, instance: str, max_jobs: int, lease_seconds: float,
-                       now: datetime | None = None) -> ClaimBatch:
-        rows = self._rows("claim_due_jobs", "SELECT * FROM mjsched.claim_due_jobs(%s, %s, %s, %s)",
-                          (instance, max_jobs, lease_seconds, now))
-        claims: list[Claim] = []
-        tail: dict[str, Any] = {}
-        for r in rows:
-            if r["job_id"] is None:
-                tail = r
-                continue
-            claims.append(Claim(job_id=str(r["job_id"]),
-                                run_id=str(r["run_id"]) if r["run_id"] else None,
-                                lock_token=str(r["lock_token"]), scheduled_for=r["scheduled_for"],
-                                db_now=r["db_now"], from_queue=bool(r["from_queue"])))
-        return ClaimBatch(claims=claims, next_due_at=tail.get("next_due_at"), db_now=tail.get("db_now"),
-                          due_left=int(tail.get("due_left") or 0), locked_out=int(tail.get("locked_out") or 0))
+                       now: datetime | None = None, claim_id: str | None = None,
+                       replay: bool = False) -> ClaimBatch:
+        claim_id = claim_id or str(uuid.uuid4())
+        calls = 0
+
+        def go(cur: Any) -> list[dict[str, Any]]:
+            nonlocal calls
+            calls += 1   # a retry may follow a call that committed: it replays
+            cur.execute("SELECT * FROM mjsched.claim_due_jobs(%s, %s, %s, %s, %s::uuid, %s)",
+                        (instance, max_jobs, lease_seconds, now, claim_id, replay or calls > 1))
+            return list(cur.fetchall())
+        return claim_batch(self._run("claim_due_jobs", go))
 
     def complete_job_runs(self, items: Sequence[Completion], now: datetime | None = None) -> dict[str, bool]:
         if not items:

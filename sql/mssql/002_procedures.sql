@@ -240,11 +240,22 @@ GO
 -- next_due_at and the two counters are advisory; their reads skip rows other engines
 -- are writing at that instant (READPAST), so a claim never waits on, or deadlocks
 -- with, another claim.
+--
+-- Idempotent when the caller names the claim (@p_claim_id, a fresh GUID per claim):
+-- each lock token is then derived from (@p_claim_id, job id), so a retry with the same
+-- @p_claim_id and @p_replay = 1 -- the reply to the first call was lost, and it may or
+-- may not have committed -- finds the claims that call made and answers them again,
+-- claiming nothing new; when it finds none, the first call did not commit and this one
+-- claims as usual. Without @p_claim_id tokens are random and a lost reply costs those
+-- jobs one lease. (The PostgreSQL twin derives tokens with md5, this one with SHA2_256:
+-- a token only has to be unique per job and reproducible from the claim id.)
 CREATE OR ALTER PROCEDURE mjsched.claim_due_jobs
     @p_instance nvarchar(255),
     @p_max_jobs int,
     @p_lease_seconds float,
-    @p_now datetimeoffset = NULL
+    @p_now datetimeoffset = NULL,
+    @p_claim_id uniqueidentifier = NULL,
+    @p_replay bit = 0
 AS
 BEGIN
     SET NOCOUNT ON;
@@ -277,11 +288,31 @@ BEGIN
         END;
 
         BEGIN TRANSACTION;
+        IF @p_replay = 1 AND @p_claim_id IS NOT NULL
+        BEGIN
+            -- 0. A replay: answer again what the first call with this claim id took.
+            INSERT INTO @v_out (job_id, run_id, lock_token, scheduled_for, from_queue, db_now)
+            SELECT j.id, r.id, j.lock_token, COALESCE(r.scheduled_for, j.next_run_at),
+                   CASE WHEN r.queued_at IS NOT NULL THEN 1 ELSE 0 END, @v_now
+              FROM mjsched.scheduled_job AS j
+              LEFT JOIN mjsched.scheduled_job_run AS r ON r.lock_token = j.lock_token AND r.status = N'Running'
+             WHERE j.lock_token IS NOT NULL AND j.expected_completion_at > @v_now
+               AND j.locked_by_instance = @p_instance
+               AND j.lock_token = CONVERT(uniqueidentifier, CONVERT(binary(16), HASHBYTES('SHA2_256',
+                       CONCAT(CONVERT(nchar(36), @p_claim_id), CONVERT(nchar(36), j.id)))));
+            IF @@ROWCOUNT > 0
+            BEGIN
+                SET @v_left = 0;
+            END;
+        END;
+
         IF @v_left > 0
         BEGIN
             -- 1. Jobs holding a Queued run, lock free: start their oldest queued run.
             UPDATE TOP (@v_left) j
-               SET lock_token = NEWID(),
+               SET lock_token = CASE WHEN @p_claim_id IS NULL THEN NEWID() ELSE CONVERT(uniqueidentifier,
+                       CONVERT(binary(16), HASHBYTES('SHA2_256',
+                           CONCAT(CONVERT(nchar(36), @p_claim_id), CONVERT(nchar(36), j.id))))) END,
                    locked_at = @v_now,
                    locked_by_instance = @p_instance,
                    expected_completion_at = DATEADD(millisecond, CAST((x.lease_s - FLOOR(x.lease_s)) * 1000 AS int),
@@ -347,7 +378,9 @@ BEGIN
                  ORDER BY j.next_run_at
             )
             UPDATE candidates
-               SET lock_token = NEWID(),
+               SET lock_token = CASE WHEN @p_claim_id IS NULL THEN NEWID() ELSE CONVERT(uniqueidentifier,
+                       CONVERT(binary(16), HASHBYTES('SHA2_256',
+                           CONCAT(CONVERT(nchar(36), @p_claim_id), CONVERT(nchar(36), id))))) END,
                    locked_at = @v_now,
                    locked_by_instance = @p_instance,
                    expected_completion_at = DATEADD(millisecond, CAST((lease_s - FLOOR(lease_s)) * 1000 AS int),

@@ -142,9 +142,18 @@ $$;
 -- Taking over an expired lease abandons the old holder's Running runs.
 -- The last row always has job_id NULL and carries db_now and next_due_at (the
 -- earliest instant something may become claimable; NULL when nothing is scheduled).
+--
+-- Idempotent when the caller names the claim (p_claim_id, a fresh UUID per claim):
+-- each lock token is then derived from (p_claim_id, job id), so a retry with the same
+-- p_claim_id and p_replay = true -- the reply to the first call was lost, and it may or
+-- may not have committed -- finds the claims that call made and answers them again,
+-- claiming nothing new; when it finds none, the first call did not commit and this one
+-- claims as usual. Without p_claim_id tokens are random and a lost reply costs those
+-- jobs one lease.
+DROP FUNCTION IF EXISTS mjsched.claim_due_jobs(varchar, integer, double precision, timestamptz);
 CREATE OR REPLACE FUNCTION mjsched.claim_due_jobs(
     p_instance varchar, p_max_jobs integer, p_lease_seconds double precision,
-    p_now timestamptz DEFAULT NULL)
+    p_now timestamptz DEFAULT NULL, p_claim_id uuid DEFAULT NULL, p_replay boolean DEFAULT false)
 RETURNS TABLE (job_id uuid, run_id uuid, lock_token uuid, scheduled_for timestamptz,
                from_queue boolean, db_now timestamptz, next_due_at timestamptz,
                due_left integer, locked_out integer)
@@ -164,6 +173,22 @@ BEGIN
         RAISE EXCEPTION 'max_jobs=% must be between 0 and 10000', p_max_jobs USING ERRCODE = '22023';
     END IF;
 
+    IF p_replay AND p_claim_id IS NOT NULL THEN
+        -- 0. A replay: answer again what the first call with this claim id took.
+        RETURN QUERY
+        SELECT j.id, r.id, j.lock_token, coalesce(r.scheduled_for, j.next_run_at), r.queued_at IS NOT NULL,
+               v_now, NULL::timestamptz, NULL::integer, NULL::integer
+          FROM mjsched.scheduled_job j
+          LEFT JOIN mjsched.scheduled_job_run r ON r.lock_token = j.lock_token AND r.status = 'Running'
+         WHERE j.lock_token IS NOT NULL AND j.expected_completion_at > v_now
+           AND j.locked_by_instance = p_instance
+           AND j.lock_token = md5(p_claim_id::text || j.id::text)::uuid;
+        GET DIAGNOSTICS v_rows = ROW_COUNT;
+        IF v_rows > 0 THEN
+            v_left := 0;
+        END IF;
+    END IF;
+
     IF v_left > 0 THEN
         -- 1. Jobs holding a Queued run, lock free: start their oldest queued run.
         RETURN QUERY
@@ -180,7 +205,8 @@ BEGIN
                FOR UPDATE OF j SKIP LOCKED
         ), taken AS (
             UPDATE mjsched.scheduled_job j
-               SET lock_token = gen_random_uuid(), locked_at = v_now, locked_by_instance = p_instance,
+               SET lock_token = coalesce(md5(p_claim_id::text || j.id::text)::uuid, gen_random_uuid()),
+                   locked_at = v_now, locked_by_instance = p_instance,
                    expected_completion_at = v_now + mjsched.lease_interval(p_lease_seconds, c.max_runtime_seconds)
               FROM candidates c
              WHERE j.id = c.id
@@ -230,7 +256,8 @@ BEGIN
                FOR UPDATE OF j SKIP LOCKED
         ), taken AS (
             UPDATE mjsched.scheduled_job j
-               SET lock_token = gen_random_uuid(), locked_at = v_now, locked_by_instance = p_instance,
+               SET lock_token = coalesce(md5(p_claim_id::text || j.id::text)::uuid, gen_random_uuid()),
+                   locked_at = v_now, locked_by_instance = p_instance,
                    expected_completion_at = v_now + mjsched.lease_interval(p_lease_seconds, c.max_runtime_seconds)
               FROM candidates c
              WHERE j.id = c.id

@@ -265,8 +265,8 @@ def test_wrong_password_never_appears_in_errors_or_logs(password_cluster: cluste
             assert WRONG not in _chain(info.value)
     finally:
         engine.close()
-    logged = _everything_logged(caplog)
-    assert logged and WRONG not in logged
+    # A rejected login is not retried (no retry warnings); whatever was logged is clean.
+    assert WRONG not in _everything_logged(caplog)
 
 
 def test_password_never_logged_while_running(password_cluster: cluster.PrivateCluster, caplog: Any,

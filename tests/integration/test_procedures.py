@@ -286,3 +286,55 @@ def test_bad_procedure_arguments_are_typed_errors(backend: Backend) -> None:
         backend.acquire_job_lock(job, token(), "a", 0)
     with pytest.raises(ConfigurationError, match="max_jobs"):
         backend.claim_due_jobs("a", -1, 60)
+
+
+def _claims(batch: Any) -> list[tuple[Any, ...]]:
+    return sorted((c.job_id, c.run_id, c.lock_token, c.scheduled_for, c.from_queue) for c in batch.claims)
+
+
+def test_a_replayed_claim_answers_the_same_claims_and_takes_nothing_new(backend: Backend, db: Db) -> None:
+    for i in range(5):
+        new_job(backend, name=f"r{i}", next_run_at=past(10 - i))
+    claim_id = token()
+    first = backend.claim_due_jobs("a", 3, 60, claim_id=claim_id)
+    assert len(first.claims) == 3 and all(c.run_id for c in first.claims)
+    # the reply was lost: several retries of it race, each a replay of the same claim
+    replies = race(6, lambda i: backend.claim_due_jobs("a", 3, 60, claim_id=claim_id, replay=True))
+    assert all(_claims(r) == _claims(first) for r in replies)
+    assert db.count_runs("Running") == 3
+    assert replies[0].db_now is not None and replies[0].next_due_at is not None
+    # a replay under another instance's name, or of a claim that never committed, claims as usual
+    assert backend.claim_due_jobs("b", 3, 60, claim_id=claim_id, replay=True).claims != first.claims
+    assert db.count_runs("Running") == 5
+
+
+def test_a_replay_of_a_claim_that_never_committed_claims_as_usual(backend: Backend, db: Db) -> None:
+    new_job(backend, next_run_at=past())
+    batch = backend.claim_due_jobs("a", 5, 60, claim_id=token(), replay=True)
+    assert len(batch.claims) == 1 and batch.claims[0].run_id
+    assert db.count_runs("Running") == 1
+
+
+def test_a_replay_keeps_queued_runs_and_served_ticks_as_they_were_claimed(backend: Backend, db: Db) -> None:
+    served = new_job(backend, name="served", next_run_at=past(20))
+    (old,) = backend.claim_due_jobs("zombie", 1, 30).claims          # the served tick's first run
+    queued = new_job(backend, name="queued", concurrency_mode="Queue", next_run_at=past(5))
+    assert backend.enqueue_job_run(queued, past(30))
+    later = old.db_now + timedelta(seconds=31)
+    claim_id = token()
+    first = backend.claim_due_jobs("a", 5, 30, now=later, claim_id=claim_id)
+    again = backend.claim_due_jobs("a", 5, 30, now=later, claim_id=claim_id, replay=True)
+    assert _claims(again) == _claims(first)
+    kinds = {c.job_id: (c.from_queue, c.run_id is None) for c in again.claims}
+    assert kinds == {queued: (True, False), served: (False, True)}
+
+
+def test_a_replay_after_the_lease_was_taken_over_answers_nothing_for_that_job(backend: Backend, db: Db) -> None:
+    job = new_job(backend, next_run_at=past())
+    claim_id = token()
+    first = backend.claim_due_jobs("a", 1, 30, claim_id=claim_id)
+    later = first.db_now + timedelta(seconds=31)
+    assert backend.acquire_job_lock(job, token(), "b", 30, now=later)
+    again = backend.claim_due_jobs("a", 1, 30, now=later, claim_id=claim_id, replay=True)
+    assert again.claims == []          # nothing of the old claim is ours now, and nothing else is due
+    assert db.run_status(first.claims[0].run_id) == "Abandoned"

@@ -1,0 +1,79 @@
+"""A claim whose reply is lost after it committed costs nothing: the retry replays it.
+
+The fault is real: the statement runs and commits on the server, then the
+connection is closed before the reply is read (tests/chaos/faults.py).
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable
+
+import pytest
+
+import mjsched
+from tests.chaos.faults import FaultPlan
+from tests.support import drivers  # noqa: F401 - registers the test drivers
+from tests.support.pg import wait_for
+
+pytestmark = pytest.mark.postgres
+NEVER = "0 0 1 1 *"
+
+
+def due_jobs(engine: mjsched.SchedulingEngine, sql: Any, count: int) -> list[str]:
+    jobs = [engine.create_job(f"lost-{i}", "test-ok", NEVER) for i in range(count)]
+    for job in jobs:
+        sql.run("UPDATE mjsched.scheduled_job SET next_run_at = now() - interval '1 second' WHERE id = %s", (job,))
+    return jobs
+
+
+def completed(sql: Any) -> int:
+    return int(sql.one("SELECT count(*) FROM mjsched.scheduled_job_run WHERE status = 'Completed'"))
+
+
+def test_the_backend_retry_replays_a_claim_whose_reply_was_lost(make_engine: Callable[..., Any], sql: Any) -> None:
+    plan = FaultPlan(force_after={"claim_due_jobs": 1})
+    engine = make_engine(connection_factory=plan.connection_factory(), max_concurrent_jobs=5)
+    due_jobs(engine, sql, 3)
+    assert engine.dispatch_due_jobs().dispatched == 3        # not 0 with 3 jobs locked until their lease lapses
+    assert plan.snapshot().get("after:claim_due_jobs") == 1
+    wait_for(lambda: completed(sql) == 3, message="the three runs to complete")
+    assert sql.one("SELECT count(*) FROM mjsched.scheduled_job WHERE lock_token IS NOT NULL") == 0
+
+
+def test_a_claim_that_raised_is_replayed_by_the_next_poll(make_engine: Callable[..., Any], sql: Any,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    plan = FaultPlan(force_after={"claim_due_jobs": 1})
+    engine = make_engine(connection_factory=plan.connection_factory(), retry_attempts=1)   # no retry inside
+    due_jobs(engine, sql, 3)
+    with pytest.raises(mjsched.DatabaseError):
+        engine.dispatch_due_jobs()
+    assert sql.one("SELECT count(*) FROM mjsched.scheduled_job_run WHERE status = 'Running'") == 3  # it committed
+    with caplog.at_level(logging.WARNING, logger="mjsched"):
+        assert engine.dispatch_due_jobs().dispatched == 3
+    assert any(getattr(r, "action", None) == "claim_replayed" for r in caplog.records)
+    wait_for(lambda: completed(sql) == 3, message="the three runs to complete")
+    assert engine.dispatch_due_jobs().dispatched == 0         # the replay is over: a fresh claim finds nothing
+
+
+def test_a_replay_never_starts_a_run_twice(make_engine: Callable[..., Any], sql: Any,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The claim's reply arrived and one run started, then the poll died: the next poll
+    replays the claim and starts only the run not yet started."""
+    engine = make_engine(max_concurrent_jobs=5)
+    jobs = due_jobs(engine, sql, 2)
+    original = engine._start_claim
+    started: list[str] = []
+
+    def start_then_die(job: Any, *args: Any) -> int:
+        started.append(job.id)
+        original(job, *args)
+        raise RuntimeError("the poll dies after starting one run")
+    monkeypatch.setattr(engine, "_start_claim", start_then_die)
+    with pytest.raises(RuntimeError):
+        engine.dispatch_due_jobs()
+    monkeypatch.setattr(engine, "_start_claim", original)
+    assert len(started) == 1
+    assert engine.dispatch_due_jobs().dispatched == 1       # the other job only
+    wait_for(lambda: completed(sql) == 2, message="both runs to complete")
+    assert sorted(r["job"] for r in sql.rows("SELECT scheduled_job_id::text AS job FROM mjsched.scheduled_job_run")) \
+        == sorted(jobs)
