@@ -55,6 +55,10 @@ from .odbc import (
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
+# The scripts need OPENJSON, which SQL Server offers only at database compatibility
+# level 130 (SQL Server 2016) or higher, whatever the server's version.
+MIN_COMPATIBILITY_LEVEL = 130
+
 
 class MssqlBackend(Backend):
     dialect = "mssql"
@@ -159,12 +163,33 @@ class MssqlBackend(Backend):
         return next(iter(rows[0].values())) if rows else None
 
     # -- schema --------------------------------------------------------------------------
+    def _check_compatibility(self, cur: Any) -> None:
+        """Refuse, before any script runs, a database whose compatibility level is below 130.
+
+        Below it OPENJSON is unknown to the server ("Invalid object name 'OPENJSON'"),
+        which would surface midway through the scripts or, worse, only when a procedure
+        is first called. A level that cannot be read (no row) is let through: the
+        scripts then report what is missing themselves.
+        """
+        cur.execute("SELECT DB_NAME() AS name, compatibility_level AS level "
+                    "FROM sys.databases WHERE name = DB_NAME();")
+        rows = _rows_of(cur)
+        level = rows[0]["level"] if rows else None
+        if level is not None and int(level) < MIN_COMPATIBILITY_LEVEL:
+            name = str(rows[0]["name"]).replace("]", "]]")
+            raise DatabaseError(
+                f"install failed on {self.where}: database [{name}] has compatibility level {level}; "
+                f"mjsched needs {MIN_COMPATIBILITY_LEVEL} or higher (OPENJSON). Nothing was installed. "
+                f"Raise it with ALTER DATABASE [{name}] SET COMPATIBILITY_LEVEL = {MIN_COMPATIBILITY_LEVEL} "
+                "(or higher, up to what the server supports)")
+
     def install(self) -> list[str]:
         # wait for another installer at most until just before the statement timeout
         lock_ms = int(max(1.0, min(self._install_lock_timeout, self._statement_timeout - 1)) * 1000)
 
         def go(cur: Any) -> list[str]:
             applied: list[str] = []
+            self._check_compatibility(cur)
             cur.execute("SET XACT_ABORT ON; BEGIN TRANSACTION;")
             try:
                 cur.execute("SET NOCOUNT ON; DECLARE @r int; "

@@ -17,9 +17,14 @@
 -- * claims skip rows other engines hold (UPDLOCK, READPAST, ROWLOCK), like
 --   FOR UPDATE SKIP LOCKED. Every READPAST comes with READCOMMITTEDLOCK: SQL Server
 --   refuses READPAST under READ_COMMITTED_SNAPSHOT (Azure SQL's default) without it,
---   and a claim must read the latest committed row, not a version; the lock holder of a job is the only writer of its runs, so
---   "insert unless the tick has a run" is NOT EXISTS under the job's row lock, with the
---   filtered UNIQUE index uq_scheduled_job_run_tick as the last line of defence.
+--   and a claim must read the latest committed row, not a version;
+-- * the lock holder of a job is the only writer of its runs, so "insert unless the tick
+--   has a run" is NOT EXISTS under the job's row lock, with the filtered UNIQUE index
+--   uq_scheduled_job_run_tick as the last line of defence. That NOT EXISTS reads with
+--   READCOMMITTEDLOCK: under READ_COMMITTED_SNAPSHOT a statement reads the versions of
+--   its start, which may predate its wait for the job's row lock, so a run committed
+--   meanwhile for the same tick would be invisible and the INSERT would fail with 2601
+--   where PostgreSQL's ON CONFLICT DO NOTHING returns no row.
 -- Requires SQL Server 2016 SP1 or later (CREATE OR ALTER, OPENJSON, DATEDIFF_BIG),
 -- database compatibility level 130 or higher.
 
@@ -67,14 +72,17 @@ GO
 
 -- check_test_clock: @p_now moves the database clock for tests on a real server. Only the
 -- schema owner (db_owner or sysadmin) may pass one: for an engine role a future @p_now
--- would take over live leases.
+-- would take over live leases. IS_MEMBER and IS_SRVROLEMEMBER return NULL when they
+-- cannot tell (e.g. a Windows group membership the server cannot resolve), so NULL
+-- counts as "not a member": the check fails closed.
 CREATE OR ALTER PROCEDURE mjsched.check_test_clock
     @p_now datetimeoffset
 AS
 BEGIN
     SET NOCOUNT ON;
     SET XACT_ABORT ON;
-    IF @p_now IS NOT NULL AND IS_MEMBER(N'db_owner') = 0 AND IS_SRVROLEMEMBER(N'sysadmin') = 0
+    IF @p_now IS NOT NULL AND ISNULL(IS_MEMBER(N'db_owner'), 0) = 0
+       AND ISNULL(IS_SRVROLEMEMBER(N'sysadmin'), 0) = 0
     BEGIN
         THROW 50042, N'now may only be passed by the schema owner (it is for tests)', 1;
     END;
@@ -212,11 +220,15 @@ BEGIN
           FROM mjsched.scheduled_job_run AS r WITH (UPDLOCK, ROWLOCK)
           JOIN @v_tokens AS t ON t.lock_token = r.lock_token
          WHERE r.status = N'Running';
+        -- lock_token IS NOT NULL is implied by the join, but spelled out so the optimizer
+        -- may seek the filtered index ix_scheduled_job_lock_token (it matches a filtered
+        -- index only against predicates it is given), touching only the held locks.
         UPDATE j
            SET expected_completion_at = @v_until
         OUTPUT inserted.lock_token INTO @v_renewed
           FROM mjsched.scheduled_job AS j WITH (UPDLOCK, ROWLOCK)
-          JOIN @v_tokens AS t ON t.lock_token = j.lock_token;
+          JOIN @v_tokens AS t ON t.lock_token = j.lock_token
+         WHERE j.lock_token IS NOT NULL;
         COMMIT TRANSACTION;
     END TRY
     BEGIN CATCH
@@ -237,9 +249,14 @@ GO
 -- Taking over an expired lease abandons the old holder's Running runs.
 -- The last row always has job_id NULL and carries db_now and next_due_at (the
 -- earliest instant something may become claimable; NULL when nothing is scheduled).
--- next_due_at and the two counters are advisory; their reads skip rows other engines
--- are writing at that instant (READPAST), so a claim never waits on, or deadlocks
--- with, another claim.
+-- The reads that choose what to claim skip rows other engines are writing at that
+-- instant (READPAST), so choosing never waits on, or deadlocks with, another claim:
+-- the jobs themselves; the checks for Queued runs (safe to skip: every writer of a
+-- job's Queued runs holds that job's row lock, and a job whose row is locked is
+-- skipped anyway); and the reads behind next_due_at and the two counters, which are
+-- advisory. The tick check before a run is inserted does not skip: it must see every
+-- run of the tick (READCOMMITTEDLOCK, see the house rules), and it reads only runs of
+-- jobs whose row lock this claim already holds, a lock every writer of them takes first.
 --
 -- Idempotent when the caller names the claim (@p_claim_id, a fresh GUID per claim):
 -- each lock token is then derived from (@p_claim_id, job id), so a retry with the same
@@ -326,7 +343,7 @@ BEGIN
                AND (j.start_at IS NULL OR j.start_at <= @v_now)
                AND (j.end_at IS NULL OR j.end_at > @v_now)
                AND (j.lock_token IS NULL OR j.expected_completion_at < @v_now)
-               AND EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS q
+               AND EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS q WITH (READCOMMITTEDLOCK, READPAST)
                             WHERE q.scheduled_job_id = j.id AND q.status = N'Queued');
 
             UPDATE r
@@ -373,7 +390,7 @@ BEGIN
                    AND (j.start_at IS NULL OR j.start_at <= @v_now)
                    AND (j.end_at IS NULL OR j.end_at > @v_now)
                    AND (j.lock_token IS NULL OR j.expected_completion_at < @v_now)
-                   AND NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS q
+                   AND NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS q WITH (READCOMMITTEDLOCK, READPAST)
                                     WHERE q.scheduled_job_id = j.id AND q.status = N'Queued')
                  ORDER BY j.next_run_at
             )
@@ -390,14 +407,15 @@ BEGIN
               INTO @v_taken;
 
             -- ON CONFLICT DO NOTHING: we hold these jobs' row locks, and every writer of
-            -- a tick's run takes the job's row lock first.
+            -- a tick's run takes the job's row lock first. READCOMMITTEDLOCK: the latest
+            -- committed runs, not a snapshot's (see the house rules above).
             INSERT INTO mjsched.scheduled_job_run
                    (scheduled_job_id, scheduled_for, status, started_at, executed_by_instance,
                     lock_token, lease_expires_at)
             OUTPUT inserted.id, inserted.scheduled_job_id INTO @v_inserted
             SELECT t.job_id, t.next_run_at, N'Running', @v_now, @p_instance, t.lock_token, t.lease_until
               FROM @v_taken AS t
-             WHERE NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS o
+             WHERE NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS o WITH (READCOMMITTEDLOCK)
                                 WHERE o.scheduled_job_id = t.job_id AND o.scheduled_for = t.next_run_at);
 
             UPDATE r
@@ -615,6 +633,11 @@ GO
 -- sweep_expired_leases: Running runs whose lease lapsed become Abandoned (only rows
 -- still Running), expired job locks are freed, Active jobs past end_at become
 -- Expired. Cheap when nothing is stale: each step is a filtered-index seek.
+-- Known limit (not handled): ROWLOCK asks for row locks but does not prevent lock
+-- escalation. A statement holding about 5,000 locks on one table may escalate to a
+-- table lock, so a sweep after a long outage that touches thousands of rows can lock
+-- a whole table until it commits; READPAST does not skip a table lock, so the
+-- engines' claims wait (they do not fail) for that one transaction.
 CREATE OR ALTER PROCEDURE mjsched.sweep_expired_leases
     @p_now datetimeoffset = NULL
 AS
@@ -757,7 +780,9 @@ GO
 
 -- begin_job_run: a Running run for a job whose lock the caller holds (manual runs
 -- have scheduled_for NULL). Returns the run id, or no row when the lock is not ours
--- (or the tick already has a run).
+-- (or the tick already has a run). The statement may wait for the job's row lock, so
+-- the tick check reads with READCOMMITTEDLOCK: under READ_COMMITTED_SNAPSHOT a run
+-- committed for the tick during that wait is then seen (no row), not missed (2601).
 CREATE OR ALTER PROCEDURE mjsched.begin_job_run
     @p_job_id uniqueidentifier,
     @p_token uniqueidentifier,
@@ -779,7 +804,7 @@ BEGIN
       FROM mjsched.scheduled_job AS j WITH (UPDLOCK, ROWLOCK)
      WHERE j.id = @p_job_id AND j.lock_token = @p_token
        AND (@p_scheduled_for IS NULL
-            OR NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS o
+            OR NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS o WITH (READCOMMITTEDLOCK)
                             WHERE o.scheduled_job_id = j.id AND o.scheduled_for = @p_scheduled_for));
     SELECT b.run_id FROM @v_begun AS b;
 END;

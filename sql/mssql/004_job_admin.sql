@@ -4,6 +4,25 @@
 -- schedule columns can be written; lock, lease and statistics columns belong to the
 -- lock procedures. @p_fields is a JSON object of column -> value: absent keys keep their
 -- default (insert) or current value (update); unknown keys are an error naming the key.
+-- Key names are compared binary (COLLATE Latin1_General_BIN2), never under the database
+-- collation (case-insensitive by default): JSON paths are case-sensitive ('$.description'
+-- does not read "Description"), so a key that differs from a column name only in case
+-- must be rejected as unknown, as in PostgreSQL. OPENJSON's key column is documented as
+-- BIN2 already; the explicit COLLATE says so where it matters, and a table variable's
+-- column (@v_keys) would otherwise take the database collation.
+--
+-- A procedure keeps the SET options it was created with, and scheduled_job has filtered
+-- indexes, which fail every write made under QUOTED_IDENTIFIER OFF (error 1934): the
+-- first batch sets them, as 001 and 002 do, for this file applied by hand (sqlcmd).
+
+SET ANSI_NULLS ON;
+SET QUOTED_IDENTIFIER ON;
+SET ANSI_PADDING ON;
+SET ANSI_WARNINGS ON;
+SET ARITHABORT ON;
+SET CONCAT_NULL_YIELDS_NULL ON;
+SET NUMERIC_ROUNDABORT OFF;
+GO
 
 CREATE OR ALTER PROCEDURE mjsched.check_job_fields
     @p_fields nvarchar(max)
@@ -17,7 +36,7 @@ BEGIN
         THROW 50022, N'fields must be a JSON object', 1;
     END;
     SELECT TOP (1) @v_key = e.[key] FROM OPENJSON(@p_fields) AS e
-     WHERE e.[key] NOT IN (N'job_type_id', N'name', N'description', N'cron_expression', N'timezone', N'start_at', N'end_at', N'status', N'configuration', N'owner', N'concurrency_mode', N'missed_run_policy', N'run_immediately_if_never_run', N'max_runtime_seconds', N'isolation', N'max_queued_runs', N'notify_on_success', N'notify_on_failure', N'notify_to', N'next_run_at');
+     WHERE e.[key] COLLATE Latin1_General_BIN2 NOT IN (N'job_type_id', N'name', N'description', N'cron_expression', N'timezone', N'start_at', N'end_at', N'status', N'configuration', N'owner', N'concurrency_mode', N'missed_run_policy', N'run_immediately_if_never_run', N'max_runtime_seconds', N'isolation', N'max_queued_runs', N'notify_on_success', N'notify_on_failure', N'notify_to', N'next_run_at');
     DECLARE @v_message nvarchar(4200) = CONCAT(N'fields.', @v_key, N': not a job column that can be set');
     IF @v_key IS NOT NULL
     BEGIN
@@ -54,8 +73,8 @@ BEGIN
     SET NOCOUNT ON;
     SET XACT_ABORT ON;
     EXEC mjsched.check_job_fields @p_fields = @p_fields;
-    DECLARE @v_keys TABLE (name nvarchar(4000) NOT NULL);
-    INSERT INTO @v_keys (name) SELECT e.[key] FROM OPENJSON(@p_fields) AS e;
+    DECLARE @v_keys TABLE (name nvarchar(4000) COLLATE Latin1_General_BIN2 NOT NULL);
+    INSERT INTO @v_keys (name) SELECT e.[key] COLLATE Latin1_General_BIN2 FROM OPENJSON(@p_fields) AS e;
     DECLARE @v_ids TABLE (id uniqueidentifier NOT NULL);
     INSERT INTO mjsched.scheduled_job (job_type_id, name, description, cron_expression, timezone, start_at, end_at, status, configuration, owner, concurrency_mode, missed_run_policy, run_immediately_if_never_run, max_runtime_seconds, isolation, max_queued_runs, notify_on_success, notify_on_failure, notify_to, next_run_at)
     OUTPUT inserted.id INTO @v_ids
@@ -114,8 +133,8 @@ BEGIN
     SET NOCOUNT ON;
     SET XACT_ABORT ON;
     EXEC mjsched.check_job_fields @p_fields = @p_fields;
-    DECLARE @v_keys TABLE (name nvarchar(4000) NOT NULL);
-    INSERT INTO @v_keys (name) SELECT e.[key] FROM OPENJSON(@p_fields) AS e;
+    DECLARE @v_keys TABLE (name nvarchar(4000) COLLATE Latin1_General_BIN2 NOT NULL);
+    INSERT INTO @v_keys (name) SELECT e.[key] COLLATE Latin1_General_BIN2 FROM OPENJSON(@p_fields) AS e;
     DECLARE @v_ids TABLE (id uniqueidentifier NOT NULL);
     UPDATE j
        SET

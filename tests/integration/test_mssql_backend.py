@@ -16,6 +16,7 @@ this file. ``MJSCHED_TEST_MSSQL_RCSI=1`` runs them with READ_COMMITTED_SNAPSHOT 
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import struct
@@ -154,6 +155,59 @@ def test_deadlocks_and_lost_connections_are_retried_nothing_else() -> None:
     assert not is_transient(ValueError("not a database error"))
 
 
+class _CompatibilityOnly:
+    """A pool whose one cursor answers the compatibility query and records every statement."""
+
+    def __init__(self, level: int | None) -> None:
+        self.level = level
+        self.statements: list[str] = []
+        self.description: list[tuple[str]] | None = None
+        self._rows: list[tuple[Any, ...]] = []
+
+    @contextlib.contextmanager
+    def connection(self) -> Iterator[Any]:
+        yield self
+
+    def cursor(self) -> _CompatibilityOnly:
+        return self
+
+    def execute(self, sql: str, *params: Any) -> None:
+        self.statements.append(sql)
+        if "compatibility_level" in sql:
+            self.description = [("name",), ("level",)]
+            self._rows = [] if self.level is None else [("jobs", self.level)]
+        else:
+            raise AssertionError(f"unexpected statement: {sql[:80]}")
+
+    def fetchall(self) -> list[tuple[Any, ...]]:
+        return self._rows
+
+    def nextset(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+
+def test_install_refuses_a_database_below_compatibility_level_130_before_touching_it() -> None:
+    """OPENJSON exists only at compatibility level 130+; below it nothing may be applied."""
+    backend = MssqlBackend("mssql://sa:x@db.example:1433/jobs?driver=FreeTDS")
+    backend.close()                               # its pool never connected; the fake replaces it
+    fake = _CompatibilityOnly(120)
+    backend._pool = fake  # type: ignore[assignment]
+    with pytest.raises(DatabaseError) as caught:
+        backend.install()
+    message = str(caught.value)
+    assert "db.example:1433" in message and "compatibility level 120" in message and "130" in message
+    assert "ALTER DATABASE [jobs] SET COMPATIBILITY_LEVEL = 130" in message
+    assert len(fake.statements) == 1              # no transaction, no lock, no script
+    for level in (130, 160, None):                # at 130+ (or unknown) install goes on to take its lock
+        fake = _CompatibilityOnly(level)
+        backend._pool = fake  # type: ignore[assignment]
+        with pytest.raises(AssertionError, match="unexpected statement: SET XACT_ABORT ON; BEGIN TRANSACTION"):
+            backend.install()
+
+
 def test_the_backend_splits_scripts_as_the_parity_reader_does() -> None:
     for path in sorted((Path(__file__).resolve().parents[2] / "sql" / "mssql").glob("*.sql")):
         text = path.read_text(encoding="utf-8")
@@ -199,6 +253,22 @@ def test_install_is_idempotent_and_versioned_like_postgres(backend: MssqlBackend
     assert backend.install() == []
     assert backend.installed_versions() == [p.stem for p in sqlparity.versioned_scripts(
         Path(__file__).resolve().parents[2] / "sql" / "mssql")]
+
+
+@pytest.mark.mssql
+def test_install_names_a_compatibility_level_below_130(empty_mssql_dsn: str) -> None:
+    admin = mssql.Sql(empty_mssql_dsn)
+    try:
+        admin.run("ALTER DATABASE CURRENT SET COMPATIBILITY_LEVEL = 120;")
+    finally:
+        admin.close()
+    backend = MssqlBackend(empty_mssql_dsn)
+    try:
+        with pytest.raises(DatabaseError, match="compatibility level 120"):
+            backend.install()
+        assert backend.installed_versions() == []      # refused before anything was created
+    finally:
+        backend.close()
 
 
 @pytest.mark.mssql

@@ -35,6 +35,7 @@ import sqlglot
 from sqlfluff.api.simple import APIParsingError
 from sqlfluff.core import FluffConfig
 
+from tests.support import sqlparity
 from tests.support.sqlparity import Tok, split_batches, tokenize
 
 SQL_DIR = Path(__file__).resolve().parents[2] / "sql" / "mssql"
@@ -141,6 +142,145 @@ def test_the_only_clock_is_sysdatetimeoffset() -> None:
         code = "\n".join(line.split("--", 1)[0] for line in text.splitlines())
         for other in ("GETDATE", "GETUTCDATE", "SYSDATETIME(", "SYSUTCDATETIME", "CURRENT_TIMESTAMP"):
             assert other not in code.upper(), f"{path.name} uses {other}"
+
+
+# -- locking, session options and collation --------------------------------------------------------
+
+def _code(text: str) -> str:
+    """``text`` without its -- comments (no string literal in sql/mssql holds "--")."""
+    return "\n".join(line.split("--", 1)[0] for line in text.splitlines())
+
+
+def _routine(name: str) -> str:
+    for path in FILES:
+        for batch in split_batches(path.read_text(encoding="utf-8")):
+            if re.search(rf"(?i)CREATE\s+OR\s+ALTER\s+(?:PROCEDURE|FUNCTION)\s+mjsched\.{name}\b", batch):
+                return _code(batch)
+    raise AssertionError(f"no routine mjsched.{name}")
+
+
+def _exists_subqueries(code: str) -> list[str]:
+    """The text of every ``EXISTS (...)`` subquery in ``code`` (NOT EXISTS included)."""
+    toks = tokenize(code)
+    found = []
+    for n, t in enumerate(toks[:-1]):
+        if t.up == "EXISTS" and toks[n + 1].text == "(":
+            depth = 0
+            for close in toks[n + 1:]:
+                depth += {"(": 1, ")": -1}.get(close.text, 0)
+                if depth == 0:
+                    found.append(code[toks[n + 1].pos:close.pos + 1])
+                    break
+    return found
+
+
+def _hints(subquery: str, table: str) -> set[str]:
+    """The table hints on ``table`` in ``subquery`` (empty when it has none)."""
+    m = re.search(rf"(?is)\bFROM\s+{re.escape(table)}\s+AS\s+\w+(?:\s+WITH\s*\(([^)]*)\))?", subquery)
+    assert m, subquery
+    return {h.strip().upper() for h in (m.group(1) or "").split(",") if h.strip()}
+
+
+def test_every_readpast_comes_with_readcommittedlock() -> None:
+    """SQL Server refuses READPAST under READ_COMMITTED_SNAPSHOT without READCOMMITTEDLOCK."""
+    hint_lists = [h for path in FILES for h in re.findall(r"(?i)\bWITH\s*\(([^)]*)\)",
+                                                          _code(path.read_text(encoding="utf-8")))]
+    readpast = [{x.strip().upper() for x in h.split(",")} for h in hint_lists if "READPAST" in h.upper()]
+    assert len(readpast) >= 12
+    assert all("READCOMMITTEDLOCK" in h for h in readpast), readpast
+
+
+def test_lease_renewal_seeks_a_filtered_index_on_the_job_lock_token() -> None:
+    """Without it extend_job_leases scans scheduled_job, taking or waiting for a lock on every row."""
+    schema = (SQL_DIR / "001_schema.sql").read_text(encoding="utf-8")
+    index = sqlparity.parse_mssql(schema).indexes["ix_scheduled_job_lock_token"]
+    assert (index.table, index.columns, index.where) == \
+        ("scheduled_job", ("lock_token",), "lock_token IS NOT NULL")
+    # the UPDATE's WHERE repeats the filter: SQL Server matches a filtered index only against
+    # predicates the query states, not ones it could infer from the join
+    renew = _routine("extend_job_leases")
+    update = re.search(r"(?is)UPDATE\s+j\b.*?FROM\s+mjsched\.scheduled_job\s+AS\s+j\b.*?;", renew)
+    assert update, renew
+    assert re.search(r"(?i)\bWHERE\s+(?:.*\bAND\s+)?j\.lock_token\s+IS\s+NOT\s+NULL\b", update.group(0))
+    pg = (SQL_DIR.parent / "postgres" / "001_schema.sql").read_text(encoding="utf-8")
+    assert sqlparity.parse_postgres(pg).indexes["ix_scheduled_job_lock_token"].where == "lock_token IS NOT NULL"
+
+
+def test_every_index_is_created_only_if_it_does_not_exist() -> None:
+    """001 is re-run by install() after any change to it, and may be re-run by hand."""
+    batches = split_batches((SQL_DIR / "001_schema.sql").read_text(encoding="utf-8"))
+    created = 0
+    for batch in batches:
+        for name in re.findall(r"(?i)\bCREATE\s+(?:UNIQUE\s+)?(?:NONCLUSTERED\s+)?INDEX\s+(\w+)", batch):
+            created += 1
+            assert re.search(rf"(?is)IF\s+NOT\s+EXISTS\s*\(\s*SELECT\s+1\s+FROM\s+sys\.indexes\s+"
+                             rf"WHERE\s+name\s*=\s*N'{name}'.*?\bBEGIN\s+CREATE\b", batch), name
+    assert created >= 12
+
+
+def test_the_test_clock_check_fails_closed() -> None:
+    """IS_MEMBER / IS_SRVROLEMEMBER may return NULL; NULL must count as "not a member"."""
+    clock = _routine("check_test_clock")
+    assert re.search(r"(?i)ISNULL\(\s*IS_MEMBER\(N'db_owner'\)\s*,\s*0\s*\)\s*=\s*0", clock), clock
+    assert re.search(r"(?i)ISNULL\(\s*IS_SRVROLEMEMBER\(N'sysadmin'\)\s*,\s*0\s*\)\s*=\s*0", clock), clock
+    for path in FILES:
+        code = _code(path.read_text(encoding="utf-8"))
+        calls = re.findall(r"(?i)(\w*\(?)\s*\bIS_(?:SRVROLE)?MEMBER\s*\(", code)
+        assert all(c.upper() == "ISNULL(" for c in calls), f"{path.name}: a membership test without ISNULL"
+
+
+@pytest.mark.parametrize("path", [p for p in FILES if p.name[:3].isdigit()], ids=lambda p: p.name)
+def test_every_versioned_script_opens_with_the_session_options_batch(path: Path) -> None:
+    """A procedure keeps the SET options it was created with; created under QUOTED_IDENTIFIER
+    OFF (sqlcmd's default when a file is applied by hand), every write it makes to
+    scheduled_job, which has filtered indexes, fails with error 1934."""
+    first = _code(split_batches(path.read_text(encoding="utf-8"))[0])
+    statements = [" ".join(s.split()).upper() for s in first.split(";") if s.strip()]
+    assert statements == ["SET ANSI_NULLS ON", "SET QUOTED_IDENTIFIER ON", "SET ANSI_PADDING ON",
+                          "SET ANSI_WARNINGS ON", "SET ARITHABORT ON", "SET CONCAT_NULL_YIELDS_NULL ON",
+                          "SET NUMERIC_ROUNDABORT OFF"]
+
+
+def test_the_claims_queued_run_checks_skip_locked_runs() -> None:
+    """Under locking read committed these reads would wait on (or deadlock with) other
+    engines' runs; skipping is safe, as every writer of a job's Queued runs holds the
+    job's row lock and the claim skips locked job rows."""
+    checks = [s for s in _exists_subqueries(_routine("claim_due_jobs"))
+              if "mjsched.scheduled_job_run" in s and "N'Queued'" in s]
+    assert len(checks) == 2                       # step 1 (EXISTS) and step 2 (NOT EXISTS)
+    for check in checks:
+        assert {"READCOMMITTEDLOCK", "READPAST"} <= _hints(check, "mjsched.scheduled_job_run"), check
+
+
+@pytest.mark.parametrize("routine", ["claim_due_jobs", "begin_job_run"])
+def test_tick_checks_read_the_latest_committed_runs(routine: str) -> None:
+    """Under READ_COMMITTED_SNAPSHOT the statement's snapshot may predate its wait for the
+    job's row lock: a run committed meanwhile for the tick must be seen (no row), not
+    missed (duplicate key 2601 where PostgreSQL's ON CONFLICT DO NOTHING returns no row)."""
+    checks = [s for s in _exists_subqueries(_routine(routine))
+              if "mjsched.scheduled_job_run" in s and re.search(r"(?i)\.scheduled_for\s*=", s)]
+    assert len(checks) == 1
+    hints = _hints(checks[0], "mjsched.scheduled_job_run")
+    assert "READCOMMITTEDLOCK" in hints and "READPAST" not in hints, checks[0]
+
+
+def test_job_field_names_are_compared_case_sensitively() -> None:
+    """JSON paths are case-sensitive: {"Description": ...} must be an unknown key, not a
+    key that passes the check and then reads as absent."""
+    admin = _code((SQL_DIR / "004_job_admin.sql").read_text(encoding="utf-8"))
+    check = _routine("check_job_fields")
+    assert re.search(r"(?i)WHERE\s+e\.\[key\]\s+COLLATE\s+Latin1_General_BIN2\s+NOT\s+IN\s*\(", check), check
+    declared = re.findall(r"(?i)DECLARE\s+@v_keys\s+TABLE\s*\(\s*name\s+nvarchar\(4000\)\s+(COLLATE\s+\w+)?", admin)
+    assert len(declared) == 2 and all(c.upper() == "COLLATE LATIN1_GENERAL_BIN2" for c in declared), declared
+    filled = re.findall(r"(?i)INSERT\s+INTO\s+@v_keys\s*\(name\)\s+SELECT\s+e\.\[key\]\s+(COLLATE\s+\w+)?", admin)
+    assert len(filled) == 2 and all(c.upper() == "COLLATE LATIN1_GENERAL_BIN2" for c in filled), filled
+
+
+def test_the_sweep_documents_that_rowlock_does_not_prevent_escalation() -> None:
+    text = (SQL_DIR / "002_procedures.sql").read_text(encoding="utf-8")
+    head = text[:text.index("CREATE OR ALTER PROCEDURE mjsched.sweep_expired_leases")]
+    comment = head[head.rindex("\nGO\n"):]
+    assert "ROWLOCK" in comment and "escalat" in comment
 
 
 # -- broken copies ---------------------------------------------------------------------------------
