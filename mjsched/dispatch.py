@@ -42,6 +42,7 @@ class InFlight:
     state: State = State.RUNNING
     thread_alive: bool = True
     last_enqueued: datetime | None = None      # Queue mode: newest tick kept as a Queued run
+    renew: bool = True                         # False: left to lapse (stop_polling gave up on it)
     context: Any = None
 
 
@@ -72,7 +73,7 @@ class InFlightRegistry:
     def tokens_to_renew(self) -> list[str]:
         with self._lock:
             return list({e.token for e in self._entries.values()
-                         if e.state in (State.RUNNING, State.COMPLETING)})
+                         if e.renew and e.state in (State.RUNNING, State.COMPLETING)})
 
     def transition(self, entry: InFlight, new: State, *, only_from: tuple[State, ...] = (State.RUNNING,)) -> bool:
         """Move ``entry`` to ``new`` if it is still in one of ``only_from``; True when it moved."""

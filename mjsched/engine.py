@@ -18,6 +18,7 @@ from functools import partial
 from typing import Any
 
 from . import scheduling, validation
+from .background import BackgroundTasks
 from .backends.base import Backend, Completion, Listener, SweepResult, open_backend
 from .clock import DbClock
 from .completion import CompletionWriter
@@ -26,7 +27,7 @@ from .dispatch import InFlight, InFlightRegistry, State, WorkerPool
 from .drivers.base import BaseScheduledJob, ExecutionContext, JobResult
 from .drivers.registry import get_driver
 from .errors import ConfigurationError, JobNotFound, LockNotAcquired, SchedulerError
-from .execution import effective_max_runtime, run_driver
+from .execution import effective_max_runtime, failure, run_driver
 from .heartbeat import LeaseKeeper
 from .models import ConcurrencyMode, DispatchResult, Job, JobRun, JobStatus, RunStatus
 from .notify import LoggingNotifier, Notifier, safe_notify
@@ -80,6 +81,7 @@ class SchedulingEngine:
 
         self._registry = InFlightRegistry(on_slot_freed=self._slot_freed)
         self._pool = WorkerPool(self.max_concurrent_jobs)
+        self._side_work = BackgroundTasks()    # notifications: never on the completion writer's thread
         self._writer = CompletionWriter(self.backend, batch_window=completion_batch_window,
                                         give_up_after=self.lease_timeout + 60)
         self._keeper = LeaseKeeper(self.backend, self._registry, instance=self.instance_name,
@@ -91,6 +93,7 @@ class SchedulingEngine:
         self._dispatch_lock = threading.Lock()
         self._state_lock = threading.Lock()
         self._accepting = True          # False once stop_polling began: no new dispatches
+        self._accept_lock = threading.Lock()   # a claim becomes a run only while accepting, under this lock
         self._polling = False
         self._listener_stop = threading.Event()
         self._listener_thread: threading.Thread | None = None
@@ -215,38 +218,57 @@ class SchedulingEngine:
         """Stop dispatching; with ``wait``, drain in-flight runs for at most ``max_wait`` seconds.
 
         Runs still going afterwards get their ``cancel_event`` set and keep their
-        leases, which lapse once this engine stops renewing them.
+        leases, which lapse once this engine stops renewing them. The call returns
+        within ``max_wait`` (with ``wait=False``: at once) plus at most a second for
+        the poller and the engine registry; a poll that is stuck in the database
+        hands back whatever it claims once it returns.
         """
         if max_wait is not None:
             if isinstance(max_wait, bool) or not isinstance(max_wait, (int, float)) or max_wait < 0:
                 raise ConfigurationError("max_wait", max_wait, "must be a number of seconds >= 0, or None")
+        started = time.monotonic()
+        budget_end = None if (wait and max_wait is None) else started + (float(max_wait or 0) if wait else 0.0)
+
+        def left(at_least: float = 0.0) -> float | None:
+            """Seconds left of the budget (None: unbounded), but at least ``at_least``."""
+            return None if budget_end is None else max(at_least, budget_end - time.monotonic())
         with self._state_lock:
             if not self._polling:
                 return
-            self._accepting = False
+            with self._accept_lock:
+                self._accepting = False   # from here on no claim becomes a run of this engine
             self._polling = False
             self._listener_stop.set()
             if self._listener is not None:
                 self._listener.interrupt()
-            self._poller.stop()
-            started = time.monotonic()
+            self._poller.stop(timeout=0)
             if wait:
-                self._registry.wait_idle(None if max_wait is None else float(max_wait))
-                left = None if max_wait is None else max(0.0, max_wait - (time.monotonic() - started))
-                self._writer.flush(left)
-            still = self._registry.busy()
+                self._registry.wait_idle(left())
+                self._writer.flush(left())
+                self._side_work.flush(left())
+            still = [e for e in self._registry.busy() if not e.manual]
             for entry in still:
                 entry.cancel_event.set()
+                entry.renew = False      # its lease lapses, so another engine can take the job over
             if still:
                 log.warning("stopped with %d run(s) still executing (%s); they keep their leases until expiry",
                             len(still), ", ".join(f"{e.job.name}/{e.run_id}" for e in still),
                             extra={"action": "stopped_with_inflight"})
-            self._keeper.stop()
+            self._poller.join(left(at_least=0.5))
+            self._unregister(left(at_least=0.5))
+            log.info("polling stopped after %.2fs", time.monotonic() - started, extra={"action": "polling_stopped"})
+
+    def _unregister(self, timeout: float | None) -> None:
+        """Mark this engine stopped in the registry, best effort: a slow database never
+        holds stop_polling() past its bound (the call finishes in the background)."""
+        def go() -> None:
             try:
                 self.backend.unregister_engine(self.instance_name)
             except SchedulerError as exc:
                 log.warning("could not mark engine %s stopped: %s", self.instance_name, exc)
-            log.info("polling stopped after %.2fs", time.monotonic() - started, extra={"action": "polling_stopped"})
+        worker = threading.Thread(target=go, name="mjsched-unregister", daemon=True)
+        worker.start()
+        worker.join(timeout)
 
     @property
     def inflight(self) -> int:
@@ -387,7 +409,18 @@ class SchedulingEngine:
         entry = self._new_entry(job, run_id, token, scheduled_for, manual=False, catch_up=plan.catch_up)
         if scheduled_for is not None and not from_queue:
             entry.last_enqueued = max(scheduled_for, db_now)  # ticks missed before the claim are not queued
-        self._registry.add(entry)
+        with self._accept_lock:
+            accepted = self._accepting
+            if accepted:
+                self._registry.add(entry)
+        if not accepted:   # stop_polling() began while this claim was in the database: hand it back
+            log.warning("job %r: claimed as the engine stopped; run %s recorded Cancelled, not started",
+                        job.name, run_id, extra={"action": "claim_handed_back"})
+            self._writer.submit(Completion(run_id, token, RunStatus.CANCELLED.value,
+                                           "the engine stopped before this run could start", None, None),
+                                lambda _ok: None)
+            return 0
+        self._keeper.start()       # also when polled by hand (dispatch_due_jobs without start_polling)
         try:
             self._pool.submit(self._run_entry, entry)
         except RuntimeError:
@@ -423,9 +456,12 @@ class SchedulingEngine:
 
     # -- running a claimed run ---------------------------------------------------------------
     def _run_entry(self, entry: InFlight) -> None:
+        driver: BaseScheduledJob | None = None
         try:
             log.debug("starting job %r (run %s)", entry.job.name, entry.run_id, extra={"action": "run_started"})
             result, driver = run_driver(entry.context)
+        except BaseException as exc:  # noqa: BLE001 - even KeyboardInterrupt from a driver: the run must end
+            result = failure(exc)
         finally:
             self._registry.thread_done(entry)
         if not self._registry.transition(entry, State.COMPLETING):
@@ -435,15 +471,19 @@ class SchedulingEngine:
         status = RunStatus.COMPLETED if result.success else RunStatus.FAILED
         if not result.success and entry.cancel_event.is_set():
             status = RunStatus.CANCELLED   # it gave up because the engine asked it to (shutdown)
-        nxt = None
-        if not entry.manual and entry.job.concurrency_mode is not ConcurrencyMode.CONCURRENT:
-            try:
-                nxt = scheduling.next_run_after(entry.job, entry.scheduled_for, self._clock.now(), entry.catch_up)
-            except SchedulerError as exc:
-                log.error("job %r: cannot compute its next run: %s", entry.job.name, exc)
         self._writer.submit(Completion(entry.run_id, entry.token, status.value, result.error_message,
-                                       result.details, nxt),
+                                       result.details, self._next_run_of(entry)),
                             partial(self._completed, entry, result, driver, status))
+
+    def _next_run_of(self, entry: InFlight) -> datetime | None:
+        """Where the job's schedule goes when this run ends (None: leave it alone)."""
+        if entry.manual or entry.job.concurrency_mode is ConcurrencyMode.CONCURRENT:
+            return None
+        try:
+            return scheduling.next_run_after(entry.job, entry.scheduled_for, self._clock.now(), entry.catch_up)
+        except SchedulerError as exc:
+            log.error("job %r: cannot compute its next run: %s", entry.job.name, exc)
+            return None
 
     def _completed(self, entry: InFlight, result: JobResult, driver: BaseScheduledJob | None,
                    status: RunStatus, outcome: bool | None) -> None:
@@ -462,17 +502,22 @@ class SchedulingEngine:
                  elapsed_ms, f": {result.error_message}" if result.error_message else "",
                  extra={"action": "run_finished", "status": status.value})
         if (result.success and entry.job.notify_on_success) or (not result.success and entry.job.notify_on_failure):
-            context: ExecutionContext = entry.context
-            final = dataclasses.replace(context.run, status=status, success=result.success,
-                                        error_message=result.error_message, details=result.details,
-                                        duration_ms=elapsed_ms)
-            try:
-                notification = (driver or BaseScheduledJob()).format_notification(
-                    dataclasses.replace(context, run=final), result)
-            except Exception as exc:  # noqa: BLE001 - a formatter bug must not lose the notice
-                log.warning("format_notification of job %r failed (%s); using the default text", entry.job.name, exc)
-                notification = BaseScheduledJob().format_notification(dataclasses.replace(context, run=final), result)
-            safe_notify(self.notifier, entry.job, final, notification, log)
+            self._side_work.submit(self._notify, entry, result, driver, status, elapsed_ms)
+
+    def _notify(self, entry: InFlight, result: JobResult, driver: BaseScheduledJob | None, status: RunStatus,
+                elapsed_ms: int) -> None:
+        """Format (driver code) and send (notifier code) off the completion writer's thread."""
+        context: ExecutionContext = entry.context
+        final = dataclasses.replace(context.run, status=status, success=result.success,
+                                    error_message=result.error_message, details=result.details,
+                                    duration_ms=elapsed_ms)
+        try:
+            notification = (driver or BaseScheduledJob()).format_notification(
+                dataclasses.replace(context, run=final), result)
+        except Exception as exc:  # noqa: BLE001 - a formatter bug must not lose the notice
+            log.warning("format_notification of job %r failed (%s); using the default text", entry.job.name, exc)
+            notification = BaseScheduledJob().format_notification(dataclasses.replace(context, run=final), result)
+        safe_notify(self.notifier, entry.job, final, notification, log)
 
     def _time_out(self, entry: InFlight) -> None:
         if not self._registry.transition(entry, State.TIMED_OUT):
@@ -486,11 +531,9 @@ class SchedulingEngine:
             log.warning("run %s of job %r timed out; its thread is still running and is counted as leaked "
                         "(%d leaked now)", entry.run_id, entry.job.name, self._registry.leaked,
                         extra={"action": "run_timed_out"})
-        nxt = None
-        if not entry.manual and entry.job.concurrency_mode is not ConcurrencyMode.CONCURRENT:
-            nxt = scheduling.next_run_after(entry.job, entry.scheduled_for, self._clock.now(), entry.catch_up)
         result = JobResult(success=False, error_message=message)
-        self._writer.submit(Completion(entry.run_id, entry.token, RunStatus.TIMEOUT.value, message, None, nxt),
+        self._writer.submit(Completion(entry.run_id, entry.token, RunStatus.TIMEOUT.value, message, None,
+                                       self._next_run_of(entry)),
                             partial(self._completed, entry, result, None, RunStatus.TIMEOUT))
 
     def _lost(self, entry: InFlight) -> None:
@@ -522,16 +565,10 @@ class SchedulingEngine:
         threading.Thread(target=self._run_entry, args=(entry,), name="mjsched-execute", daemon=True).start()
         # Done when the run's completion is written (on return, or at its timeout).
         self._registry.wait_gone(entry, timeout=None)
-        if not self._polling:
-            self._keeper_idle_stop()
         run = self.backend.get_run(run_id)
         if run is None:
             raise JobNotFound(job.id)
         return run
-
-    def _keeper_idle_stop(self) -> None:
-        if not self._registry.busy():
-            self._keeper.stop()
 
     # -- change feed ---------------------------------------------------------------------------
     def _start_listener(self) -> None:
@@ -595,6 +632,8 @@ class SchedulingEngine:
         self._join_listener(timeout=10.0)
         self._keeper.stop()
         self._writer.stop(timeout=5.0)
+        self._side_work.flush(5.0)
+        self._side_work.shutdown()
         self._pool.shutdown()
         self.backend.close()
 

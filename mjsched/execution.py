@@ -51,6 +51,29 @@ def run_driver(context: ExecutionContext) -> tuple[JobResult, BaseScheduledJob |
         return failure(exc), driver
 
 
+def scrub(value: Any) -> Any:
+    """``value`` without NUL characters, which neither dialect stores in text or JSON
+    (a completion carrying one would be refused on every retry)."""
+    if isinstance(value, str):
+        return value.replace("\x00", "") if "\x00" in value else value
+    if isinstance(value, dict):
+        return {scrub(k): scrub(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [scrub(v) for v in value]
+    return value
+
+
+def safe_text(value: Any) -> str:
+    """``str(value)``, even for an object whose ``__str__`` raises."""
+    try:
+        return str(value)
+    except Exception:  # noqa: BLE001 - a driver's exception may be broken in any way
+        try:
+            return object.__repr__(value)
+        except Exception:  # noqa: BLE001
+            return "<unprintable>"
+
+
 def normalise(raw: Any) -> JobResult:
     if raw is None:
         return JobResult(success=True)
@@ -68,13 +91,21 @@ def normalise(raw: Any) -> JobResult:
             details = {"unserialisable_details": repr(result.details)[:2000], "error": str(exc)}
         if not isinstance(details, dict):
             details = {"value": details}
-        result = JobResult(result.success, result.error_message, details)
-    if result.error_message is not None and len(result.error_message) > MAX_ERROR_CHARS:
-        result = JobResult(result.success, result.error_message[:MAX_ERROR_CHARS] + "...", result.details)
+        result = JobResult(result.success, result.error_message, scrub(details))
+    if result.error_message is not None:
+        message = scrub(safe_text(result.error_message))
+        if len(message) > MAX_ERROR_CHARS:
+            message = message[:MAX_ERROR_CHARS] + "..."
+        result = JobResult(result.success, message, result.details)
     return result
 
 
 def failure(exc: BaseException) -> JobResult:
-    tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-2000:]
-    return JobResult(success=False, error_message=f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS],
-                     details={"exception_type": type(exc).__name__, "traceback_tail": tail})
+    """A failed result describing ``exc``; never raises, whatever ``exc`` is."""
+    try:
+        tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-2000:]
+    except Exception:  # noqa: BLE001 - e.g. an exception whose __str__ raises
+        tail = "<traceback unavailable>"
+    name = type(exc).__name__
+    return JobResult(success=False, error_message=scrub(f"{name}: {safe_text(exc)}")[:MAX_ERROR_CHARS],
+                     details=scrub({"exception_type": name, "traceback_tail": tail}))

@@ -1,7 +1,8 @@
 """The lease keeper: renews every held lease in one call, and enforces max_runtime.
 
-It runs on its own thread, at least four times per lease, and keeps running
-while a stopping engine drains. A lease that was not renewed (taken over or
+It runs on its own thread, at least four times per lease, from the engine's
+first run until the engine closes (so it keeps running while a stopping engine
+drains, and for manual runs whether or not the engine polls). A lease that was not renewed (taken over or
 abandoned) cancels its run and frees its slot; errors are logged, never raised.
 """
 from __future__ import annotations
@@ -33,21 +34,29 @@ class LeaseKeeper:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._beat_lock = threading.Lock()
+        self._start_lock = threading.Lock()
         self.renewals = 0
         self.failures = 0
 
     def start(self) -> None:
-        if self._thread is not None and self._thread.is_alive():
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._loop, name="mjsched-heartbeat", daemon=True)
-        self._thread.start()
+        """Idempotent; from the first run on, the keeper runs until stop() (engine.close())."""
+        with self._start_lock:
+            if self._thread is not None and self._thread.is_alive() and not self._stop.is_set():
+                return
+            if self._thread is not None and self._thread is not threading.current_thread():
+                self._thread.join(timeout=5.0)   # a keeper being stopped: let it go before the next
+            self._stop = threading.Event()
+            self._thread = threading.Thread(target=self._loop, args=(self._stop,), name="mjsched-heartbeat",
+                                            daemon=True)
+            self._thread.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=5.0)
+        with self._start_lock:
+            self._stop.set()
+            self._wake.set()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5.0)
 
     @property
     def running(self) -> bool:
@@ -57,16 +66,16 @@ class LeaseKeeper:
         """Re-evaluate deadlines now (a run with a deadline was added)."""
         self._wake.set()
 
-    def _loop(self) -> None:
+    def _loop(self, stop: threading.Event) -> None:
         next_beat = time.monotonic() + self.interval
-        while not self._stop.is_set():
+        while not stop.is_set():
             now = time.monotonic()
             deadlines = [e.deadline for e in self._registry.snapshot()
                          if e.deadline is not None and e.state is State.RUNNING]
             wake_at = min([next_beat, *deadlines])
             self._wake.wait(max(0.0, wake_at - now))
             self._wake.clear()
-            if self._stop.is_set():
+            if stop.is_set():
                 break
             try:
                 self.enforce_timeouts()
@@ -86,6 +95,8 @@ class LeaseKeeper:
         """Renew ``tokens`` (default: every lease held) in one call; False on error."""
         with self._beat_lock:
             held = self._registry.tokens_to_renew() if tokens is None else tokens
+            if not held:
+                return True       # nothing to renew: no round trip
             try:
                 renewed = self._backend.extend_job_leases(held, self._lease, self._instance)
             except SchedulerError as exc:

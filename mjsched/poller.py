@@ -35,10 +35,16 @@ class Poller:
         self._wake.set()
 
     def stop(self, timeout: float = 5.0) -> None:
+        """Ask the loop to end, then wait up to ``timeout`` seconds for it (0: do not wait)."""
         self._stop.set()
         self._wake.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
+        self.join(timeout)
+
+    def join(self, timeout: float | None) -> bool:
+        """Wait for the loop to end (a poll under way finishes first); True when it did."""
+        if self._thread is not None and self._thread is not threading.current_thread() and timeout != 0:
             self._thread.join(timeout)
+        return not self.alive
 
     @property
     def alive(self) -> bool:

@@ -42,6 +42,12 @@ def add_due(engine: mjsched.SchedulingEngine, db: Db, name: str, driver: str = "
     return job_id
 
 
+def heartbeat_dies(engine: mjsched.SchedulingEngine) -> None:
+    """The engine stops renewing its leases (a frozen process, a long GC pause) while
+    its runs go on: they become zombies once their lease lapses."""
+    engine._keeper.stop()
+
+
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
@@ -61,11 +67,12 @@ def test_t1_hung_job_does_not_stall_dispatch(make_engine: Callable[..., Any], db
 
 def test_t2_t13_sweep_reclaims_an_expired_lease_and_abandons_the_run(make_engine: Callable[..., Any],
                                                                      db: Db) -> None:
-    engine = make_engine(lease_timeout=0.5)   # polled by hand: no heartbeat renews the lease
+    engine = make_engine(lease_timeout=0.5)
     name = unique("orphan")
     job = add_due(engine, db, name)
     assert engine.dispatch_due_jobs().dispatched == 1
     assert drivers.started(name).wait(5)
+    heartbeat_dies(engine)
     wait_for(lambda: db.lease_lapsed(job), message="the lease to lapse")
     result = engine.dispatch_due_jobs()
     assert result.swept == 1
@@ -166,6 +173,7 @@ def test_t10_sweep_frees_a_saturated_cap(make_engine: Callable[..., Any], db: Db
     hung = [add_due(engine, db, unique(f"t10-{i}"), configuration={"gate": f"t10g{i}", "ignore_cancel": True})
             for i in range(2)]
     assert engine.dispatch_due_jobs().dispatched == 2
+    heartbeat_dies(engine)
     third = add_due(engine, db, unique("t10-third"), driver="test-ok")
     assert engine.dispatch_due_jobs().skipped_at_capacity == 1
     wait_for(lambda: db.lease_lapsed(*hung), message="both leases to lapse")
@@ -180,6 +188,7 @@ def test_t14_a_late_zombie_does_not_clobber_a_newer_run(make_engine: Callable[..
     job = add_due(zombie_engine, db, name)
     assert zombie_engine.dispatch_due_jobs().dispatched == 1
     assert drivers.started(name).wait(5)
+    heartbeat_dies(zombie_engine)
     wait_for(lambda: db.lease_lapsed(job), message="the zombie's lease to lapse")
     fresh = make_engine(lease_timeout=30, instance_name="fresh")
     db.make_due(job, 0.001)

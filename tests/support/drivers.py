@@ -68,6 +68,31 @@ class Heartbeats(mjsched.BaseScheduledJob):
         return mjsched.JobResult(True, details={"first": first, "second": context.heartbeat()})
 
 
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise ValueError("this exception cannot be printed")
+
+
+@mjsched.register_driver("test-raise-unprintable")
+class RaiseUnprintable(mjsched.BaseScheduledJob):
+    def execute(self, context: mjsched.ExecutionContext) -> mjsched.JobResult:
+        raise _Unprintable()
+
+
+@mjsched.register_driver("test-raise-interrupt")
+class RaiseInterrupt(mjsched.BaseScheduledJob):
+    def execute(self, context: mjsched.ExecutionContext) -> mjsched.JobResult:
+        raise KeyboardInterrupt("a driver that raises KeyboardInterrupt on a worker thread")
+
+
+@mjsched.register_driver("test-nul")
+class ReturnNul(mjsched.BaseScheduledJob):
+    """Fails with NUL characters in its message, its details and a details key."""
+
+    def execute(self, context: mjsched.ExecutionContext) -> mjsched.JobResult:
+        return mjsched.JobResult(False, "bad\x00byte", details={"out": "a\x00b", "k\x00": ["\x00"]})
+
+
 class RecordingNotifier(mjsched.Notifier):
     def __init__(self) -> None:
         self.sent: list[tuple[Any, Any, Any]] = []
@@ -81,3 +106,15 @@ class RecordingNotifier(mjsched.Notifier):
 class ExplodingNotifier(mjsched.Notifier):
     def notify(self, job: Any, run: Any, notification: Any) -> None:
         raise OSError("smtp down")
+
+
+class BlockingNotifier(mjsched.Notifier):
+    """Blocks every notification until ``release`` is set (a mail server that hangs)."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def notify(self, job: Any, run: Any, notification: Any) -> None:
+        self.entered.set()
+        self.release.wait(30)
