@@ -401,7 +401,8 @@ class SchedulingEngine:
         if not plan.run:
             nxt = scheduling.next_run_after(job, scheduled_for, db_now, catch_up=False)
             self._writer.submit(Completion(run_id, token, RunStatus.SKIPPED.value, plan.note, {"missed": plan.missed},
-                                           nxt), lambda _ok: self._poller.wake())
+                                           nxt, guard=True, expected_next_run_at=job.next_run_at),
+                                lambda _ok: self._poller.wake())
             return 0
         if job.concurrency_mode is ConcurrencyMode.CONCURRENT and not from_queue:
             nxt = scheduling.next_run_after(job, scheduled_for, db_now, catch_up=plan.catch_up)
@@ -471,9 +472,14 @@ class SchedulingEngine:
         status = RunStatus.COMPLETED if result.success else RunStatus.FAILED
         if not result.success and entry.cancel_event.is_set():
             status = RunStatus.CANCELLED   # it gave up because the engine asked it to (shutdown)
-        self._writer.submit(Completion(entry.run_id, entry.token, status.value, result.error_message,
-                                       result.details, self._next_run_of(entry)),
+        self._writer.submit(self._completion(entry, status, result.error_message, result.details),
                             partial(self._completed, entry, result, driver, status))
+
+    def _completion(self, entry: InFlight, status: RunStatus, error: str | None,
+                    details: dict[str, Any] | None) -> Completion:
+        """The run's end, moving the schedule on only if nobody edited it since the claim."""
+        return Completion(entry.run_id, entry.token, status.value, error, details, self._next_run_of(entry),
+                          guard=True, expected_next_run_at=entry.job.next_run_at)
 
     def _next_run_of(self, entry: InFlight) -> datetime | None:
         """Where the job's schedule goes when this run ends (None: leave it alone)."""
@@ -532,8 +538,7 @@ class SchedulingEngine:
                         "(%d leaked now)", entry.run_id, entry.job.name, self._registry.leaked,
                         extra={"action": "run_timed_out"})
         result = JobResult(success=False, error_message=message)
-        self._writer.submit(Completion(entry.run_id, entry.token, RunStatus.TIMEOUT.value, message, None,
-                                       self._next_run_of(entry)),
+        self._writer.submit(self._completion(entry, RunStatus.TIMEOUT, message, None),
                             partial(self._completed, entry, result, None, RunStatus.TIMEOUT))
 
     def _lost(self, entry: InFlight) -> None:

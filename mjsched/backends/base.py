@@ -8,6 +8,7 @@ guarantees, and the integration tests hold both dialects to them.
 from __future__ import annotations
 
 import abc
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -25,6 +26,21 @@ class Completion:
     error_message: str | None = None
     details: Mapping[str, Any] | None = None
     next_run_at: datetime | None = None   # None: leave the job's schedule alone
+    # Compare-and-set: with guard, next_run_at is applied only while the job's next_run_at
+    # is still expected_next_run_at (seen at the claim), so an edit made during the run wins.
+    guard: bool = False
+    expected_next_run_at: datetime | None = None
+
+
+def completions_json(items: Iterable[Completion], instant: Callable[[datetime], Any]) -> str:
+    """``complete_job_runs``'s p_items, with instants written by the dialect's ``instant``."""
+    return json.dumps([{
+        "run_id": i.run_id, "token": i.token, "status": i.status,
+        "error_message": i.error_message, "details": i.details,
+        "next_run_at": instant(i.next_run_at) if i.next_run_at else None,
+        "guard": i.guard,
+        "expected_next_run_at": instant(i.expected_next_run_at) if i.expected_next_run_at else None,
+    } for i in items], default=str)
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_afte
 from .. import sqlfiles
 from ..errors import ConfigurationError, DatabaseError, SchemaNotInstalled
 from ..models import ClaimBatch, Job, JobRun
-from .base import Backend, Completion, Listener, SweepResult, claim_batch, redact
+from .base import Backend, Completion, Listener, SweepResult, claim_batch, completions_json, redact
 from .odbc import (
     INSTALL_LOCK,
     INVALID_PARAMETER,
@@ -278,11 +278,7 @@ class MssqlBackend(Backend):
     def complete_job_runs(self, items: Sequence[Completion], now: datetime | None = None) -> dict[str, bool]:
         if not items:
             return {}
-        payload = json.dumps([{
-            "run_id": i.run_id, "token": i.token, "status": i.status,
-            "error_message": i.error_message, "details": i.details,
-            "next_run_at": to_param(i.next_run_at) if i.next_run_at else None,
-        } for i in items], default=str)
+        payload = completions_json(items, to_param)
         rows = self._call("complete_job_runs", items=payload, now=now)
         return {str(r["run_id"]): bool(r["completed"]) for r in rows}
 

@@ -21,7 +21,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_afte
 from .. import sqlfiles
 from ..errors import ConfigurationError, DatabaseError, SchemaNotInstalled
 from ..models import ClaimBatch, Job, JobRun
-from .base import Backend, Completion, Listener, SweepResult, claim_batch, redact
+from .base import Backend, Completion, Listener, SweepResult, claim_batch, completions_json, redact
 from .pool import ConnectionPool
 
 log = logging.getLogger(__name__)
@@ -232,11 +232,7 @@ class PostgresBackend(Backend):
     def complete_job_runs(self, items: Sequence[Completion], now: datetime | None = None) -> dict[str, bool]:
         if not items:
             return {}
-        payload = json.dumps([{
-            "run_id": i.run_id, "token": i.token, "status": i.status,
-            "error_message": i.error_message, "details": i.details,
-            "next_run_at": i.next_run_at.isoformat() if i.next_run_at else None,
-        } for i in items], default=str)
+        payload = completions_json(items, datetime.isoformat)
         rows = self._rows("complete_job_runs",
                           "SELECT run_id, completed FROM mjsched.complete_job_runs(%s::jsonb, %s)",
                           (payload, now))

@@ -485,10 +485,14 @@ END;
 GO
 
 -- complete_job_runs: finish many runs in one transaction (batched completion).
--- @p_items: JSON array of {run_id, token, status, error_message, details, next_run_at}.
--- Each run is fenced by its token and must still be Running; the job's statistics
--- follow, and the job lock is released (and next_run_at set) only where the same
--- token still holds it. Returns one row per item: completed 0/1.
+-- @p_items: JSON array of {run_id, token, status, error_message, details, next_run_at,
+-- guard, expected_next_run_at}. Each run is fenced by its token and must still be
+-- Running; the job's statistics follow, and the job lock is released (and next_run_at
+-- set) only where the same token still holds it. With guard true, next_run_at is set
+-- only while the job's next_run_at is still expected_next_run_at (what the engine saw
+-- when it claimed the run): a schedule edited during the run keeps the edit's next run.
+-- The comparison is to the microsecond (the engine's clock resolution; the column
+-- holds 100 ns). Returns one row per item: completed 0/1.
 -- With a temporary table #mjsched_completed (run_id, completed) in scope, the rows go
 -- there instead of to the client: that is how complete_job_run reuses this procedure.
 CREATE OR ALTER PROCEDURE mjsched.complete_job_runs
@@ -502,25 +506,31 @@ BEGIN
     DECLARE @v_now datetimeoffset = COALESCE(@p_now, SYSDATETIMEOFFSET());
     DECLARE @v_items TABLE (run_id uniqueidentifier NULL, token uniqueidentifier NULL, status nvarchar(20) NULL,
                             error_message nvarchar(max) NULL, details nvarchar(max) NULL,
-                            next_run_at datetimeoffset NULL);
+                            next_run_at datetimeoffset NULL, guard bit NOT NULL,
+                            expected_next_run_at datetimeoffset NULL);
     DECLARE @v_finished TABLE (run_id uniqueidentifier NOT NULL PRIMARY KEY, scheduled_job_id uniqueidentifier NOT NULL,
                                lock_token uniqueidentifier NULL, status nvarchar(20) NOT NULL,
-                               duration_ms bigint NULL, next_run_at datetimeoffset NULL);
+                               duration_ms bigint NULL, next_run_at datetimeoffset NULL, guard bit NOT NULL,
+                               expected_next_run_at datetimeoffset NULL);
     DECLARE @v_jobs TABLE (id uniqueidentifier NOT NULL);
     BEGIN TRY
         IF @p_items IS NULL OR ISJSON(@p_items) = 0 OR LEFT(LTRIM(@p_items), 1) <> N'['
         BEGIN
             THROW 50022, N'items must be a JSON array', 1;
         END;
-        INSERT INTO @v_items (run_id, token, status, error_message, details, next_run_at)
-        SELECT i.run_id, i.token, i.status, i.error_message, i.details, i.next_run_at
+        INSERT INTO @v_items (run_id, token, status, error_message, details, next_run_at, guard,
+                              expected_next_run_at)
+        SELECT i.run_id, i.token, i.status, i.error_message, i.details, i.next_run_at, COALESCE(i.guard, 0),
+               i.expected_next_run_at
           FROM OPENJSON(@p_items)
                WITH (run_id uniqueidentifier '$.run_id',
                      token uniqueidentifier '$.token',
                      status nvarchar(20) '$.status',
                      error_message nvarchar(max) '$.error_message',
                      details nvarchar(max) '$.details' AS JSON,
-                     next_run_at datetimeoffset '$.next_run_at') AS i;
+                     next_run_at datetimeoffset '$.next_run_at',
+                     guard bit '$.guard',
+                     expected_next_run_at datetimeoffset '$.expected_next_run_at') AS i;
         IF EXISTS (SELECT 1 FROM @v_items AS e
                     WHERE e.status IS NULL
                        OR e.status NOT IN (N'Completed', N'Failed', N'Timeout', N'Cancelled', N'Skipped'))
@@ -540,7 +550,7 @@ BEGIN
                                   THEN DATEDIFF_BIG(millisecond, r.started_at, @v_now) ELSE 0 END,
                lease_expires_at = NULL
         OUTPUT inserted.id, inserted.scheduled_job_id, inserted.lock_token, inserted.status,
-               inserted.duration_ms, i.next_run_at
+               inserted.duration_ms, i.next_run_at, i.guard, i.expected_next_run_at
           INTO @v_finished
           FROM mjsched.scheduled_job_run AS r WITH (UPDLOCK, ROWLOCK)
           JOIN @v_items AS i ON i.run_id = r.id
@@ -575,7 +585,11 @@ BEGIN
                                                 WHERE o.scheduled_job_id = j.id AND o.lock_token = j.lock_token)
                                   THEN 1 ELSE 0 END AS holds,
                              (SELECT MAX(n.next_run_at) FROM @v_finished AS n
-                               WHERE n.scheduled_job_id = j.id AND n.next_run_at IS NOT NULL) AS next_run_at) AS h;
+                               WHERE n.scheduled_job_id = j.id AND n.next_run_at IS NOT NULL
+                                 AND (n.guard = 0
+                                      OR (n.expected_next_run_at IS NULL AND j.next_run_at IS NULL)
+                                      OR DATEDIFF_BIG(microsecond, j.next_run_at, n.expected_next_run_at) = 0))
+                             AS next_run_at) AS h;
         COMMIT TRANSACTION;
     END TRY
     BEGIN CATCH

@@ -321,10 +321,13 @@ END;
 $$;
 
 -- complete_job_runs: finish many runs in one transaction (batched completion).
--- p_items: JSON array of {run_id, token, status, error_message, details, next_run_at}.
--- Each run is fenced by its token and must still be Running; the job's statistics
--- follow, and the job lock is released (and next_run_at set) only where the same
--- token still holds it. Returns one row per item: completed 0/1.
+-- p_items: JSON array of {run_id, token, status, error_message, details, next_run_at,
+-- guard, expected_next_run_at}. Each run is fenced by its token and must still be
+-- Running; the job's statistics follow, and the job lock is released (and next_run_at
+-- set) only where the same token still holds it. With guard true, next_run_at is set
+-- only while the job's next_run_at is still expected_next_run_at (what the engine saw
+-- when it claimed the run): a schedule edited during the run keeps the edit's next run.
+-- Returns one row per item: completed 0/1.
 CREATE OR REPLACE FUNCTION mjsched.complete_job_runs(p_items jsonb, p_now timestamptz DEFAULT NULL)
 RETURNS TABLE (run_id uuid, completed integer)
 LANGUAGE plpgsql AS $$
@@ -344,9 +347,11 @@ BEGIN
 
     RETURN QUERY
     WITH items AS (
-        SELECT i.run_id, i.token, i.status, i.error_message, i.details, i.next_run_at
+        SELECT i.run_id, i.token, i.status, i.error_message, i.details, i.next_run_at,
+               coalesce(i.guard, false) AS guard, i.expected_next_run_at
           FROM jsonb_to_recordset(p_items) AS i(run_id uuid, token uuid, status varchar,
-                                               error_message text, details jsonb, next_run_at timestamptz)
+                                               error_message text, details jsonb, next_run_at timestamptz,
+                                               guard boolean, expected_next_run_at timestamptz)
     ), finished AS (
         UPDATE mjsched.scheduled_job_run r
            SET status = i.status,
@@ -359,7 +364,8 @@ BEGIN
                lease_expires_at = NULL
           FROM items i
          WHERE r.id = i.run_id AND r.lock_token = i.token AND r.status = 'Running'
-     RETURNING r.id, r.scheduled_job_id, r.lock_token, r.status, r.duration_ms, i.next_run_at
+     RETURNING r.id, r.scheduled_job_id, r.lock_token, r.status, r.duration_ms, i.next_run_at, i.guard,
+               i.expected_next_run_at
     ), per_job AS (
         SELECT f.scheduled_job_id,
                count(*) FILTER (WHERE f.status <> 'Skipped') AS runs,
@@ -367,8 +373,7 @@ BEGIN
                count(*) FILTER (WHERE f.status NOT IN ('Completed', 'Skipped')) AS bad,
                coalesce(sum(f.duration_ms) FILTER (WHERE f.status <> 'Skipped'), 0) AS total_ms,
                max(f.duration_ms) FILTER (WHERE f.status <> 'Skipped') AS last_ms,
-               array_agg(f.lock_token) AS tokens,
-               (array_agg(f.next_run_at ORDER BY f.next_run_at DESC NULLS LAST))[1] AS next_run_at
+               array_agg(f.lock_token) AS tokens
           FROM finished f
          GROUP BY f.scheduled_job_id
     ), jobs AS (
@@ -380,7 +385,12 @@ BEGIN
                last_duration_ms = coalesce(p.last_ms, j.last_duration_ms),
                last_run_at = CASE WHEN p.runs > 0 THEN v_now ELSE j.last_run_at END,
                next_run_at = CASE WHEN j.lock_token = ANY (p.tokens)
-                                  THEN coalesce(p.next_run_at, j.next_run_at) ELSE j.next_run_at END,
+                                  THEN coalesce((SELECT max(n.next_run_at) FROM finished n
+                                                  WHERE n.scheduled_job_id = j.id
+                                                    AND (NOT n.guard OR n.expected_next_run_at
+                                                         IS NOT DISTINCT FROM j.next_run_at)),
+                                                j.next_run_at)
+                                  ELSE j.next_run_at END,
                locked_at = CASE WHEN j.lock_token = ANY (p.tokens) THEN NULL ELSE j.locked_at END,
                locked_by_instance = CASE WHEN j.lock_token = ANY (p.tokens) THEN NULL ELSE j.locked_by_instance END,
                expected_completion_at = CASE WHEN j.lock_token = ANY (p.tokens) THEN NULL ELSE j.expected_completion_at END,

@@ -184,3 +184,19 @@ def test_a_run_that_outlives_close_does_not_restart_the_writer(make_engine: Call
     wait_for(lambda: engine._registry.snapshot() == [], message="the late completion to be given up")
     thread = engine._writer._thread
     assert thread is None or not thread.is_alive(), "the completion writer was restarted after close()"
+
+
+def test_a_schedule_edited_during_a_run_is_not_overwritten_when_it_ends(make_engine: Callable[..., Any],
+                                                                       sql: Any) -> None:
+    engine = make_engine()
+    name = "edited-mid-run"
+    job = due(engine, sql, name, "test-block")
+    assert engine.dispatch_due_jobs().dispatched == 1
+    assert drivers.started(name).wait(5)
+    edited = engine.update_job(job, cron="0 12 * * *", timezone="UTC")    # while it runs
+    drivers.gate(name).set()
+    wait_for(lambda: [r["status"] for r in runs(sql, job)] == ["Completed"], message="the run to complete")
+    wait_for(lambda: engine._registry.snapshot() == [], message="the completion to be written")
+    after = engine.get_job(job)
+    assert after.next_run_at == edited.next_run_at and after.next_run_at.hour == 12
+    assert after.lock_token is None and after.run_count == 1

@@ -338,3 +338,19 @@ def test_a_replay_after_the_lease_was_taken_over_answers_nothing_for_that_job(ba
     again = backend.claim_due_jobs("a", 1, 30, now=later, claim_id=claim_id, replay=True)
     assert again.claims == []          # nothing of the old claim is ours now, and nothing else is due
     assert db.run_status(first.claims[0].run_id) == "Abandoned"
+
+
+def test_a_guarded_completion_sets_the_next_run_only_if_nobody_moved_it(backend: Backend, db: Db) -> None:
+    tick = past()
+    jobs = [new_job(backend, name=f"g{i}", next_run_at=tick) for i in range(2)]
+    claims = {c.job_id: c for c in backend.claim_due_jobs("a", 2, 60).claims}
+    seen = backend.get_job(jobs[0]).next_run_at              # what the engine saw at the claim
+    edited = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(days=3)
+    assert backend.update_job(jobs[1], {"cron_expression": "0 12 * * *", "next_run_at": edited})  # edited mid-run
+    nxt = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(hours=1)
+    items = [Completion(claims[j].run_id, claims[j].lock_token, "Completed", None, None, nxt,
+                        guard=True, expected_next_run_at=seen) for j in jobs]
+    assert backend.complete_job_runs(items) == {claims[j].run_id: True for j in jobs}
+    assert db.job_value(jobs[0], "next_run_at") == nxt        # untouched since the claim: moved on
+    assert db.job_value(jobs[1], "next_run_at") == edited     # edited during the run: the edit stands
+    assert db.lock_token(jobs[1]) is None                     # the lock is released either way
