@@ -206,7 +206,8 @@ class SchedulingEngine:
             self._schedule_unscheduled()
             self._housekeeping.probe_permissions()
             self._housekeeping.warn_high_frequency_at_start()
-            self._accepting = True
+            with self._accept_lock:
+                self._accepting = True
             self._polling = True
             self._keeper.start()
             self._poller.start()
@@ -235,13 +236,12 @@ class SchedulingEngine:
         with self._state_lock:
             if not self._polling:
                 return
-            with self._accept_lock:
-                self._accepting = False   # from here on no claim becomes a run of this engine
             self._polling = False
             self._listener_stop.set()
             if self._listener is not None:
                 self._listener.interrupt()
-            self._poller.stop(timeout=0)
+            self._poller.stop(timeout=0)       # the loop starts no poll after the one under way
+            self._close_gate(wait, left())
             if wait:
                 self._registry.wait_idle(left())
                 self._writer.flush(left())
@@ -257,6 +257,19 @@ class SchedulingEngine:
             self._poller.join(left(at_least=0.5))
             self._unregister(left(at_least=0.5))
             log.info("polling stopped after %.2fs", time.monotonic() - started, extra={"action": "polling_stopped"})
+
+    def _close_gate(self, wait: bool, timeout: float | None) -> None:
+        """From here on no claim becomes a run of this engine. With ``wait``, a poll under
+        way finishes first (within ``timeout``), so its runs are drained like the others;
+        a poll still in the database after that hands its claims back when it returns."""
+        got = self._dispatch_lock.acquire(timeout=-1 if timeout is None else timeout) if wait \
+            else self._dispatch_lock.acquire(blocking=False)
+        try:
+            with self._accept_lock:
+                self._accepting = False
+        finally:
+            if got:
+                self._dispatch_lock.release()
 
     def _unregister(self, timeout: float | None) -> None:
         """Mark this engine stopped in the registry, best effort: a slow database never
@@ -326,9 +339,9 @@ class SchedulingEngine:
         self._housekeeping.schedule_unscheduled()
 
     def _dispatch(self, sweep: bool) -> tuple[DispatchResult, float]:
-        if not self._accepting:
-            return DispatchResult(), self.max_poll_interval
         with self._dispatch_lock:
+            if not self._accepting:
+                return DispatchResult(), self.max_poll_interval
             swept = SweepResult()
             if sweep:
                 swept = self.backend.sweep_expired_leases()
@@ -458,6 +471,9 @@ class SchedulingEngine:
     # -- running a claimed run ---------------------------------------------------------------
     def _run_entry(self, entry: InFlight) -> None:
         driver: BaseScheduledJob | None = None
+        if entry.state is not State.RUNNING:   # timed out or lost while it waited for a thread
+            self._registry.thread_done(entry)
+            return
         try:
             log.debug("starting job %r (run %s)", entry.job.name, entry.run_id, extra={"action": "run_started"})
             result, driver = run_driver(entry.context)
@@ -526,6 +542,10 @@ class SchedulingEngine:
         safe_notify(self.notifier, entry.job, final, notification, log)
 
     def _time_out(self, entry: InFlight) -> None:
+        if entry.state is not State.RUNNING:
+            return
+        if entry.thread_alive and not entry.manual:
+            self._pool.absorb_leak()   # before the slot is freed: new work never queues behind the stuck thread
         if not self._registry.transition(entry, State.TIMED_OUT):
             return
         entry.cancel_event.set()
@@ -533,7 +553,6 @@ class SchedulingEngine:
         limit = effective_max_runtime(entry.job, None) or 0
         message = f"exceeded max_runtime of {limit:g}s; cancelled"
         if entry.thread_alive:
-            self._pool.absorb_leak()
             log.warning("run %s of job %r timed out; its thread is still running and is counted as leaked "
                         "(%d leaked now)", entry.run_id, entry.job.name, self._registry.leaked,
                         extra={"action": "run_timed_out"})
@@ -545,7 +564,7 @@ class SchedulingEngine:
         if self._registry.transition(entry, State.LOST, only_from=(State.RUNNING, State.COMPLETING)):
             entry.cancel_event.set()
             self.stats["leases_lost"] += 1
-            if entry.thread_alive:
+            if entry.thread_alive and not entry.manual:
                 self._pool.absorb_leak()
             self._registry.remove(entry)
             self._poller.wake()

@@ -106,8 +106,11 @@ class LeaseKeeper:
                 return False
             self.renewals += 1
             lost = set(held) - renewed
+            # A COMPLETING run's token may be gone because its completion just landed; if
+            # it was really taken over, the completion's fencing says so. Only a RUNNING
+            # run is cancelled here.
             for entry in self._registry.by_tokens(lost):
-                if entry.state in (State.RUNNING, State.COMPLETING):
+                if entry.state is State.RUNNING:
                     log.warning("Lease of run %s (job %r) was NOT extended (token mismatch): the slot has "
                                 "been handed off; cancelling the run", entry.run_id, entry.job.name,
                                 extra={"action": "lease_lost"})

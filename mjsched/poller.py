@@ -27,8 +27,9 @@ class Poller:
         self.failures = 0
 
     def start(self) -> None:
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
+        """Start a loop; a previous one, if still finishing a poll, stays stopped."""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, args=(self._stop,), name=self._name, daemon=True)
         self._thread.start()
 
     def wake(self) -> None:
@@ -50,9 +51,9 @@ class Poller:
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
-    def _loop(self) -> None:
+    def _loop(self, stop: threading.Event) -> None:
         backoff = self._min
-        while not self._stop.is_set():
+        while not stop.is_set():
             self._wake.clear()
             try:
                 delay = self._poll()
@@ -65,6 +66,6 @@ class Poller:
                           exc_info=not isinstance(exc, Exception) or log.isEnabledFor(logging.DEBUG),
                           extra={"action": "poll_failed"})
             self.polls += 1
-            if self._stop.is_set():
+            if stop.is_set():
                 break
             self._wake.wait(min(max(delay, self._min), self._max))

@@ -146,6 +146,26 @@ def test_a_poll_stuck_in_the_database_hands_back_its_claims_after_stop(make_engi
              message="the lock to be released")
 
 
+def test_a_poll_under_way_at_a_graceful_stop_finishes_and_its_runs_drain(make_engine: Callable[..., Any],
+                                                                         sql: Any,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = make_engine()
+    job = due(engine, sql, "claimed-as-stop-begins", "test-ok", configuration={})
+    in_claim, release = threading.Event(), threading.Event()
+    real_claim = engine.backend.claim_due_jobs
+
+    def slow_claim(*args: Any, **kwargs: Any) -> Any:
+        in_claim.set()
+        release.wait(10)
+        return real_claim(*args, **kwargs)
+    monkeypatch.setattr(engine.backend, "claim_due_jobs", slow_claim)
+    engine.start_polling()
+    assert in_claim.wait(5)
+    threading.Timer(0.2, release.set).start()      # the database answers while the stop waits
+    engine.stop_polling(wait=True, max_wait=5)
+    assert [r["status"] for r in runs(sql, job)] == ["Completed"]
+
+
 def test_stop_polling_is_bounded_even_when_the_database_is_slow(make_engine: Callable[..., Any], sql: Any,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     engine = make_engine()
