@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
@@ -47,14 +46,8 @@ class BackgroundTasks:
 
     def flush(self, timeout: float | None) -> bool:
         """Wait until every submitted task ran (None: no bound); False on timeout."""
-        deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            while self._pending:
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return False
-                self._cond.wait(left)
-        return True
+            return self._cond.wait_for(lambda: self._pending == 0, timeout)
 
     def shutdown(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=False)

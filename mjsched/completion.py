@@ -69,14 +69,8 @@ class CompletionWriter:
 
     def flush(self, timeout: float | None) -> bool:
         """Wait until every submitted completion was written or given up (None: no bound)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            while self._pending:
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return False
-                self._cond.wait(left)
-        return True
+            return self._cond.wait_for(lambda: self._pending == 0, timeout)
 
     @property
     def pending(self) -> int:

@@ -114,25 +114,15 @@ class InFlightRegistry:
 
     def wait_idle(self, timeout: float | None) -> bool:
         """Wait until no run is executing or completing (None: no bound); False on timeout."""
-        deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
-            while any(e.state in (State.RUNNING, State.COMPLETING) for e in self._entries.values()):
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return False
-                self._changed.wait(left)
-            return True
+            return self._changed.wait_for(
+                lambda: not any(e.state in (State.RUNNING, State.COMPLETING) for e in self._entries.values()),
+                timeout)
 
     def wait_gone(self, entry: InFlight, timeout: float | None) -> bool:
         """Wait until ``entry`` left the registry (its completion was written)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
-            while self._entries.get(entry.run_id) is entry:
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return False
-                self._changed.wait(left)
-            return True
+            return self._changed.wait_for(lambda: self._entries.get(entry.run_id) is not entry, timeout)
 
     def busy(self) -> list[InFlight]:
         with self._lock:

@@ -601,6 +601,10 @@ class SchedulingEngine:
         if listener is None:
             return
         stop = self._listener_stop = threading.Event()   # fresh: the old thread must stay stopped
+        try:
+            listener.wait(0)   # LISTEN before start_polling() returns: a change made right after is heard
+        except SchedulerError as exc:
+            log.warning("job-change listener not connected yet (%s); retrying in the background", exc)
 
         def loop() -> None:
             delay = 0.5

@@ -65,6 +65,19 @@ class Listener(abc.ABC):
     def close(self) -> None: ...
 
 
+def claim_attempts(replay: bool, attempt: Callable[[Any, bool], list[dict[str, Any]]]) -> Callable[[Any], Any]:
+    """One ``claim_due_jobs`` call for a backend's retry loop: ``attempt(cursor, replay)``
+    runs the procedure; every try after the first is a replay, since the one before it
+    may have committed before its reply was lost."""
+    tries = 0
+
+    def run(cursor: Any) -> list[dict[str, Any]]:
+        nonlocal tries
+        tries += 1
+        return attempt(cursor, replay or tries > 1)
+    return run
+
+
 def claim_batch(rows: Iterable[Mapping[str, Any]]) -> ClaimBatch:
     """``claim_due_jobs``'s rows as a ClaimBatch: one row per claim, then the tail row
     (job_id NULL) with db_now, next_due_at and the two counters."""

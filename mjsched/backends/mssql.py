@@ -31,7 +31,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_afte
 from .. import sqlfiles
 from ..errors import ConfigurationError, DatabaseError, SchemaNotInstalled
 from ..models import ClaimBatch, Job, JobRun
-from .base import Backend, Completion, Listener, SweepResult, claim_batch, completions_json, redact
+from .base import Backend, Completion, Listener, SweepResult, claim_attempts, claim_batch, completions_json, redact
 from .odbc import (
     INSTALL_LOCK,
     INVALID_PARAMETER,
@@ -263,17 +263,13 @@ class MssqlBackend(Backend):
                        now: datetime | None = None, claim_id: str | None = None,
                        replay: bool = False) -> ClaimBatch:
         claim_id = claim_id or str(uuid.uuid4())
-        calls = 0
 
-        def go(cur: Any) -> list[dict[str, Any]]:
-            nonlocal calls
-            calls += 1   # a retry may follow a call that committed: it replays
+        def attempt(cur: Any, again: bool) -> list[dict[str, Any]]:
             cur.execute("EXEC mjsched.claim_due_jobs @p_instance = ?, @p_max_jobs = ?, @p_lease_seconds = ?, "
                         "@p_now = ?, @p_claim_id = ?, @p_replay = ?;",
-                        [to_param(p) for p in (instance, max_jobs, lease_seconds, now, claim_id,
-                                               replay or calls > 1)])
+                        [to_param(p) for p in (instance, max_jobs, lease_seconds, now, claim_id, again)])
             return _rows_of(cur)
-        return claim_batch(self._run("claim_due_jobs", go))
+        return claim_batch(self._run("claim_due_jobs", claim_attempts(replay, attempt)))
 
     def complete_job_runs(self, items: Sequence[Completion], now: datetime | None = None) -> dict[str, bool]:
         if not items:

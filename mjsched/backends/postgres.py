@@ -21,7 +21,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_afte
 from .. import sqlfiles
 from ..errors import ConfigurationError, DatabaseError, SchemaNotInstalled
 from ..models import ClaimBatch, Job, JobRun
-from .base import Backend, Completion, Listener, SweepResult, claim_batch, completions_json, redact
+from .base import Backend, Completion, Listener, SweepResult, claim_attempts, claim_batch, completions_json, redact
 from .pool import ConnectionPool
 
 log = logging.getLogger(__name__)
@@ -219,15 +219,12 @@ class PostgresBackend(Backend):
                        now: datetime | None = None, claim_id: str | None = None,
                        replay: bool = False) -> ClaimBatch:
         claim_id = claim_id or str(uuid.uuid4())
-        calls = 0
 
-        def go(cur: Any) -> list[dict[str, Any]]:
-            nonlocal calls
-            calls += 1   # a retry may follow a call that committed: it replays
+        def attempt(cur: Any, again: bool) -> list[dict[str, Any]]:
             cur.execute("SELECT * FROM mjsched.claim_due_jobs(%s, %s, %s, %s, %s::uuid, %s)",
-                        (instance, max_jobs, lease_seconds, now, claim_id, replay or calls > 1))
+                        (instance, max_jobs, lease_seconds, now, claim_id, again))
             return list(cur.fetchall())
-        return claim_batch(self._run("claim_due_jobs", go))
+        return claim_batch(self._run("claim_due_jobs", claim_attempts(replay, attempt)))
 
     def complete_job_runs(self, items: Sequence[Completion], now: datetime | None = None) -> dict[str, bool]:
         if not items:
