@@ -146,16 +146,6 @@ BEGIN
 END;
 GO
 
--- Held locks by token, for lease renewal (extend_job_leases): without it the renewal's
--- UPDATE scans the table and takes, or waits for, an update lock on every row, held
--- by other engines or not. Filtered like ix_scheduled_job_lease: only held locks.
-IF NOT EXISTS (SELECT 1 FROM sys.indexes
-                WHERE name = N'ix_scheduled_job_lock_token' AND object_id = OBJECT_ID(N'mjsched.scheduled_job'))
-BEGIN
-    CREATE INDEX ix_scheduled_job_lock_token
-        ON mjsched.scheduled_job (lock_token) WHERE lock_token IS NOT NULL;
-END;
-GO
 
 -- Active jobs with an end of window, for expiry.
 IF NOT EXISTS (SELECT 1 FROM sys.indexes

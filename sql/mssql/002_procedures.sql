@@ -220,15 +220,19 @@ BEGIN
           FROM mjsched.scheduled_job_run AS r WITH (UPDLOCK, ROWLOCK)
           JOIN @v_tokens AS t ON t.lock_token = r.lock_token
          WHERE r.status = N'Running';
-        -- lock_token IS NOT NULL is implied by the join, but spelled out so the optimizer
-        -- may seek the filtered index ix_scheduled_job_lock_token (it matches a filtered
-        -- index only against predicates it is given), touching only the held locks.
+        -- Through the runs' filtered token index (ix_scheduled_job_run_token: its filter,
+        -- status = N'Running', is stated so the optimizer may match it) and the job's
+        -- primary key: only the held jobs' rows are locked, never a scan that would take,
+        -- or wait for, an update lock on every job row. A job's lock is renewed while its
+        -- token's run is Running, which is every lock an engine renews.
         UPDATE j
            SET expected_completion_at = @v_until
         OUTPUT inserted.lock_token INTO @v_renewed
-          FROM mjsched.scheduled_job AS j WITH (UPDLOCK, ROWLOCK)
-          JOIN @v_tokens AS t ON t.lock_token = j.lock_token
-         WHERE j.lock_token IS NOT NULL;
+          FROM @v_tokens AS t
+          JOIN mjsched.scheduled_job_run AS h ON h.lock_token = t.lock_token
+          JOIN mjsched.scheduled_job AS j WITH (UPDLOCK, ROWLOCK)
+            ON j.id = h.scheduled_job_id AND j.lock_token = h.lock_token
+         WHERE h.status = N'Running';
         COMMIT TRANSACTION;
     END TRY
     BEGIN CATCH

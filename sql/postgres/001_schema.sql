@@ -77,10 +77,6 @@ CREATE INDEX IF NOT EXISTS ix_scheduled_job_unscheduled
 -- Locks whose lease lapsed, for the sweep.
 CREATE INDEX IF NOT EXISTS ix_scheduled_job_lease
     ON mjsched.scheduled_job (expected_completion_at) WHERE lock_token IS NOT NULL;
--- Held locks by token, for lease renewal (extend_job_leases), which would otherwise
--- scan the table.
-CREATE INDEX IF NOT EXISTS ix_scheduled_job_lock_token
-    ON mjsched.scheduled_job (lock_token) WHERE lock_token IS NOT NULL;
 -- Active jobs with an end of window, for expiry.
 CREATE INDEX IF NOT EXISTS ix_scheduled_job_end
     ON mjsched.scheduled_job (end_at) WHERE status = 'Active' AND end_at IS NOT NULL;

@@ -124,9 +124,15 @@ BEGIN
          WHERE r.lock_token = ANY (p_tokens) AND r.status = 'Running'
      RETURNING r.lock_token
     ), jobs AS (
+        -- Through the runs' token index and the job's primary key: no index on the job's
+        -- lock_token (it would cost every claim and completion an index write), no scan.
+        -- A job's lock is renewed while its token's run is Running, which is every lock an
+        -- engine renews (a manual run's lock too, from begin_job_run on).
         UPDATE mjsched.scheduled_job j
            SET expected_completion_at = v_now + make_interval(secs => p_lease_seconds)
-         WHERE j.lock_token = ANY (p_tokens)
+          FROM mjsched.scheduled_job_run h
+         WHERE h.lock_token = ANY (p_tokens) AND h.status = 'Running'
+           AND j.id = h.scheduled_job_id AND j.lock_token = h.lock_token
      RETURNING j.lock_token
     )
     SELECT runs.lock_token FROM runs
@@ -373,7 +379,11 @@ BEGIN
                count(*) FILTER (WHERE f.status NOT IN ('Completed', 'Skipped')) AS bad,
                coalesce(sum(f.duration_ms) FILTER (WHERE f.status <> 'Skipped'), 0) AS total_ms,
                max(f.duration_ms) FILTER (WHERE f.status <> 'Skipped') AS last_ms,
-               array_agg(f.lock_token) AS tokens
+               array_agg(f.lock_token) AS tokens,
+               -- the item with the latest next run decides the schedule (one per job in practice)
+               (array_agg(f.next_run_at ORDER BY f.next_run_at DESC NULLS LAST))[1] AS next_run_at,
+               (array_agg(f.guard ORDER BY f.next_run_at DESC NULLS LAST))[1] AS guard,
+               (array_agg(f.expected_next_run_at ORDER BY f.next_run_at DESC NULLS LAST))[1] AS expected
           FROM finished f
          GROUP BY f.scheduled_job_id
     ), jobs AS (
@@ -385,12 +395,9 @@ BEGIN
                last_duration_ms = coalesce(p.last_ms, j.last_duration_ms),
                last_run_at = CASE WHEN p.runs > 0 THEN v_now ELSE j.last_run_at END,
                next_run_at = CASE WHEN j.lock_token = ANY (p.tokens)
-                                  THEN coalesce((SELECT max(n.next_run_at) FROM finished n
-                                                  WHERE n.scheduled_job_id = j.id
-                                                    AND (NOT n.guard OR n.expected_next_run_at
-                                                         IS NOT DISTINCT FROM j.next_run_at)),
-                                                j.next_run_at)
-                                  ELSE j.next_run_at END,
+                                   AND p.next_run_at IS NOT NULL
+                                   AND (NOT p.guard OR p.expected IS NOT DISTINCT FROM j.next_run_at)
+                                  THEN p.next_run_at ELSE j.next_run_at END,
                locked_at = CASE WHEN j.lock_token = ANY (p.tokens) THEN NULL ELSE j.locked_at END,
                locked_by_instance = CASE WHEN j.lock_token = ANY (p.tokens) THEN NULL ELSE j.locked_by_instance END,
                expected_completion_at = CASE WHEN j.lock_token = ANY (p.tokens) THEN NULL ELSE j.expected_completion_at END,
