@@ -1,0 +1,83 @@
+"""A/B: the throughput benchmark on two revisions of mjsched, alternating, side by side.
+
+    python -m bench.ab BASE [HEAD] [--rounds 4] [--jobs 8000] [--engines 4] [--dsn DSN]
+
+Each revision is checked out into a temporary git worktree (HEAD defaults to the
+working tree itself). The rounds alternate which revision runs first, since a run
+leaves the server busier for the next (autovacuum, checkpoints): on this two-core
+machine the second of a pair measured up to 15 % slower whatever it was. Prints
+every run, then the means and the ratios HEAD/BASE of executions/s and of engine
+and PostgreSQL CPU per 1,000 executions. Numbers are printed, never asserted.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ROW = re.compile(r"^\|\s*(\d+)\s*\|\s*\S+\s*\|\s*[\d,]+\s*\|\s*([\d,]+)\s*\|\s*[\d.]+\s*\|\s*[\d.]+\s*\|"
+                 r"\s*[\d.]+\s*\|\s*(\d+)\s*\|\s*(\d+)\s*\|")
+
+
+def run_once(tree: Path, args: argparse.Namespace) -> tuple[float, float, float]:
+    """(executions/s, engine CPU ms per 1k, PostgreSQL CPU ms per 1k) of one throughput run."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    out = subprocess.run([sys.executable, "-m", "bench.throughput", "--engines", str(args.engines),
+                          "--jobs", str(args.jobs), "--dsn", args.dsn],
+                         cwd=tree, env=env, capture_output=True, text=True, timeout=600).stdout
+    for line in out.splitlines():
+        m = ROW.match(line)
+        if m and int(m.group(1)) == args.engines:
+            return float(m.group(2).replace(",", "")), float(m.group(3)), float(m.group(4))
+    raise RuntimeError(f"no result row for {args.engines} engines in {tree}:\n{out[-2000:]}")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("base")
+    p.add_argument("head", nargs="?", default=None, help="a revision; default: the working tree")
+    p.add_argument("--rounds", type=int, default=4)
+    p.add_argument("--jobs", type=int, default=8000)
+    p.add_argument("--engines", type=int, default=4)
+    p.add_argument("--dsn", default=os.environ.get("MJSCHED_BENCH_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"))
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory(prefix="mjsched-ab-") as tmp:
+        trees: dict[str, Path] = {}
+        for label, rev in (("base", args.base), ("head", args.head)):
+            if rev is None:
+                trees[label] = ROOT
+                continue
+            trees[label] = Path(tmp) / label
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach", str(trees[label]), rev],
+                           check=True)
+        try:
+            results: dict[str, list[tuple[float, float, float]]] = {"base": [], "head": []}
+            for r in range(args.rounds):
+                for label in (("base", "head") if r % 2 == 0 else ("head", "base")):
+                    result = run_once(trees[label], args)
+                    results[label].append(result)
+                    print(f"round {r + 1} {label}: {result[0]:,.0f} exec/s, engine {result[1]:.0f} ms/1k, "
+                          f"PostgreSQL {result[2]:.0f} ms/1k", flush=True)
+        finally:
+            for label, rev in (("base", args.base), ("head", args.head)):
+                if rev is not None:
+                    subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(trees[label])],
+                                   check=False)
+    means = {k: [statistics.mean(x[i] for x in v) for i in range(3)] for k, v in results.items()}
+    print(f"\n{args.engines} engines x {args.jobs} jobs, {args.rounds} alternating rounds "
+          f"(base {args.base}, head {args.head or 'working tree'})")
+    print("| measure | base | head | head/base |\n|---|---|---|---|")
+    for i, name in enumerate(("executions/s", "engine CPU ms per 1k exec", "PostgreSQL CPU ms per 1k exec")):
+        print(f"| {name} | {means['base'][i]:,.0f} | {means['head'][i]:,.0f} | "
+              f"{means['head'][i] / means['base'][i]:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
