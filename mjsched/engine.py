@@ -267,9 +267,43 @@ class SchedulingEngine:
         try:
             with self._accept_lock:
                 self._accepting = False
+            if got:
+                self._hand_back_unanswered()
         finally:
             if got:
                 self._dispatch_lock.release()
+
+    def _hand_back_unanswered(self) -> None:
+        """The last claim raised and may have committed: replay it once more and hand back
+        what it took, so those jobs do not wait out a lease for an engine that stopped."""
+        if self._unanswered_claim is None:
+            return
+        claim_id, handled = self._unanswered_claim
+        self._unanswered_claim = None
+        try:
+            batch = self.backend.claim_due_jobs(self.instance_name, 0, self.lease_timeout, claim_id=claim_id,
+                                                replay=True)
+        except SchedulerError as exc:
+            log.warning("could not replay claim %s at stop (%s); its jobs wait out their lease", claim_id, exc)
+            return
+        for claim in batch.claims:
+            if (claim.run_id or claim.job_id) not in handled:
+                self._hand_back(claim.job_id, claim.job_id, claim.run_id, claim.lock_token)
+
+    def _hand_back(self, name: str, job_id: str, run_id: str | None, token: str) -> None:
+        """A claim this engine will not run: its run ends Cancelled unstarted (which releases
+        the lock and leaves the schedule alone), or a run-less claim just lets the lock go."""
+        if run_id is None:
+            try:
+                self.backend.release_job_lock(job_id, token)
+            except SchedulerError as exc:
+                log.warning("could not release job %r (%s); its lease will lapse", name, exc)
+            return
+        log.warning("job %r: claimed as the engine stopped; run %s recorded Cancelled, not started",
+                    name, run_id, extra={"action": "claim_handed_back"})
+        self._writer.submit(Completion(run_id, token, RunStatus.CANCELLED.value,
+                                       "the engine stopped before this run could start", None, None),
+                            lambda _ok: None)
 
     def _unregister(self, timeout: float | None) -> None:
         """Mark this engine stopped in the registry, best effort: a slow database never
@@ -428,11 +462,7 @@ class SchedulingEngine:
             if accepted:
                 self._registry.add(entry)
         if not accepted:   # stop_polling() began while this claim was in the database: hand it back
-            log.warning("job %r: claimed as the engine stopped; run %s recorded Cancelled, not started",
-                        job.name, run_id, extra={"action": "claim_handed_back"})
-            self._writer.submit(Completion(run_id, token, RunStatus.CANCELLED.value,
-                                           "the engine stopped before this run could start", None, None),
-                                lambda _ok: None)
+            self._hand_back(job.name, job.id, run_id, token)
             return 0
         self._keeper.start()       # also when polled by hand (dispatch_due_jobs without start_polling)
         try:

@@ -27,7 +27,7 @@ class LeaseKeeper:
         self._registry = registry
         self._instance = instance
         self._lease = lease_seconds
-        self.interval = interval if interval is not None else max(0.05, lease_seconds / 4)
+        self.interval = interval if interval is not None else max(0.005, lease_seconds / 4)
         self._on_timeout = on_timeout
         self._on_lost = on_lost
         self._stop = threading.Event()

@@ -77,3 +77,16 @@ def test_a_replay_never_starts_a_run_twice(make_engine: Callable[..., Any], sql:
     wait_for(lambda: completed(sql) == 2, message="both runs to complete")
     assert sorted(r["job"] for r in sql.rows("SELECT scheduled_job_id::text AS job FROM mjsched.scheduled_job_run")) \
         == sorted(jobs)
+
+
+def test_a_claim_that_raised_just_before_a_stop_is_handed_back(make_engine: Callable[..., Any], sql: Any) -> None:
+    plan = FaultPlan(force_after={"claim_due_jobs": 1})
+    engine = make_engine(connection_factory=plan.connection_factory(), retry_attempts=1, lease_timeout=30)
+    jobs = due_jobs(engine, sql, 2)
+    engine.start_polling()
+    wait_for(lambda: plan.snapshot().get("after:claim_due_jobs") == 1, message="the claim's reply to be lost")
+    engine.stop_polling(wait=True, max_wait=5)        # before the poller's retry (0.5 s later) replays it
+    wait_for(lambda: sql.one("SELECT count(*) FROM mjsched.scheduled_job WHERE lock_token IS NOT NULL") == 0,
+             timeout=5, message="the locks to be released, not left to lapse (lease 30 s)")
+    statuses = [r["status"] for r in sql.rows("SELECT status FROM mjsched.scheduled_job_run")]
+    assert statuses == ["Cancelled"] * len(jobs)
