@@ -1,12 +1,12 @@
 """Writes run completions in batches, and keeps retrying them through outages.
 
 Completions gathered within a few milliseconds go to the database in one
-``complete_job_runs`` call (still fenced per run). A batch that fails is then
-retried item by item, with backoff between rounds, until each lands or its
-give-up time passes: an item the database refuses for good never holds back
-the others. If the engine dies first, the lease expires and the run becomes
-Abandoned. Once stopped, the writer gives up at the first failure instead of
-retrying, and takes nothing new.
+``complete_job_runs`` call (still fenced per run). When a call fails, each of
+its items is retried on its own, with its own backoff, until it lands or its
+give-up time passes, while new completions keep being written: an item the
+database refuses for good holds back no other. If the engine dies first, the
+lease expires and the run becomes Abandoned. Once stopped, the writer gives up
+what is left instead of retrying, and takes nothing new.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .backends.base import Backend, Completion
-from .errors import SchedulerError
+from .errors import ConfigurationError, SchedulerError
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +30,8 @@ class _Item:
     completion: Completion
     on_done: Callback
     give_up_at: float
+    delay: float = 0.0          # current backoff; 0 until its first failure
+    not_before: float = 0.0     # monotonic time of its next try
 
 
 class CompletionWriter:
@@ -49,18 +51,17 @@ class CompletionWriter:
 
     def submit(self, completion: Completion, on_done: Callback) -> None:
         item = _Item(completion, on_done, time.monotonic() + self._give_up_after)
-        with self._start_lock:
+        with self._start_lock:   # put under the lock: stop() can never slip in between and strand it
             closed = self._closed
             if not closed:
                 with self._cond:
                     self._pending += 1
                 self._ensure_started()
+                self._queue.put(item)
         if closed:   # a run that outlived close(): its lease lapses and the sweep abandons it
             log.warning("completion of run %s (%s) after the engine closed; not written", completion.run_id,
                         completion.status, extra={"action": "completion_given_up"})
             self._call(item, None)
-            return
-        self._queue.put(item)
 
     def _ensure_started(self) -> None:
         if self._thread is None or not self._thread.is_alive():
@@ -87,8 +88,12 @@ class CompletionWriter:
         if self._thread is not None:
             self._thread.join(timeout=1.0)
 
-    def _take_batch(self) -> list[_Item]:
-        first = self._queue.get()
+    def _take_batch(self, timeout: float | None) -> list[_Item]:
+        """New items gathered for one batch window; [] when none came within ``timeout``."""
+        try:
+            first = self._queue.get(timeout=timeout)
+        except queue.Empty:
+            return []
         if first is None:
             return []
         batch = [first]
@@ -106,25 +111,50 @@ class CompletionWriter:
         return batch
 
     def _loop(self) -> None:
+        retry: list[_Item] = []      # failed items, each retried alone when its backoff is over
         while not self._stop.is_set():
-            batch = self._take_batch()
+            now = time.monotonic()
+            wait = None if not retry else max(0.0, min(i.not_before for i in retry) - now)
+            batch = self._take_batch(wait)
             if batch:
-                self._write(batch)
+                self._write(batch, retry)
+            now = time.monotonic()
+            for item in [i for i in retry if i.not_before <= now]:
+                if self._stop.is_set():
+                    break
+                retry.remove(item)
+                self._write([item], retry)
         while True:   # stopped: whatever is still queued is given up, so flush() never waits on it
             try:
-                item = self._queue.get_nowait()
+                queued = self._queue.get_nowait()
             except queue.Empty:
-                return
-            if item is not None:
-                log.error("gave up writing the completion of run %s (%s): the writer stopped",
-                          item.completion.run_id, item.completion.status, extra={"action": "completion_given_up"})
-                self._done(item, None)
+                break
+            if queued is not None:
+                retry.append(queued)
+        for item in retry:
+            log.error("gave up writing the completion of run %s (%s): the writer stopped",
+                      item.completion.run_id, item.completion.status, extra={"action": "completion_given_up"})
+            self._done(item, None)
 
-    def _write(self, batch: list[_Item]) -> None:
+    def _write(self, batch: list[_Item], retry: list[_Item]) -> None:
+        """One call for ``batch``; on failure each item goes to ``retry`` with its own backoff
+        (or is given up), so new completions keep flowing past an item the database refuses."""
         try:
             results = self._backend.complete_job_runs([i.completion for i in batch])
         except SchedulerError as exc:
-            self._retry_one_by_one(batch, exc)
+            now = time.monotonic()
+            for item in batch:
+                if item.give_up_at <= now or self._stop.is_set() or isinstance(exc, ConfigurationError):
+                    log.error("gave up writing the completion of run %s (%s): %s", item.completion.run_id,
+                              item.completion.status, exc, extra={"action": "completion_given_up"})
+                    self._done(item, None)
+                    continue
+                item.delay = min(item.delay * 2, 5.0) if item.delay else 0.1
+                item.not_before = now + item.delay
+                retry.append(item)
+            if len(batch) > 1 or batch[0].delay <= 0.1:
+                log.warning("could not write %d completion(s), retrying each on its own: %s", len(batch), exc,
+                            extra={"action": "completion_retry"})
             return
         except Exception:  # a bug must not kill the writer
             log.exception("unexpected error writing completions; dropping %d", len(batch))
@@ -133,35 +163,6 @@ class CompletionWriter:
             return
         for item in batch:
             self._done(item, results.get(item.completion.run_id, False))
-
-    def _retry_one_by_one(self, batch: list[_Item], exc: SchedulerError) -> None:
-        delay = 0.1
-        while batch:
-            now = time.monotonic()
-            for item in [i for i in batch if i.give_up_at <= now or self._stop.is_set()]:
-                log.error("gave up writing the completion of run %s (%s): %s", item.completion.run_id,
-                          item.completion.status, exc, extra={"action": "completion_given_up"})
-                self._done(item, None)
-                batch.remove(item)
-            if not batch:
-                return
-            log.warning("could not write %d completion(s), retrying in %.1fs: %s", len(batch), delay, exc,
-                        extra={"action": "completion_retry"})
-            if self._stop.wait(delay):
-                continue          # stopping: the next round gives every item up
-            delay = min(delay * 2, 5.0)
-            for item in list(batch):
-                try:
-                    outcome = self._backend.complete_job_runs([item.completion]).get(item.completion.run_id, False)
-                except SchedulerError as again:
-                    exc = again
-                    continue
-                except Exception:  # a bug must not kill the writer
-                    log.exception("unexpected error writing the completion of run %s; dropping it",
-                                  item.completion.run_id)
-                    outcome = None
-                self._done(item, outcome)
-                batch.remove(item)
 
     def _done(self, item: _Item, outcome: bool | None) -> None:
         try:

@@ -43,6 +43,7 @@ class InFlight:
     thread_alive: bool = True
     last_enqueued: datetime | None = None      # Queue mode: newest tick kept as a Queued run
     renew: bool = True                         # False: left to lapse (stop_polling gave up on it)
+    seen_next_run_at: datetime | None = None   # the job's next_run_at when claimed (completion's guard)
     context: Any = None
 
 

@@ -208,6 +208,8 @@ class SchedulingEngine:
             self._housekeeping.warn_high_frequency_at_start()
             with self._accept_lock:
                 self._accepting = True
+            for entry in self._registry.busy():
+                entry.renew = True   # runs a previous stop gave up on are ours again while they last
             self._polling = True
             self._keeper.start()
             self._poller.start()
@@ -267,19 +269,18 @@ class SchedulingEngine:
         try:
             with self._accept_lock:
                 self._accepting = False
-            if got:
-                self._hand_back_unanswered()
+            unanswered = None
+            if got:   # no poll under way owns it
+                unanswered, self._unanswered_claim = self._unanswered_claim, None
         finally:
             if got:
                 self._dispatch_lock.release()
+        if unanswered is not None:   # in the background: the database just failed and may be slow
+            self._side_work.submit(self._hand_back_unanswered, *unanswered)
 
-    def _hand_back_unanswered(self) -> None:
+    def _hand_back_unanswered(self, claim_id: str, handled: set[str]) -> None:
         """The last claim raised and may have committed: replay it once more and hand back
         what it took, so those jobs do not wait out a lease for an engine that stopped."""
-        if self._unanswered_claim is None:
-            return
-        claim_id, handled = self._unanswered_claim
-        self._unanswered_claim = None
         try:
             batch = self.backend.claim_due_jobs(self.instance_name, 0, self.lease_timeout, claim_id=claim_id,
                                                 replay=True)
@@ -299,9 +300,10 @@ class SchedulingEngine:
             except SchedulerError as exc:
                 log.warning("could not release job %r (%s); its lease will lapse", name, exc)
             return
-        log.warning("job %r: claimed as the engine stopped; run %s recorded Cancelled, not started",
+        log.warning("job %r: claimed as the engine stopped; run %s recorded Skipped, not started",
                     name, run_id, extra={"action": "claim_handed_back"})
-        self._writer.submit(Completion(run_id, token, RunStatus.CANCELLED.value,
+        # Skipped: the tick is not run, and, unlike a Cancelled run, counts in no statistic
+        self._writer.submit(Completion(run_id, token, RunStatus.SKIPPED.value,
                                        "the engine stopped before this run could start", None, None),
                             lambda _ok: None)
 
@@ -440,6 +442,9 @@ class SchedulingEngine:
             log.warning("job %r: tick %s already has a run; advanced to %s", job.name, scheduled_for, nxt,
                         extra={"action": "tick_already_served"})
             return 0
+        # What next_run_at was at the claim: a due tick's claim serves it; for a queued run the
+        # job's row read just after the claim is the closest there is.
+        seen = scheduled_for if scheduled_for is not None and not from_queue else job.next_run_at
         plan = scheduling.TickPlan(run=True, catch_up=False, missed=0)
         if scheduled_for is not None and not from_queue:
             plan = scheduling.plan_tick(job, scheduled_for, db_now, self.max_catch_up_runs)
@@ -448,13 +453,14 @@ class SchedulingEngine:
         if not plan.run:
             nxt = scheduling.next_run_after(job, scheduled_for, db_now, catch_up=False)
             self._writer.submit(Completion(run_id, token, RunStatus.SKIPPED.value, plan.note, {"missed": plan.missed},
-                                           nxt, guard=True, expected_next_run_at=job.next_run_at),
+                                           nxt, guard=True, expected_next_run_at=seen),
                                 lambda _ok: self._poller.wake())
             return 0
         if job.concurrency_mode is ConcurrencyMode.CONCURRENT and not from_queue:
             nxt = scheduling.next_run_after(job, scheduled_for, db_now, catch_up=plan.catch_up)
             self.backend.advance_job(job.id, token, nxt, release=True)
         entry = self._new_entry(job, run_id, token, scheduled_for, manual=False, catch_up=plan.catch_up)
+        entry.seen_next_run_at = seen
         if scheduled_for is not None and not from_queue:
             entry.last_enqueued = max(scheduled_for, db_now)  # ticks missed before the claim are not queued
         with self._accept_lock:
@@ -464,7 +470,7 @@ class SchedulingEngine:
         if not accepted:   # stop_polling() began while this claim was in the database: hand it back
             self._hand_back(job.name, job.id, run_id, token)
             return 0
-        self._keeper.start()       # also when polled by hand (dispatch_due_jobs without start_polling)
+        self._watch(entry)         # also when polled by hand (dispatch_due_jobs without start_polling)
         try:
             self._pool.submit(self._run_entry, entry)
         except RuntimeError:
@@ -489,9 +495,13 @@ class SchedulingEngine:
         entry.context = ExecutionContext(job=job, run=run, cancel_event=entry.cancel_event,
                                          logger=logging.getLogger(f"mjsched.job.{job.driver}"),
                                          heartbeat=partial(self._context_heartbeat, entry))
+        return entry
+
+    def _watch(self, entry: InFlight) -> None:
+        """A registered run gets its heartbeat and its max_runtime watch (keeper re-reads deadlines)."""
+        self._keeper.start()
         if entry.deadline is not None:
             self._keeper.poke()
-        return entry
 
     def _context_heartbeat(self, entry: InFlight) -> bool:
         if entry.state is not State.RUNNING:
@@ -525,7 +535,7 @@ class SchedulingEngine:
                     details: dict[str, Any] | None) -> Completion:
         """The run's end, moving the schedule on only if nobody edited it since the claim."""
         return Completion(entry.run_id, entry.token, status.value, error, details, self._next_run_of(entry),
-                          guard=True, expected_next_run_at=entry.job.next_run_at)
+                          guard=True, expected_next_run_at=entry.seen_next_run_at)
 
     def _next_run_of(self, entry: InFlight) -> datetime | None:
         """Where the job's schedule goes when this run ends (None: leave it alone)."""
@@ -615,7 +625,7 @@ class SchedulingEngine:
             raise LockNotAcquired(job.id)
         entry = self._new_entry(job, run_id, token, None, manual=True, catch_up=False)
         self._registry.add(entry)
-        self._keeper.start()
+        self._watch(entry)
         threading.Thread(target=self._run_entry, args=(entry,), name="mjsched-execute", daemon=True).start()
         # Done when the run's completion is written (on return, or at its timeout).
         self._registry.wait_gone(entry, timeout=None)

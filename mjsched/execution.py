@@ -86,7 +86,7 @@ def normalise(raw: Any) -> JobResult:
                          error_message=f"driver returned {type(raw).__name__}, expected a JobResult, dict or None")
     if result.details is not None:
         try:
-            details = json.loads(json.dumps(result.details, default=str))
+            details = json.loads(json.dumps(result.details, default=str, allow_nan=False))   # no JSON has NaN
         except (TypeError, ValueError) as exc:
             details = {"unserialisable_details": repr(result.details)[:2000], "error": str(exc)}
         if not isinstance(details, dict):

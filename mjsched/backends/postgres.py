@@ -405,6 +405,7 @@ class PgListener(Listener):
         self._lock = threading.Lock()
         self._wakeup = threading.Event()
         self._pipe_r, self._pipe_w = os.pipe()   # interrupt() writes here to end a select at once
+        self._pipe_lock = threading.Lock()
 
     def _connect(self) -> Any:
         conn = psycopg2.connect(**self._kwargs)
@@ -438,8 +439,10 @@ class PgListener(Listener):
 
     def interrupt(self) -> None:
         self._wakeup.set()
-        with contextlib.suppress(OSError):
-            os.write(self._pipe_w, b"x")
+        with self._pipe_lock:   # never write to a descriptor close() has just given back
+            if self._pipe_w >= 0:
+                with contextlib.suppress(OSError):
+                    os.write(self._pipe_w, b"x")
 
     def close(self) -> None:
         self.interrupt()
@@ -448,7 +451,9 @@ class PgListener(Listener):
                 with contextlib.suppress(Exception):
                     self._conn.close()
                 self._conn = None
-            for fd in (self._pipe_r, self._pipe_w):
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-            self._pipe_r = self._pipe_w = -1
+            with self._pipe_lock:
+                fds, self._pipe_r, self._pipe_w = (self._pipe_r, self._pipe_w), -1, -1
+                for fd in fds:
+                    if fd >= 0:
+                        with contextlib.suppress(OSError):
+                            os.close(fd)

@@ -373,7 +373,11 @@ BEGIN
                    error_message = N'Abandoned: the lease expired and another engine took the lock over'
               FROM mjsched.scheduled_job_run AS r WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
               JOIN @v_taken AS t ON t.old_token = r.lock_token
-             WHERE r.status = N'Running';
+             WHERE r.status = N'Running'
+               -- not the run just started: a fresh claim under a replayed claim id derives the
+               -- same token as the lapsed one it takes over (PostgreSQL's CTEs read the snapshot
+               -- from before the start, so there the exclusion is implicit)
+               AND r.id NOT IN (SELECT s.run_id FROM @v_started AS s);
 
             INSERT INTO @v_out (job_id, run_id, lock_token, scheduled_for, from_queue, db_now)
             SELECT s.job_id, s.run_id, s.lock_token, s.scheduled_for, 1, @v_now FROM @v_started AS s;
@@ -431,7 +435,8 @@ BEGIN
                    error_message = N'Abandoned: the lease expired and another engine took the lock over'
               FROM mjsched.scheduled_job_run AS r WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
               JOIN @v_taken AS t ON t.old_token = r.lock_token
-             WHERE r.status = N'Running';
+             WHERE r.status = N'Running'
+               AND r.id NOT IN (SELECT i.run_id FROM @v_inserted AS i);   -- not the run just inserted
 
             INSERT INTO @v_out (job_id, run_id, lock_token, scheduled_for, from_queue, db_now)
             SELECT t.job_id, i.run_id, t.lock_token, t.next_run_at, 0, @v_now

@@ -77,10 +77,21 @@ def test_a_completion_the_database_refuses_never_holds_back_the_others(pg_dsn: s
     writer = CompletionWriter(backend, batch_window=0.05, give_up_after=2.0)
     outcomes: dict[str, Any] = {}
     landed = threading.Event()
+    failed_once = threading.Event()
+    real = backend.complete_job_runs
+
+    def watched(items: Any, now: Any = None) -> Any:
+        try:
+            return real(items, now)
+        except mjsched.DatabaseError:
+            failed_once.set()
+            raise
+    backend.complete_job_runs = watched        # type: ignore[method-assign]
     try:
         writer.submit(Completion(poisoned_run, poisoned_token, "Failed", None, {"x": "a\x00b"}),   # jsonb refuses
                       lambda ok: outcomes.__setitem__("poisoned", ok))
-        writer.submit(Completion(healthy_run, healthy_token, "Completed"),
+        assert failed_once.wait(5)             # the poisoned item is now being retried...
+        writer.submit(Completion(healthy_run, healthy_token, "Completed"),     # ...and a new one comes in
                       lambda ok: (outcomes.__setitem__("healthy", ok), landed.set()))
         assert landed.wait(1.5), "the healthy completion waited for the poisoned one"
         assert outcomes["healthy"] is True
@@ -89,6 +100,32 @@ def test_a_completion_the_database_refuses_never_holds_back_the_others(pg_dsn: s
         writer.stop(timeout=1.0)
         backend.close()
     assert sql.one("SELECT status FROM mjsched.scheduled_job_run WHERE id = %s", (healthy_run,)) == "Completed"
+
+
+def test_nan_in_details_is_not_json_and_never_blocks_the_completion(make_engine: Callable[..., Any],
+                                                                     sql: Any) -> None:
+    engine = make_engine()
+    job = engine.create_job("nan", "python", NEVER, configuration={"callable": "tests.support.jobs:nan_details"})
+    sql.run("UPDATE mjsched.scheduled_job SET next_run_at = now() - interval '1 second' WHERE id = %s", (job,))
+    assert engine.dispatch_due_jobs().dispatched == 1
+    wait_for(lambda: [r["status"] for r in runs(sql, job)] == ["Completed"], timeout=5,
+             message="the completion to land")
+    assert "unserialisable_details" in runs(sql, job)[0]["details"]
+
+
+def test_restarted_polling_keeps_renewing_a_run_the_stop_left_running(make_engine: Callable[..., Any],
+                                                                      sql: Any) -> None:
+    engine = make_engine(lease_timeout=1.2)
+    name = "outlives-a-restart"
+    job = due(engine, sql, name, "test-block", configuration={"gate": name, "ignore_cancel": True})
+    engine.start_polling()
+    assert drivers.started(name).wait(5)
+    engine.stop_polling(wait=True, max_wait=0.1)      # gives up on the run: its lease is left to lapse
+    engine.start_polling()                            # ...but it is ours again
+    first = engine._keeper.renewals
+    wait_for(lambda: engine._keeper.renewals >= first + 9, timeout=8, message="three leases of renewals")
+    assert [r["status"] for r in runs(sql, job)] == ["Running"], "the engine swept its own live run"
+    assert sql.one("SELECT count(*) FROM mjsched.scheduled_job_run WHERE scheduled_job_id = %s", (job,)) == 1
 
 
 def test_runs_dispatched_by_hand_have_their_leases_renewed(make_engine: Callable[..., Any], sql: Any) -> None:
@@ -140,8 +177,11 @@ def test_a_poll_stuck_in_the_database_hands_back_its_claims_after_stop(make_engi
     engine.stop_polling(wait=True, max_wait=0.3)
     assert time.monotonic() - started < 1.5
     release.set()
-    wait_for(lambda: [r["status"] for r in runs(sql, job)] == ["Cancelled"], message="the claim to be handed back")
+    wait_for(lambda: [r["status"] for r in runs(sql, job)] == ["Skipped"], message="the claim to be handed back")
     assert not drivers.started(name).is_set(), "a run started after stop_polling() returned"
+    counts = sql.rows("SELECT run_count, failure_count, last_run_at FROM mjsched.scheduled_job WHERE id = %s",
+                      (job,))[0]
+    assert counts == {"run_count": 0, "failure_count": 0, "last_run_at": None}   # a hand-back is no run
     wait_for(lambda: sql.one("SELECT lock_token FROM mjsched.scheduled_job WHERE id = %s", (job,)) is None,
              message="the lock to be released")
 

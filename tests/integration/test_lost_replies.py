@@ -6,6 +6,7 @@ connection is closed before the reply is read (tests/chaos/faults.py).
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any, Callable
 
 import pytest
@@ -89,4 +90,22 @@ def test_a_claim_that_raised_just_before_a_stop_is_handed_back(make_engine: Call
     wait_for(lambda: sql.one("SELECT count(*) FROM mjsched.scheduled_job WHERE lock_token IS NOT NULL") == 0,
              timeout=5, message="the locks to be released, not left to lapse (lease 30 s)")
     statuses = [r["status"] for r in sql.rows("SELECT status FROM mjsched.scheduled_job_run")]
-    assert statuses == ["Cancelled"] * len(jobs)
+    assert statuses == ["Skipped"] * len(jobs)
+    assert sql.one("SELECT sum(run_count) FROM mjsched.scheduled_job") == 0
+
+
+def test_stop_polling_without_wait_never_waits_for_the_hand_back(make_engine: Callable[..., Any], sql: Any,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    plan = FaultPlan(force_after={"claim_due_jobs": 1})
+    engine = make_engine(connection_factory=plan.connection_factory(), retry_attempts=1, lease_timeout=30)
+    due_jobs(engine, sql, 2)
+    engine.start_polling()
+    wait_for(lambda: plan.snapshot().get("after:claim_due_jobs") == 1, message="the claim's reply to be lost")
+    real_claim = engine.backend.claim_due_jobs
+    monkeypatch.setattr(engine.backend, "claim_due_jobs",
+                        lambda *a, **k: (time.sleep(3), real_claim(*a, **k))[1])   # the database is slow now
+    started = time.monotonic()
+    engine.stop_polling(wait=False)
+    assert time.monotonic() - started < 1.0
+    wait_for(lambda: sql.one("SELECT count(*) FROM mjsched.scheduled_job WHERE lock_token IS NOT NULL") == 0,
+             timeout=10, message="the hand-back, in the background")

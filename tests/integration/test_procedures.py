@@ -354,3 +354,16 @@ def test_a_guarded_completion_sets_the_next_run_only_if_nobody_moved_it(backend:
     assert db.job_value(jobs[0], "next_run_at") == nxt        # untouched since the claim: moved on
     assert db.job_value(jobs[1], "next_run_at") == edited     # edited during the run: the edit stands
     assert db.lock_token(jobs[1]) is None                     # the lock is released either way
+
+
+def test_a_replay_after_its_own_leases_lapsed_claims_afresh_and_keeps_the_new_run(backend: Backend,
+                                                                                    db: Db) -> None:
+    job = new_job(backend, concurrency_mode="Queue", next_run_at=past(5))
+    assert backend.enqueue_job_run(job, past(30))
+    claim_id = token()
+    (first,) = backend.claim_due_jobs("a", 1, 30, claim_id=claim_id).claims      # starts the queued run
+    later = first.db_now + timedelta(seconds=31)                                  # ...whose lease lapses
+    (again,) = backend.claim_due_jobs("a", 1, 30, now=later, claim_id=claim_id, replay=True).claims
+    assert again.run_id != first.run_id and again.lock_token == first.lock_token  # same derived token
+    assert db.run_status(first.run_id) == "Abandoned"
+    assert db.run_status(again.run_id) == "Running"        # not abandoned along with the lapsed one

@@ -22,3 +22,8 @@ def bump_counter(dsn: str, name: str) -> dict[str, int]:
         return {"n": value}
     finally:
         conn.close()
+
+
+def nan_details() -> dict[str, float]:
+    """Details that json.dumps writes by default but no JSON parser (jsonb, ISJSON) accepts."""
+    return {"ratio": float("nan")}
