@@ -3,6 +3,8 @@ slot forever, block other runs' completions, outlive stop_polling() or its bound
 or start a run after the engine stopped."""
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from typing import Any, Callable
@@ -260,3 +262,23 @@ def test_a_schedule_edited_during_a_run_is_not_overwritten_when_it_ends(make_eng
     after = engine.get_job(job)
     assert after.next_run_at == edited.next_run_at and after.next_run_at.hour == 12
     assert after.lock_token is None and after.run_count == 1
+
+
+def test_a_notifier_that_hangs_for_ever_never_keeps_the_process_alive(pg_dsn: str) -> None:
+    script = f"""
+import threading, mjsched
+class Hangs(mjsched.Notifier):
+    def notify(self, job, run, notification):
+        threading.Event().wait()
+engine = mjsched.SchedulingEngine({pg_dsn!r}, notifier=Hangs(), lease_timeout=30)
+job = engine.create_job("hangs-on-notify", "python", "0 0 1 1 *", configuration={{"callable": "os:getpid"}},
+                        notify_on_success=True)
+assert engine.execute_job(job).status.value == "Completed"
+engine.close()
+print("closed", flush=True)
+"""
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "closed" in done.stdout
+    assert time.monotonic() - started < 20, "the interpreter waited for the hung notifier at exit"
