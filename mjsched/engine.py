@@ -289,11 +289,13 @@ class SchedulingEngine:
             return
         for claim in batch.claims:
             if (claim.run_id or claim.job_id) not in handled:
-                self._hand_back(claim.job_id, claim.job_id, claim.run_id, claim.lock_token)
+                self._hand_back(claim.job_id, claim.run_id, claim.lock_token)
 
-    def _hand_back(self, name: str, job_id: str, run_id: str | None, token: str) -> None:
-        """A claim this engine will not run: its run ends Cancelled unstarted (which releases
-        the lock and leaves the schedule alone), or a run-less claim just lets the lock go."""
+    def _hand_back(self, job_id: str, run_id: str | None, token: str, name: str | None = None) -> None:
+        """A claim this engine will not run: its run ends Skipped unstarted (which releases the
+        lock, leaves the schedule alone and counts in no statistic), or a run-less claim just
+        lets the lock go; both through the procedures, fenced by the claim's token."""
+        name = name or job_id
         if run_id is None:
             try:
                 self.backend.release_job_lock(job_id, token)
@@ -302,7 +304,6 @@ class SchedulingEngine:
             return
         log.warning("job %r: claimed as the engine stopped; run %s recorded Skipped, not started",
                     name, run_id, extra={"action": "claim_handed_back"})
-        # Skipped: the tick is not run, and, unlike a Cancelled run, counts in no statistic
         self._writer.submit(Completion(run_id, token, RunStatus.SKIPPED.value,
                                        "the engine stopped before this run could start", None, None),
                             lambda _ok: None)
@@ -468,7 +469,7 @@ class SchedulingEngine:
             if accepted:
                 self._registry.add(entry)
         if not accepted:   # stop_polling() began while this claim was in the database: hand it back
-            self._hand_back(job.name, job.id, run_id, token)
+            self._hand_back(job.id, run_id, token, job.name)
             return 0
         self._watch(entry)         # also when polled by hand (dispatch_due_jobs without start_polling)
         try:
