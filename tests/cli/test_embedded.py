@@ -155,7 +155,14 @@ def test_as_a_normal_user(home: Path) -> None:
     user_home = base / "user"
     user_home.mkdir()
     shutil.chown(user_home, "mjsched", "mjsched")
-    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO), "HOME": str(user_home),
+    # the checkout may sit in a directory only root can enter (a mktemp -d clone): give the
+    # user a readable copy of the package rather than depend on the checkout's permissions
+    source = base / "src"
+    shutil.copytree(REPO / "mjsched", source / "mjsched", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "sql", source / "sql")
+    for path in [source, *source.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(source), "HOME": str(user_home),
            "XDG_DATA_HOME": str(user_home / "data")}
     script = ("from mjsched.embedded import EmbeddedServer; import psycopg2; s = EmbeddedServer(); d = s.start(); "
               "c = psycopg2.connect(d); c.close(); print(s.home); print(s.stop())")
