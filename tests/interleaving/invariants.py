@@ -1,0 +1,146 @@
+"""The invariants checked on the whole database after every round.
+
+(I1) at most one Running run per Skip/Queue job.
+(I2) every Running run of a Skip/Queue job has its job locked by the same token.
+(I3) at most one run per (job, tick) (scheduled_for not NULL).
+(I4) a job's Queued runs are at most max_queued_runs, and every Queued tick is later
+     than the start of each run of its job that had started before the tick was queued
+     (r.started_at < q.queued_at implies q.scheduled_for > r.started_at): only ticks that
+     came due while the job ran are queued, never one older than the run then in progress.
+(I5) a token extend_job_leases reported renewed has, after the round, its Running runs'
+     leases and (for a run of a Skip/Queue job, or whenever the job is still locked by it)
+     its job lock extended to at least the call's now + lease -- unless another call of the
+     same round was that token's own holder ending or freeing it (a completion, a release,
+     an advance, release_engine_locks of its engine, an operator unlock) or deleted its job.
+(I6) job statistics equal the counts of finished runs: run_count = runs Completed, Failed,
+     Timeout, Cancelled or Abandoned; success_count = Completed; failure_count = the others
+     (every job's history is created by the harness, with matching statistics).
+(I7) no deadlock: SQLSTATE 40P01 (and serialization failures, 40001) are counted per call.
+
+The SQL is written for both dialects (CAST, CASE, no FILTER, no ::).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Sequence
+
+from tests.interleaving.catalogue import Call
+from tests.interleaving.states import LEASE, State
+
+ID = "CAST({} AS varchar(36))"
+RUN = "mjsched.scheduled_job_run"
+JOB = "mjsched.scheduled_job"
+LOCKING = "('Skip', 'Queue')"
+
+TABLE_CHECKS = f"""
+SELECT 'I1' AS inv, {ID.format('r.scheduled_job_id')} AS job_id, CAST(NULL AS varchar(36)) AS run_id,
+       CAST(count(*) AS bigint) AS a, CAST(NULL AS bigint) AS b
+  FROM {RUN} r JOIN {JOB} j ON j.id = r.scheduled_job_id
+ WHERE r.status = 'Running' AND j.concurrency_mode IN {LOCKING}
+ GROUP BY r.scheduled_job_id HAVING count(*) > 1
+UNION ALL
+SELECT 'I2', {ID.format('j.id')}, {ID.format('r.id')}, NULL, NULL
+  FROM {RUN} r JOIN {JOB} j ON j.id = r.scheduled_job_id
+ WHERE r.status = 'Running' AND j.concurrency_mode IN {LOCKING}
+   AND (j.lock_token IS NULL OR j.lock_token <> r.lock_token)
+UNION ALL
+SELECT 'I3', {ID.format('r.scheduled_job_id')}, NULL, CAST(count(*) AS bigint), NULL
+  FROM {RUN} r WHERE r.scheduled_for IS NOT NULL
+ GROUP BY r.scheduled_job_id, r.scheduled_for HAVING count(*) > 1
+UNION ALL
+SELECT 'I4', {ID.format('j.id')}, NULL, CAST(count(*) AS bigint), CAST(j.max_queued_runs AS bigint)
+  FROM {RUN} q JOIN {JOB} j ON j.id = q.scheduled_job_id
+ WHERE q.status = 'Queued'
+ GROUP BY j.id, j.max_queued_runs HAVING count(*) > j.max_queued_runs
+UNION ALL
+SELECT 'I4', {ID.format('q.scheduled_job_id')}, {ID.format('q.id')}, NULL, NULL
+  FROM {RUN} q
+ WHERE q.status = 'Queued'
+   AND EXISTS (SELECT 1 FROM {RUN} r
+                WHERE r.scheduled_job_id = q.scheduled_job_id AND r.status <> 'Queued'
+                  AND r.started_at < q.queued_at AND q.scheduled_for <= r.started_at)
+UNION ALL
+SELECT 'I6', {ID.format('j.id')}, NULL, CAST(j.run_count AS bigint), CAST(coalesce(c.n, 0) AS bigint)
+  FROM {JOB} j LEFT JOIN (
+        SELECT r.scheduled_job_id,
+               sum(CASE WHEN r.status IN ('Completed', 'Failed', 'Timeout', 'Cancelled', 'Abandoned')
+                        THEN 1 ELSE 0 END) AS n,
+               sum(CASE WHEN r.status = 'Completed' THEN 1 ELSE 0 END) AS ok
+          FROM {RUN} r GROUP BY r.scheduled_job_id) c ON c.scheduled_job_id = j.id
+ WHERE j.run_count <> coalesce(c.n, 0) OR j.success_count <> coalesce(c.ok, 0)
+    OR j.failure_count <> coalesce(c.n, 0) - coalesce(c.ok, 0)
+"""
+TABLE_INVARIANTS = ("I1", "I2", "I3", "I4", "I6")
+
+WHAT = {
+    "I1": "two Running runs of one Skip/Queue job",
+    "I2": "a Running run of a Skip/Queue job whose job is not locked by its token",
+    "I3": "two runs of one tick",
+    "I4": "Queued runs beyond max_queued_runs, or a queued tick older than a run then in progress",
+    "I5": "a token reported renewed whose job lock or run lease was not extended",
+    "I6": "job statistics differ from its finished runs",
+}
+
+
+@dataclass(frozen=True)
+class Violation:
+    inv: str
+    detail: str
+
+
+@dataclass
+class Outcome:
+    """What one call did: its rows, or the SQLSTATE and message of its error."""
+    rows: list[dict[str, Any]]
+    sqlstate: str | None = None
+    error: str | None = None
+    seconds: float = 0.0
+    timed_out: bool = False
+
+
+def table_violations(rows: Sequence[dict[str, Any]], state: State) -> list[Violation]:
+    kinds = {j.id: f"{j.kind}/{j.mode}" for j in state.jobs}
+    return [Violation(r["inv"], f"{WHAT[r['inv']]}: job {kinds.get(str(r['job_id']), r['job_id'])} "
+                                f"{'run ' + str(r['run_id'])[:8] + ' ' if r['run_id'] else ''}"
+                                f"({r['a']}, {r['b']})") for r in rows]
+
+
+def renewal_violations(calls: Sequence[Call], outcomes: Sequence[Outcome], state: State,
+                       runs: dict[str, list[dict[str, Any]]], jobs: dict[str, dict[str, Any]]) -> list[Violation]:
+    """I5, from the rows of the tokens' runs (by token) and their jobs (by id) read after the round."""
+    excused = {t for c in calls for t in c.moves}
+    freed = {c.frees_instance for c in calls if c.frees_instance}
+    deleted = {c.params[0] for c in calls if c.op == "delete"}
+    found: list[Violation] = []
+    for call, outcome in zip(calls, outcomes):
+        if call.op != "renew" or outcome.sqlstate:
+            continue
+        deadline = call.params[3] + timedelta(seconds=LEASE)
+        for row in outcome.rows:
+            token = str(row["lock_token"]).lower()
+            job = state.job_of_token(token)
+            if token in excused or job is None or job.id in deleted:
+                continue
+            held = [r for r in job.running() if r.token == token]
+            if any(r.instance in freed for r in held) or (job.token == token and job.locked_by in freed):
+                continue
+            db_job = jobs.get(job.id)
+            for run in runs.get(token, []):
+                if run["status"] != "Running":
+                    found.append(Violation("I5", f"{job.kind}/{job.mode}: token {token[:8]} reported renewed "
+                                                 f"but its run is {run['status']}"))
+                elif run["lease_expires_at"] < deadline:
+                    found.append(Violation("I5", f"{job.kind}/{job.mode}: token {token[:8]} reported renewed "
+                                                 f"but its run lease ends {run['lease_expires_at']:%H:%M:%S.%f}"))
+            must_hold = job.mode != "Concurrent" and bool(held)
+            db_token = str(db_job["lock_token"]).lower() if db_job and db_job["lock_token"] else None
+            if db_job is None:
+                continue
+            if must_hold and db_token != token:
+                found.append(Violation("I5", f"{job.kind}/{job.mode}: token {token[:8]} reported renewed "
+                                             f"but its job lock is {db_token and db_token[:8]}"))
+            elif db_token == token and db_job["expected_completion_at"] < deadline:
+                found.append(Violation("I5", f"{job.kind}/{job.mode}: token {token[:8]} reported renewed "
+                                             f"but its job lock ends {db_job['expected_completion_at']:%H:%M:%S.%f}"))
+    return found
