@@ -22,8 +22,8 @@ from tests.interleaving.rounds import Arena, assert_clean, play_barrier
 pytestmark = pytest.mark.interleaving
 
 SOLO_ROUNDS = 20
-PAIR_ROUNDS = 40
-TRIPLE_ROUNDS = 150
+PAIR_ROUNDS = 60
+TRIPLE_ROUNDS = 250
 PAIRS = list(combinations_with_replacement(OPS, 2))
 
 
