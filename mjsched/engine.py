@@ -101,6 +101,7 @@ class SchedulingEngine:
         self._unanswered_claim: tuple[str, set[str]] | None = None
         self._listener: Listener | None = None
         self._schedule_dirty = True
+        self._schedule_more = False     # a reschedule sweep has pages left: poll again at once
         self._schedule_checked = 0.0
         self._last_sweep = 0.0
         self._housekeeping = Housekeeping(self.backend, self._clock)
@@ -371,9 +372,14 @@ class SchedulingEngine:
         return result, delay
 
     def _schedule_unscheduled(self) -> None:
-        self._schedule_dirty = False
+        """Reschedule for at most a short budget; while pages are left, wake the poller so
+        the rest (and the jobs now due) come at the next poll, not at the next idle one."""
+        changed, self._schedule_dirty = self._schedule_dirty, False
         self._schedule_checked = time.monotonic()
-        self._housekeeping.schedule_unscheduled()
+        self._schedule_more = self._housekeeping.schedule_unscheduled(restart=changed)
+        if self._schedule_more:
+            self._poller.wake()
+
 
     def _dispatch(self, sweep: bool) -> tuple[DispatchResult, float]:
         with self._dispatch_lock:
@@ -385,7 +391,8 @@ class SchedulingEngine:
                 self._last_sweep = time.monotonic()
             if swept.swept and self._registry.busy():
                 self._keeper.renew()   # learn at once which of our own runs were abandoned
-            if self._schedule_dirty or time.monotonic() - self._schedule_checked > SCHEDULE_REFRESH_SECONDS:
+            if self._schedule_dirty or self._schedule_more or \
+                    time.monotonic() - self._schedule_checked > SCHEDULE_REFRESH_SECONDS:
                 self._schedule_unscheduled()
             dispatched = 0
             for _ in range(4):  # claims that only advanced a served tick leave slots: claim again

@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Protocol
 
 from .cron import CronSchedule
 from .errors import ConfigurationError
@@ -54,15 +55,40 @@ def schedule_of(job: Job) -> CronSchedule:
     return CronSchedule.parse(job.cron_expression, job.timezone)
 
 
-def initial_next_run(job: Job, now: datetime) -> datetime:
+class Schedulable(Protocol):
+    """What scheduling a job without a next_run_at reads: a ``Job``, or the lighter row a
+    backend pages through after a bulk edit (``backends.base.UnscheduledJob``)."""
+
+    @property
+    def cron_expression(self) -> str: ...
+    @property
+    def timezone(self) -> str: ...
+    @property
+    def start_at(self) -> datetime | None: ...
+    @property
+    def run_immediately_if_never_run(self) -> bool: ...
+    @property
+    def last_run_at(self) -> datetime | None: ...
+    @property
+    def run_count(self) -> int: ...
+
+
+def initial_next_run(job: Schedulable, now: datetime) -> datetime:
     """First due instant of a job that has none (see ``first_due``).
 
     "Never ran" means no recorded run at all: ``last_run_at`` is NULL and
     ``run_count`` is 0.
     """
-    return first_due(schedule_of(job), now, start_at=job.start_at,
+    return first_due(CronSchedule.parse(job.cron_expression, job.timezone), now, start_at=job.start_at,
                      run_immediately=job.run_immediately_if_never_run,
                      never_ran=job.last_run_at is None and job.run_count == 0)
+
+
+def initial_next_run_key(job: Schedulable) -> tuple[object, ...]:
+    """Everything ``initial_next_run`` reads from a job: jobs with equal keys get the same
+    first due instant at one ``now``, so a bulk reschedule computes it once per key."""
+    return (job.cron_expression, job.timezone, job.start_at, job.run_immediately_if_never_run,
+            job.last_run_at is None and job.run_count == 0)
 
 
 def first_due(schedule: CronSchedule, now: datetime, *, start_at: datetime | None,

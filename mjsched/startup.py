@@ -3,9 +3,12 @@ permission probe and the high-frequency warning. Each warns; none crashes the en
 from __future__ import annotations
 
 import logging
+import time
+from datetime import datetime
+from typing import Sequence
 
 from . import scheduling, sqlfiles
-from .backends.base import Backend
+from .backends.base import Backend, UnscheduledJob
 from .clock import DbClock
 from .drivers.registry import get_driver
 from .errors import SchedulerError, SchemaNotInstalled
@@ -13,12 +16,22 @@ from .models import Job
 
 log = logging.getLogger("mjsched.engine")
 
+# Jobs per reschedule page: one fetch and one initialize_next_runs call. Below the 5,000 locks
+# at which SQL Server escalates a statement's row locks to a table lock (claims would wait).
+RESCHEDULE_PAGE = 2_000
+# Seconds of rescheduling per poll; the poller comes straight back for the rest.
+RESCHEDULE_BUDGET_SECONDS = 0.5
+
 
 class Housekeeping:
     def __init__(self, backend: Backend, clock: DbClock) -> None:
         self._backend = backend
         self._clock = clock
         self._verdicts: dict[tuple[str, str, str], bool] = {}   # (cron, zone, driver) -> warned
+        self._sweeping = False            # a reschedule sweep is under way, at ids after _cursor
+        self._sweep_again = False         # jobs changed during it: sweep once more after it
+        self._cursor: str | None = None
+        self._reported: set[tuple[str, str, str]] = set()   # (job id, cron, zone) logged as unusable
 
     def check_installed(self) -> None:
         have = set(self._backend.installed_versions())
@@ -27,23 +40,72 @@ class Housekeeping:
             raise SchemaNotInstalled(f"schema scripts not installed: {', '.join(missing)}; "
                                      "call engine.install() or run `mjsched init-db`")
 
-    def schedule_unscheduled(self) -> None:
-        """Give a next_run_at to Active jobs without one (new, resumed, or edited by plain SQL)."""
-        jobs = self._backend.unscheduled_jobs()
-        if not jobs:
-            return
+    def schedule_unscheduled(self, budget: float = RESCHEDULE_BUDGET_SECONDS, restart: bool = False) -> bool:
+        """Give a next_run_at to Active jobs without one (new, resumed, or edited by plain SQL).
+
+        A sweep pages through them in id order, ``RESCHEDULE_PAGE`` jobs per page, one
+        ``initialize_next_runs`` call per page, until none are left; it stops after the page
+        that ends ``budget`` seconds and goes on from there at the next call, so a bulk edit
+        of 50,000 jobs never holds a poll for long. A job whose schedule cannot be computed is
+        reported once and passed over (the next page starts after it). ``restart``: jobs
+        changed since the sweep under way began, so another sweep follows it (those it
+        already passed may have lost their next_run_at). True when work is left: call again
+        at once.
+        """
+        if restart and self._sweeping:
+            self._sweep_again = True
+        if not self._sweeping:
+            self._sweeping, self._sweep_again, self._cursor = True, False, None
+        deadline = time.monotonic() + budget
+        while True:
+            jobs = self._backend.unscheduled_jobs(limit=RESCHEDULE_PAGE, after=self._cursor)
+            if jobs:
+                self._cursor = jobs[-1].id
+                self._schedule_page(jobs)
+            if len(jobs) < RESCHEDULE_PAGE:
+                self._sweeping = False
+                return self._sweep_again
+            if time.monotonic() >= deadline:
+                return True
+
+    def _schedule_page(self, jobs: list[UnscheduledJob]) -> None:
+        """One page: the first due instant once per distinct schedule, one call to set them."""
         now = self._backend.db_now()
         self._clock.observe(now)
+        groups: dict[tuple[object, ...], list[UnscheduledJob]] = {}
         for job in jobs:
+            groups.setdefault(scheduling.initial_next_run_key(job), []).append(job)
+        planned: list[tuple[UnscheduledJob, datetime]] = []
+        for members in groups.values():
             try:
-                nxt = scheduling.initial_next_run(job, now)
-            except SchedulerError as exc:
-                log.error("job %r (%s) has an unusable schedule and will not run: %s", job.name, job.id, exc,
-                          extra={"action": "bad_schedule"})
+                nxt = scheduling.initial_next_run(members[0], now)
+            except Exception as exc:  # noqa: BLE001 - one bad row must never stop the others
+                self._report_unusable(members, exc)
                 continue
-            if self._backend.initialize_next_run(job.id, nxt):
-                log.info("scheduled job %r: next run %s", job.name, nxt.isoformat(), extra={"action": "scheduled"})
+            planned.extend((job, nxt) for job in members)
+        initialized = self._backend.initialize_next_runs([(j.id, t) for j, t in planned]) if planned else 0
+        if initialized and len(planned) == 1:
+            log.info("scheduled job %r: next run %s", planned[0][0].name, planned[0][1].isoformat(),
+                     extra={"action": "scheduled"})
+        elif initialized:
+            log.info("scheduled %d job(s) without a next run (%d distinct schedule(s)); next runs %s to %s",
+                     initialized, len(groups), min(t for _, t in planned).isoformat(),
+                     max(t for _, t in planned).isoformat(), extra={"action": "scheduled"})
         self.warn_high_frequency(jobs)
+
+    def _report_unusable(self, jobs: list[UnscheduledJob], exc: BaseException) -> None:
+        """Log jobs whose schedule cannot be computed, each once per (cron, timezone) it has."""
+        fresh = [j for j in jobs if (j.id, j.cron_expression, j.timezone) not in self._reported]
+        if not fresh:
+            log.debug("%d job(s) with cron %r still have an unusable schedule", len(jobs), jobs[0].cron_expression)
+            return
+        if len(self._reported) > 100_000:
+            self._reported.clear()
+        self._reported.update((j.id, j.cron_expression, j.timezone) for j in fresh)
+        names = ", ".join(repr(j.name) for j in fresh[:5]) + (", ..." if len(fresh) > 5 else "")
+        log.error("%d job(s) with cron %r (%s) have an unusable schedule and will not run until it is fixed: "
+                  "%s (%s)", len(fresh), jobs[0].cron_expression, jobs[0].timezone, exc, names,
+                  extra={"action": "bad_schedule"})
 
     def probe_permissions(self) -> None:
         try:
@@ -56,7 +118,7 @@ class Housekeeping:
                       "(see sql/%s/grants.sql)", ", ".join(missing), self._backend.dialect,
                       extra={"action": "probe_missing_execute"})
 
-    def warn_high_frequency(self, jobs: list[Job]) -> None:
+    def warn_high_frequency(self, jobs: Sequence[Job | UnscheduledJob]) -> None:
         """Warn about jobs firing more often than every five minutes (once per schedule
         per process), unless their driver is high-frequency by design. Cheap enough for
         the claim path: verdicts are cached per (cron, zone, driver)."""

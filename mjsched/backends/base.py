@@ -50,6 +50,28 @@ class SweepResult:
     expired_jobs: int = 0     # Active jobs past end_at, now Expired
 
 
+@dataclass(frozen=True)
+class UnscheduledJob:
+    """An Active job without a next_run_at: what scheduling it reads and no more, since a
+    bulk edit leaves tens of thousands of them to read a page at a time."""
+
+    id: str
+    name: str
+    driver: str
+    cron_expression: str
+    timezone: str
+    start_at: datetime | None
+    run_immediately_if_never_run: bool
+    last_run_at: datetime | None
+    run_count: int
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> "UnscheduledJob":
+        return cls(str(row["id"]).lower(), row["name"], row["driver"], row["cron_expression"], row["timezone"],
+                   row["start_at"], bool(row["run_immediately_if_never_run"]), row["last_run_at"],
+                   int(row["run_count"]))
+
+
 class Listener(abc.ABC):
     """A change feed from the database (PostgreSQL LISTEN/NOTIFY)."""
 
@@ -177,6 +199,13 @@ class Backend(abc.ABC):
         """Set next_run_at of an Active job that has none (compare-and-set)."""
 
     @abc.abstractmethod
+    def initialize_next_runs(self, items: Sequence[tuple[str, datetime]]) -> int:
+        """``initialize_next_run`` for many jobs in one call: each (job_id, next_run_at) is
+        set only while the job is Active and has none; rows another session holds locked
+        are skipped, not waited for. Returns how many were set (0 for no items)."""
+
+
+    @abc.abstractmethod
     def register_engine(self, instance: str, host: str, pid: int, version: str) -> None: ...
 
     @abc.abstractmethod
@@ -211,8 +240,10 @@ class Backend(abc.ABC):
     def list_jobs(self, status: str | None = None) -> list[Job]: ...
 
     @abc.abstractmethod
-    def unscheduled_jobs(self, limit: int = 500) -> list[Job]:
-        """Active jobs with no next_run_at (new, or edited by someone else)."""
+    def unscheduled_jobs(self, limit: int = 500, after: str | None = None) -> list[UnscheduledJob]:
+        """Active jobs with no next_run_at (new, or edited by someone else), in id order
+        (the server's), only ids after ``after``: a caller pages with the last id it got."""
+
 
     @abc.abstractmethod
     def active_schedules(self) -> list[dict[str, Any]]:

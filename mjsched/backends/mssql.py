@@ -32,6 +32,7 @@ from .. import sqlfiles
 from ..errors import ConfigurationError, DatabaseError, SchemaNotInstalled
 from ..models import ClaimBatch, Job, JobRun
 from .base import Backend, Completion, Listener, SweepResult, claim_attempts, claim_batch, completions_json, redact
+from .base import UnscheduledJob
 from .odbc import (
     INSTALL_LOCK,
     INVALID_PARAMETER,
@@ -298,6 +299,12 @@ class MssqlBackend(Backend):
     def initialize_next_run(self, job_id: str, next_run_at: datetime) -> bool:
         return bool(self._scalar("initialize_next_run", job_id=job_id, next_run_at=next_run_at))
 
+    def initialize_next_runs(self, items: Sequence[tuple[str, datetime]]) -> int:
+        if not items:
+            return 0
+        payload = json.dumps([{"job_id": job_id, "next_run_at": to_param(when)} for job_id, when in items])
+        return int(self._scalar("initialize_next_runs", items=payload) or 0)
+
     def register_engine(self, instance: str, host: str, pid: int, version: str) -> None:
         self._call("register_engine", instance=instance, host=host, pid=pid, version=version)
 
@@ -356,10 +363,17 @@ class MssqlBackend(Backend):
                               (status,))
         return [Job.from_row(r) for r in rows]
 
-    def unscheduled_jobs(self, limit: int = 500) -> list[Job]:
-        rows = self._rows("unscheduled_jobs", "SELECT TOP (?) u.* FROM (" + _JOB_SELECT +
-                          " WHERE j.status = N'Active' AND j.next_run_at IS NULL) AS u;", (int(limit),))
-        return [Job.from_row(r) for r in rows]
+    def unscheduled_jobs(self, limit: int = 500, after: str | None = None) -> list[UnscheduledJob]:
+        rows = self._rows("unscheduled_jobs", """
+            SET NOCOUNT ON;
+            DECLARE @limit int = ?, @after uniqueidentifier = ?;
+            SELECT TOP (@limit) j.id, j.name, t.driver_class AS driver, j.cron_expression, j.timezone, j.start_at,
+                   j.run_immediately_if_never_run, j.last_run_at, j.run_count
+              FROM mjsched.scheduled_job AS j JOIN mjsched.scheduled_job_type AS t ON t.id = j.job_type_id
+             WHERE j.status = N'Active' AND j.next_run_at IS NULL AND (@after IS NULL OR j.id > @after)
+             ORDER BY j.id
+            OPTION (RECOMPILE);""", (int(limit), after))
+        return [UnscheduledJob.from_row(r) for r in rows]
 
     def active_schedules(self) -> list[dict[str, Any]]:
         return self._rows("active_schedules", """

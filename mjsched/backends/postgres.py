@@ -22,6 +22,7 @@ from .. import sqlfiles
 from ..errors import ConfigurationError, DatabaseError, SchemaNotInstalled
 from ..models import ClaimBatch, Job, JobRun
 from .base import Backend, Completion, Listener, SweepResult, claim_attempts, claim_batch, completions_json, redact
+from .base import UnscheduledJob
 from .pool import ConnectionPool
 
 log = logging.getLogger(__name__)
@@ -262,6 +263,13 @@ class PostgresBackend(Backend):
                                  "SELECT initialized FROM mjsched.initialize_next_run(%s::uuid, %s)",
                                  (job_id, next_run_at)))
 
+    def initialize_next_runs(self, items: Sequence[tuple[str, datetime]]) -> int:
+        if not items:
+            return 0
+        payload = json.dumps([{"job_id": job_id, "next_run_at": when.isoformat()} for job_id, when in items])
+        return int(self._scalar("initialize_next_runs",
+                                "SELECT initialized FROM mjsched.initialize_next_runs(%s::jsonb)", (payload,)) or 0)
+
     def register_engine(self, instance: str, host: str, pid: int, version: str) -> None:
         self._rows("register_engine", "SELECT * FROM mjsched.register_engine(%s, %s, %s, %s)",
                    (instance, host, pid, version))
@@ -324,10 +332,15 @@ class PostgresBackend(Backend):
                               (status,))
         return [Job.from_row(r) for r in rows]
 
-    def unscheduled_jobs(self, limit: int = 500) -> list[Job]:
-        rows = self._rows("unscheduled_jobs", _JOB_SELECT +
-                          " WHERE j.status = 'Active' AND j.next_run_at IS NULL LIMIT %s", (limit,))
-        return [Job.from_row(r) for r in rows]
+    def unscheduled_jobs(self, limit: int = 500, after: str | None = None) -> list[UnscheduledJob]:
+        rows = self._rows("unscheduled_jobs", """
+            SELECT j.id, j.name, t.driver_class AS driver, j.cron_expression, j.timezone, j.start_at,
+                   j.run_immediately_if_never_run, j.last_run_at, j.run_count
+              FROM mjsched.scheduled_job j JOIN mjsched.scheduled_job_type t ON t.id = j.job_type_id
+             WHERE j.status = 'Active' AND j.next_run_at IS NULL
+               AND (%(after)s::uuid IS NULL OR j.id > %(after)s::uuid)
+             ORDER BY j.id LIMIT %(limit)s""", {"after": after, "limit": limit})
+        return [UnscheduledJob.from_row(r) for r in rows]
 
     def active_schedules(self) -> list[dict[str, Any]]:
         return self._rows("active_schedules", """

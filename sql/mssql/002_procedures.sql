@@ -925,6 +925,7 @@ BEGIN
                    (N'check_lease'), (N'check_test_clock'), (N'claim_due_jobs'), (N'complete_job_run'),
                    (N'complete_job_runs'), (N'delete_job'), (N'enqueue_job_run'),
                    (N'ensure_job_type'), (N'extend_job_leases'), (N'initialize_next_run'),
+                   (N'initialize_next_runs'),
                    (N'insert_job'), (N'lease_interval'), (N'probe_permissions'), (N'register_engine'),
                    (N'release_job_lock'), (N'sweep_expired_leases'),
                    (N'unregister_engine'), (N'update_job')) AS r (name)

@@ -37,7 +37,8 @@ BEGIN
     END;
     SELECT TOP (1) @v_key = e.[key] FROM OPENJSON(@p_fields) AS e
      WHERE e.[key] COLLATE Latin1_General_BIN2 NOT IN (N'job_type_id', N'name', N'description', N'cron_expression', N'timezone', N'start_at', N'end_at', N'status', N'configuration', N'owner', N'concurrency_mode', N'missed_run_policy', N'run_immediately_if_never_run', N'max_runtime_seconds', N'isolation', N'max_queued_runs', N'notify_on_success', N'notify_on_failure', N'notify_to', N'next_run_at');
-    DECLARE @v_message nvarchar(4200) = CONCAT(N'fields.', @v_key, N': not a job column that can be set');
+    -- THROW takes an nvarchar(2048) message: the key (up to 4000 characters) is cut to fit.
+    DECLARE @v_message nvarchar(2048) = CONCAT(N'fields.', LEFT(@v_key, 2000), N': not a job column that can be set');
     IF @v_key IS NOT NULL
     BEGIN
         THROW 50022, @v_message, 1;
@@ -197,5 +198,44 @@ BEGIN
     DELETE FROM mjsched.scheduled_job WHERE id = @p_job_id;
     SET @v_deleted = @@ROWCOUNT;   -- scheduled_job has no DELETE trigger
     SELECT @v_deleted AS deleted;
+END;
+GO
+
+-- initialize_next_runs: the set-based initialize_next_run (002_procedures.sql, which engines of
+-- the previous release still call). @p_items is a JSON array of {"job_id", "next_run_at"};
+-- each job is set only while it is Active and has no next_run_at (compare-and-set, so several
+-- engines may reschedule the same page at once: each job is set once). Returns how many were
+-- set. Rows locked elsewhere are skipped, never waited for (READPAST): a page of thousands
+-- must not deadlock with a bulk UPDATE in progress, nor wait on an operator's open
+-- transaction; a skipped row is being set by another engine, or edited, and is fetched again
+-- at a later pass. The engine sends pages of at most 2,000 jobs, under the 5,000 locks at
+-- which SQL Server tries to escalate a statement's row locks to a table lock.
+CREATE OR ALTER PROCEDURE mjsched.initialize_next_runs
+    @p_items nvarchar(max)
+AS
+BEGIN
+    SET NOCOUNT ON;
+    SET XACT_ABORT ON;
+    IF @p_items IS NULL OR ISJSON(@p_items) = 0 OR LEFT(LTRIM(@p_items), 1) <> N'['
+    BEGIN
+        THROW 50022, N'items must be a JSON array', 1;
+    END;
+    DECLARE @v_items TABLE (job_id uniqueidentifier NOT NULL PRIMARY KEY, next_run_at datetimeoffset NOT NULL);
+    INSERT INTO @v_items (job_id, next_run_at)
+    SELECT i.job_id, MIN(i.next_run_at)
+      FROM OPENJSON(@p_items) WITH (
+            job_id uniqueidentifier '$.job_id',
+            next_run_at datetimeoffset '$.next_run_at'
+      ) AS i
+     WHERE i.job_id IS NOT NULL AND i.next_run_at IS NOT NULL
+     GROUP BY i.job_id;
+    DECLARE @v_initialized TABLE (id uniqueidentifier NOT NULL);
+    UPDATE j
+       SET next_run_at = i.next_run_at
+    OUTPUT inserted.id INTO @v_initialized
+      FROM mjsched.scheduled_job AS j WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+      JOIN @v_items AS i ON i.job_id = j.id
+     WHERE j.next_run_at IS NULL AND j.status = N'Active';
+    SELECT COUNT(*) AS initialized FROM @v_initialized;
 END;
 GO

@@ -126,8 +126,51 @@ BEGIN
 END;
 $$;
 
+-- initialize_next_runs: the set-based initialize_next_run (002_procedures.sql, which engines of
+-- the previous release still call). p_items is a JSON array of {"job_id", "next_run_at"};
+-- each job is set only while it is Active and has no next_run_at (compare-and-set, so several
+-- engines may reschedule the same page at once: each job is set once). Returns how many were
+-- set. Rows are locked in id order and rows locked elsewhere are skipped, never waited for:
+-- a page of thousands must not deadlock with a bulk UPDATE in progress, nor wait on an
+-- operator's open transaction. A skipped row is being set by another engine, or edited, and
+-- the edit's commit notifies the engines (tg_scheduled_job_changed), which fetch it again.
+-- The rows are found by primary key only and the compare-and-set is tested on the locked
+-- version (FOR UPDATE returns the latest one): right after a bulk edit the statistics still
+-- say that no job lacks a next_run_at, and a plan that starts from an index on next_run_at
+-- would scan every unscheduled job once per item.
+CREATE OR REPLACE FUNCTION mjsched.initialize_next_runs(p_items jsonb)
+RETURNS TABLE (initialized integer)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = mjsched, pg_temp AS $$
+#variable_conflict use_column
+DECLARE v_rows integer;
+BEGIN
+    IF p_items IS NULL OR jsonb_typeof(p_items) <> 'array' THEN
+        RAISE EXCEPTION 'items must be a JSON array' USING ERRCODE = '22023';
+    END IF;
+    WITH items AS MATERIALIZED (
+        SELECT i.job_id, min(i.next_run_at) AS next_run_at
+          FROM jsonb_to_recordset(p_items) AS i (job_id uuid, next_run_at timestamptz)
+         WHERE i.job_id IS NOT NULL AND i.next_run_at IS NOT NULL
+         GROUP BY i.job_id
+    ), locked AS MATERIALIZED (
+        SELECT j.id, j.next_run_at, j.status
+          FROM mjsched.scheduled_job j
+         WHERE j.id = ANY (ARRAY(SELECT items.job_id FROM items))
+         ORDER BY j.id
+           FOR UPDATE OF j SKIP LOCKED
+    )
+    UPDATE mjsched.scheduled_job j
+       SET next_run_at = items.next_run_at
+      FROM locked JOIN items ON items.job_id = locked.id
+     WHERE j.id = locked.id AND locked.next_run_at IS NULL AND locked.status = 'Active';
+    GET DIAGNOSTICS v_rows = ROW_COUNT;
+    RETURN QUERY SELECT v_rows;
+END;
+$$;
+
 REVOKE ALL ON FUNCTION mjsched.check_job_fields(jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION mjsched.ensure_job_type(varchar, varchar, double precision) FROM PUBLIC;
 REVOKE ALL ON FUNCTION mjsched.insert_job(jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION mjsched.update_job(uuid, jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION mjsched.delete_job(uuid) FROM PUBLIC;
+REVOKE ALL ON FUNCTION mjsched.initialize_next_runs(jsonb) FROM PUBLIC;

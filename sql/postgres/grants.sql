@@ -12,8 +12,9 @@
 --   SECURITY DEFINER with a fixed search_path, see 003_security.sql).
 -- What it may not do: INSERT, UPDATE, DELETE or TRUNCATE on any mjsched table, or
 -- create anything in the schema. Every state change an engine makes goes through a
--- procedure, job management (create_job/update_job/delete_job: 004_job_admin.sql)
--- included; see docs/readme-reliability.md, "Least privilege".
+-- procedure, job management (create_job/update_job/delete_job: 004_job_admin.sql) and the
+-- page-wise reschedule (initialize_next_runs, same file) included; see the README,
+-- "Least privilege".
 -- Safe to re-run, and from several sessions at once: one transaction, serialised per
 -- database by an advisory lock (concurrent GRANTs on one object would otherwise fail
 -- with "tuple concurrently updated").

@@ -162,6 +162,22 @@ def test_engine_role_can_manage_jobs_through_procedures(engine_role: str, make_e
     engine.delete_job(job_id)
 
 
+def test_engine_role_reschedules_a_bulk_edit(engine_role: str, make_engine: Any, sql: Any) -> None:
+    """The page-wise reschedule (initialize_next_runs, 004_job_admin.sql) needs no write privilege."""
+    admin = make_engine()
+    for i in range(3):
+        admin.create_job(**job_fields(f"bulk-{i}", cron="0 0 1 1 *"))
+    sql.run("UPDATE mjsched.scheduled_job SET cron_expression = '30 0 1 1 *'")   # an operator's plain SQL
+    assert sql.one("SELECT count(*) FROM mjsched.scheduled_job WHERE next_run_at IS NULL") == 3
+    engine = make_engine(dsn=engine_role, max_poll_interval=0.5)
+    engine.start_polling()
+    try:
+        wait_for(lambda: sql.one("SELECT count(*) FROM mjsched.scheduled_job WHERE next_run_at IS NULL") == 0,
+                 timeout=10, message="the edited jobs to be rescheduled by the engine role")
+    finally:
+        engine.stop_polling(wait=True, max_wait=5)
+
+
 def test_a_role_without_grants_gets_a_clean_error(pg_dsn: str, sql: Any) -> None:
     name = f"mjsched_nogrant_{uuid.uuid4().hex[:8]}"
     sql.run(f'CREATE ROLE "{name}" LOGIN')

@@ -144,6 +144,18 @@ def test_the_only_clock_is_sysdatetimeoffset() -> None:
             assert other not in code.upper(), f"{path.name} uses {other}"
 
 
+def test_character_lengths_are_within_what_sql_server_accepts() -> None:
+    """nvarchar(n) takes n <= 4000 and varchar(n) n <= 8000 (beyond: max); neither parser knows,
+    and SQL Server rejects the whole procedure (004 once declared nvarchar(4200))."""
+    found = []
+    for path in FILES:
+        code = _code(path.read_text(encoding="utf-8"))
+        for kind, n in re.findall(r"(?i)\b(n?varchar|n?char)\s*\(\s*(\d+)\s*\)", code):
+            if int(n) > (4000 if kind.lower().startswith("n") else 8000) or int(n) < 1:
+                found.append(f"{path.name}: {kind}({n})")
+    assert found == []
+
+
 # -- locking, session options and collation --------------------------------------------------------
 
 def _code(text: str) -> str:
