@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable, NoReturn, Sequence
 
 from . import config as config_mod
 from .backends.base import redact
-from .errors import ConfigurationError, JobNotFound, LockNotAcquired, SchedulerError
+from .errors import ConfigurationError, JobNotActive, JobNotFound, LockNotAcquired, SchedulerError
 from .version import __version__
 
 log = logging.getLogger("mjsched.cli")
@@ -342,6 +342,21 @@ def cmd_jobs_remove(ctx: Context) -> int:
     return EXIT_OK
 
 
+def cmd_jobs_unlock(ctx: Context) -> int:
+    """The operator's override for a lock whose holder is known to be gone (fenced, logged)."""
+    engine = ctx.engine()
+    job = resolve_job(engine, ctx.args.job)
+    freed = engine.unlock_job(job.id)
+    if ctx.json:
+        ctx.emit_json({"job": job.id, "name": job.name, "unlocked": freed})
+    elif freed:
+        ctx.emit(f"unlocked job {job.id} ({job.name}): the run that held the lock is recorded Abandoned; "
+                 "its engine's late completion will be refused")
+    else:
+        ctx.emit(f"job {job.id} ({job.name}) was not locked; nothing changed")
+    return EXIT_OK
+
+
 def cmd_jobs_preview(ctx: Context) -> int:
     from .cron import next_run_times, resolve_timezone
 
@@ -398,7 +413,7 @@ def run_lines(run: Any, job_name: str | None = None) -> list[str]:
 def cmd_execute(ctx: Context) -> int:
     engine = ctx.engine()
     job = resolve_job(engine, ctx.args.job)
-    run = engine.execute_job(job.id)
+    run = engine.execute_job(job.id, force=ctx.args.force)
     if ctx.json:
         ctx.emit_json(run)
     else:
@@ -647,7 +662,9 @@ def build_parser() -> argparse.ArgumentParser:
     for name, handler, text in (("show", cmd_jobs_show, "show every field of a job"),
                                 ("pause", cmd_jobs_pause, "pause a job (status Paused)"),
                                 ("resume", cmd_jobs_resume, "resume a job (status Active; next run from now)"),
-                                ("remove", cmd_jobs_remove, "delete a job and its run history")):
+                                ("remove", cmd_jobs_remove, "delete a job and its run history"),
+                                ("unlock", cmd_jobs_unlock, "free a job's lock whoever holds it (operator "
+                                                            "override; the holding run ends Abandoned)")):
         add(jsub, name, handler, text).add_argument("job", metavar="JOB")
     jp = add(jsub, "preview", cmd_jobs_preview, "the next fire times of a job or a cron expression, in its "
                                                 "zone and in UTC")
@@ -659,6 +676,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     ex = add(sub, "execute", cmd_execute, "run a job now, under its lock, and print the run (exit 1 if it failed)")
     ex.add_argument("job", metavar="JOB")
+    ex.add_argument("--force", action="store_true", help="run it even if it is not Active (Paused, Disabled...)")
 
     rn = add(sub, "runs", cmd_runs, "run history, newest first")
     rn.add_argument("--job", metavar="JOB")
@@ -731,6 +749,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = int(args.handler(ctx))
     except LockNotAcquired as exc:
         print(f"mjsched: error: {exc} (it is running elsewhere; try again later)", file=sys.stderr)
+        code = EXIT_FAILED
+    except JobNotActive as exc:
+        print(f"mjsched: error: {exc}", file=sys.stderr)
         code = EXIT_FAILED
     except SchedulerError as exc:
         print(f"mjsched: error: {_one_line(exc)}", file=sys.stderr)

@@ -45,6 +45,7 @@ class InFlight:
     renew: bool = True                         # False: left to lapse (stop_polling gave up on it)
     seen_next_run_at: datetime | None = None   # the job's next_run_at when claimed (completion's guard)
     context: Any = None
+    notified: threading.Event = field(default_factory=threading.Event)   # its notification is out (or none)
 
 
 class InFlightRegistry:

@@ -6,6 +6,7 @@ writer around them, and turns results into rows and notifications.
 """
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import logging
 import os
@@ -13,6 +14,7 @@ import socket
 import threading
 import time
 import uuid
+import weakref
 from datetime import datetime
 from functools import partial
 from typing import Any
@@ -26,7 +28,7 @@ from .cron import CronSchedule
 from .dispatch import InFlight, InFlightRegistry, State, WorkerPool
 from .drivers.base import BaseScheduledJob, ExecutionContext, JobResult
 from .drivers.registry import get_driver
-from .errors import ConfigurationError, JobNotFound, LockNotAcquired, SchedulerError
+from .errors import ConfigurationError, JobNotActive, JobNotFound, LockNotAcquired, SchedulerError
 from .execution import effective_max_runtime, failure, run_driver
 from .heartbeat import LeaseKeeper
 from .models import ConcurrencyMode, DispatchResult, Job, JobRun, JobStatus, RunStatus
@@ -38,6 +40,33 @@ from .version import __version__
 log = logging.getLogger(__name__)
 
 SCHEDULE_REFRESH_SECONDS = 5.0
+MANUAL_NOTIFY_WAIT_SECONDS = 5.0    # execute_job waits at most this long for its run's notification
+CLOSE_GRACE_SECONDS = 5.0   # close(): how long cancelled runs may take to return and be recorded
+
+# Engines not closed yet: at interpreter exit each is closed, so what it holds is handed back.
+_open_engines: "weakref.WeakSet[SchedulingEngine]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_engines() -> None:
+    for engine in list(_open_engines):
+        try:
+            engine.close()
+        except Exception as exc:  # noqa: BLE001 - exit must go on
+            log.warning("closing engine %s at exit failed: %s", engine.instance_name, exc)
+
+
+def process_alive(pid: int) -> bool:
+    """True when a process with this pid exists on this host (signal 0 probes, sends nothing)."""
+    if pid <= 0:
+        return True     # 0 and negatives name process groups: nothing to probe
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True     # it exists, owned by someone else (or cannot be probed: assume alive)
+    return True
 
 
 class SchedulingEngine:
@@ -105,6 +134,8 @@ class SchedulingEngine:
         self._schedule_checked = 0.0
         self._last_sweep = 0.0
         self._housekeeping = Housekeeping(self.backend, self._clock)
+        self._closed = False
+        _open_engines.add(self)
         self.stats = {"dispatched": 0, "timeouts": 0, "leases_lost": 0, "fenced_completions": 0}
         self._listeners: list[Any] = []
 
@@ -199,6 +230,7 @@ class SchedulingEngine:
                 log.info("polling already started")
                 return
             self._housekeeping.check_installed()
+            self._release_previous_engines()
             self.backend.register_engine(self.instance_name, socket.gethostname(), os.getpid(), __version__)
             swept = self.backend.sweep_expired_leases()
             if swept.swept or swept.locks_freed:
@@ -380,7 +412,6 @@ class SchedulingEngine:
         if self._schedule_more:
             self._poller.wake()
 
-
     def _dispatch(self, sweep: bool) -> tuple[DispatchResult, float]:
         with self._dispatch_lock:
             if not self._accepting:
@@ -469,8 +500,10 @@ class SchedulingEngine:
             self.backend.advance_job(job.id, token, nxt, release=True)
         entry = self._new_entry(job, run_id, token, scheduled_for, manual=False, catch_up=plan.catch_up)
         entry.seen_next_run_at = seen
-        if scheduled_for is not None and not from_queue:
-            entry.last_enqueued = max(scheduled_for, db_now)  # ticks missed before the claim are not queued
+        if scheduled_for is not None:
+            # Only ticks that come due while this run runs are queued: those before the claim were
+            # missed (a tick's claim) or were queued or refused already (a queued run's claim).
+            entry.last_enqueued = max(scheduled_for, db_now)
         with self._accept_lock:
             accepted = self._accepting
             if accepted:
@@ -557,15 +590,21 @@ class SchedulingEngine:
 
     def _completed(self, entry: InFlight, result: JobResult, driver: BaseScheduledJob | None,
                    status: RunStatus, outcome: bool | None) -> None:
-        self._registry.remove(entry)
-        self._poller.wake()
+        try:
+            self._record_outcome(entry, result, driver, status, outcome)
+        finally:
+            self._registry.remove(entry)   # after the notification is handed over: execute_job waits for it
+            self._poller.wake()
+
+    def _record_outcome(self, entry: InFlight, result: JobResult, driver: BaseScheduledJob | None,
+                        status: RunStatus, outcome: bool | None) -> None:
         elapsed_ms = int((time.monotonic() - entry.started) * 1000)
         if outcome is False:
             self.stats["fenced_completions"] += 1
             log.warning("completion of run %s (job %r) was refused: its lease had been taken over or swept",
                         entry.run_id, entry.job.name, extra={"action": "completion_fenced"})
-            return
-        if outcome is None:
+        if not outcome:
+            entry.notified.set()
             return
         self._emit("on_run_finished", status.value, elapsed_ms / 1000.0)
         log.info("%s job %r (run %s) in %d ms%s", status.value.lower(), entry.job.name, entry.run_id,
@@ -573,10 +612,19 @@ class SchedulingEngine:
                  extra={"action": "run_finished", "status": status.value})
         if (result.success and entry.job.notify_on_success) or (not result.success and entry.job.notify_on_failure):
             self._side_work.submit(self._notify, entry, result, driver, status, elapsed_ms)
+        else:
+            entry.notified.set()
 
     def _notify(self, entry: InFlight, result: JobResult, driver: BaseScheduledJob | None, status: RunStatus,
                 elapsed_ms: int) -> None:
         """Format (driver code) and send (notifier code) off the completion writer's thread."""
+        try:
+            self._send_notification(entry, result, driver, status, elapsed_ms)
+        finally:
+            entry.notified.set()
+
+    def _send_notification(self, entry: InFlight, result: JobResult, driver: BaseScheduledJob | None,
+                           status: RunStatus, elapsed_ms: int) -> None:
         context: ExecutionContext = entry.context
         final = dataclasses.replace(context.run, status=status, success=result.success,
                                     error_message=result.error_message, details=result.details,
@@ -614,6 +662,7 @@ class SchedulingEngine:
             self.stats["leases_lost"] += 1
             if entry.thread_alive and not entry.manual:
                 self._pool.absorb_leak()
+            entry.notified.set()       # a lost run sends no notification
             self._registry.remove(entry)
             self._poller.wake()
 
@@ -621,26 +670,55 @@ class SchedulingEngine:
         self._poller.wake()
 
     # -- manual execution ---------------------------------------------------------------
-    def execute_job(self, job_id: str) -> JobRun:
-        """Run a job now, in this call, under its lock; returns the finished run."""
+    def execute_job(self, job_id: str, *, force: bool = False) -> JobRun:
+        """Run a job now, in this call, under its lock; returns the finished run.
+
+        A job that is not Active raises JobNotActive unless ``force`` (an operator's
+        deliberate run of a paused job). Lock and run are taken in one replay-safe call,
+        so a lost reply never leaves the job locked by a run nobody executes.
+        """
         job = self.get_job(job_id)
-        token = str(uuid.uuid4())
-        if not self.backend.acquire_job_lock(job.id, token, self.instance_name, self.lease_timeout):
+        if not isinstance(force, bool):
+            raise ConfigurationError("force", force, "must be True or False")
+        start = self.backend.start_manual_run(job.id, str(uuid.uuid4()), self.instance_name, self.lease_timeout,
+                                              force=force)
+        if start.outcome == "not_found":
+            raise JobNotFound(job.id)
+        if start.outcome == "not_active":
+            raise JobNotActive(job.id, self.get_job(job.id).status.value)
+        if start.outcome != "started" or not start.run_id or not start.lock_token:
             raise LockNotAcquired(job.id)
-        run_id = self.backend.begin_job_run(job.id, token, self.instance_name, None)
-        if run_id is None:
-            self.backend.release_job_lock(job.id, token)
-            raise LockNotAcquired(job.id)
+        run_id, token = start.run_id, start.lock_token
         entry = self._new_entry(job, run_id, token, None, manual=True, catch_up=False)
         self._registry.add(entry)
         self._watch(entry)
         threading.Thread(target=self._run_entry, args=(entry,), name="mjsched-execute", daemon=True).start()
-        # Done when the run's completion is written (on return, or at its timeout).
+        # Done when the run's completion is written (on return, or at its timeout), and its
+        # notification sent: a script that exits right after must not lose it (bounded wait:
+        # a notifier that hangs only delays the return).
         self._registry.wait_gone(entry, timeout=None)
+        if not entry.notified.wait(MANUAL_NOTIFY_WAIT_SECONDS):
+            log.warning("job %r: its notification is still being sent; execute_job returns without it",
+                        job.name, extra={"action": "notification_pending"})
         run = self.backend.get_run(run_id)
         if run is None:
             raise JobNotFound(job.id)
         return run
+
+    def unlock_job(self, job_id: str) -> bool:
+        """Operator override: free the job's lock whoever holds it. The run that held it ends
+        Abandoned and its holder's late completion is refused (fenced by its token).
+        Returns False when the job was not locked."""
+        job = self.get_job(job_id)
+        freed = self.backend.force_unlock_job(job.id, f"Abandoned: an operator unlocked the job "
+                                                      f"(through engine {self.instance_name})")
+        if freed is None:
+            log.info("job %r was not locked; nothing to unlock", job.name, extra={"action": "job_unlock_noop"})
+            return False
+        holder, abandoned = freed
+        log.warning("job %r unlocked by an operator: the lock of %s was freed, %d run(s) abandoned", job.name,
+                    holder or "?", abandoned, extra={"action": "job_unlocked"})
+        return True
 
     # -- change feed ---------------------------------------------------------------------------
     def _start_listener(self) -> None:
@@ -702,16 +780,81 @@ class SchedulingEngine:
 
     # -- lifecycle -------------------------------------------------------------------------------
     def close(self) -> None:
-        """Stop polling (without draining), flush completions, close connections."""
+        """Stop polling (without draining) and leave nothing held: runs still going get their
+        ``cancel_event`` and CLOSE_GRACE_SECONDS to return (their outcome is recorded as
+        usual); what is left after that is handed back (recorded Cancelled, its lock released,
+        fenced by its token) before the connections close. Also called at interpreter exit."""
+        with self._state_lock:
+            if self._closed:
+                return
+            self._closed = True
+        _open_engines.discard(self)
         if self._polling:
             self.stop_polling(wait=False)
         self._join_listener(timeout=10.0)
+        going = self._registry.busy()
+        for entry in going:
+            entry.cancel_event.set()
+        if going:
+            self._registry.wait_idle(CLOSE_GRACE_SECONDS)
+        self._writer.flush(5.0)
+        self._hand_back_held()
         self._keeper.stop()
         self._writer.stop(timeout=5.0)
         self._side_work.flush(5.0)
         self._side_work.shutdown()
         self._pool.shutdown()
         self.backend.close()
+
+    def _hand_back_held(self) -> None:
+        """Runs still executing at close are recorded Cancelled and their locks released, in
+        one fenced call, so no lock outlives the engine; a thread that returns later finds its
+        run lost and its result is discarded (logged)."""
+        left = [entry for entry in self._registry.busy()
+                if self._registry.transition(entry, State.LOST, only_from=(State.RUNNING,))]
+        if not left:
+            return
+        items = [self._completion(entry, RunStatus.CANCELLED,
+                                  "the engine closed while the run was still executing; handed back", None)
+                 for entry in left]
+        for entry in left:
+            entry.notified.set()
+            self._registry.remove(entry)
+        try:
+            done = self.backend.complete_job_runs(items)
+        except SchedulerError as exc:
+            log.error("close: could not hand back %d run(s) (%s); their leases will lapse", len(items), exc,
+                      extra={"action": "hand_back_failed"})
+            return
+        log.warning("closed with %d run(s) still executing: %d recorded Cancelled and their locks released",
+                    len(items), sum(done.values()), extra={"action": "handed_back_at_close"})
+
+    def _release_previous_engines(self) -> None:
+        """Locks left by an earlier engine of this host whose process is gone (or by this
+        instance name after its clean stop) are released now, fenced, instead of blocking
+        their jobs for the rest of a lease. Engines of this process are never touched."""
+        host = socket.gethostname()
+        try:
+            holders = self.backend.engines_holding_locks(host)
+        except SchedulerError as exc:
+            log.warning("start-up: could not list engines of this host holding locks (%s)", exc)
+            return
+        for holder in holders:
+            instance, pid = str(holder["instance"]), int(holder["pid"])
+            if pid == os.getpid():
+                continue
+            stopped_cleanly = holder.get("stopped_at") is not None and instance == self.instance_name
+            if process_alive(pid) and not stopped_cleanly:
+                continue
+            reason = (f"Abandoned: engine {instance} (pid {pid} on {host}) is gone; "
+                      f"released at start-up by {self.instance_name}")
+            try:
+                runs, locks = self.backend.release_engine_locks(instance, reason)
+            except SchedulerError as exc:
+                log.warning("start-up: could not release the locks of engine %s (%s)", instance, exc)
+                continue
+            log.warning("start-up: engine %s (pid %d on this host) is gone: released %d lock(s), abandoned %d "
+                        "run(s)", instance, pid, locks, runs, extra={"action": "previous_engine_released"})
 
     def __enter__(self) -> "SchedulingEngine":
         return self

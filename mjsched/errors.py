@@ -64,6 +64,15 @@ class LockNotAcquired(SchedulerError):
         super().__init__(f"job_id={job_id!r}: lock is held by another holder")
 
 
+class JobNotActive(SchedulerError):
+    """execute_job on a job that is not Active (Paused, Disabled, Pending, Expired), without force."""
+
+    def __init__(self, job_id: Any, status: str) -> None:
+        self.job_id = job_id
+        self.status = status
+        super().__init__(f"job_id={job_id!r}: status is {status}, not Active (pass force=True to run it anyway)")
+
+
 class DatabaseError(SchedulerError):
     """The database failed or could not be reached (after retries).
 

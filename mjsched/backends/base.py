@@ -44,6 +44,21 @@ def completions_json(items: Iterable[Completion], instant: Callable[[datetime], 
 
 
 @dataclass(frozen=True)
+class ManualStart:
+    """What ``start_manual_run`` did: ``outcome`` is started | locked | not_active | not_found."""
+
+    outcome: str
+    run_id: str | None = None
+    lock_token: str | None = None
+
+
+def manual_start(rows: Sequence[Mapping[str, Any]]) -> ManualStart:
+    r = rows[0] if rows else {"outcome": "not_found"}
+    return ManualStart(str(r["outcome"]), str(r["run_id"]).lower() if r.get("run_id") else None,
+                       str(r["lock_token"]).lower() if r.get("lock_token") else None)
+
+
+@dataclass(frozen=True)
 class SweepResult:
     swept: int = 0            # Running runs whose lease lapsed, now Abandoned
     locks_freed: int = 0      # job locks whose lease lapsed, now free
@@ -87,10 +102,10 @@ class Listener(abc.ABC):
     def close(self) -> None: ...
 
 
-def claim_attempts(replay: bool, attempt: Callable[[Any, bool], list[dict[str, Any]]]) -> Callable[[Any], Any]:
-    """One ``claim_due_jobs`` call for a backend's retry loop: ``attempt(cursor, replay)``
-    runs the procedure; every try after the first is a replay, since the one before it
-    may have committed before its reply was lost."""
+def replayed_attempts(replay: bool, attempt: Callable[[Any, bool], list[dict[str, Any]]]) -> Callable[[Any], Any]:
+    """One replay-safe call (``claim_due_jobs``, ``start_manual_run``) for a backend's retry
+    loop: ``attempt(cursor, replay)`` runs the procedure; every try after the first is a
+    replay, since the one before it may have committed before its reply was lost."""
     tries = 0
 
     def run(cursor: Any) -> list[dict[str, Any]]:
@@ -195,6 +210,31 @@ class Backend(abc.ABC):
         """Insert a Running run for a job locked by ``token``; None when not ours."""
 
     @abc.abstractmethod
+    def start_manual_run(self, job_id: str, request_id: str, instance: str, lease_seconds: float,
+                         force: bool = False, replay: bool = False, now: datetime | None = None) -> ManualStart:
+        """Take the job's lock and start a manual run, in one replay-safe call: the lock
+        token derives from ``request_id``, and the backend's retries are replays that
+        answer the run a lost call started. Refused (``not_active``) for a job that is
+        not Active unless ``force``; ``locked`` while a live lease holds the job."""
+
+    @abc.abstractmethod
+    def release_engine_locks(self, instance: str, reason: str | None = None,
+                             now: datetime | None = None) -> tuple[int, int]:
+        """Hand back everything ``instance`` holds: its Running runs end Abandoned with
+        ``reason`` and its job locks are freed, fenced. Returns (runs abandoned, locks freed)."""
+
+    @abc.abstractmethod
+    def engines_holding_locks(self, host: str) -> list[dict[str, Any]]:
+        """Engines registered on ``host`` that still hold a lock or a Running run:
+        ``instance``, ``pid`` and ``stopped_at`` (None unless it stopped cleanly)."""
+
+    @abc.abstractmethod
+    def force_unlock_job(self, job_id: str, reason: str | None = None,
+                         now: datetime | None = None) -> tuple[str | None, int] | None:
+        """The operator's override: free the job's lock whoever holds it, abandoning the run
+        that held it. Returns (old holder, runs abandoned), or None when it was not locked."""
+
+    @abc.abstractmethod
     def initialize_next_run(self, job_id: str, next_run_at: datetime) -> bool:
         """Set next_run_at of an Active job that has none (compare-and-set)."""
 
@@ -203,7 +243,6 @@ class Backend(abc.ABC):
         """``initialize_next_run`` for many jobs in one call: each (job_id, next_run_at) is
         set only while the job is Active and has none; rows another session holds locked
         are skipped, not waited for. Returns how many were set (0 for no items)."""
-
 
     @abc.abstractmethod
     def register_engine(self, instance: str, host: str, pid: int, version: str) -> None: ...
@@ -243,7 +282,6 @@ class Backend(abc.ABC):
     def unscheduled_jobs(self, limit: int = 500, after: str | None = None) -> list[UnscheduledJob]:
         """Active jobs with no next_run_at (new, or edited by someone else), in id order
         (the server's), only ids after ``after``: a caller pages with the last id it got."""
-
 
     @abc.abstractmethod
     def active_schedules(self) -> list[dict[str, Any]]:

@@ -31,7 +31,8 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_afte
 from .. import sqlfiles
 from ..errors import ConfigurationError, DatabaseError, SchemaNotInstalled
 from ..models import ClaimBatch, Job, JobRun
-from .base import Backend, Completion, Listener, SweepResult, claim_attempts, claim_batch, completions_json, redact
+from .base import (Backend, Completion, Listener, ManualStart, SweepResult, claim_batch, completions_json,
+                   manual_start, redact, replayed_attempts)
 from .base import UnscheduledJob
 from .odbc import (
     INSTALL_LOCK,
@@ -270,7 +271,7 @@ class MssqlBackend(Backend):
                         "@p_now = ?, @p_claim_id = ?, @p_replay = ?;",
                         [to_param(p) for p in (instance, max_jobs, lease_seconds, now, claim_id, again)])
             return _rows_of(cur)
-        return claim_batch(self._run("claim_due_jobs", claim_attempts(replay, attempt)))
+        return claim_batch(self._run("claim_due_jobs", replayed_attempts(replay, attempt)))
 
     def complete_job_runs(self, items: Sequence[Completion], now: datetime | None = None) -> dict[str, bool]:
         if not items:
@@ -295,6 +296,28 @@ class MssqlBackend(Backend):
         value = self._scalar("begin_job_run", job_id=job_id, token=token, instance=instance,
                              scheduled_for=scheduled_for, now=now)
         return str(value) if value else None
+
+    def start_manual_run(self, job_id: str, request_id: str, instance: str, lease_seconds: float,
+                         force: bool = False, replay: bool = False, now: datetime | None = None) -> ManualStart:
+        def attempt(cur: Any, again: bool) -> list[dict[str, Any]]:
+            cur.execute("EXEC mjsched.start_manual_run @p_job_id = ?, @p_request_id = ?, @p_instance = ?, "
+                        "@p_lease_seconds = ?, @p_force = ?, @p_replay = ?, @p_now = ?;",
+                        [to_param(p) for p in (job_id, request_id, instance, lease_seconds, force, again, now)])
+            return _rows_of(cur)
+        return manual_start(self._run("start_manual_run", replayed_attempts(replay, attempt)))
+
+    def release_engine_locks(self, instance: str, reason: str | None = None,
+                             now: datetime | None = None) -> tuple[int, int]:
+        r = self._call("release_engine_locks", instance=instance, reason=reason, now=now)[0]
+        return int(r["runs_abandoned"]), int(r["locks_freed"])
+
+    def engines_holding_locks(self, host: str) -> list[dict[str, Any]]:
+        return self._call("engines_holding_locks", host=host)
+
+    def force_unlock_job(self, job_id: str, reason: str | None = None,
+                         now: datetime | None = None) -> tuple[str | None, int] | None:
+        rows = self._call("force_unlock_job", job_id=job_id, reason=reason, now=now)
+        return (rows[0]["locked_by_instance"], int(rows[0]["runs_abandoned"])) if rows else None
 
     def initialize_next_run(self, job_id: str, next_run_at: datetime) -> bool:
         return bool(self._scalar("initialize_next_run", job_id=job_id, next_run_at=next_run_at))

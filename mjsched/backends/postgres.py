@@ -21,7 +21,8 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_afte
 from .. import sqlfiles
 from ..errors import ConfigurationError, DatabaseError, SchemaNotInstalled
 from ..models import ClaimBatch, Job, JobRun
-from .base import Backend, Completion, Listener, SweepResult, claim_attempts, claim_batch, completions_json, redact
+from .base import (Backend, Completion, Listener, ManualStart, SweepResult, claim_batch, completions_json,
+                   manual_start, redact, replayed_attempts)
 from .base import UnscheduledJob
 from .pool import ConnectionPool
 
@@ -225,7 +226,7 @@ class PostgresBackend(Backend):
             cur.execute("SELECT * FROM mjsched.claim_due_jobs(%s, %s, %s, %s, %s::uuid, %s)",
                         (instance, max_jobs, lease_seconds, now, claim_id, again))
             return list(cur.fetchall())
-        return claim_batch(self._run("claim_due_jobs", claim_attempts(replay, attempt)))
+        return claim_batch(self._run("claim_due_jobs", replayed_attempts(replay, attempt)))
 
     def complete_job_runs(self, items: Sequence[Completion], now: datetime | None = None) -> dict[str, bool]:
         if not items:
@@ -257,6 +258,29 @@ class PostgresBackend(Backend):
                              "SELECT run_id FROM mjsched.begin_job_run(%s::uuid, %s::uuid, %s, %s, %s)",
                              (job_id, token, instance, scheduled_for, now))
         return str(value) if value else None
+
+    def start_manual_run(self, job_id: str, request_id: str, instance: str, lease_seconds: float,
+                         force: bool = False, replay: bool = False, now: datetime | None = None) -> ManualStart:
+        def attempt(cur: Any, again: bool) -> list[dict[str, Any]]:
+            cur.execute("SELECT * FROM mjsched.start_manual_run(%s::uuid, %s::uuid, %s, %s, %s, %s, %s)",
+                        (job_id, request_id, instance, lease_seconds, force, again, now))
+            return list(cur.fetchall())
+        return manual_start(self._run("start_manual_run", replayed_attempts(replay, attempt)))
+
+    def release_engine_locks(self, instance: str, reason: str | None = None,
+                             now: datetime | None = None) -> tuple[int, int]:
+        r = self._rows("release_engine_locks", "SELECT * FROM mjsched.release_engine_locks(%s, %s, %s)",
+                       (instance, reason, now))[0]
+        return int(r["runs_abandoned"]), int(r["locks_freed"])
+
+    def engines_holding_locks(self, host: str) -> list[dict[str, Any]]:
+        return self._rows("engines_holding_locks", "SELECT * FROM mjsched.engines_holding_locks(%s)", (host,))
+
+    def force_unlock_job(self, job_id: str, reason: str | None = None,
+                         now: datetime | None = None) -> tuple[str | None, int] | None:
+        rows = self._rows("force_unlock_job", "SELECT * FROM mjsched.force_unlock_job(%s::uuid, %s, %s)",
+                          (job_id, reason, now))
+        return (rows[0]["locked_by_instance"], int(rows[0]["runs_abandoned"])) if rows else None
 
     def initialize_next_run(self, job_id: str, next_run_at: datetime) -> bool:
         return bool(self._scalar("initialize_next_run",

@@ -1,4 +1,4 @@
--- mjsched lock and lease procedures, version 2 (T-SQL).
+-- mjsched lock and lease procedures, version 3 (T-SQL).
 -- The same routines, parameter names (p_x -> @p_x, same order) and result columns as
 -- sql/postgres/002_procedures.sql; tests/unit/test_sql_parity.py holds the two to it.
 -- Every lock decision is made here, on the database clock (SYSDATETIMEOFFSET()).
@@ -6,27 +6,92 @@
 -- Errors raised on purpose use error number 50022 (PostgreSQL's SQLSTATE 22023,
 -- invalid_parameter_value) and name the parameter.
 --
+-- THE LOCK PROTOCOL (v3)
+--
+-- Lease truth. A job's lock (scheduled_job.lock_token, expected_completion_at) and the
+-- Running run that holds it (scheduled_job_run.lock_token, lease_expires_at) carry ONE
+-- lease: every procedure that sets one sets the other to the same instant, in the same
+-- transaction (claim, start_manual_run, begin_job_run, extend_job_leases). A Concurrent
+-- job's tick run lets the job lock go right after its claim (advance_job) and keeps only
+-- its run lease; it is the one kind of Running run whose job is not locked by its token.
+-- A lease is never shortened: renewal sets the greatest of the current lease and
+-- now + lease, so a lease the claim lengthened to cover max_runtime survives the first
+-- heartbeat.
+--
+-- Lock order. Job rows before run rows, always. A procedure that changes runs first
+-- locks the rows of their jobs (UPDLOCK, ROWLOCK: update locks held to the end of the
+-- transaction, which exclude other lockers and writers but not plain readers -- the
+-- counterpart of FOR NO KEY UPDATE; a run insert's foreign-key check reads the job row
+-- with a shared lock, which an update lock admits), then touches the runs. READPAST
+-- (SKIP LOCKED) is used only on the first rows a statement locks (candidate jobs of a
+-- claim or a sweep): a row skipped there is handled by a later call, and no READPAST on
+-- a second row can hide an inversion. Several job rows locked without READPAST are
+-- locked in id order: their ids are collected first, then locked by one statement that
+-- seeks them from a table variable keyed on id (OPTION (FORCE ORDER, LOOP JOIN)). SQL
+-- Server takes row locks in the order its plan reads the rows and offers no statement
+-- that guarantees an order; that plan reads them in key order (uniqueidentifier order,
+-- the same for every session), and a deadlock, should one still occur, is detected and
+-- rolled back by the server (error 1205, which the backend retries).
+--
+-- Takeover. Whoever frees or takes a lapsed lock (claim, acquire_job_lock,
+-- start_manual_run, sweep, release_engine_locks, force_unlock_job) abandons the Running
+-- runs of the old token in the same transaction, through abandon_runs, which also counts
+-- them in the job's statistics (run_count, failure_count): a run ends Abandoned exactly
+-- once, and is counted exactly once, whoever ends it.
+--
+-- Replay safety. Calls that change state either are idempotent (renewal, sweep,
+-- release, advance, enqueue, initialize, completion: replaying a committed call changes
+-- nothing more and reports consistently), or take a caller-chosen id from which their
+-- lock token derives (claim_due_jobs @p_claim_id, start_manual_run @p_request_id, both
+-- through claim_token) so a replay answers what the lost call did. README "Replay
+-- safety" lists every procedure and how the backend retries it.
+--
+-- Test hook. test_pause(@p_point) between the statements of multi-statement procedures
+-- parks the caller at that point when the schema owner asked for it on this session
+-- (sp_set_session_context N'mjsched.pause_at' and N'mjsched.pause_key'): it takes and
+-- releases an exclusive session applock named by the key, so a controller holding that
+-- applock keeps the caller waiting there. tests/interleaving forces every interleaving
+-- of statement boundaries with it. For anyone else it returns at once.
+--
 -- House rules for this file:
 -- * every procedure: SET NOCOUNT ON, SET XACT_ABORT ON, at most ONE result set, and it
 --   is the procedure's last statement;
 -- * several statements that must hold together run in one explicit transaction inside
---   TRY/CATCH (rollback, then THROW the original error);
--- * scheduled_job has an AFTER UPDATE trigger, so every UPDATE of it uses
---   OUTPUT ... INTO a table variable (OUTPUT straight to the client is not allowed on a
---   table with triggers, and @@ROWCOUNT after a trigger is not to be trusted);
--- * claims skip rows other engines hold (UPDLOCK, READPAST, ROWLOCK), like
---   FOR UPDATE SKIP LOCKED. Every READPAST comes with READCOMMITTEDLOCK: SQL Server
---   refuses READPAST under READ_COMMITTED_SNAPSHOT (Azure SQL's default) without it,
---   and a claim must read the latest committed row, not a version;
+--   TRY/CATCH (rollback, then THROW the original error). claim_queued and claim_ticks
+--   open one only when called outside a transaction (claim_due_jobs calls them inside
+--   its own); abandon_runs and take_over refuse to run outside one, as they rely on the
+--   caller holding the runs' job rows;
+-- * PostgreSQL's helper functions map to T-SQL by what they do. Those that change data
+--   are procedures (T-SQL functions may not): a count (abandon_runs, take_over,
+--   expire_ended_jobs) is the procedure's return code, read with EXEC @n = ...; rows
+--   (claim_queued, claim_ticks) go to the temporary table #mjsched_claimed when the
+--   caller created one, as complete_job_runs writes to #mjsched_completed (INSERT ...
+--   EXEC would forbid the callee a ROLLBACK and cannot nest). The pure ones the planner
+--   inlines (claimable, claim_token, claim_replay, claim_counters) are inline
+--   table-valued functions used with CROSS APPLY, which the optimizer expands into the
+--   calling statement where a scalar UDF would run once per row (and may not call
+--   NEWID()); a scalar result is their one column, named after the function;
+-- * sets of ids pass between procedures as JSON arrays of {"id": ...} objects, as FOR
+--   JSON PATH writes them (PostgreSQL: uuid[]);
+-- * scheduled_job has an AFTER UPDATE trigger, so every UPDATE of it that needs its rows
+--   uses OUTPUT ... INTO a table variable (OUTPUT straight to the client is not allowed
+--   on a table with triggers, and @@ROWCOUNT after a trigger is not to be trusted);
+-- * READPAST always comes with READCOMMITTEDLOCK: SQL Server refuses READPAST under
+--   READ_COMMITTED_SNAPSHOT (Azure SQL's default) without it, and a claim must read the
+--   latest committed row, not a version. (The table hints article lists ROWLOCK and
+--   READCOMMITTEDLOCK in one "granularity" group; the combination is the one SQL Server
+--   work queues ship, and SQL Server ignores READCOMMITTEDLOCK's locking under UPDLOCK.)
+--   Reads of runs made under their job's row lock use READCOMMITTEDLOCK too: under
+--   READ_COMMITTED_SNAPSHOT a statement reads the versions of its start, and the latest
+--   committed row is what the lock protects;
 -- * the lock holder of a job is the only writer of its runs, so "insert unless the tick
 --   has a run" is NOT EXISTS under the job's row lock, with the filtered UNIQUE index
---   uq_scheduled_job_run_tick as the last line of defence. That NOT EXISTS reads with
---   READCOMMITTEDLOCK: under READ_COMMITTED_SNAPSHOT a statement reads the versions of
---   its start, which may predate its wait for the job's row lock, so a run committed
---   meanwhile for the same tick would be invisible and the INSERT would fail with 2601
---   where PostgreSQL's ON CONFLICT DO NOTHING returns no row.
--- Requires SQL Server 2016 SP1 or later (CREATE OR ALTER, OPENJSON, DATEDIFF_BIG),
--- database compatibility level 130 or higher.
+--   uq_scheduled_job_run_tick as the last line of defence (and READCOMMITTEDLOCK on that
+--   NOT EXISTS: a run committed for the tick while the statement waited would otherwise
+--   be invisible and the INSERT would fail with 2601 where PostgreSQL's ON CONFLICT DO
+--   NOTHING returns no row).
+-- Requires SQL Server 2016 SP1 or later (CREATE OR ALTER, OPENJSON, FOR JSON,
+-- SESSION_CONTEXT, DATEDIFF_BIG), database compatibility level 130 or higher.
 
 SET ANSI_NULLS ON;
 SET QUOTED_IDENTIFIER ON;
@@ -38,8 +103,10 @@ SET NUMERIC_ROUNDABORT OFF;
 GO
 
 -- Lease length for a job, in seconds: the engine's lease, lengthened by the job's
--- max_runtime. (PostgreSQL returns an interval; T-SQL has none, so seconds, capped at
--- 2e9 s, about 63 years, so that DATEADD(second, ...) stays within int.)
+-- max_runtime, capped at one year (31,536,000 s): a max_runtime no datetimeoffset can
+-- reach (1e13) never fails a claim, and DATEADD(second, ...) stays within int.
+-- (PostgreSQL returns an interval; T-SQL has none, so seconds. T-SQL's float holds no
+-- NaN, which PostgreSQL's cap also covers.)
 CREATE OR ALTER FUNCTION mjsched.lease_interval(@p_lease_seconds float, @p_max_runtime_seconds float)
 RETURNS float
 WITH SCHEMABINDING
@@ -47,9 +114,9 @@ AS
 BEGIN
     DECLARE @v_seconds float = CASE WHEN @p_max_runtime_seconds > @p_lease_seconds
                                     THEN @p_max_runtime_seconds ELSE @p_lease_seconds END;
-    IF @v_seconds > 2000000000
+    IF @v_seconds > 31536000
     BEGIN
-        SET @v_seconds = 2000000000;
+        SET @v_seconds = 31536000;
     END;
     RETURN @v_seconds;
 END;
@@ -89,11 +156,182 @@ BEGIN
 END;
 GO
 
+-- test_pause: the interleaving harness's hook (see the header). When this session's
+-- SESSION_CONTEXT(N'mjsched.pause_at') names @p_point and the caller is the schema owner
+-- (as check_test_clock decides, failing closed), take and release an exclusive session
+-- applock named by SESSION_CONTEXT(N'mjsched.pause_key') (N'0' when unset): a controller
+-- that holds that applock parks the caller here until it lets go. The wait is bounded by
+-- the session's LOCK_TIMEOUT; a request that fails (timeout, deadlock victim) just lets
+-- the caller go on. Costs one SESSION_CONTEXT read when nobody asked for a pause.
+CREATE OR ALTER PROCEDURE mjsched.test_pause
+    @p_point nvarchar(max)
+AS
+BEGIN
+    SET NOCOUNT ON;
+    SET XACT_ABORT ON;
+    DECLARE @v_at nvarchar(4000) = CONVERT(nvarchar(4000), SESSION_CONTEXT(N'mjsched.pause_at'));
+    DECLARE @v_key nvarchar(255);
+    DECLARE @v_granted int;
+    IF @v_at IS NULL OR @p_point IS NULL OR @v_at <> @p_point
+    BEGIN
+        RETURN;
+    END;
+    IF ISNULL(IS_MEMBER(N'db_owner'), 0) = 0 AND ISNULL(IS_SRVROLEMEMBER(N'sysadmin'), 0) = 0
+    BEGIN
+        RETURN;   -- only the schema owner's sessions are ever parked
+    END;
+    SET @v_key = COALESCE(NULLIF(CONVERT(nvarchar(255), SESSION_CONTEXT(N'mjsched.pause_key')), N''), N'0');
+    EXEC @v_granted = sys.sp_getapplock @Resource = @v_key, @LockMode = 'Exclusive', @LockOwner = 'Session';
+    IF @v_granted >= 0
+    BEGIN
+        EXEC sys.sp_releaseapplock @Resource = @v_key, @LockOwner = 'Session';
+    END;
+END;
+GO
+
+-- claimable: the one definition of a job a claim may lock: Active, inside its window,
+-- and its lock free or its lease lapsed. One row (claimable = 1) when it is, none
+-- otherwise, so CROSS APPLY keeps exactly the claimable jobs; inline, so the optimizer
+-- expands it into the claim's statement and the due index still applies.
+CREATE OR ALTER FUNCTION mjsched.claimable(
+    @p_status nvarchar(20), @p_start_at datetimeoffset, @p_end_at datetimeoffset,
+    @p_lock_token uniqueidentifier, @p_lease_until datetimeoffset, @p_now datetimeoffset)
+RETURNS TABLE
+AS
+RETURN
+    SELECT 1 AS claimable
+     WHERE @p_status = N'Active'
+       AND (@p_start_at IS NULL OR @p_start_at <= @p_now)
+       AND (@p_end_at IS NULL OR @p_end_at > @p_now)
+       AND (@p_lock_token IS NULL OR @p_lease_until < @p_now);
+GO
+
+-- claim_token: the lock token of a named claim, derived from (claim id, job id) so that a
+-- replay can find it; NULL when the claim is not named, and the caller then takes
+-- NEWID() (PostgreSQL returns the random token itself; a T-SQL function may not call
+-- NEWID()). PostgreSQL derives it with md5, this one with SHA2_256: a token only has to
+-- be unique per job and reproducible from the claim id.
+CREATE OR ALTER FUNCTION mjsched.claim_token(@p_claim_id uniqueidentifier, @p_job_id uniqueidentifier)
+RETURNS TABLE
+AS
+RETURN
+    SELECT CASE WHEN @p_claim_id IS NOT NULL
+                THEN CONVERT(uniqueidentifier, CONVERT(binary(16), HASHBYTES('SHA2_256',
+                         CONCAT(CONVERT(nchar(36), @p_claim_id), CONVERT(nchar(36), @p_job_id)))))
+           END AS claim_token;
+GO
+
+-- abandon_runs: end the given runs Abandoned (those still Running) and count them in
+-- their jobs' statistics; returns how many (the return code). @p_run_ids: a JSON array of
+-- {"id": run id} objects. The caller already holds their job rows (lock order), so this
+-- runs only inside the caller's transaction. {engine} in @p_reason becomes the instance
+-- that executed the run.
+CREATE OR ALTER PROCEDURE mjsched.abandon_runs
+    @p_run_ids nvarchar(max),
+    @p_now datetimeoffset,
+    @p_reason nvarchar(max)
+AS
+BEGIN
+    SET NOCOUNT ON;
+    SET XACT_ABORT ON;
+    DECLARE @v_abandoned TABLE (scheduled_job_id uniqueidentifier NOT NULL);
+    DECLARE @v_counted TABLE (id uniqueidentifier NOT NULL);
+    DECLARE @v_rows int = 0;
+    IF @@TRANCOUNT = 0
+    BEGIN
+        THROW 50022, N'abandon_runs runs inside the transaction that holds the runs'' job rows', 1;
+    END;
+    IF @p_run_ids IS NULL
+    BEGIN
+        RETURN 0;
+    END;
+    UPDATE r
+       SET status = N'Abandoned',
+           success = 0,
+           completed_at = @p_now,
+           lease_expires_at = NULL,
+           duration_ms = CASE WHEN DATEDIFF_BIG(millisecond, r.started_at, @p_now) > 0
+                              THEN DATEDIFF_BIG(millisecond, r.started_at, @p_now) ELSE 0 END,
+           error_message = REPLACE(@p_reason, N'{engine}', COALESCE(r.executed_by_instance, N'?'))
+    OUTPUT inserted.scheduled_job_id INTO @v_abandoned
+      FROM mjsched.scheduled_job_run AS r WITH (ROWLOCK)
+      JOIN (SELECT DISTINCT i.id FROM OPENJSON(@p_run_ids) WITH (id uniqueidentifier '$.id') AS i) AS k
+        ON k.id = r.id
+     WHERE r.status = N'Running';
+    SET @v_rows = (SELECT COUNT(*) FROM @v_abandoned);
+    IF @v_rows > 0
+    BEGIN
+        UPDATE j
+           SET run_count = j.run_count + p.n, failure_count = j.failure_count + p.n
+        OUTPUT inserted.id INTO @v_counted
+          FROM mjsched.scheduled_job AS j WITH (ROWLOCK)
+          JOIN (SELECT a.scheduled_job_id, COUNT(*) AS n FROM @v_abandoned AS a
+                 GROUP BY a.scheduled_job_id) AS p ON p.scheduled_job_id = j.id;
+    END;
+    RETURN @v_rows;
+END;
+GO
+
+-- take_over: the caller holds the job rows of these lapsed tokens (@p_old_tokens: a JSON
+-- array of {"id": token} objects); their Running runs end Abandoned before the locks
+-- change hands. Returns how many (the return code). PostgreSQL's runs_of_tokens (the
+-- Running runs of a uuid[]) is the SELECT here: T-SQL has no arrays.
+CREATE OR ALTER PROCEDURE mjsched.take_over
+    @p_old_tokens nvarchar(max),
+    @p_now datetimeoffset
+AS
+BEGIN
+    SET NOCOUNT ON;
+    SET XACT_ABORT ON;
+    DECLARE @v_runs nvarchar(max);
+    DECLARE @v_abandoned int = 0;
+    IF @@TRANCOUNT = 0
+    BEGIN
+        THROW 50022, N'take_over runs inside the transaction that holds the tokens'' job rows', 1;
+    END;
+    SET @v_runs = (SELECT r.id
+                     FROM (SELECT DISTINCT o.id FROM OPENJSON(@p_old_tokens) WITH (id uniqueidentifier '$.id') AS o) AS t
+                     JOIN mjsched.scheduled_job_run AS r WITH (READCOMMITTEDLOCK) ON r.lock_token = t.id
+                    WHERE r.status = N'Running'
+                    ORDER BY r.id
+                      FOR JSON PATH);
+    IF @v_runs IS NOT NULL
+    BEGIN
+        EXEC @v_abandoned = mjsched.abandon_runs @p_run_ids = @v_runs, @p_now = @p_now,
+             @p_reason = N'Abandoned: the lease expired and another holder took the lock over';
+    END;
+    RETURN @v_abandoned;
+END;
+GO
+
+-- expire_ended_jobs: Active jobs past end_at become Expired (a filtered-index seek, so
+-- every claim can afford it). Rows other callers hold are skipped. Returns how many
+-- (the return code).
+CREATE OR ALTER PROCEDURE mjsched.expire_ended_jobs
+    @p_now datetimeoffset
+AS
+BEGIN
+    SET NOCOUNT ON;
+    SET XACT_ABORT ON;
+    DECLARE @v_expired TABLE (id uniqueidentifier NOT NULL);
+    DECLARE @v_rows int;
+    UPDATE j
+       SET status = N'Expired', next_run_at = NULL
+    OUTPUT inserted.id INTO @v_expired
+      FROM mjsched.scheduled_job AS j WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+     WHERE j.status = N'Active' AND j.end_at IS NOT NULL AND j.end_at <= @p_now;
+    SET @v_rows = (SELECT COUNT(*) FROM @v_expired);
+    RETURN @v_rows;
+END;
+GO
+
 -- acquire_job_lock: take the job's lock iff it is free or its lease expired (and,
 -- with @p_require_due, only while the job is Active and due). Taking over an expired
 -- lease abandons the old holder's Running runs, so its late completion changes nothing.
 -- No READPAST here: racing acquirers wait for each other and re-read the row, so
--- exactly one wins.
+-- exactly one wins. Idempotent for its token: a replay after a lost reply finds the lock
+-- already held by @p_token and answers 1. The engine of this release starts manual runs
+-- with start_manual_run; kept for engines of release 2.
 CREATE OR ALTER PROCEDURE mjsched.acquire_job_lock
     @p_job_id uniqueidentifier,
     @p_token uniqueidentifier,
@@ -107,9 +345,11 @@ BEGIN
     SET XACT_ABORT ON;
     EXEC mjsched.check_test_clock @p_now = @p_now;
     DECLARE @v_now datetimeoffset = COALESCE(@p_now, SYSDATETIMEOFFSET());
+    DECLARE @v_found bit = 0;
     DECLARE @v_old uniqueidentifier;
+    DECLARE @v_old_json nvarchar(max);
     DECLARE @v_rows int = 0;
-    DECLARE @v_taken TABLE (old_token uniqueidentifier NULL);
+    DECLARE @v_taken TABLE (id uniqueidentifier NOT NULL);
     BEGIN TRY
         EXEC mjsched.check_lease @p_lease_seconds = @p_lease_seconds;
         IF @p_token IS NULL
@@ -117,31 +357,34 @@ BEGIN
             THROW 50022, N'token must not be NULL', 1;
         END;
         BEGIN TRANSACTION;
-        UPDATE j
-           SET lock_token = @p_token,
-               locked_at = @v_now,
-               locked_by_instance = @p_instance,
-               expected_completion_at = DATEADD(millisecond, CAST((x.lease_s - FLOOR(x.lease_s)) * 1000 AS int),
-                                                DATEADD(second, CAST(FLOOR(x.lease_s) AS int), @v_now))
-        OUTPUT deleted.lock_token INTO @v_taken
+        SELECT @v_found = 1, @v_old = j.lock_token
           FROM mjsched.scheduled_job AS j WITH (UPDLOCK, ROWLOCK)
-         CROSS APPLY (SELECT mjsched.lease_interval(@p_lease_seconds, j.max_runtime_seconds) AS lease_s) AS x
          WHERE j.id = @p_job_id
-           AND (j.lock_token IS NULL OR j.expected_completion_at < @v_now)
+           AND (j.lock_token IS NULL OR j.expected_completion_at < @v_now OR j.lock_token = @p_token)
            AND (@p_require_due = 0 OR (j.status = N'Active' AND j.next_run_at <= @v_now));
-        SET @v_rows = (SELECT COUNT(*) FROM @v_taken);
-        SELECT TOP (1) @v_old = t.old_token FROM @v_taken AS t;
-        IF @v_old IS NOT NULL
+        IF @v_found = 1 AND @v_old = @p_token
         BEGIN
-            UPDATE r
-               SET status = N'Abandoned',
-                   success = 0,
-                   completed_at = @v_now,
-                   duration_ms = CASE WHEN DATEDIFF_BIG(millisecond, r.started_at, @v_now) > 0
-                                      THEN DATEDIFF_BIG(millisecond, r.started_at, @v_now) ELSE 0 END,
-                   error_message = N'Abandoned: the lease expired and another holder took the lock over'
-              FROM mjsched.scheduled_job_run AS r WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
-             WHERE r.lock_token = @v_old AND r.status = N'Running';
+            SET @v_rows = 1;   -- a replay: the lost call took it
+        END;
+        IF @v_found = 1 AND @v_rows = 0
+        BEGIN
+            EXEC mjsched.test_pause @p_point = N'acquire_job_lock:job_locked';
+            IF @v_old IS NOT NULL
+            BEGIN
+                SET @v_old_json = (SELECT @v_old AS id FOR JSON PATH);
+                EXEC mjsched.take_over @p_old_tokens = @v_old_json, @p_now = @v_now;
+            END;
+            UPDATE j
+               SET lock_token = @p_token,
+                   locked_at = @v_now,
+                   locked_by_instance = @p_instance,
+                   expected_completion_at = DATEADD(millisecond, CAST((x.lease_s - FLOOR(x.lease_s)) * 1000 AS int),
+                                                    DATEADD(second, CAST(FLOOR(x.lease_s) AS int), @v_now))
+            OUTPUT inserted.id INTO @v_taken
+              FROM mjsched.scheduled_job AS j WITH (ROWLOCK)
+             CROSS APPLY (SELECT mjsched.lease_interval(@p_lease_seconds, j.max_runtime_seconds) AS lease_s) AS x
+             WHERE j.id = @p_job_id;
+            SET @v_rows = (SELECT COUNT(*) FROM @v_taken);
         END;
         COMMIT TRANSACTION;
     END TRY
@@ -156,7 +399,8 @@ BEGIN
 END;
 GO
 
--- release_job_lock: clear the lock only when the caller still holds it.
+-- release_job_lock: clear the lock only when the caller still holds it and no Running
+-- run holds it (a run's lock ends with the run: its completion releases it).
 CREATE OR ALTER PROCEDURE mjsched.release_job_lock
     @p_job_id uniqueidentifier,
     @p_token uniqueidentifier
@@ -169,16 +413,24 @@ BEGIN
        SET lock_token = NULL, locked_at = NULL, locked_by_instance = NULL, expected_completion_at = NULL
     OUTPUT inserted.id INTO @v_released
       FROM mjsched.scheduled_job AS j WITH (UPDLOCK, ROWLOCK)
-     WHERE j.id = @p_job_id AND j.lock_token = @p_token;
+     WHERE j.id = @p_job_id AND j.lock_token = @p_token
+       AND NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS r WITH (READCOMMITTEDLOCK)
+                        WHERE r.lock_token = @p_token AND r.status = N'Running');
     SELECT COUNT(*) AS released FROM @v_released;
 END;
 GO
 
--- extend_job_leases: one call renews every lease an engine holds. A lease is renewed
--- only while its token still matches (a run still Running, a job lock still ours).
--- @p_tokens: a JSON array of UUID strings (PostgreSQL: uuid[]).
--- Returns one row per renewed token; the engine compares with what it sent.
--- Also records that the engine is alive.
+-- extend_job_leases: one call renews every lease an engine holds, and records that the
+-- engine is alive. A token is renewed only when its run is still Running AND, unless it
+-- is a Concurrent tick run (which holds no job lock), its job is still locked by the same
+-- token; then the run's lease and the job's lock move together to the greatest of their
+-- current lease and now + lease. Jobs first: their ids are found through the runs'
+-- filtered token index (ix_scheduled_job_run_token: its filter, status = N'Running', is
+-- stated so the optimizer may match it) and locked through the job's primary key in id
+-- order, never by a scan that would take, or wait for, an update lock on every job row;
+-- then the runs. @p_tokens: a JSON array of UUID strings (PostgreSQL: uuid[]).
+-- Returns one row per renewed token: the engine treats a token it sent and did not get
+-- back as lost.
 CREATE OR ALTER PROCEDURE mjsched.extend_job_leases
     @p_tokens nvarchar(max),
     @p_lease_seconds float,
@@ -192,7 +444,13 @@ BEGIN
     DECLARE @v_now datetimeoffset = COALESCE(@p_now, SYSDATETIMEOFFSET());
     DECLARE @v_until datetimeoffset;
     DECLARE @v_tokens TABLE (lock_token uniqueidentifier NOT NULL PRIMARY KEY);
-    DECLARE @v_renewed TABLE (lock_token uniqueidentifier NOT NULL);
+    DECLARE @v_ids TABLE (id uniqueidentifier NOT NULL PRIMARY KEY);
+    DECLARE @v_jobs TABLE (id uniqueidentifier NOT NULL PRIMARY KEY, lock_token uniqueidentifier NULL,
+                           expected_completion_at datetimeoffset NULL, concurrency_mode nvarchar(20) NOT NULL);
+    DECLARE @v_renewable TABLE (run_id uniqueidentifier NOT NULL PRIMARY KEY, lock_token uniqueidentifier NOT NULL,
+                                job_id uniqueidentifier NOT NULL, holds_lock bit NOT NULL,
+                                lease_until datetimeoffset NOT NULL);
+    DECLARE @v_touched TABLE (id uniqueidentifier NOT NULL);
     BEGIN TRY
         EXEC mjsched.check_lease @p_lease_seconds = @p_lease_seconds;
         IF @p_tokens IS NOT NULL AND (ISJSON(@p_tokens) = 0 OR LEFT(LTRIM(@p_tokens), 1) <> N'[')
@@ -214,25 +472,45 @@ BEGIN
         BEGIN
             UPDATE mjsched.engine_instance SET last_seen_at = @v_now WHERE instance = @p_instance;
         END;
-        UPDATE r
-           SET lease_expires_at = @v_until
-        OUTPUT inserted.lock_token INTO @v_renewed
-          FROM mjsched.scheduled_job_run AS r WITH (UPDLOCK, ROWLOCK)
-          JOIN @v_tokens AS t ON t.lock_token = r.lock_token
-         WHERE r.status = N'Running';
-        -- Through the runs' filtered token index (ix_scheduled_job_run_token: its filter,
-        -- status = N'Running', is stated so the optimizer may match it) and the job's
-        -- primary key: only the held jobs' rows are locked, never a scan that would take,
-        -- or wait for, an update lock on every job row. A job's lock is renewed while its
-        -- token's run is Running, which is every lock an engine renews.
-        UPDATE j
-           SET expected_completion_at = @v_until
-        OUTPUT inserted.lock_token INTO @v_renewed
+        -- 1. Jobs first: the held jobs, through the runs' token index, then their rows in id order.
+        INSERT INTO @v_ids (id)
+        SELECT DISTINCT h.scheduled_job_id
           FROM @v_tokens AS t
           JOIN mjsched.scheduled_job_run AS h ON h.lock_token = t.lock_token
-          JOIN mjsched.scheduled_job AS j WITH (UPDLOCK, ROWLOCK)
-            ON j.id = h.scheduled_job_id AND j.lock_token = h.lock_token
          WHERE h.status = N'Running';
+        INSERT INTO @v_jobs (id, lock_token, expected_completion_at, concurrency_mode)
+        SELECT j.id, j.lock_token, j.expected_completion_at, j.concurrency_mode
+          FROM @v_ids AS i
+          JOIN mjsched.scheduled_job AS j WITH (UPDLOCK, ROWLOCK) ON j.id = i.id
+         ORDER BY i.id
+        OPTION (FORCE ORDER, LOOP JOIN);
+        EXEC mjsched.test_pause @p_point = N'extend_job_leases:jobs_locked';
+        -- 2. What may be renewed, read under the jobs' row locks.
+        INSERT INTO @v_renewable (run_id, lock_token, job_id, holds_lock, lease_until)
+        SELECT r.id, r.lock_token, j.id,
+               CASE WHEN j.lock_token = r.lock_token THEN 1 ELSE 0 END,
+               (SELECT MAX(g.v)
+                  FROM (VALUES (COALESCE(r.lease_expires_at, @v_until)),
+                               (CASE WHEN j.lock_token = r.lock_token
+                                     THEN COALESCE(j.expected_completion_at, @v_until) ELSE @v_until END),
+                               (@v_until)) AS g (v))
+          FROM @v_tokens AS t
+          JOIN mjsched.scheduled_job_run AS r WITH (READCOMMITTEDLOCK) ON r.lock_token = t.lock_token
+          JOIN @v_jobs AS j ON j.id = r.scheduled_job_id
+         WHERE r.status = N'Running'
+           AND (j.lock_token = r.lock_token
+                OR (j.concurrency_mode = N'Concurrent' AND r.scheduled_for IS NOT NULL));
+        -- 3. The run's lease and the job's lock, to the same instant.
+        UPDATE r
+           SET lease_expires_at = n.lease_until
+          FROM mjsched.scheduled_job_run AS r WITH (ROWLOCK)
+          JOIN @v_renewable AS n ON n.run_id = r.id;
+        UPDATE j
+           SET expected_completion_at = n.lease_until
+        OUTPUT inserted.id INTO @v_touched
+          FROM mjsched.scheduled_job AS j WITH (ROWLOCK)
+          JOIN @v_renewable AS n ON n.job_id = j.id AND n.lock_token = j.lock_token
+         WHERE n.holds_lock = 1;
         COMMIT TRANSACTION;
     END TRY
     BEGIN CATCH
@@ -242,34 +520,280 @@ BEGIN
         END;
         THROW;
     END CATCH;
-    SELECT DISTINCT n.lock_token FROM @v_renewed AS n;
+    SELECT DISTINCT n.lock_token FROM @v_renewable AS n;
 END;
 GO
 
--- claim_due_jobs: in one transaction, lock up to @p_max_jobs claimable jobs (jobs
--- with a Queued run first, then due ticks oldest first), skipping rows other engines
--- are claiming, and start their runs. A tick that already has a run (a zombie's,
--- say) comes back with run_id NULL: the caller only advances the schedule past it.
--- Taking over an expired lease abandons the old holder's Running runs.
--- The last row always has job_id NULL and carries db_now and next_due_at (the
--- earliest instant something may become claimable; NULL when nothing is scheduled).
--- The reads that choose what to claim skip rows other engines are writing at that
--- instant (READPAST), so choosing never waits on, or deadlocks with, another claim:
--- the jobs themselves; the checks for Queued runs (safe to skip: every writer of a
--- job's Queued runs holds that job's row lock, and a job whose row is locked is
--- skipped anyway); and the reads behind next_due_at and the two counters, which are
--- advisory. The tick check before a run is inserted does not skip: it must see every
--- run of the tick (READCOMMITTEDLOCK, see the house rules), and it reads only runs of
--- jobs whose row lock this claim already holds, a lock every writer of them takes first.
+-- claim_replay: what a committed claim with this id took and still holds (claim_due_jobs
+-- with @p_replay = 1).
+CREATE OR ALTER FUNCTION mjsched.claim_replay(
+    @p_instance nvarchar(255), @p_claim_id uniqueidentifier, @p_now datetimeoffset)
+RETURNS TABLE
+AS
+RETURN
+    SELECT j.id AS job_id, r.id AS run_id, j.lock_token, COALESCE(r.scheduled_for, j.next_run_at) AS scheduled_for,
+           CONVERT(bit, CASE WHEN r.queued_at IS NOT NULL THEN 1 ELSE 0 END) AS from_queue
+      FROM mjsched.scheduled_job AS j
+     CROSS APPLY mjsched.claim_token(@p_claim_id, j.id) AS t
+      LEFT JOIN mjsched.scheduled_job_run AS r ON r.lock_token = j.lock_token AND r.status = N'Running'
+     WHERE j.lock_token IS NOT NULL AND j.expected_completion_at > @p_now
+       AND j.locked_by_instance = @p_instance
+       AND j.lock_token = t.claim_token;
+GO
+
+-- claim_queued: lock claimable jobs holding a Queued run (skipping rows other engines
+-- hold), take over lapsed locks, take the locks (only where a Queued run is still there)
+-- and start each job's oldest queued run. The checks for Queued runs that choose the
+-- candidates skip locked runs (READPAST): every writer of a job's Queued runs holds that
+-- job's row lock, and a job whose row is locked is skipped anyway. Rows go to
+-- #mjsched_claimed when the caller created it (claim_due_jobs), else to the client.
+CREATE OR ALTER PROCEDURE mjsched.claim_queued
+    @p_instance nvarchar(255),
+    @p_max_jobs int,
+    @p_lease_seconds float,
+    @p_now datetimeoffset,
+    @p_claim_id uniqueidentifier
+AS
+BEGIN
+    SET NOCOUNT ON;
+    SET XACT_ABORT ON;
+    DECLARE @v_own_transaction bit = CASE WHEN @@TRANCOUNT = 0 THEN 1 ELSE 0 END;
+    DECLARE @v_old nvarchar(max);
+    DECLARE @v_candidates TABLE (id uniqueidentifier NOT NULL PRIMARY KEY, lock_token uniqueidentifier NULL);
+    DECLARE @v_taken TABLE (job_id uniqueidentifier NOT NULL PRIMARY KEY, lock_token uniqueidentifier NOT NULL,
+                            lease_until datetimeoffset NOT NULL);
+    DECLARE @v_started TABLE (job_id uniqueidentifier NOT NULL, run_id uniqueidentifier NOT NULL,
+                              lock_token uniqueidentifier NULL, scheduled_for datetimeoffset NULL);
+    BEGIN TRY
+        IF @v_own_transaction = 1
+        BEGIN
+            BEGIN TRANSACTION;
+        END;
+        INSERT INTO @v_candidates (id, lock_token)
+        SELECT TOP (@p_max_jobs) j.id, j.lock_token
+          FROM mjsched.scheduled_job AS j WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+         CROSS APPLY mjsched.claimable(j.status, j.start_at, j.end_at, j.lock_token,
+                                       j.expected_completion_at, @p_now) AS c
+         WHERE EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS q WITH (READCOMMITTEDLOCK, READPAST)
+                        WHERE q.scheduled_job_id = j.id AND q.status = N'Queued');
+        IF EXISTS (SELECT 1 FROM @v_candidates)
+        BEGIN
+            EXEC mjsched.test_pause @p_point = N'claim_due_jobs:queued_jobs_locked';
+            SET @v_old = (SELECT c.lock_token AS id FROM @v_candidates AS c WHERE c.lock_token IS NOT NULL
+                             FOR JSON PATH);
+            IF @v_old IS NOT NULL
+            BEGIN
+                EXEC mjsched.take_over @p_old_tokens = @v_old, @p_now = @p_now;
+            END;
+            UPDATE j
+               SET lock_token = COALESCE(t.claim_token, NEWID()),
+                   locked_at = @p_now,
+                   locked_by_instance = @p_instance,
+                   expected_completion_at = DATEADD(millisecond, CAST((x.lease_s - FLOOR(x.lease_s)) * 1000 AS int),
+                                                    DATEADD(second, CAST(FLOOR(x.lease_s) AS int), @p_now))
+            OUTPUT inserted.id, inserted.lock_token, inserted.expected_completion_at INTO @v_taken
+              FROM mjsched.scheduled_job AS j WITH (ROWLOCK)
+              JOIN @v_candidates AS c ON c.id = j.id
+             CROSS APPLY mjsched.claim_token(@p_claim_id, j.id) AS t
+             CROSS APPLY (SELECT mjsched.lease_interval(@p_lease_seconds, j.max_runtime_seconds) AS lease_s) AS x
+             WHERE EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS q WITH (READCOMMITTEDLOCK)
+                            WHERE q.scheduled_job_id = j.id AND q.status = N'Queued');
+            UPDATE r
+               SET status = N'Running',
+                   started_at = @p_now,
+                   executed_by_instance = @p_instance,
+                   lock_token = t.lock_token,
+                   lease_expires_at = t.lease_until
+            OUTPUT inserted.scheduled_job_id, inserted.id, inserted.lock_token, inserted.scheduled_for
+              INTO @v_started
+              FROM mjsched.scheduled_job_run AS r WITH (ROWLOCK)
+              JOIN @v_taken AS t ON t.job_id = r.scheduled_job_id
+             WHERE r.id = (SELECT TOP (1) q.id FROM mjsched.scheduled_job_run AS q WITH (READCOMMITTEDLOCK)
+                            WHERE q.scheduled_job_id = t.job_id AND q.status = N'Queued'
+                            ORDER BY q.queued_at, q.scheduled_for);
+        END;
+        IF @v_own_transaction = 1
+        BEGIN
+            COMMIT TRANSACTION;
+        END;
+    END TRY
+    BEGIN CATCH
+        IF @v_own_transaction = 1 AND @@TRANCOUNT > 0
+        BEGIN
+            ROLLBACK TRANSACTION;
+        END;
+        THROW;
+    END CATCH;
+
+    IF OBJECT_ID(N'tempdb..#mjsched_claimed') IS NOT NULL
+    BEGIN
+        INSERT INTO #mjsched_claimed (job_id, run_id, lock_token, scheduled_for, from_queue)
+        SELECT s.job_id, s.run_id, s.lock_token, s.scheduled_for, 1 FROM @v_started AS s;
+        RETURN;
+    END;
+    SELECT s.job_id, s.run_id, s.lock_token, s.scheduled_for, CONVERT(bit, 1) AS from_queue
+      FROM @v_started AS s;
+END;
+GO
+
+-- claim_ticks: lock claimable due jobs (oldest tick first; an index range scan on
+-- (status, next_run_at)) that hold no Queued run, skipping rows other engines hold;
+-- take over lapsed locks, take the locks and start a run for each tick. A tick that
+-- already has a run (a zombie's, say) comes back with run_id NULL. The tick check before
+-- a run is inserted does not skip: it must see every run of the tick (READCOMMITTEDLOCK),
+-- and it reads only runs of jobs whose row lock this claim already holds, a lock every
+-- writer of them takes first. Rows go to #mjsched_claimed when the caller created it.
+CREATE OR ALTER PROCEDURE mjsched.claim_ticks
+    @p_instance nvarchar(255),
+    @p_max_jobs int,
+    @p_lease_seconds float,
+    @p_now datetimeoffset,
+    @p_claim_id uniqueidentifier
+AS
+BEGIN
+    SET NOCOUNT ON;
+    SET XACT_ABORT ON;
+    DECLARE @v_own_transaction bit = CASE WHEN @@TRANCOUNT = 0 THEN 1 ELSE 0 END;
+    DECLARE @v_old nvarchar(max);
+    DECLARE @v_candidates TABLE (id uniqueidentifier NOT NULL PRIMARY KEY, lock_token uniqueidentifier NULL);
+    DECLARE @v_taken TABLE (job_id uniqueidentifier NOT NULL PRIMARY KEY, lock_token uniqueidentifier NOT NULL,
+                            next_run_at datetimeoffset NULL, lease_until datetimeoffset NOT NULL);
+    DECLARE @v_inserted TABLE (run_id uniqueidentifier NOT NULL, job_id uniqueidentifier NOT NULL);
+    BEGIN TRY
+        IF @v_own_transaction = 1
+        BEGIN
+            BEGIN TRANSACTION;
+        END;
+        INSERT INTO @v_candidates (id, lock_token)
+        SELECT TOP (@p_max_jobs) j.id, j.lock_token
+          FROM mjsched.scheduled_job AS j WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+         CROSS APPLY mjsched.claimable(j.status, j.start_at, j.end_at, j.lock_token,
+                                       j.expected_completion_at, @p_now) AS c
+         WHERE j.status = N'Active' AND j.next_run_at <= @p_now
+           AND NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS q WITH (READCOMMITTEDLOCK, READPAST)
+                            WHERE q.scheduled_job_id = j.id AND q.status = N'Queued')
+         ORDER BY j.next_run_at;
+        IF EXISTS (SELECT 1 FROM @v_candidates)
+        BEGIN
+            EXEC mjsched.test_pause @p_point = N'claim_due_jobs:due_jobs_locked';
+            SET @v_old = (SELECT c.lock_token AS id FROM @v_candidates AS c WHERE c.lock_token IS NOT NULL
+                             FOR JSON PATH);
+            IF @v_old IS NOT NULL
+            BEGIN
+                EXEC mjsched.take_over @p_old_tokens = @v_old, @p_now = @p_now;
+            END;
+            UPDATE j
+               SET lock_token = COALESCE(t.claim_token, NEWID()),
+                   locked_at = @p_now,
+                   locked_by_instance = @p_instance,
+                   expected_completion_at = DATEADD(millisecond, CAST((x.lease_s - FLOOR(x.lease_s)) * 1000 AS int),
+                                                    DATEADD(second, CAST(FLOOR(x.lease_s) AS int), @p_now))
+            OUTPUT inserted.id, inserted.lock_token, inserted.next_run_at, inserted.expected_completion_at
+              INTO @v_taken
+              FROM mjsched.scheduled_job AS j WITH (ROWLOCK)
+              JOIN @v_candidates AS c ON c.id = j.id
+             CROSS APPLY mjsched.claim_token(@p_claim_id, j.id) AS t
+             CROSS APPLY (SELECT mjsched.lease_interval(@p_lease_seconds, j.max_runtime_seconds) AS lease_s) AS x;
+            -- ON CONFLICT DO NOTHING: we hold these jobs' row locks, and every writer of a
+            -- tick's run takes the job's row lock first.
+            INSERT INTO mjsched.scheduled_job_run
+                   (scheduled_job_id, scheduled_for, status, started_at, executed_by_instance,
+                    lock_token, lease_expires_at)
+            OUTPUT inserted.id, inserted.scheduled_job_id INTO @v_inserted
+            SELECT t.job_id, t.next_run_at, N'Running', @p_now, @p_instance, t.lock_token, t.lease_until
+              FROM @v_taken AS t
+             WHERE NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS o WITH (READCOMMITTEDLOCK)
+                                WHERE o.scheduled_job_id = t.job_id AND o.scheduled_for = t.next_run_at);
+        END;
+        IF @v_own_transaction = 1
+        BEGIN
+            COMMIT TRANSACTION;
+        END;
+    END TRY
+    BEGIN CATCH
+        IF @v_own_transaction = 1 AND @@TRANCOUNT > 0
+        BEGIN
+            ROLLBACK TRANSACTION;
+        END;
+        THROW;
+    END CATCH;
+
+    IF OBJECT_ID(N'tempdb..#mjsched_claimed') IS NOT NULL
+    BEGIN
+        INSERT INTO #mjsched_claimed (job_id, run_id, lock_token, scheduled_for, from_queue)
+        SELECT t.job_id, i.run_id, t.lock_token, t.next_run_at, 0
+          FROM @v_taken AS t
+          LEFT JOIN @v_inserted AS i ON i.job_id = t.job_id;
+        RETURN;
+    END;
+    SELECT t.job_id, i.run_id, t.lock_token, t.next_run_at AS scheduled_for, CONVERT(bit, 0) AS from_queue
+      FROM @v_taken AS t
+      LEFT JOIN @v_inserted AS i ON i.job_id = t.job_id;
+END;
+GO
+
+-- next_due_at: the earliest instant something may become claimable (a tick, a lapsing
+-- lock or run lease); NULL when nothing is scheduled. Advisory, so rows other engines
+-- are writing at that instant are skipped (READPAST) rather than waited for.
+CREATE OR ALTER FUNCTION mjsched.next_due_at(@p_now datetimeoffset)
+RETURNS datetimeoffset
+AS
+BEGIN
+    DECLARE @v_next datetimeoffset;
+    SELECT @v_next = MIN(s.t) FROM (
+        SELECT MIN(j.next_run_at) AS t FROM mjsched.scheduled_job AS j WITH (READCOMMITTEDLOCK, READPAST)
+         WHERE j.status = N'Active' AND j.next_run_at > @p_now
+        UNION ALL
+        SELECT MIN(j.expected_completion_at) FROM mjsched.scheduled_job AS j WITH (READCOMMITTEDLOCK, READPAST)
+         WHERE j.lock_token IS NOT NULL AND j.expected_completion_at > @p_now
+        UNION ALL
+        SELECT MIN(r.lease_expires_at) FROM mjsched.scheduled_job_run AS r WITH (READCOMMITTEDLOCK, READPAST)
+         WHERE r.status = N'Running' AND r.lease_expires_at > @p_now
+    ) AS s
+     WHERE s.t IS NOT NULL;
+    RETURN @v_next;
+END;
+GO
+
+-- claim_counters: for DispatchResult, due jobs left unclaimed for want of slots (counted
+-- only when the batch was full) and due jobs held by other engines' live leases. Both
+-- are capped at 1000: they feed a log line and must not cost O(backlog). Advisory, so
+-- locked rows are skipped (READPAST).
+CREATE OR ALTER FUNCTION mjsched.claim_counters(
+    @p_instance nvarchar(255), @p_batch_full bit, @p_now datetimeoffset)
+RETURNS TABLE
+AS
+RETURN
+    SELECT (SELECT COUNT(*) FROM (
+                SELECT TOP (1000) j.id
+                  FROM mjsched.scheduled_job AS j WITH (READCOMMITTEDLOCK, READPAST)
+                 CROSS APPLY mjsched.claimable(j.status, j.start_at, j.end_at, j.lock_token,
+                                               j.expected_completion_at, @p_now) AS c
+                 WHERE @p_batch_full = 1 AND j.status = N'Active' AND j.next_run_at <= @p_now) AS d) AS due_left,
+           (SELECT COUNT(*) FROM (
+                SELECT TOP (1000) j.id
+                  FROM mjsched.scheduled_job AS j WITH (READCOMMITTEDLOCK, READPAST)
+                 WHERE j.status = N'Active' AND j.next_run_at <= @p_now
+                   AND j.lock_token IS NOT NULL AND j.expected_completion_at >= @p_now
+                   AND EXISTS (SELECT j.locked_by_instance EXCEPT SELECT @p_instance)) AS d) AS locked_out;
+GO
+
+-- claim_due_jobs: in one transaction, lock up to @p_max_jobs claimable jobs (jobs with a
+-- Queued run first: claim_queued; then due ticks oldest first: claim_ticks), skipping rows
+-- other engines are claiming, and start their runs. A tick that already has a run (a
+-- zombie's, say) comes back with run_id NULL: the caller only advances the schedule past
+-- it. Taking over an expired lease abandons the old holder's Running runs (take_over).
+-- Ended jobs are expired first, so a job past end_at is Expired at the next poll.
+-- The last row always has job_id NULL and carries db_now and next_due_at (the earliest
+-- instant something may become claimable; NULL when nothing is scheduled).
 --
--- Idempotent when the caller names the claim (@p_claim_id, a fresh GUID per claim):
--- each lock token is then derived from (@p_claim_id, job id), so a retry with the same
--- @p_claim_id and @p_replay = 1 -- the reply to the first call was lost, and it may or
--- may not have committed -- finds the claims that call made and answers them again,
--- claiming nothing new; when it finds none, the first call did not commit and this one
--- claims as usual. Without @p_claim_id tokens are random and a lost reply costs those
--- jobs one lease. (The PostgreSQL twin derives tokens with md5, this one with SHA2_256:
--- a token only has to be unique per job and reproducible from the claim id.)
+-- Idempotent when the caller names the claim (@p_claim_id, a fresh GUID per claim): each
+-- lock token is then derived from (@p_claim_id, job id) (claim_token), so a retry with
+-- the same @p_claim_id and @p_replay = 1 -- the reply to the first call was lost, and it
+-- may or may not have committed -- finds the claims that call made and answers them again,
+-- claiming nothing new (claim_replay); when it finds none, the first call did not commit
+-- and this one claims as usual. Without @p_claim_id tokens are random and a lost reply
+-- costs those jobs one lease.
 CREATE OR ALTER PROCEDURE mjsched.claim_due_jobs
     @p_instance nvarchar(255),
     @p_max_jobs int,
@@ -284,21 +808,20 @@ BEGIN
     EXEC mjsched.check_test_clock @p_now = @p_now;
     DECLARE @v_now datetimeoffset = COALESCE(@p_now, SYSDATETIMEOFFSET());
     DECLARE @v_left int = @p_max_jobs;
+    DECLARE @v_before int;
+    DECLARE @v_batch_full bit;
     DECLARE @v_next datetimeoffset;
     DECLARE @v_due_left int = 0;
     DECLARE @v_locked_out int = 0;
     DECLARE @v_message nvarchar(200);
-    DECLARE @v_taken TABLE (job_id uniqueidentifier NOT NULL PRIMARY KEY, lock_token uniqueidentifier NOT NULL,
-                            old_token uniqueidentifier NULL, next_run_at datetimeoffset NULL,
-                            lease_until datetimeoffset NOT NULL);
-    DECLARE @v_started TABLE (job_id uniqueidentifier NOT NULL, run_id uniqueidentifier NOT NULL,
-                              lock_token uniqueidentifier NULL, scheduled_for datetimeoffset NULL);
-    DECLARE @v_inserted TABLE (run_id uniqueidentifier NOT NULL, job_id uniqueidentifier NOT NULL);
     DECLARE @v_out TABLE (seq int IDENTITY(1, 1) NOT NULL PRIMARY KEY, job_id uniqueidentifier NULL,
                           run_id uniqueidentifier NULL, lock_token uniqueidentifier NULL,
                           scheduled_for datetimeoffset NULL, from_queue bit NOT NULL,
                           db_now datetimeoffset NOT NULL, next_due_at datetimeoffset NULL,
                           due_left int NULL, locked_out int NULL);
+    CREATE TABLE #mjsched_claimed (seq int IDENTITY(1, 1) NOT NULL PRIMARY KEY, job_id uniqueidentifier NOT NULL,
+                                   run_id uniqueidentifier NULL, lock_token uniqueidentifier NULL,
+                                   scheduled_for datetimeoffset NULL, from_queue bit NOT NULL);
     BEGIN TRY
         EXEC mjsched.check_lease @p_lease_seconds = @p_lease_seconds;
         SET @v_message = CONCAT(N'max_jobs=', COALESCE(CONVERT(nvarchar(20), @p_max_jobs), N'NULL'),
@@ -311,168 +834,33 @@ BEGIN
         BEGIN TRANSACTION;
         IF @p_replay = 1 AND @p_claim_id IS NOT NULL
         BEGIN
-            -- 0. A replay: answer again what the first call with this claim id took.
-            INSERT INTO @v_out (job_id, run_id, lock_token, scheduled_for, from_queue, db_now)
-            SELECT j.id, r.id, j.lock_token, COALESCE(r.scheduled_for, j.next_run_at),
-                   CASE WHEN r.queued_at IS NOT NULL THEN 1 ELSE 0 END, @v_now
-              FROM mjsched.scheduled_job AS j
-              LEFT JOIN mjsched.scheduled_job_run AS r ON r.lock_token = j.lock_token AND r.status = N'Running'
-             WHERE j.lock_token IS NOT NULL AND j.expected_completion_at > @v_now
-               AND j.locked_by_instance = @p_instance
-               AND j.lock_token = CONVERT(uniqueidentifier, CONVERT(binary(16), HASHBYTES('SHA2_256',
-                       CONCAT(CONVERT(nchar(36), @p_claim_id), CONVERT(nchar(36), j.id)))));
+            INSERT INTO #mjsched_claimed (job_id, run_id, lock_token, scheduled_for, from_queue)
+            SELECT c.job_id, c.run_id, c.lock_token, c.scheduled_for, c.from_queue
+              FROM mjsched.claim_replay(@p_instance, @p_claim_id, @v_now) AS c;
             IF @@ROWCOUNT > 0
             BEGIN
                 SET @v_left = 0;
             END;
         END;
-
+        EXEC mjsched.expire_ended_jobs @p_now = @v_now;
         IF @v_left > 0
         BEGIN
-            -- 1. Jobs holding a Queued run, lock free: start their oldest queued run.
-            UPDATE TOP (@v_left) j
-               SET lock_token = CASE WHEN @p_claim_id IS NULL THEN NEWID() ELSE CONVERT(uniqueidentifier,
-                       CONVERT(binary(16), HASHBYTES('SHA2_256',
-                           CONCAT(CONVERT(nchar(36), @p_claim_id), CONVERT(nchar(36), j.id))))) END,
-                   locked_at = @v_now,
-                   locked_by_instance = @p_instance,
-                   expected_completion_at = DATEADD(millisecond, CAST((x.lease_s - FLOOR(x.lease_s)) * 1000 AS int),
-                                                    DATEADD(second, CAST(FLOOR(x.lease_s) AS int), @v_now))
-            OUTPUT inserted.id, inserted.lock_token, deleted.lock_token, inserted.next_run_at,
-                   inserted.expected_completion_at
-              INTO @v_taken
-              FROM mjsched.scheduled_job AS j WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
-             CROSS APPLY (SELECT mjsched.lease_interval(@p_lease_seconds, j.max_runtime_seconds) AS lease_s) AS x
-             WHERE j.status = N'Active'
-               AND (j.start_at IS NULL OR j.start_at <= @v_now)
-               AND (j.end_at IS NULL OR j.end_at > @v_now)
-               AND (j.lock_token IS NULL OR j.expected_completion_at < @v_now)
-               AND EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS q WITH (READCOMMITTEDLOCK, READPAST)
-                            WHERE q.scheduled_job_id = j.id AND q.status = N'Queued');
-
-            UPDATE r
-               SET status = N'Running',
-                   started_at = @v_now,
-                   executed_by_instance = @p_instance,
-                   lock_token = t.lock_token,
-                   lease_expires_at = t.lease_until
-            OUTPUT inserted.scheduled_job_id, inserted.id, inserted.lock_token, inserted.scheduled_for
-              INTO @v_started
-              FROM mjsched.scheduled_job_run AS r
-              JOIN @v_taken AS t ON t.job_id = r.scheduled_job_id
-             WHERE r.id = (SELECT TOP (1) q.id FROM mjsched.scheduled_job_run AS q
-                            WHERE q.scheduled_job_id = t.job_id AND q.status = N'Queued'
-                            ORDER BY q.queued_at, q.scheduled_for);
-
-            UPDATE r
-               SET status = N'Abandoned',
-                   success = 0,
-                   completed_at = @v_now,
-                   duration_ms = CASE WHEN DATEDIFF_BIG(millisecond, r.started_at, @v_now) > 0
-                                      THEN DATEDIFF_BIG(millisecond, r.started_at, @v_now) ELSE 0 END,
-                   error_message = N'Abandoned: the lease expired and another engine took the lock over'
-              FROM mjsched.scheduled_job_run AS r WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
-              JOIN @v_taken AS t ON t.old_token = r.lock_token
-             WHERE r.status = N'Running'
-               -- not the run just started: a fresh claim under a replayed claim id derives the
-               -- same token as the lapsed one it takes over (PostgreSQL's CTEs read the snapshot
-               -- from before the start, so there the exclusion is implicit)
-               AND r.id NOT IN (SELECT s.run_id FROM @v_started AS s);
-
-            INSERT INTO @v_out (job_id, run_id, lock_token, scheduled_for, from_queue, db_now)
-            SELECT s.job_id, s.run_id, s.lock_token, s.scheduled_for, 1, @v_now FROM @v_started AS s;
-            SET @v_left = @v_left - (SELECT COUNT(*) FROM @v_started);
+            SET @v_before = (SELECT COUNT(*) FROM #mjsched_claimed);
+            EXEC mjsched.claim_queued @p_instance = @p_instance, @p_max_jobs = @v_left,
+                 @p_lease_seconds = @p_lease_seconds, @p_now = @v_now, @p_claim_id = @p_claim_id;
+            SET @v_left = @v_left - ((SELECT COUNT(*) FROM #mjsched_claimed) - @v_before);
         END;
-
         IF @v_left > 0
         BEGIN
-            -- 2. Due ticks, oldest first: an index range scan on (status, next_run_at).
-            DELETE FROM @v_taken;
-            WITH candidates AS (
-                SELECT TOP (@v_left) j.id, j.lock_token, j.locked_at, j.locked_by_instance,
-                       j.expected_completion_at, j.next_run_at,
-                       mjsched.lease_interval(@p_lease_seconds, j.max_runtime_seconds) AS lease_s
-                  FROM mjsched.scheduled_job AS j WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
-                 WHERE j.status = N'Active'
-                   AND j.next_run_at <= @v_now
-                   AND (j.start_at IS NULL OR j.start_at <= @v_now)
-                   AND (j.end_at IS NULL OR j.end_at > @v_now)
-                   AND (j.lock_token IS NULL OR j.expected_completion_at < @v_now)
-                   AND NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS q WITH (READCOMMITTEDLOCK, READPAST)
-                                    WHERE q.scheduled_job_id = j.id AND q.status = N'Queued')
-                 ORDER BY j.next_run_at
-            )
-            UPDATE candidates
-               SET lock_token = CASE WHEN @p_claim_id IS NULL THEN NEWID() ELSE CONVERT(uniqueidentifier,
-                       CONVERT(binary(16), HASHBYTES('SHA2_256',
-                           CONCAT(CONVERT(nchar(36), @p_claim_id), CONVERT(nchar(36), id))))) END,
-                   locked_at = @v_now,
-                   locked_by_instance = @p_instance,
-                   expected_completion_at = DATEADD(millisecond, CAST((lease_s - FLOOR(lease_s)) * 1000 AS int),
-                                                    DATEADD(second, CAST(FLOOR(lease_s) AS int), @v_now))
-            OUTPUT inserted.id, inserted.lock_token, deleted.lock_token, inserted.next_run_at,
-                   inserted.expected_completion_at
-              INTO @v_taken;
-
-            -- ON CONFLICT DO NOTHING: we hold these jobs' row locks, and every writer of
-            -- a tick's run takes the job's row lock first. READCOMMITTEDLOCK: the latest
-            -- committed runs, not a snapshot's (see the house rules above).
-            INSERT INTO mjsched.scheduled_job_run
-                   (scheduled_job_id, scheduled_for, status, started_at, executed_by_instance,
-                    lock_token, lease_expires_at)
-            OUTPUT inserted.id, inserted.scheduled_job_id INTO @v_inserted
-            SELECT t.job_id, t.next_run_at, N'Running', @v_now, @p_instance, t.lock_token, t.lease_until
-              FROM @v_taken AS t
-             WHERE NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS o WITH (READCOMMITTEDLOCK)
-                                WHERE o.scheduled_job_id = t.job_id AND o.scheduled_for = t.next_run_at);
-
-            UPDATE r
-               SET status = N'Abandoned',
-                   success = 0,
-                   completed_at = @v_now,
-                   duration_ms = CASE WHEN DATEDIFF_BIG(millisecond, r.started_at, @v_now) > 0
-                                      THEN DATEDIFF_BIG(millisecond, r.started_at, @v_now) ELSE 0 END,
-                   error_message = N'Abandoned: the lease expired and another engine took the lock over'
-              FROM mjsched.scheduled_job_run AS r WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
-              JOIN @v_taken AS t ON t.old_token = r.lock_token
-             WHERE r.status = N'Running'
-               AND r.id NOT IN (SELECT i.run_id FROM @v_inserted AS i);   -- not the run just inserted
-
-            INSERT INTO @v_out (job_id, run_id, lock_token, scheduled_for, from_queue, db_now)
-            SELECT t.job_id, i.run_id, t.lock_token, t.next_run_at, 0, @v_now
-              FROM @v_taken AS t
-              LEFT JOIN @v_inserted AS i ON i.job_id = t.job_id;
-            SET @v_left = @v_left - (SELECT COUNT(*) FROM @v_taken);
+            SET @v_before = (SELECT COUNT(*) FROM #mjsched_claimed);
+            EXEC mjsched.claim_ticks @p_instance = @p_instance, @p_max_jobs = @v_left,
+                 @p_lease_seconds = @p_lease_seconds, @p_now = @v_now, @p_claim_id = @p_claim_id;
+            SET @v_left = @v_left - ((SELECT COUNT(*) FROM #mjsched_claimed) - @v_before);
         END;
-
-        SELECT @v_next = MIN(s.t) FROM (
-            SELECT MIN(j.next_run_at) AS t FROM mjsched.scheduled_job AS j WITH (READCOMMITTEDLOCK, READPAST)
-             WHERE j.status = N'Active' AND j.next_run_at > @v_now
-            UNION ALL
-            SELECT MIN(j.expected_completion_at) FROM mjsched.scheduled_job AS j WITH (READCOMMITTEDLOCK, READPAST)
-             WHERE j.lock_token IS NOT NULL AND j.expected_completion_at > @v_now
-            UNION ALL
-            SELECT MIN(r.lease_expires_at) FROM mjsched.scheduled_job_run AS r WITH (READCOMMITTEDLOCK, READPAST)
-             WHERE r.status = N'Running' AND r.lease_expires_at > @v_now
-        ) AS s
-         WHERE s.t IS NOT NULL;
-
-        -- Counters for DispatchResult: due jobs left unclaimed for want of slots (counted
-        -- only when the batch was full), and due jobs held by other engines' live leases.
-        IF @v_left <= 0
-        BEGIN
-            -- capped at 1000: the count is for a log line and must not cost O(backlog)
-            SELECT @v_due_left = COUNT(*) FROM (
-                SELECT TOP (1000) j.id FROM mjsched.scheduled_job AS j WITH (READCOMMITTEDLOCK, READPAST)
-                 WHERE j.status = N'Active' AND j.next_run_at <= @v_now
-                   AND (j.start_at IS NULL OR j.start_at <= @v_now) AND (j.end_at IS NULL OR j.end_at > @v_now)
-                   AND (j.lock_token IS NULL OR j.expected_completion_at < @v_now)) AS d;
-        END;
-        SELECT @v_locked_out = COUNT(*) FROM (
-            SELECT TOP (1000) j.id FROM mjsched.scheduled_job AS j WITH (READCOMMITTEDLOCK, READPAST)
-             WHERE j.status = N'Active' AND j.next_run_at <= @v_now
-               AND j.lock_token IS NOT NULL AND j.expected_completion_at >= @v_now
-               AND EXISTS (SELECT j.locked_by_instance EXCEPT SELECT @p_instance)) AS d;
+        SET @v_next = mjsched.next_due_at(@v_now);
+        SET @v_batch_full = CASE WHEN @v_left <= 0 THEN 1 ELSE 0 END;
+        SELECT @v_due_left = c.due_left, @v_locked_out = c.locked_out
+          FROM mjsched.claim_counters(@p_instance, @v_batch_full, @v_now) AS c;
         COMMIT TRANSACTION;
     END TRY
     BEGIN CATCH
@@ -483,6 +871,10 @@ BEGIN
         THROW;
     END CATCH;
 
+    INSERT INTO @v_out (job_id, run_id, lock_token, scheduled_for, from_queue, db_now)
+    SELECT c.job_id, c.run_id, c.lock_token, c.scheduled_for, c.from_queue, @v_now
+      FROM #mjsched_claimed AS c
+     ORDER BY c.seq;
     INSERT INTO @v_out (job_id, run_id, lock_token, scheduled_for, from_queue, db_now, next_due_at,
                         due_left, locked_out)
     VALUES (NULL, NULL, NULL, NULL, 0, @v_now, @v_next, @v_due_left, @v_locked_out);
@@ -501,7 +893,8 @@ GO
 -- only while the job's next_run_at is still expected_next_run_at (what the engine saw
 -- when it claimed the run): a schedule edited during the run keeps the edit's next run.
 -- The comparison is to the microsecond (the engine's clock resolution; the column
--- holds 100 ns). Returns one row per item: completed 0/1.
+-- holds 100 ns). Returns one row per item: completed 0/1. The items' job rows are
+-- locked first, in id order (lock order).
 -- With a temporary table #mjsched_completed (run_id, completed) in scope, the rows go
 -- there instead of to the client: that is how complete_job_run reuses this procedure.
 CREATE OR ALTER PROCEDURE mjsched.complete_job_runs
@@ -522,6 +915,8 @@ BEGIN
                                duration_ms bigint NULL, next_run_at datetimeoffset NULL, guard bit NOT NULL,
                                expected_next_run_at datetimeoffset NULL);
     DECLARE @v_jobs TABLE (id uniqueidentifier NOT NULL);
+    DECLARE @v_job_ids TABLE (id uniqueidentifier NOT NULL PRIMARY KEY);
+    DECLARE @v_locked TABLE (id uniqueidentifier NOT NULL);
     BEGIN TRY
         IF @p_items IS NULL OR ISJSON(@p_items) = 0 OR LEFT(LTRIM(@p_items), 1) <> N'['
         BEGIN
@@ -548,6 +943,19 @@ BEGIN
         END;
 
         BEGIN TRANSACTION;
+        -- Jobs first: the items' job rows, in id order, before any run is touched.
+        INSERT INTO @v_job_ids (id)
+        SELECT DISTINCT r.scheduled_job_id
+          FROM @v_items AS i
+          JOIN mjsched.scheduled_job_run AS r ON r.id = i.run_id;
+        INSERT INTO @v_locked (id)
+        SELECT j.id
+          FROM @v_job_ids AS k
+          JOIN mjsched.scheduled_job AS j WITH (UPDLOCK, ROWLOCK) ON j.id = k.id
+         ORDER BY k.id
+        OPTION (FORCE ORDER, LOOP JOIN);
+        EXEC mjsched.test_pause @p_point = N'complete_job_runs:jobs_locked';
+
         UPDATE r
            SET status = i.status,
                success = CASE WHEN i.status = N'Completed' THEN 1 ELSE 0 END,
@@ -561,7 +969,7 @@ BEGIN
         OUTPUT inserted.id, inserted.scheduled_job_id, inserted.lock_token, inserted.status,
                inserted.duration_ms, i.next_run_at, i.guard, i.expected_next_run_at
           INTO @v_finished
-          FROM mjsched.scheduled_job_run AS r WITH (UPDLOCK, ROWLOCK)
+          FROM mjsched.scheduled_job_run AS r WITH (ROWLOCK)
           JOIN @v_items AS i ON i.run_id = r.id
          WHERE r.lock_token = i.token AND r.status = N'Running';
 
@@ -581,7 +989,7 @@ BEGIN
                expected_completion_at = CASE WHEN h.holds = 1 THEN NULL ELSE j.expected_completion_at END,
                lock_token = CASE WHEN h.holds = 1 THEN NULL ELSE j.lock_token END
         OUTPUT inserted.id INTO @v_jobs
-          FROM mjsched.scheduled_job AS j WITH (UPDLOCK, ROWLOCK)
+          FROM mjsched.scheduled_job AS j WITH (ROWLOCK)
           JOIN (SELECT f.scheduled_job_id,
                        SUM(CASE WHEN f.status <> N'Skipped' THEN 1 ELSE 0 END) AS runs,
                        SUM(CASE WHEN f.status = N'Completed' THEN 1 ELSE 0 END) AS ok,
@@ -653,9 +1061,13 @@ BEGIN
 END;
 GO
 
--- sweep_expired_leases: Running runs whose lease lapsed become Abandoned (only rows
--- still Running), expired job locks are freed, Active jobs past end_at become
--- Expired. Cheap when nothing is stale: each step is a filtered-index seek.
+-- sweep_expired_leases: lapsed job locks are freed and the Running runs that held them
+-- abandoned, in one step (jobs first); then lapsed runs that hold no job lock
+-- (Concurrent tick runs) are abandoned, their jobs locked first; then Active jobs past
+-- end_at become Expired (expire_ended_jobs). Job rows other callers hold are skipped
+-- (READPAST on the first rows of each step; the next sweep gets them); run rows are never
+-- skipped, as every writer of a run holds its job's row first. Cheap when nothing is
+-- stale: each step is a filtered-index seek.
 -- Known limit (not handled): ROWLOCK asks for row locks but does not prevent lock
 -- escalation. A statement holding about 5,000 locks on one table may escalate to a
 -- table lock, so a sweep after a long outage that touches thousands of rows can lock
@@ -669,52 +1081,63 @@ BEGIN
     SET XACT_ABORT ON;
     EXEC mjsched.check_test_clock @p_now = @p_now;
     DECLARE @v_now datetimeoffset = COALESCE(@p_now, SYSDATETIMEOFFSET());
+    DECLARE @v_reason nvarchar(200) = N'Abandoned: the lease expired before the run completed (engine {engine} stopped renewing it)';
     DECLARE @v_swept int = 0;
+    DECLARE @v_more int = 0;
     DECLARE @v_freed int = 0;
     DECLARE @v_expired int = 0;
-    DECLARE @v_abandoned TABLE (scheduled_job_id uniqueidentifier NOT NULL);
-    DECLARE @v_counted TABLE (id uniqueidentifier NOT NULL);
+    DECLARE @v_runs nvarchar(max);
+    DECLARE @v_lapsed TABLE (id uniqueidentifier NOT NULL PRIMARY KEY, lock_token uniqueidentifier NOT NULL);
+    DECLARE @v_ids TABLE (id uniqueidentifier NOT NULL PRIMARY KEY);
     DECLARE @v_freed_ids TABLE (id uniqueidentifier NOT NULL);
-    DECLARE @v_expired_ids TABLE (id uniqueidentifier NOT NULL);
     BEGIN TRY
         BEGIN TRANSACTION;
-        UPDATE r
-           SET status = N'Abandoned',
-               success = 0,
-               completed_at = @v_now,
-               duration_ms = CASE WHEN DATEDIFF_BIG(millisecond, r.started_at, @v_now) > 0
-                                  THEN DATEDIFF_BIG(millisecond, r.started_at, @v_now) ELSE 0 END,
-               error_message = CONCAT(N'Abandoned: the lease expired before the run completed ',
-                                      N'(engine ', COALESCE(r.executed_by_instance, N'?'),
-                                      N' stopped renewing it)')
-        OUTPUT inserted.scheduled_job_id INTO @v_abandoned
-          FROM mjsched.scheduled_job_run AS r WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
-         WHERE r.status = N'Running' AND r.lease_expires_at < @v_now;
-        SET @v_swept = (SELECT COUNT(*) FROM @v_abandoned);
-
-        IF @v_swept > 0
+        -- 1. Lapsed locks, with the runs holding them.
+        INSERT INTO @v_lapsed (id, lock_token)
+        SELECT j.id, j.lock_token
+          FROM mjsched.scheduled_job AS j WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+         WHERE j.lock_token IS NOT NULL AND j.expected_completion_at < @v_now;
+        EXEC mjsched.test_pause @p_point = N'sweep_expired_leases:lapsed_locks_locked';
+        SET @v_runs = (SELECT r.id
+                         FROM @v_lapsed AS l
+                         JOIN mjsched.scheduled_job_run AS r WITH (READCOMMITTEDLOCK) ON r.lock_token = l.lock_token
+                        WHERE r.status = N'Running'
+                        ORDER BY r.id
+                          FOR JSON PATH);
+        IF @v_runs IS NOT NULL
         BEGIN
-            UPDATE j
-               SET run_count = j.run_count + p.n, failure_count = j.failure_count + p.n
-            OUTPUT inserted.id INTO @v_counted
-              FROM mjsched.scheduled_job AS j WITH (UPDLOCK, ROWLOCK)
-              JOIN (SELECT a.scheduled_job_id, COUNT(*) AS n FROM @v_abandoned AS a
-                     GROUP BY a.scheduled_job_id) AS p ON p.scheduled_job_id = j.id;
+            EXEC @v_swept = mjsched.abandon_runs @p_run_ids = @v_runs, @p_now = @v_now, @p_reason = @v_reason;
         END;
-
         UPDATE j
            SET lock_token = NULL, locked_at = NULL, locked_by_instance = NULL, expected_completion_at = NULL
         OUTPUT inserted.id INTO @v_freed_ids
-          FROM mjsched.scheduled_job AS j WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
-         WHERE j.lock_token IS NOT NULL AND j.expected_completion_at < @v_now;
+          FROM mjsched.scheduled_job AS j WITH (ROWLOCK)
+          JOIN @v_lapsed AS l ON l.id = j.id;
         SET @v_freed = (SELECT COUNT(*) FROM @v_freed_ids);
 
-        UPDATE j
-           SET status = N'Expired', next_run_at = NULL
-        OUTPUT inserted.id INTO @v_expired_ids
+        -- 2. Lapsed runs that hold no job lock: their jobs first.
+        INSERT INTO @v_ids (id)
+        SELECT j.id
           FROM mjsched.scheduled_job AS j WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
-         WHERE j.status = N'Active' AND j.end_at IS NOT NULL AND j.end_at <= @v_now;
-        SET @v_expired = (SELECT COUNT(*) FROM @v_expired_ids);
+         WHERE j.id IN (SELECT r.scheduled_job_id FROM mjsched.scheduled_job_run AS r
+                         WHERE r.status = N'Running' AND r.lease_expires_at < @v_now);
+        EXEC mjsched.test_pause @p_point = N'sweep_expired_leases:lapsed_runs_locked';
+        SET @v_runs = (SELECT r.id
+                         FROM @v_ids AS i
+                         JOIN mjsched.scheduled_job_run AS r WITH (READCOMMITTEDLOCK) ON r.scheduled_job_id = i.id
+                         JOIN mjsched.scheduled_job AS j ON j.id = r.scheduled_job_id
+                        WHERE r.status = N'Running' AND r.lease_expires_at < @v_now
+                          AND EXISTS (SELECT j.lock_token EXCEPT SELECT r.lock_token)
+                        ORDER BY r.id
+                          FOR JSON PATH);
+        IF @v_runs IS NOT NULL
+        BEGIN
+            EXEC @v_more = mjsched.abandon_runs @p_run_ids = @v_runs, @p_now = @v_now, @p_reason = @v_reason;
+            SET @v_swept = @v_swept + @v_more;
+        END;
+
+        -- 3. Ended jobs.
+        EXEC @v_expired = mjsched.expire_ended_jobs @p_now = @v_now;
         COMMIT TRANSACTION;
     END TRY
     BEGIN CATCH
@@ -728,9 +1151,11 @@ BEGIN
 END;
 GO
 
--- enqueue_job_run (Queue mode): keep a tick that came while the job runs as one
--- Queued run; at most one per tick and at most max_queued_runs. The job's row lock
--- (UPDLOCK, like FOR NO KEY UPDATE) serialises racing enqueuers of one job.
+-- enqueue_job_run (Queue mode): keep a tick that came due while the job runs as one
+-- Queued run: at most one per tick, at most max_queued_runs, and only a tick later than
+-- the start of the Running run that holds the job's lock and not in the future. A tick
+-- refused once (queue full) is never queued later. The job's row lock (UPDLOCK, like FOR
+-- NO KEY UPDATE) serialises racing enqueuers of one job.
 CREATE OR ALTER PROCEDURE mjsched.enqueue_job_run
     @p_job_id uniqueidentifier,
     @p_scheduled_for datetimeoffset,
@@ -742,6 +1167,8 @@ BEGIN
     EXEC mjsched.check_test_clock @p_now = @p_now;
     DECLARE @v_now datetimeoffset = COALESCE(@p_now, SYSDATETIMEOFFSET());
     DECLARE @v_limit int;
+    DECLARE @v_token uniqueidentifier;
+    DECLARE @v_started datetimeoffset;
     DECLARE @v_queued TABLE (id uniqueidentifier NOT NULL);
     BEGIN TRY
         IF @p_scheduled_for IS NULL
@@ -749,17 +1176,22 @@ BEGIN
             THROW 50022, N'scheduled_for must not be NULL', 1;
         END;
         BEGIN TRANSACTION;
-        SELECT @v_limit = j.max_queued_runs
+        SELECT @v_limit = j.max_queued_runs, @v_token = j.lock_token
           FROM mjsched.scheduled_job AS j WITH (UPDLOCK, ROWLOCK)
          WHERE j.id = @p_job_id AND j.concurrency_mode = N'Queue' AND j.status = N'Active';
-        IF @v_limit IS NOT NULL
-           AND (SELECT COUNT(*) FROM mjsched.scheduled_job_run AS q
+        EXEC mjsched.test_pause @p_point = N'enqueue_job_run:job_locked';
+        SELECT @v_started = r.started_at
+          FROM mjsched.scheduled_job_run AS r WITH (READCOMMITTEDLOCK)
+         WHERE r.lock_token = @v_token AND r.status = N'Running' AND r.scheduled_job_id = @p_job_id;
+        IF @v_limit IS NOT NULL AND @v_started IS NOT NULL
+           AND @p_scheduled_for > @v_started AND @p_scheduled_for <= @v_now
+           AND (SELECT COUNT(*) FROM mjsched.scheduled_job_run AS q WITH (READCOMMITTEDLOCK)
                  WHERE q.scheduled_job_id = @p_job_id AND q.status = N'Queued') < @v_limit
         BEGIN
             INSERT INTO mjsched.scheduled_job_run (scheduled_job_id, scheduled_for, status, queued_at)
             OUTPUT inserted.id INTO @v_queued
             SELECT @p_job_id, @p_scheduled_for, N'Queued', @v_now
-             WHERE NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS o
+             WHERE NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS o WITH (READCOMMITTEDLOCK)
                                 WHERE o.scheduled_job_id = @p_job_id AND o.scheduled_for = @p_scheduled_for);
         END;
         COMMIT TRANSACTION;
@@ -775,9 +1207,10 @@ BEGIN
 END;
 GO
 
--- advance_job: move a held job's schedule and, with @p_release, drop its lock (used
--- for Concurrent runs, which keep only their run lease, and for ticks that already
--- had a run).
+-- advance_job: move a held job's schedule and, with @p_release, drop its lock (for a
+-- Concurrent tick run, which keeps only its run lease, and for a tick that already had
+-- a run). A release is refused while a run of another mode holds the token: that lock
+-- ends with its run.
 CREATE OR ALTER PROCEDURE mjsched.advance_job
     @p_job_id uniqueidentifier,
     @p_token uniqueidentifier,
@@ -796,16 +1229,21 @@ BEGIN
            expected_completion_at = CASE WHEN @p_release = 1 THEN NULL ELSE j.expected_completion_at END
     OUTPUT inserted.id INTO @v_advanced
       FROM mjsched.scheduled_job AS j WITH (UPDLOCK, ROWLOCK)
-     WHERE j.id = @p_job_id AND j.lock_token = @p_token;
+     WHERE j.id = @p_job_id AND j.lock_token = @p_token
+       AND (@p_release = 0 OR j.concurrency_mode = N'Concurrent'
+            OR NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS r WITH (READCOMMITTEDLOCK)
+                            WHERE r.lock_token = @p_token AND r.status = N'Running'));
     SELECT COUNT(*) AS advanced FROM @v_advanced;
 END;
 GO
 
 -- begin_job_run: a Running run for a job whose lock the caller holds (manual runs
--- have scheduled_for NULL). Returns the run id, or no row when the lock is not ours
--- (or the tick already has a run). The statement may wait for the job's row lock, so
--- the tick check reads with READCOMMITTEDLOCK: under READ_COMMITTED_SNAPSHOT a run
--- committed for the tick during that wait is then seen (no row), not missed (2601).
+-- have scheduled_for NULL), sharing the lock's lease. Returns the run id, or no row
+-- when the lock is not ours (or the tick already has a run). Idempotent for its token:
+-- while a Running run already holds @p_token (a replay after a lost reply), that run's
+-- id is answered and no second run is made. The job row is locked first; the reads of
+-- its runs then see the latest committed ones (READCOMMITTEDLOCK). Kept for engines of
+-- release 2; this release uses start_manual_run.
 CREATE OR ALTER PROCEDURE mjsched.begin_job_run
     @p_job_id uniqueidentifier,
     @p_token uniqueidentifier,
@@ -819,17 +1257,267 @@ BEGIN
     EXEC mjsched.check_test_clock @p_now = @p_now;
     DECLARE @v_now datetimeoffset = COALESCE(@p_now, SYSDATETIMEOFFSET());
     DECLARE @v_begun TABLE (run_id uniqueidentifier NOT NULL);
-    INSERT INTO mjsched.scheduled_job_run
-           (scheduled_job_id, scheduled_for, status, started_at, executed_by_instance,
-            lock_token, lease_expires_at)
-    OUTPUT inserted.id INTO @v_begun
-    SELECT j.id, @p_scheduled_for, N'Running', @v_now, @p_instance, j.lock_token, j.expected_completion_at
-      FROM mjsched.scheduled_job AS j WITH (UPDLOCK, ROWLOCK)
-     WHERE j.id = @p_job_id AND j.lock_token = @p_token
-       AND (@p_scheduled_for IS NULL
-            OR NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS o WITH (READCOMMITTEDLOCK)
-                            WHERE o.scheduled_job_id = j.id AND o.scheduled_for = @p_scheduled_for));
+    DECLARE @v_found bit = 0;
+    DECLARE @v_lease datetimeoffset;
+    BEGIN TRY
+        BEGIN TRANSACTION;
+        SELECT @v_found = 1, @v_lease = j.expected_completion_at
+          FROM mjsched.scheduled_job AS j WITH (UPDLOCK, ROWLOCK)
+         WHERE j.id = @p_job_id AND j.lock_token = @p_token;
+        IF @v_found = 1
+        BEGIN
+            EXEC mjsched.test_pause @p_point = N'begin_job_run:job_locked';
+            INSERT INTO @v_begun (run_id)
+            SELECT r.id FROM mjsched.scheduled_job_run AS r WITH (READCOMMITTEDLOCK)
+             WHERE r.lock_token = @p_token AND r.status = N'Running' AND r.scheduled_job_id = @p_job_id;
+            IF NOT EXISTS (SELECT 1 FROM @v_begun)
+            BEGIN
+                INSERT INTO mjsched.scheduled_job_run
+                       (scheduled_job_id, scheduled_for, status, started_at, executed_by_instance,
+                        lock_token, lease_expires_at)
+                OUTPUT inserted.id INTO @v_begun
+                SELECT @p_job_id, @p_scheduled_for, N'Running', @v_now, @p_instance, @p_token, @v_lease
+                 WHERE @p_scheduled_for IS NULL
+                    OR NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS o WITH (READCOMMITTEDLOCK)
+                                    WHERE o.scheduled_job_id = @p_job_id AND o.scheduled_for = @p_scheduled_for);
+            END;
+        END;
+        COMMIT TRANSACTION;
+    END TRY
+    BEGIN CATCH
+        IF @@TRANCOUNT > 0
+        BEGIN
+            ROLLBACK TRANSACTION;
+        END;
+        THROW;
+    END CATCH;
     SELECT b.run_id FROM @v_begun AS b;
+END;
+GO
+
+-- start_manual_run: take the job's lock and start a manual run in one replay-safe call.
+-- The lock token derives from (@p_request_id, job id) as a named claim's does
+-- (claim_token): a retry with @p_replay = 1 after a lost reply answers the run the lost
+-- call started instead of being refused by its own lock. Outcomes: started | locked (a
+-- live lease holds the job) | not_active (status is not Active and @p_force is 0) |
+-- not_found.
+CREATE OR ALTER PROCEDURE mjsched.start_manual_run
+    @p_job_id uniqueidentifier,
+    @p_request_id uniqueidentifier,
+    @p_instance nvarchar(255),
+    @p_lease_seconds float,
+    @p_force bit = 0,
+    @p_replay bit = 0,
+    @p_now datetimeoffset = NULL
+AS
+BEGIN
+    SET NOCOUNT ON;
+    SET XACT_ABORT ON;
+    EXEC mjsched.check_test_clock @p_now = @p_now;
+    DECLARE @v_now datetimeoffset = COALESCE(@p_now, SYSDATETIMEOFFSET());
+    DECLARE @v_outcome nvarchar(20) = N'not_found';
+    DECLARE @v_token uniqueidentifier;
+    DECLARE @v_found bit = 0;
+    DECLARE @v_status nvarchar(20);
+    DECLARE @v_old uniqueidentifier;
+    DECLARE @v_old_until datetimeoffset;
+    DECLARE @v_old_json nvarchar(max);
+    DECLARE @v_run uniqueidentifier;
+    DECLARE @v_taken TABLE (lease_until datetimeoffset NOT NULL);
+    DECLARE @v_begun TABLE (run_id uniqueidentifier NOT NULL);
+    BEGIN TRY
+        EXEC mjsched.check_lease @p_lease_seconds = @p_lease_seconds;
+        IF @p_request_id IS NULL
+        BEGIN
+            THROW 50022, N'request_id must not be NULL', 1;
+        END;
+        SELECT @v_token = t.claim_token FROM mjsched.claim_token(@p_request_id, @p_job_id) AS t;
+        BEGIN TRANSACTION;
+        SELECT @v_found = 1, @v_status = j.status, @v_old = j.lock_token, @v_old_until = j.expected_completion_at
+          FROM mjsched.scheduled_job AS j WITH (UPDLOCK, ROWLOCK)
+         WHERE j.id = @p_job_id;
+        IF @v_found = 1 AND @p_replay = 1
+        BEGIN
+            SELECT TOP (1) @v_run = r.id
+              FROM mjsched.scheduled_job_run AS r WITH (READCOMMITTEDLOCK)
+             WHERE r.lock_token = @v_token AND r.scheduled_job_id = @p_job_id
+             ORDER BY r.started_at DESC;
+        END;
+        SET @v_outcome = CASE WHEN @v_found = 0 THEN N'not_found'
+                              WHEN @v_run IS NOT NULL THEN N'started'
+                              WHEN @v_status <> N'Active' AND ISNULL(@p_force, 0) = 0 THEN N'not_active'
+                              WHEN @v_old IS NOT NULL AND @v_old_until >= @v_now THEN N'locked'
+                              ELSE N'start' END;
+        IF @v_outcome = N'start'
+        BEGIN
+            EXEC mjsched.test_pause @p_point = N'start_manual_run:job_locked';
+            IF @v_old IS NOT NULL
+            BEGIN
+                SET @v_old_json = (SELECT @v_old AS id FOR JSON PATH);
+                EXEC mjsched.take_over @p_old_tokens = @v_old_json, @p_now = @v_now;
+            END;
+            UPDATE j
+               SET lock_token = @v_token,
+                   locked_at = @v_now,
+                   locked_by_instance = @p_instance,
+                   expected_completion_at = DATEADD(millisecond, CAST((x.lease_s - FLOOR(x.lease_s)) * 1000 AS int),
+                                                    DATEADD(second, CAST(FLOOR(x.lease_s) AS int), @v_now))
+            OUTPUT inserted.expected_completion_at INTO @v_taken
+              FROM mjsched.scheduled_job AS j WITH (ROWLOCK)
+             CROSS APPLY (SELECT mjsched.lease_interval(@p_lease_seconds, j.max_runtime_seconds) AS lease_s) AS x
+             WHERE j.id = @p_job_id;
+            INSERT INTO mjsched.scheduled_job_run
+                   (scheduled_job_id, scheduled_for, status, started_at, executed_by_instance,
+                    lock_token, lease_expires_at)
+            OUTPUT inserted.id INTO @v_begun
+            SELECT @p_job_id, NULL, N'Running', @v_now, @p_instance, @v_token, t.lease_until
+              FROM @v_taken AS t;
+            SELECT @v_run = b.run_id FROM @v_begun AS b;
+            SET @v_outcome = N'started';
+        END;
+        COMMIT TRANSACTION;
+    END TRY
+    BEGIN CATCH
+        IF @@TRANCOUNT > 0
+        BEGIN
+            ROLLBACK TRANSACTION;
+        END;
+        THROW;
+    END CATCH;
+    SELECT @v_outcome AS outcome, @v_run AS run_id,
+           CASE WHEN @v_outcome = N'started' THEN @v_token END AS lock_token;
+END;
+GO
+
+-- release_engine_locks: hand back everything an engine instance holds -- its job locks
+-- and its Running runs (Abandoned with @p_reason, counted) -- fenced, so the holder's
+-- late completion changes nothing. Called by an engine for itself at close/exit, and
+-- at start-up for a previous engine of its host whose process is gone (or its own
+-- instance name after a clean stop). The jobs are locked first, in id order. Idempotent.
+CREATE OR ALTER PROCEDURE mjsched.release_engine_locks
+    @p_instance nvarchar(255),
+    @p_reason nvarchar(max),
+    @p_now datetimeoffset = NULL
+AS
+BEGIN
+    SET NOCOUNT ON;
+    SET XACT_ABORT ON;
+    EXEC mjsched.check_test_clock @p_now = @p_now;
+    DECLARE @v_now datetimeoffset = COALESCE(@p_now, SYSDATETIMEOFFSET());
+    DECLARE @v_reason nvarchar(max) = COALESCE(@p_reason, CONCAT(N'Abandoned: engine ', @p_instance, N' handed it back'));
+    DECLARE @v_runs nvarchar(max);
+    DECLARE @v_abandoned int = 0;
+    DECLARE @v_freed int = 0;
+    DECLARE @v_ids TABLE (id uniqueidentifier NOT NULL PRIMARY KEY);
+    DECLARE @v_locked TABLE (id uniqueidentifier NOT NULL PRIMARY KEY, lock_token uniqueidentifier NULL,
+                             locked_by_instance nvarchar(255) NULL);
+    DECLARE @v_freed_ids TABLE (id uniqueidentifier NOT NULL);
+    BEGIN TRY
+        IF @p_instance IS NULL OR @p_instance = N''
+        BEGIN
+            THROW 50022, N'instance must not be empty', 1;
+        END;
+        BEGIN TRANSACTION;
+        INSERT INTO @v_ids (id)
+        SELECT j.id FROM mjsched.scheduled_job AS j
+         WHERE j.lock_token IS NOT NULL AND j.locked_by_instance = @p_instance
+        UNION
+        SELECT r.scheduled_job_id FROM mjsched.scheduled_job_run AS r
+         WHERE r.status = N'Running' AND r.executed_by_instance = @p_instance;
+        INSERT INTO @v_locked (id, lock_token, locked_by_instance)
+        SELECT j.id, j.lock_token, j.locked_by_instance
+          FROM @v_ids AS i
+          JOIN mjsched.scheduled_job AS j WITH (UPDLOCK, ROWLOCK) ON j.id = i.id
+         ORDER BY i.id
+        OPTION (FORCE ORDER, LOOP JOIN);
+        EXEC mjsched.test_pause @p_point = N'release_engine_locks:jobs_locked';
+        SET @v_runs = (SELECT r.id
+                         FROM @v_locked AS l
+                         JOIN mjsched.scheduled_job_run AS r WITH (READCOMMITTEDLOCK) ON r.scheduled_job_id = l.id
+                        WHERE r.status = N'Running'
+                          AND (r.executed_by_instance = @p_instance
+                               OR r.lock_token IN (SELECT m.lock_token FROM @v_locked AS m
+                                                    WHERE m.locked_by_instance = @p_instance))
+                        ORDER BY r.id
+                          FOR JSON PATH);
+        IF @v_runs IS NOT NULL
+        BEGIN
+            EXEC @v_abandoned = mjsched.abandon_runs @p_run_ids = @v_runs, @p_now = @v_now, @p_reason = @v_reason;
+        END;
+        UPDATE j
+           SET lock_token = NULL, locked_at = NULL, locked_by_instance = NULL, expected_completion_at = NULL
+        OUTPUT inserted.id INTO @v_freed_ids
+          FROM mjsched.scheduled_job AS j WITH (ROWLOCK)
+          JOIN @v_locked AS l ON l.id = j.id
+         WHERE j.locked_by_instance = @p_instance;
+        SET @v_freed = (SELECT COUNT(*) FROM @v_freed_ids);
+        COMMIT TRANSACTION;
+    END TRY
+    BEGIN CATCH
+        IF @@TRANCOUNT > 0
+        BEGIN
+            ROLLBACK TRANSACTION;
+        END;
+        THROW;
+    END CATCH;
+    SELECT @v_abandoned AS runs_abandoned, @v_freed AS locks_freed;
+END;
+GO
+
+-- force_unlock_job: the operator's override (`mjsched jobs unlock`): free the job's
+-- lock whoever holds it, abandoning the Running run that held it (fenced: its late
+-- completion is refused). Returns the old holder, or no row when the job was not locked.
+CREATE OR ALTER PROCEDURE mjsched.force_unlock_job
+    @p_job_id uniqueidentifier,
+    @p_reason nvarchar(max),
+    @p_now datetimeoffset = NULL
+AS
+BEGIN
+    SET NOCOUNT ON;
+    SET XACT_ABORT ON;
+    EXEC mjsched.check_test_clock @p_now = @p_now;
+    DECLARE @v_now datetimeoffset = COALESCE(@p_now, SYSDATETIMEOFFSET());
+    DECLARE @v_token uniqueidentifier;
+    DECLARE @v_holder nvarchar(255);
+    DECLARE @v_runs nvarchar(max);
+    DECLARE @v_reason nvarchar(max) = COALESCE(@p_reason, N'Abandoned: an operator unlocked the job');
+    DECLARE @v_abandoned int = 0;
+    DECLARE @v_freed TABLE (id uniqueidentifier NOT NULL);
+    BEGIN TRY
+        BEGIN TRANSACTION;
+        SELECT @v_token = j.lock_token, @v_holder = j.locked_by_instance
+          FROM mjsched.scheduled_job AS j WITH (UPDLOCK, ROWLOCK)
+         WHERE j.id = @p_job_id AND j.lock_token IS NOT NULL;
+        IF @v_token IS NOT NULL
+        BEGIN
+            EXEC mjsched.test_pause @p_point = N'force_unlock_job:job_locked';
+            SET @v_runs = (SELECT r.id
+                             FROM mjsched.scheduled_job_run AS r WITH (READCOMMITTEDLOCK)
+                            WHERE r.lock_token = @v_token AND r.status = N'Running'
+                            ORDER BY r.id
+                              FOR JSON PATH);
+            IF @v_runs IS NOT NULL
+            BEGIN
+                EXEC @v_abandoned = mjsched.abandon_runs @p_run_ids = @v_runs, @p_now = @v_now,
+                     @p_reason = @v_reason;
+            END;
+            UPDATE j
+               SET lock_token = NULL, locked_at = NULL, locked_by_instance = NULL, expected_completion_at = NULL
+            OUTPUT inserted.id INTO @v_freed
+              FROM mjsched.scheduled_job AS j WITH (ROWLOCK)
+             WHERE j.id = @p_job_id;
+        END;
+        COMMIT TRANSACTION;
+    END TRY
+    BEGIN CATCH
+        IF @@TRANCOUNT > 0
+        BEGIN
+            ROLLBACK TRANSACTION;
+        END;
+        THROW;
+    END CATCH;
+    SELECT @v_holder AS locked_by_instance, @v_abandoned AS runs_abandoned
+     WHERE @v_token IS NOT NULL;
 END;
 GO
 
@@ -909,26 +1597,53 @@ BEGIN
 END;
 GO
 
+-- engines_holding_locks: the engines of a host that still hold a job lock or a Running
+-- run, with their pid and whether they stopped cleanly. A starting engine releases what
+-- such an engine holds when its process is gone (release_engine_locks).
+CREATE OR ALTER PROCEDURE mjsched.engines_holding_locks
+    @p_host nvarchar(255)
+AS
+BEGIN
+    SET NOCOUNT ON;
+    SET XACT_ABORT ON;
+    SELECT e.instance, e.pid, e.stopped_at
+      FROM mjsched.engine_instance AS e
+     WHERE e.host = @p_host
+       AND e.instance IN (SELECT j.locked_by_instance FROM mjsched.scheduled_job AS j
+                           WHERE j.lock_token IS NOT NULL
+                          UNION
+                          SELECT r.executed_by_instance FROM mjsched.scheduled_job_run AS r
+                           WHERE r.status = N'Running')
+     ORDER BY e.instance;
+END;
+GO
+
 -- probe_permissions: which mjsched routines the current user may execute.
 -- The names are listed here, not read from sys.objects: metadata visibility hides the
 -- very routines a user has no permission on. The parity test checks that this list is
--- exactly the set of routines in this file.
+-- exactly the set of routines in this file and 004_job_admin.sql. The inline
+-- table-valued functions are used with SELECT, not EXECUTE (grants.sql grants it).
 CREATE OR ALTER PROCEDURE mjsched.probe_permissions
 AS
 BEGIN
     SET NOCOUNT ON;
     SET XACT_ABORT ON;
     SELECT r.name AS procedure_name,
-           CASE WHEN HAS_PERMS_BY_NAME(CONCAT(N'mjsched.', r.name), N'OBJECT', N'EXECUTE') = 1
+           CASE WHEN HAS_PERMS_BY_NAME(CONCAT(N'mjsched.', r.name), N'OBJECT',
+                                       CASE WHEN r.name IN (N'claim_counters', N'claim_replay', N'claim_token',
+                                                            N'claimable')
+                                            THEN N'SELECT' ELSE N'EXECUTE' END) = 1
                 THEN 1 ELSE 0 END AS can_execute
-      FROM (VALUES (N'acquire_job_lock'), (N'advance_job'), (N'begin_job_run'), (N'check_job_fields'),
-                   (N'check_lease'), (N'check_test_clock'), (N'claim_due_jobs'), (N'complete_job_run'),
-                   (N'complete_job_runs'), (N'delete_job'), (N'enqueue_job_run'),
-                   (N'ensure_job_type'), (N'extend_job_leases'), (N'initialize_next_run'),
-                   (N'initialize_next_runs'),
-                   (N'insert_job'), (N'lease_interval'), (N'probe_permissions'), (N'register_engine'),
-                   (N'release_job_lock'), (N'sweep_expired_leases'),
-                   (N'unregister_engine'), (N'update_job')) AS r (name)
+      FROM (VALUES (N'abandon_runs'), (N'acquire_job_lock'), (N'advance_job'), (N'begin_job_run'),
+                   (N'check_job_fields'), (N'check_lease'), (N'check_test_clock'), (N'claim_counters'),
+                   (N'claim_due_jobs'), (N'claim_queued'), (N'claim_replay'), (N'claim_ticks'),
+                   (N'claim_token'), (N'claimable'), (N'complete_job_run'), (N'complete_job_runs'),
+                   (N'delete_job'), (N'engines_holding_locks'), (N'enqueue_job_run'), (N'ensure_job_type'),
+                   (N'expire_ended_jobs'), (N'extend_job_leases'), (N'force_unlock_job'),
+                   (N'initialize_next_run'), (N'initialize_next_runs'), (N'insert_job'), (N'lease_interval'),
+                   (N'next_due_at'), (N'probe_permissions'), (N'register_engine'), (N'release_engine_locks'),
+                   (N'release_job_lock'), (N'start_manual_run'), (N'sweep_expired_leases'), (N'take_over'),
+                   (N'test_pause'), (N'unregister_engine'), (N'update_job')) AS r (name)
      ORDER BY r.name;
 END;
 GO

@@ -10,9 +10,12 @@
 --     CREATE USER engine_host1 FOR LOGIN engine_host1;         -- in the mjsched database
 --     ALTER ROLE mjsched_engine ADD MEMBER engine_host1;
 --
--- What the role may do: EXECUTE every mjsched procedure and function (granted on the
--- schema, so procedures added by later versions are covered), and SELECT the tables the
--- engine reads (jobs, job types, runs, engines, schema versions).
+-- What the role may do: EXECUTE every mjsched procedure and scalar function (granted on
+-- the schema, so procedures added by later versions are covered: start_manual_run,
+-- release_engine_locks, force_unlock_job, engines_holding_locks ...), SELECT on the inline
+-- table-valued functions (the permission T-SQL checks for them; the PostgreSQL role has
+-- EXECUTE on their twins), and SELECT the tables the engine reads (jobs, job types, runs,
+-- engines, schema versions).
 -- What it may not do: INSERT, UPDATE or DELETE any mjsched table, or ALTER the schema.
 -- The procedures still change the tables: they and the tables have one owner (the
 -- schema's), so SQL Server's ownership chaining skips the permission check on the
@@ -38,6 +41,14 @@ GRANT SELECT ON OBJECT::mjsched.scheduled_job_type TO mjsched_engine;
 GRANT SELECT ON OBJECT::mjsched.scheduled_job_run TO mjsched_engine;
 GRANT SELECT ON OBJECT::mjsched.engine_instance TO mjsched_engine;
 GRANT SELECT ON OBJECT::mjsched.schema_version TO mjsched_engine;
+GO
+
+-- The inline table-valued functions of 002_procedures.sql (probe_permissions asks for
+-- SELECT on these). They read no table the role cannot read already.
+GRANT SELECT ON OBJECT::mjsched.claimable TO mjsched_engine;
+GRANT SELECT ON OBJECT::mjsched.claim_token TO mjsched_engine;
+GRANT SELECT ON OBJECT::mjsched.claim_replay TO mjsched_engine;
+GRANT SELECT ON OBJECT::mjsched.claim_counters TO mjsched_engine;
 GO
 
 -- Check (as a member of the role):

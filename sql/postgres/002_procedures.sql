@@ -1,15 +1,54 @@
--- mjsched lock and lease procedures, version 2.
+-- mjsched lock and lease procedures, version 3.
 -- Every lock decision is made here, on the database clock. p_now exists only so
 -- tests can move time on a real server; production callers pass NULL.
 -- Errors raised on purpose use SQLSTATE 22023 (invalid_parameter_value) and name the parameter.
+--
+-- THE LOCK PROTOCOL (v3)
+--
+-- Lease truth. A job's lock (scheduled_job.lock_token, expected_completion_at) and the
+-- Running run that holds it (scheduled_job_run.lock_token, lease_expires_at) carry ONE
+-- lease: every statement that sets one sets the other to the same instant (claim,
+-- start_manual_run, begin_job_run, extend_job_leases). A Concurrent job's tick run lets
+-- the job lock go right after its claim (advance_job) and keeps only its run lease; it
+-- is the one kind of Running run whose job is not locked by its token.
+-- A lease is never shortened: renewal sets greatest(current lease, now + lease), so a
+-- lease the claim lengthened to cover max_runtime survives the first heartbeat.
+--
+-- Lock order. Job rows before run rows, always. A procedure that changes runs first
+-- locks the rows of their jobs (FOR NO KEY UPDATE: run inserts, whose foreign-key
+-- check takes KEY SHARE, are not blocked), then touches the runs. SKIP LOCKED is used
+-- only on the first rows a statement locks (candidate jobs of a claim or a sweep): a
+-- row skipped there is handled by a later call, and no SKIP LOCKED on a second row can
+-- hide an inversion. Several job rows locked without SKIP LOCKED are locked in id order.
+--
+-- Takeover. Whoever frees or takes a lapsed lock (claim, acquire, start_manual_run,
+-- sweep, release_engine_locks, force_unlock_job) abandons the Running runs of the old
+-- token in the same transaction, through abandon_runs, which also counts them in the
+-- job's statistics (run_count, failure_count): a run ends Abandoned exactly once, and
+-- is counted exactly once, whoever ends it.
+--
+-- Replay safety. Calls that change state either are idempotent (renewal, sweep,
+-- release, advance, enqueue, initialize, completion: replaying a committed call
+-- changes nothing more and reports consistently), or take a caller-chosen id from
+-- which their lock token derives (claim_due_jobs p_claim_id, start_manual_run
+-- p_request_id) so a replay answers what the lost call did. README "Replay safety"
+-- lists every procedure and how the backend retries it.
+--
+-- Test hook. test_pause(point) between the statements of multi-statement procedures
+-- parks the caller at that point when the schema owner asked for it on this session
+-- (SET mjsched.pause_at / mjsched.pause_key): tests/interleaving forces every
+-- interleaving of statement boundaries with it. For anyone else it returns at once.
+
+-- Signatures retired by earlier releases (no engine of the previous release calls them).
+DROP FUNCTION IF EXISTS mjsched.claim_due_jobs(varchar, integer, double precision, timestamptz);
 
 -- Lease length for a job: the engine's lease, lengthened by the job's max_runtime.
 CREATE OR REPLACE FUNCTION mjsched.lease_interval(p_lease_seconds double precision,
                                                   p_max_runtime_seconds double precision)
 RETURNS interval LANGUAGE sql IMMUTABLE AS $$
-    SELECT make_interval(secs => greatest(p_lease_seconds, coalesce(p_max_runtime_seconds, 0)))
+    -- capped at one year: a max_runtime no interval can hold (1e13, NaN) never fails a claim
+    SELECT make_interval(secs => least(greatest(p_lease_seconds, coalesce(p_max_runtime_seconds, 0)), 31536000))
 $$;
-
 CREATE OR REPLACE FUNCTION mjsched.check_lease(p_lease_seconds double precision) RETURNS void
 LANGUAGE plpgsql IMMUTABLE AS $$
 #variable_conflict use_column
@@ -34,9 +73,113 @@ BEGIN
 END;
 $$;
 
+-- test_pause: the interleaving harness's hook (see the header). Costs one
+-- current_setting() when nobody asked for a pause.
+CREATE OR REPLACE FUNCTION mjsched.test_pause(p_point text) RETURNS void
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE v_key bigint;
+BEGIN
+    IF current_setting('mjsched.pause_at', true) IS DISTINCT FROM p_point THEN
+        RETURN;
+    END IF;
+    IF NOT pg_has_role(session_user, current_user, 'MEMBER') THEN
+        RETURN;   -- only the schema owner's sessions are ever parked
+    END IF;
+    v_key := coalesce(nullif(current_setting('mjsched.pause_key', true), ''), '0')::bigint;
+    PERFORM pg_advisory_lock(v_key);
+    PERFORM pg_advisory_unlock(v_key);
+END;
+$$;
+
+-- claimable: the one definition of a job a claim may lock: Active, inside its window,
+-- and its lock free or its lease lapsed. Inlined by the planner (plain SQL, no
+-- SECURITY DEFINER: 003_security.sql leaves it so), so the due index still applies.
+CREATE OR REPLACE FUNCTION mjsched.claimable(
+    p_status varchar, p_start_at timestamptz, p_end_at timestamptz,
+    p_lock_token uuid, p_lease_until timestamptz, p_now timestamptz)
+RETURNS boolean LANGUAGE sql IMMUTABLE AS $$
+    SELECT p_status = 'Active'
+       AND (p_start_at IS NULL OR p_start_at <= p_now)
+       AND (p_end_at IS NULL OR p_end_at > p_now)
+       AND (p_lock_token IS NULL OR p_lease_until < p_now)
+$$;
+
+-- abandon_runs: end the given runs Abandoned (those still Running) and count them in
+-- their jobs' statistics. The caller already holds their job rows (lock order).
+-- {engine} in p_reason becomes the instance that executed the run.
+CREATE OR REPLACE FUNCTION mjsched.abandon_runs(p_run_ids uuid[], p_now timestamptz, p_reason text)
+RETURNS integer
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE v_rows integer;
+BEGIN
+    IF p_run_ids IS NULL OR cardinality(p_run_ids) = 0 THEN
+        RETURN 0;
+    END IF;
+    WITH abandoned AS (
+        UPDATE mjsched.scheduled_job_run r
+           SET status = 'Abandoned', success = false, completed_at = p_now, lease_expires_at = NULL,
+               duration_ms = greatest(0, (extract(epoch FROM p_now - r.started_at) * 1000)::bigint),
+               error_message = replace(p_reason, '{engine}', coalesce(r.executed_by_instance, '?'))
+         WHERE r.id = ANY (p_run_ids) AND r.status = 'Running'
+     RETURNING r.scheduled_job_id
+    ), per_job AS (
+        SELECT a.scheduled_job_id, count(*) AS n FROM abandoned a GROUP BY a.scheduled_job_id
+    ), counted AS (
+        UPDATE mjsched.scheduled_job j
+           SET run_count = j.run_count + p.n, failure_count = j.failure_count + p.n
+          FROM per_job p
+         WHERE j.id = p.scheduled_job_id
+     RETURNING j.id
+    )
+    SELECT count(*) INTO v_rows FROM abandoned;
+    RETURN v_rows;
+END;
+$$;
+
+-- runs_of_tokens: the Running runs holding any of these tokens, in id order.
+CREATE OR REPLACE FUNCTION mjsched.runs_of_tokens(p_tokens uuid[]) RETURNS uuid[]
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(array_agg(r.id ORDER BY r.id), '{}')
+      FROM mjsched.scheduled_job_run r
+     WHERE r.lock_token = ANY (p_tokens) AND r.status = 'Running'
+$$;
+
+-- take_over: the caller holds the job rows of these lapsed tokens; their Running runs
+-- end Abandoned before the locks change hands.
+CREATE OR REPLACE FUNCTION mjsched.take_over(p_old_tokens uuid[], p_now timestamptz) RETURNS integer
+LANGUAGE sql AS $$
+    SELECT CASE WHEN cardinality(p_old_tokens) = 0 THEN 0
+                ELSE mjsched.abandon_runs(mjsched.runs_of_tokens(p_old_tokens), p_now,
+                         'Abandoned: the lease expired and another holder took the lock over') END
+$$;
+
+-- expire_ended_jobs: Active jobs past end_at become Expired (a partial-index scan, so
+-- every claim can afford it).
+CREATE OR REPLACE FUNCTION mjsched.expire_ended_jobs(p_now timestamptz) RETURNS integer
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE v_rows integer;
+BEGIN
+    WITH ended AS (
+        SELECT j.id FROM mjsched.scheduled_job j
+         WHERE j.status = 'Active' AND j.end_at IS NOT NULL AND j.end_at <= p_now
+           FOR NO KEY UPDATE SKIP LOCKED
+    )
+    UPDATE mjsched.scheduled_job j SET status = 'Expired', next_run_at = NULL
+      FROM ended e
+     WHERE j.id = e.id;
+    GET DIAGNOSTICS v_rows = ROW_COUNT;
+    RETURN v_rows;
+END;
+$$;
+
 -- acquire_job_lock: take the job's lock iff it is free or its lease expired (and,
 -- with p_require_due, only while the job is Active and due). Taking over an expired
 -- lease abandons the old holder's Running runs, so its late completion changes nothing.
+-- Idempotent for its token: a replay after a lost reply finds the lock already held by
+-- p_token and answers 1. The engine of this release starts manual runs with
+-- start_manual_run; kept for engines of release 2.
 CREATE OR REPLACE FUNCTION mjsched.acquire_job_lock(
     p_job_id uuid, p_token uuid, p_instance varchar, p_lease_seconds double precision,
     p_require_due boolean DEFAULT false, p_now timestamptz DEFAULT NULL)
@@ -46,68 +189,71 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_now timestamptz := coalesce(p_now, now());
     v_old uuid;
-    v_rows integer;
 BEGIN
     PERFORM mjsched.check_test_clock(p_now);
     PERFORM mjsched.check_lease(p_lease_seconds);
     IF p_token IS NULL THEN
         RAISE EXCEPTION 'token must not be NULL' USING ERRCODE = '22023';
     END IF;
-    WITH target AS (
-        SELECT j.id, j.lock_token AS old_token
-          FROM mjsched.scheduled_job j
-         WHERE j.id = p_job_id
-           AND (j.lock_token IS NULL OR j.expected_completion_at < v_now)
-           AND (NOT p_require_due OR (j.status = 'Active' AND j.next_run_at <= v_now))
-           FOR UPDATE
-    ), taken AS (
-        UPDATE mjsched.scheduled_job j
-           SET lock_token = p_token, locked_at = v_now, locked_by_instance = p_instance,
-               expected_completion_at = v_now + mjsched.lease_interval(p_lease_seconds, j.max_runtime_seconds)
-          FROM target t
-         WHERE j.id = t.id
-     RETURNING t.old_token
-    )
-    SELECT old_token INTO v_old FROM taken;
-    GET DIAGNOSTICS v_rows = ROW_COUNT;
-    IF v_old IS NOT NULL THEN
-        UPDATE mjsched.scheduled_job_run r
-           SET status = 'Abandoned', success = false, completed_at = v_now,
-               duration_ms = greatest(0, (extract(epoch FROM v_now - r.started_at) * 1000)::bigint),
-               error_message = 'Abandoned: the lease expired and another holder took the lock over'
-         WHERE r.id IN (SELECT o.id FROM mjsched.scheduled_job_run o
-                         WHERE o.lock_token = v_old AND o.status = 'Running' FOR UPDATE SKIP LOCKED);
+    SELECT j.lock_token INTO v_old
+      FROM mjsched.scheduled_job j
+     WHERE j.id = p_job_id
+       AND (j.lock_token IS NULL OR j.expected_completion_at < v_now OR j.lock_token = p_token)
+       AND (NOT p_require_due OR (j.status = 'Active' AND j.next_run_at <= v_now))
+       FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 0;
+        RETURN;
     END IF;
-    RETURN QUERY SELECT v_rows;
+    IF v_old = p_token THEN        -- a replay: the lost call took it
+        RETURN QUERY SELECT 1;
+        RETURN;
+    END IF;
+    PERFORM mjsched.test_pause('acquire_job_lock:job_locked');
+    IF v_old IS NOT NULL THEN
+        PERFORM mjsched.take_over(ARRAY[v_old], v_now);
+    END IF;
+    UPDATE mjsched.scheduled_job j
+       SET lock_token = p_token, locked_at = v_now, locked_by_instance = p_instance,
+           expected_completion_at = v_now + mjsched.lease_interval(p_lease_seconds, j.max_runtime_seconds)
+     WHERE j.id = p_job_id;
+    RETURN QUERY SELECT 1;
 END;
 $$;
 
--- release_job_lock: clear the lock only when the caller still holds it.
+-- release_job_lock: clear the lock only when the caller still holds it and no Running
+-- run holds it (a run's lock ends with the run: its completion releases it).
 CREATE OR REPLACE FUNCTION mjsched.release_job_lock(p_job_id uuid, p_token uuid)
 RETURNS TABLE (released integer)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE v_rows integer;
 BEGIN
-    UPDATE mjsched.scheduled_job
+    UPDATE mjsched.scheduled_job j
        SET lock_token = NULL, locked_at = NULL, locked_by_instance = NULL, expected_completion_at = NULL
-     WHERE id = p_job_id AND lock_token = p_token;
+     WHERE j.id = p_job_id AND j.lock_token = p_token
+       AND NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run r
+                        WHERE r.lock_token = p_token AND r.status = 'Running');
     GET DIAGNOSTICS v_rows = ROW_COUNT;
     RETURN QUERY SELECT v_rows;
 END;
 $$;
 
--- extend_job_leases: one call renews every lease an engine holds. A lease is renewed
--- only while its token still matches (a run still Running, a job lock still ours).
--- Returns one row per renewed token; the engine compares with what it sent.
--- Also records that the engine is alive.
+-- extend_job_leases: one call renews every lease an engine holds, and records that the
+-- engine is alive. A token is renewed only when its run is still Running AND, unless
+-- it is a Concurrent tick run (which holds no job lock), its job is still locked by the
+-- same token; then the run's lease and the job's lock move together to
+-- greatest(current lease, now + lease). Returns one row per renewed token: the engine
+-- treats a token it sent and did not get back as lost.
 CREATE OR REPLACE FUNCTION mjsched.extend_job_leases(
     p_tokens uuid[], p_lease_seconds double precision,
     p_instance varchar DEFAULT NULL, p_now timestamptz DEFAULT NULL)
 RETURNS TABLE (lock_token uuid)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
-DECLARE v_now timestamptz := coalesce(p_now, now());
+DECLARE
+    v_now timestamptz := coalesce(p_now, now());
+    v_jobs uuid[];
 BEGIN
     PERFORM mjsched.check_test_clock(p_now);
     PERFORM mjsched.check_lease(p_lease_seconds);
@@ -117,27 +263,37 @@ BEGIN
     IF p_tokens IS NULL OR cardinality(p_tokens) = 0 THEN
         RETURN;
     END IF;
+    -- Jobs first (through the runs' token index and the job's primary key, in id order).
+    SELECT coalesce(array_agg(l.id), '{}') INTO v_jobs FROM (
+        SELECT j.id FROM mjsched.scheduled_job j
+         WHERE j.id IN (SELECT h.scheduled_job_id FROM mjsched.scheduled_job_run h
+                         WHERE h.lock_token = ANY (p_tokens) AND h.status = 'Running')
+         ORDER BY j.id
+           FOR NO KEY UPDATE) l;
+    PERFORM mjsched.test_pause('extend_job_leases:jobs_locked');
     RETURN QUERY
-    WITH runs AS (
-        UPDATE mjsched.scheduled_job_run r
-           SET lease_expires_at = v_now + make_interval(secs => p_lease_seconds)
-         WHERE r.lock_token = ANY (p_tokens) AND r.status = 'Running'
-     RETURNING r.lock_token
+    WITH renewable AS (
+        SELECT r.id AS run_id, r.lock_token, j.id AS job_id, j.lock_token = r.lock_token AS holds_lock,
+               greatest(r.lease_expires_at,
+                        CASE WHEN j.lock_token = r.lock_token THEN j.expected_completion_at END,
+                        v_now + make_interval(secs => p_lease_seconds)) AS lease_until
+          FROM mjsched.scheduled_job_run r
+          JOIN mjsched.scheduled_job j ON j.id = r.scheduled_job_id
+         WHERE r.lock_token = ANY (p_tokens) AND r.status = 'Running' AND j.id = ANY (v_jobs)
+           AND (j.lock_token = r.lock_token
+                OR (j.concurrency_mode = 'Concurrent' AND r.scheduled_for IS NOT NULL))
+    ), runs AS (
+        UPDATE mjsched.scheduled_job_run r SET lease_expires_at = n.lease_until
+          FROM renewable n
+         WHERE r.id = n.run_id
+     RETURNING r.id
     ), jobs AS (
-        -- Through the runs' token index and the job's primary key: no index on the job's
-        -- lock_token (it would cost every claim and completion an index write), no scan.
-        -- A job's lock is renewed while its token's run is Running, which is every lock an
-        -- engine renews (a manual run's lock too, from begin_job_run on).
-        UPDATE mjsched.scheduled_job j
-           SET expected_completion_at = v_now + make_interval(secs => p_lease_seconds)
-          FROM mjsched.scheduled_job_run h
-         WHERE h.lock_token = ANY (p_tokens) AND h.status = 'Running'
-           AND j.id = h.scheduled_job_id AND j.lock_token = h.lock_token
-     RETURNING j.lock_token
+        UPDATE mjsched.scheduled_job j SET expected_completion_at = n.lease_until
+          FROM renewable n
+         WHERE j.id = n.job_id AND n.holds_lock
+     RETURNING j.id
     )
-    SELECT runs.lock_token FROM runs
-    UNION
-    SELECT jobs.lock_token FROM jobs;
+    SELECT DISTINCT n.lock_token FROM renewable n;
 END;
 $$;
 
@@ -145,7 +301,8 @@ $$;
 -- with a Queued run first, then due ticks oldest first), skipping rows other engines
 -- are claiming, and start their runs. A tick that already has a run (a zombie's,
 -- say) comes back with run_id NULL: the caller only advances the schedule past it.
--- Taking over an expired lease abandons the old holder's Running runs.
+-- Taking over an expired lease abandons the old holder's Running runs (take_over).
+-- Ended jobs are expired first, so a job past end_at is Expired at the next poll.
 -- The last row always has job_id NULL and carries db_now and next_due_at (the
 -- earliest instant something may become claimable; NULL when nothing is scheduled).
 --
@@ -153,10 +310,9 @@ $$;
 -- each lock token is then derived from (p_claim_id, job id), so a retry with the same
 -- p_claim_id and p_replay = true -- the reply to the first call was lost, and it may or
 -- may not have committed -- finds the claims that call made and answers them again,
--- claiming nothing new; when it finds none, the first call did not commit and this one
--- claims as usual. Without p_claim_id tokens are random and a lost reply costs those
--- jobs one lease.
-DROP FUNCTION IF EXISTS mjsched.claim_due_jobs(varchar, integer, double precision, timestamptz);
+-- claiming nothing new (claim_replay); when it finds none, the first call did not
+-- commit and this one claims as usual. Without p_claim_id tokens are random and a lost
+-- reply costs those jobs one lease.
 CREATE OR REPLACE FUNCTION mjsched.claim_due_jobs(
     p_instance varchar, p_max_jobs integer, p_lease_seconds double precision,
     p_now timestamptz DEFAULT NULL, p_claim_id uuid DEFAULT NULL, p_replay boolean DEFAULT false)
@@ -169,9 +325,6 @@ DECLARE
     v_now timestamptz := coalesce(p_now, now());
     v_left integer := p_max_jobs;
     v_rows integer;
-    v_next timestamptz;
-    v_due_left integer := 0;
-    v_locked_out integer := 0;
 BEGIN
     PERFORM mjsched.check_test_clock(p_now);
     PERFORM mjsched.check_lease(p_lease_seconds);
@@ -180,152 +333,188 @@ BEGIN
     END IF;
 
     IF p_replay AND p_claim_id IS NOT NULL THEN
-        -- 0. A replay: answer again what the first call with this claim id took.
-        RETURN QUERY
-        SELECT j.id, r.id, j.lock_token, coalesce(r.scheduled_for, j.next_run_at), r.queued_at IS NOT NULL,
-               v_now, NULL::timestamptz, NULL::integer, NULL::integer
-          FROM mjsched.scheduled_job j
-          LEFT JOIN mjsched.scheduled_job_run r ON r.lock_token = j.lock_token AND r.status = 'Running'
-         WHERE j.lock_token IS NOT NULL AND j.expected_completion_at > v_now
-           AND j.locked_by_instance = p_instance
-           AND j.lock_token = md5(p_claim_id::text || j.id::text)::uuid;
+        RETURN QUERY SELECT c.*, v_now, NULL::timestamptz, NULL::integer, NULL::integer
+                       FROM mjsched.claim_replay(p_instance, p_claim_id, v_now) c;
         GET DIAGNOSTICS v_rows = ROW_COUNT;
         IF v_rows > 0 THEN
             v_left := 0;
         END IF;
     END IF;
-
+    PERFORM mjsched.expire_ended_jobs(v_now);
     IF v_left > 0 THEN
-        -- 1. Jobs holding a Queued run, lock free: start their oldest queued run.
-        RETURN QUERY
-        WITH candidates AS (
-            SELECT j.id, j.lock_token AS old_token, j.max_runtime_seconds
-              FROM mjsched.scheduled_job j
-             WHERE j.id IN (SELECT q.scheduled_job_id FROM mjsched.scheduled_job_run q
-                             WHERE q.status = 'Queued')
-               AND j.status = 'Active'
-               AND (j.start_at IS NULL OR j.start_at <= v_now)
-               AND (j.end_at IS NULL OR j.end_at > v_now)
-               AND (j.lock_token IS NULL OR j.expected_completion_at < v_now)
-             LIMIT v_left
-               FOR UPDATE OF j SKIP LOCKED
-        ), taken AS (
-            UPDATE mjsched.scheduled_job j
-               SET lock_token = coalesce(md5(p_claim_id::text || j.id::text)::uuid, gen_random_uuid()),
-                   locked_at = v_now, locked_by_instance = p_instance,
-                   expected_completion_at = v_now + mjsched.lease_interval(p_lease_seconds, c.max_runtime_seconds)
-              FROM candidates c
-             WHERE j.id = c.id
-         RETURNING j.id, j.lock_token, c.old_token, j.expected_completion_at AS lease_until
-        ), picked AS (
-            SELECT DISTINCT ON (q.scheduled_job_id) q.id, t.lock_token, t.lease_until
-              FROM taken t
-              JOIN mjsched.scheduled_job_run q ON q.scheduled_job_id = t.id AND q.status = 'Queued'
-             ORDER BY q.scheduled_job_id, q.queued_at, q.scheduled_for
-        ), started AS (
-            UPDATE mjsched.scheduled_job_run r
-               SET status = 'Running', started_at = v_now, executed_by_instance = p_instance,
-                   lock_token = p.lock_token, lease_expires_at = p.lease_until
-              FROM picked p
-             WHERE r.id = p.id
-         RETURNING r.scheduled_job_id, r.id, r.lock_token, r.scheduled_for
-        ), abandoned AS (
-            UPDATE mjsched.scheduled_job_run r
-               SET status = 'Abandoned', success = false, completed_at = v_now,
-                   duration_ms = greatest(0, (extract(epoch FROM v_now - r.started_at) * 1000)::bigint),
-                   error_message = 'Abandoned: the lease expired and another engine took the lock over'
-             WHERE r.id IN (SELECT o.id FROM mjsched.scheduled_job_run o JOIN taken t ON o.lock_token = t.old_token
-                             WHERE o.status = 'Running' FOR UPDATE OF o SKIP LOCKED)
-        )
-        SELECT s.scheduled_job_id, s.id, s.lock_token, s.scheduled_for, true, v_now, NULL::timestamptz,
-               NULL::integer, NULL::integer
-          FROM started s;
+        RETURN QUERY SELECT c.*, v_now, NULL::timestamptz, NULL::integer, NULL::integer
+                       FROM mjsched.claim_queued(p_instance, v_left, p_lease_seconds, v_now, p_claim_id) c;
         GET DIAGNOSTICS v_rows = ROW_COUNT;
         v_left := v_left - v_rows;
     END IF;
-
     IF v_left > 0 THEN
-        -- 2. Due ticks: an index range scan on (status, next_run_at).
-        RETURN QUERY
-        WITH candidates AS (
-            SELECT j.id, j.lock_token AS old_token, j.max_runtime_seconds
-              FROM mjsched.scheduled_job j
-             WHERE j.status = 'Active'
-               AND j.next_run_at <= v_now
-               AND (j.start_at IS NULL OR j.start_at <= v_now)
-               AND (j.end_at IS NULL OR j.end_at > v_now)
-               AND (j.lock_token IS NULL OR j.expected_completion_at < v_now)
-               AND NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run q
-                                WHERE q.scheduled_job_id = j.id AND q.status = 'Queued')
-             ORDER BY j.next_run_at
-             LIMIT v_left
-               FOR UPDATE OF j SKIP LOCKED
-        ), taken AS (
-            UPDATE mjsched.scheduled_job j
-               SET lock_token = coalesce(md5(p_claim_id::text || j.id::text)::uuid, gen_random_uuid()),
-                   locked_at = v_now, locked_by_instance = p_instance,
-                   expected_completion_at = v_now + mjsched.lease_interval(p_lease_seconds, c.max_runtime_seconds)
-              FROM candidates c
-             WHERE j.id = c.id
-         RETURNING j.id, j.lock_token, c.old_token, j.next_run_at, j.expected_completion_at AS lease_until
-        ), inserted AS (
-            INSERT INTO mjsched.scheduled_job_run
-                   (scheduled_job_id, scheduled_for, status, started_at, executed_by_instance,
-                    lock_token, lease_expires_at)
-            SELECT t.id, t.next_run_at, 'Running', v_now, p_instance, t.lock_token, t.lease_until
-              FROM taken t
-            ON CONFLICT (scheduled_job_id, scheduled_for) DO NOTHING
-            RETURNING id, scheduled_job_id
-        ), abandoned AS (
-            UPDATE mjsched.scheduled_job_run r
-               SET status = 'Abandoned', success = false, completed_at = v_now,
-                   duration_ms = greatest(0, (extract(epoch FROM v_now - r.started_at) * 1000)::bigint),
-                   error_message = 'Abandoned: the lease expired and another engine took the lock over'
-             WHERE r.id IN (SELECT o.id FROM mjsched.scheduled_job_run o JOIN taken t ON o.lock_token = t.old_token
-                             WHERE o.status = 'Running' FOR UPDATE OF o SKIP LOCKED)
-        )
-        SELECT t.id, i.id, t.lock_token, t.next_run_at, false, v_now, NULL::timestamptz,
-               NULL::integer, NULL::integer
-          FROM taken t
-          LEFT JOIN inserted i ON i.scheduled_job_id = t.id;
+        RETURN QUERY SELECT c.*, v_now, NULL::timestamptz, NULL::integer, NULL::integer
+                       FROM mjsched.claim_ticks(p_instance, v_left, p_lease_seconds, v_now, p_claim_id) c;
         GET DIAGNOSTICS v_rows = ROW_COUNT;
         v_left := v_left - v_rows;
     END IF;
-
-    SELECT min(s.t) INTO v_next FROM (
-        SELECT min(j.next_run_at) AS t FROM mjsched.scheduled_job j
-         WHERE j.status = 'Active' AND j.next_run_at > v_now
-        UNION ALL
-        SELECT min(j.expected_completion_at) FROM mjsched.scheduled_job j
-         WHERE j.lock_token IS NOT NULL AND j.expected_completion_at > v_now
-        UNION ALL
-        SELECT min(r.lease_expires_at) FROM mjsched.scheduled_job_run r
-         WHERE r.status = 'Running' AND r.lease_expires_at > v_now
-    ) s;
-
-    -- Counters for DispatchResult: due jobs left unclaimed for want of slots (counted
-    -- only when the batch was full), and due jobs held by other engines' live leases.
-    -- Both counts are capped at 1000: they feed a log line and must not cost O(backlog).
-    IF v_left <= 0 THEN
-        SELECT count(*) INTO v_due_left FROM (
-            SELECT 1 FROM mjsched.scheduled_job j
-             WHERE j.status = 'Active' AND j.next_run_at <= v_now
-               AND (j.start_at IS NULL OR j.start_at <= v_now) AND (j.end_at IS NULL OR j.end_at > v_now)
-               AND (j.lock_token IS NULL OR j.expected_completion_at < v_now)
-             LIMIT 1000) d;
-    END IF;
-    SELECT count(*) INTO v_locked_out FROM (
-        SELECT 1 FROM mjsched.scheduled_job j
-         WHERE j.status = 'Active' AND j.next_run_at <= v_now
-           AND j.lock_token IS NOT NULL AND j.expected_completion_at >= v_now
-           AND j.locked_by_instance IS DISTINCT FROM p_instance
-         LIMIT 1000) d;
-
-    RETURN QUERY SELECT NULL::uuid, NULL::uuid, NULL::uuid, NULL::timestamptz, false, v_now, v_next,
-                        v_due_left, v_locked_out;
+    RETURN QUERY SELECT NULL::uuid, NULL::uuid, NULL::uuid, NULL::timestamptz, false, v_now,
+                        mjsched.next_due_at(v_now), t.due_left, t.locked_out
+                   FROM mjsched.claim_counters(p_instance, v_left <= 0, v_now) t;
 END;
 $$;
 
+-- claim_token: the lock token of a claim: derived from (claim id, job id) when the
+-- claim is named (so a replay can find it), random otherwise.
+CREATE OR REPLACE FUNCTION mjsched.claim_token(p_claim_id uuid, p_job_id uuid) RETURNS uuid
+LANGUAGE sql VOLATILE AS $$
+    SELECT coalesce(md5(p_claim_id::text || p_job_id::text)::uuid, gen_random_uuid())
+$$;
+
+-- claim_replay: what a committed claim with this id took and still holds.
+CREATE OR REPLACE FUNCTION mjsched.claim_replay(p_instance varchar, p_claim_id uuid, p_now timestamptz)
+RETURNS TABLE (job_id uuid, run_id uuid, lock_token uuid, scheduled_for timestamptz, from_queue boolean)
+LANGUAGE sql STABLE AS $$
+    SELECT j.id, r.id, j.lock_token, coalesce(r.scheduled_for, j.next_run_at), r.queued_at IS NOT NULL
+      FROM mjsched.scheduled_job j
+      LEFT JOIN mjsched.scheduled_job_run r ON r.lock_token = j.lock_token AND r.status = 'Running'
+     WHERE j.lock_token IS NOT NULL AND j.expected_completion_at > p_now
+       AND j.locked_by_instance = p_instance
+       AND j.lock_token = md5(p_claim_id::text || j.id::text)::uuid
+$$;
+
+-- claim_queued: lock claimable jobs holding a Queued run and start their oldest one.
+CREATE OR REPLACE FUNCTION mjsched.claim_queued(
+    p_instance varchar, p_max_jobs integer, p_lease_seconds double precision, p_now timestamptz,
+    p_claim_id uuid)
+RETURNS TABLE (job_id uuid, run_id uuid, lock_token uuid, scheduled_for timestamptz, from_queue boolean)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_ids uuid[];
+    v_old uuid[];
+BEGIN
+    SELECT coalesce(array_agg(c.id), '{}'), coalesce(array_agg(c.lock_token) FILTER (WHERE c.lock_token IS NOT NULL), '{}')
+      INTO v_ids, v_old
+      FROM (SELECT j.id, j.lock_token FROM mjsched.scheduled_job j
+             WHERE j.id IN (SELECT q.scheduled_job_id FROM mjsched.scheduled_job_run q WHERE q.status = 'Queued')
+               AND mjsched.claimable(j.status, j.start_at, j.end_at, j.lock_token, j.expected_completion_at, p_now)
+             LIMIT p_max_jobs
+               FOR NO KEY UPDATE OF j SKIP LOCKED) c;
+    IF cardinality(v_ids) = 0 THEN
+        RETURN;
+    END IF;
+    PERFORM mjsched.test_pause('claim_due_jobs:queued_jobs_locked');
+    PERFORM mjsched.take_over(v_old, p_now);
+    RETURN QUERY
+    WITH taken AS (
+        UPDATE mjsched.scheduled_job j
+           SET lock_token = mjsched.claim_token(p_claim_id, j.id),
+               locked_at = p_now, locked_by_instance = p_instance,
+               expected_completion_at = p_now + mjsched.lease_interval(p_lease_seconds, j.max_runtime_seconds)
+         WHERE j.id = ANY (v_ids)
+           AND EXISTS (SELECT 1 FROM mjsched.scheduled_job_run q
+                        WHERE q.scheduled_job_id = j.id AND q.status = 'Queued')
+     RETURNING j.id, j.lock_token, j.expected_completion_at AS lease_until
+    ), picked AS (
+        SELECT DISTINCT ON (q.scheduled_job_id) q.id, t.lock_token, t.lease_until
+          FROM taken t
+          JOIN mjsched.scheduled_job_run q ON q.scheduled_job_id = t.id AND q.status = 'Queued'
+         ORDER BY q.scheduled_job_id, q.queued_at, q.scheduled_for
+    ), started AS (
+        UPDATE mjsched.scheduled_job_run r
+           SET status = 'Running', started_at = p_now, executed_by_instance = p_instance,
+               lock_token = p.lock_token, lease_expires_at = p.lease_until
+          FROM picked p
+         WHERE r.id = p.id
+     RETURNING r.scheduled_job_id, r.id, r.lock_token, r.scheduled_for
+    )
+    SELECT s.scheduled_job_id, s.id, s.lock_token, s.scheduled_for, true FROM started s;
+END;
+$$;
+
+-- claim_ticks: lock claimable due jobs (oldest tick first; an index range scan on
+-- (status, next_run_at)) that hold no Queued run, and start a run for each tick.
+CREATE OR REPLACE FUNCTION mjsched.claim_ticks(
+    p_instance varchar, p_max_jobs integer, p_lease_seconds double precision, p_now timestamptz,
+    p_claim_id uuid)
+RETURNS TABLE (job_id uuid, run_id uuid, lock_token uuid, scheduled_for timestamptz, from_queue boolean)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_ids uuid[];
+    v_old uuid[];
+BEGIN
+    SELECT coalesce(array_agg(c.id), '{}'), coalesce(array_agg(c.lock_token) FILTER (WHERE c.lock_token IS NOT NULL), '{}')
+      INTO v_ids, v_old
+      FROM (SELECT j.id, j.lock_token FROM mjsched.scheduled_job j
+             WHERE j.status = 'Active' AND j.next_run_at <= p_now
+               AND mjsched.claimable(j.status, j.start_at, j.end_at, j.lock_token, j.expected_completion_at, p_now)
+               AND NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run q
+                                WHERE q.scheduled_job_id = j.id AND q.status = 'Queued')
+             ORDER BY j.next_run_at
+             LIMIT p_max_jobs
+               FOR NO KEY UPDATE OF j SKIP LOCKED) c;
+    IF cardinality(v_ids) = 0 THEN
+        RETURN;
+    END IF;
+    PERFORM mjsched.test_pause('claim_due_jobs:due_jobs_locked');
+    PERFORM mjsched.take_over(v_old, p_now);
+    RETURN QUERY
+    WITH taken AS (
+        UPDATE mjsched.scheduled_job j
+           SET lock_token = mjsched.claim_token(p_claim_id, j.id),
+               locked_at = p_now, locked_by_instance = p_instance,
+               expected_completion_at = p_now + mjsched.lease_interval(p_lease_seconds, j.max_runtime_seconds)
+         WHERE j.id = ANY (v_ids)
+     RETURNING j.id, j.lock_token, j.next_run_at, j.expected_completion_at AS lease_until
+    ), inserted AS (
+        INSERT INTO mjsched.scheduled_job_run
+               (scheduled_job_id, scheduled_for, status, started_at, executed_by_instance,
+                lock_token, lease_expires_at)
+        SELECT t.id, t.next_run_at, 'Running', p_now, p_instance, t.lock_token, t.lease_until
+          FROM taken t
+        ON CONFLICT (scheduled_job_id, scheduled_for) DO NOTHING
+        RETURNING id, scheduled_job_id
+    )
+    SELECT t.id, i.id, t.lock_token, t.next_run_at, false
+      FROM taken t
+      LEFT JOIN inserted i ON i.scheduled_job_id = t.id;
+END;
+$$;
+
+-- next_due_at: the earliest instant something may become claimable (a tick, a lapsing
+-- lock or run lease); NULL when nothing is scheduled.
+CREATE OR REPLACE FUNCTION mjsched.next_due_at(p_now timestamptz) RETURNS timestamptz
+LANGUAGE sql STABLE AS $$
+    SELECT min(s.t) FROM (
+        SELECT min(j.next_run_at) AS t FROM mjsched.scheduled_job j
+         WHERE j.status = 'Active' AND j.next_run_at > p_now
+        UNION ALL
+        SELECT min(j.expected_completion_at) FROM mjsched.scheduled_job j
+         WHERE j.lock_token IS NOT NULL AND j.expected_completion_at > p_now
+        UNION ALL
+        SELECT min(r.lease_expires_at) FROM mjsched.scheduled_job_run r
+         WHERE r.status = 'Running' AND r.lease_expires_at > p_now
+    ) s
+$$;
+
+-- claim_counters: for DispatchResult, due jobs left unclaimed for want of slots (counted
+-- only when the batch was full) and due jobs held by other engines' live leases. Both
+-- are capped at 1000: they feed a log line and must not cost O(backlog).
+CREATE OR REPLACE FUNCTION mjsched.claim_counters(p_instance varchar, p_batch_full boolean, p_now timestamptz)
+RETURNS TABLE (due_left integer, locked_out integer)
+LANGUAGE sql STABLE AS $$
+    SELECT CASE WHEN p_batch_full THEN (
+               SELECT count(*)::integer FROM (
+                   SELECT 1 FROM mjsched.scheduled_job j
+                    WHERE j.status = 'Active' AND j.next_run_at <= p_now
+                      AND mjsched.claimable(j.status, j.start_at, j.end_at, j.lock_token,
+                                            j.expected_completion_at, p_now)
+                    LIMIT 1000) d)
+           ELSE 0 END,
+           (SELECT count(*)::integer FROM (
+               SELECT 1 FROM mjsched.scheduled_job j
+                WHERE j.status = 'Active' AND j.next_run_at <= p_now
+                  AND j.lock_token IS NOT NULL AND j.expected_completion_at >= p_now
+                  AND j.locked_by_instance IS DISTINCT FROM p_instance
+                LIMIT 1000) d)
+$$;
 -- complete_job_runs: finish many runs in one transaction (batched completion).
 -- p_items: JSON array of {run_id, token, status, error_message, details, next_run_at,
 -- guard, expected_next_run_at}. Each run is fenced by its token and must still be
@@ -333,7 +522,7 @@ $$;
 -- set) only where the same token still holds it. With guard true, next_run_at is set
 -- only while the job's next_run_at is still expected_next_run_at (what the engine saw
 -- when it claimed the run): a schedule edited during the run keeps the edit's next run.
--- Returns one row per item: completed 0/1.
+-- Returns one row per item: completed 0/1. The items' job rows are locked first (lock order).
 CREATE OR REPLACE FUNCTION mjsched.complete_job_runs(p_items jsonb, p_now timestamptz DEFAULT NULL)
 RETURNS TABLE (run_id uuid, completed integer)
 LANGUAGE plpgsql AS $$
@@ -350,6 +539,13 @@ BEGIN
         RAISE EXCEPTION 'status must be one of Completed, Failed, Timeout, Cancelled, Skipped'
             USING ERRCODE = '22023';
     END IF;
+
+    PERFORM 1 FROM mjsched.scheduled_job j
+     WHERE j.id IN (SELECT r.scheduled_job_id FROM mjsched.scheduled_job_run r
+                     WHERE r.id IN (SELECT (e->>'run_id')::uuid FROM jsonb_array_elements(p_items) e))
+     ORDER BY j.id
+       FOR NO KEY UPDATE;
+    PERFORM mjsched.test_pause('complete_job_runs:jobs_locked');
 
     RETURN QUERY
     WITH items AS (
@@ -432,71 +628,59 @@ LANGUAGE sql AS $$
         p_now) c
 $$;
 
--- sweep_expired_leases: Running runs whose lease lapsed become Abandoned (only rows
--- still Running), expired job locks are freed, Active jobs past end_at become
--- Expired. Cheap when nothing is stale: each step is a partial-index scan.
+-- sweep_expired_leases: lapsed job locks are freed and the Running runs that held
+-- them abandoned, in one step (jobs first); then lapsed runs that hold no job lock
+-- (Concurrent tick runs) are abandoned; then Active jobs past end_at become Expired.
+-- Rows other callers hold are skipped (the next sweep gets them). Cheap when nothing
+-- is stale: each step is a partial-index scan.
 CREATE OR REPLACE FUNCTION mjsched.sweep_expired_leases(p_now timestamptz DEFAULT NULL)
 RETURNS TABLE (swept integer, locks_freed integer, expired_jobs integer)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
     v_now timestamptz := coalesce(p_now, now());
+    v_reason constant text := 'Abandoned: the lease expired before the run completed '
+                              '(engine {engine} stopped renewing it)';
+    v_ids uuid[];
+    v_tokens uuid[];
     v_swept integer;
     v_freed integer;
-    v_expired integer;
 BEGIN
     PERFORM mjsched.check_test_clock(p_now);
-    WITH stale AS (
-        SELECT r.id FROM mjsched.scheduled_job_run r
-         WHERE r.status = 'Running' AND r.lease_expires_at < v_now
-           FOR UPDATE SKIP LOCKED
-    ), abandoned AS (
-        UPDATE mjsched.scheduled_job_run r
-           SET status = 'Abandoned', success = false, completed_at = v_now,
-               duration_ms = greatest(0, (extract(epoch FROM v_now - r.started_at) * 1000)::bigint),
-               error_message = 'Abandoned: the lease expired before the run completed '
-                               || '(engine ' || coalesce(r.executed_by_instance, '?') || ' stopped renewing it)'
-          FROM stale s
-         WHERE r.id = s.id
-     RETURNING r.scheduled_job_id
-    ), per_job AS (
-        SELECT a.scheduled_job_id, count(*) AS n FROM abandoned a GROUP BY a.scheduled_job_id
-    ), counted AS (
-        UPDATE mjsched.scheduled_job j
-           SET run_count = j.run_count + p.n, failure_count = j.failure_count + p.n
-          FROM per_job p
-         WHERE j.id = p.scheduled_job_id
-     RETURNING j.id
-    )
-    SELECT count(*) INTO v_swept FROM abandoned;
-
-    WITH stale AS (
-        SELECT j.id FROM mjsched.scheduled_job j
-         WHERE j.lock_token IS NOT NULL AND j.expected_completion_at < v_now
-           FOR UPDATE SKIP LOCKED
-    )
+    -- 1. Lapsed locks, with the runs holding them.
+    SELECT coalesce(array_agg(s.id), '{}'), coalesce(array_agg(s.lock_token), '{}') INTO v_ids, v_tokens
+      FROM (SELECT j.id, j.lock_token FROM mjsched.scheduled_job j
+             WHERE j.lock_token IS NOT NULL AND j.expected_completion_at < v_now
+               FOR NO KEY UPDATE SKIP LOCKED) s;
+    PERFORM mjsched.test_pause('sweep_expired_leases:lapsed_locks_locked');
+    v_swept := mjsched.abandon_runs(mjsched.runs_of_tokens(v_tokens), v_now, v_reason);
     UPDATE mjsched.scheduled_job j
        SET lock_token = NULL, locked_at = NULL, locked_by_instance = NULL, expected_completion_at = NULL
-      FROM stale s
-     WHERE j.id = s.id;
+     WHERE j.id = ANY (v_ids);
     GET DIAGNOSTICS v_freed = ROW_COUNT;
 
-    WITH ended AS (
-        SELECT j.id FROM mjsched.scheduled_job j
-         WHERE j.status = 'Active' AND j.end_at IS NOT NULL AND j.end_at <= v_now
-           FOR UPDATE SKIP LOCKED
-    )
-    UPDATE mjsched.scheduled_job j SET status = 'Expired', next_run_at = NULL
-      FROM ended e
-     WHERE j.id = e.id;
-    GET DIAGNOSTICS v_expired = ROW_COUNT;
+    -- 2. Lapsed runs that hold no job lock.
+    SELECT coalesce(array_agg(s.id), '{}') INTO v_ids
+      FROM (SELECT j.id FROM mjsched.scheduled_job j
+             WHERE j.id IN (SELECT r.scheduled_job_id FROM mjsched.scheduled_job_run r
+                             WHERE r.status = 'Running' AND r.lease_expires_at < v_now)
+               FOR NO KEY UPDATE SKIP LOCKED) s;
+    PERFORM mjsched.test_pause('sweep_expired_leases:lapsed_runs_locked');
+    v_swept := v_swept + mjsched.abandon_runs(ARRAY(
+        SELECT r.id FROM mjsched.scheduled_job_run r
+          JOIN mjsched.scheduled_job j ON j.id = r.scheduled_job_id
+         WHERE r.scheduled_job_id = ANY (v_ids) AND r.status = 'Running' AND r.lease_expires_at < v_now
+           AND j.lock_token IS DISTINCT FROM r.lock_token
+         ORDER BY r.id), v_now, v_reason);
 
-    RETURN QUERY SELECT v_swept, v_freed, v_expired;
+    RETURN QUERY SELECT v_swept, v_freed, mjsched.expire_ended_jobs(v_now);
 END;
 $$;
 
--- enqueue_job_run (Queue mode): keep a tick that came while the job runs as one
--- Queued run; at most one per tick (the UNIQUE index) and at most max_queued_runs.
+-- enqueue_job_run (Queue mode): keep a tick that came due while the job runs as one
+-- Queued run: at most one per tick (the UNIQUE index), at most max_queued_runs, and
+-- only a tick later than the start of the Running run that holds the job's lock and
+-- not in the future. A tick refused once (queue full) is never queued later.
 CREATE OR REPLACE FUNCTION mjsched.enqueue_job_run(
     p_job_id uuid, p_scheduled_for timestamptz, p_now timestamptz DEFAULT NULL)
 RETURNS TABLE (enqueued integer)
@@ -505,17 +689,24 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_now timestamptz := coalesce(p_now, now());
     v_limit integer;
+    v_token uuid;
+    v_started timestamptz;
     v_rows integer := 0;
 BEGIN
     PERFORM mjsched.check_test_clock(p_now);
     IF p_scheduled_for IS NULL THEN
         RAISE EXCEPTION 'scheduled_for must not be NULL' USING ERRCODE = '22023';
     END IF;
-    SELECT j.max_queued_runs INTO v_limit
+    SELECT j.max_queued_runs, j.lock_token INTO v_limit, v_token
       FROM mjsched.scheduled_job j
      WHERE j.id = p_job_id AND j.concurrency_mode = 'Queue' AND j.status = 'Active'
        FOR NO KEY UPDATE;
-    IF v_limit IS NOT NULL
+    PERFORM mjsched.test_pause('enqueue_job_run:job_locked');
+    SELECT r.started_at INTO v_started
+      FROM mjsched.scheduled_job_run r
+     WHERE r.lock_token = v_token AND r.status = 'Running' AND r.scheduled_job_id = p_job_id;
+    IF v_limit IS NOT NULL AND v_started IS NOT NULL
+       AND p_scheduled_for > v_started AND p_scheduled_for <= v_now
        AND (SELECT count(*) FROM mjsched.scheduled_job_run q
              WHERE q.scheduled_job_id = p_job_id AND q.status = 'Queued') < v_limit THEN
         INSERT INTO mjsched.scheduled_job_run (scheduled_job_id, scheduled_for, status, queued_at)
@@ -527,9 +718,10 @@ BEGIN
 END;
 $$;
 
--- advance_job: move a held job's schedule and, with p_release, drop its lock (used
--- for Concurrent runs, which keep only their run lease, and for ticks that already
--- had a run).
+-- advance_job: move a held job's schedule and, with p_release, drop its lock (for a
+-- Concurrent tick run, which keeps only its run lease, and for a tick that already had
+-- a run). A release is refused while a run of another mode holds the token: that lock
+-- ends with its run.
 CREATE OR REPLACE FUNCTION mjsched.advance_job(
     p_job_id uuid, p_token uuid, p_next_run_at timestamptz, p_release boolean)
 RETURNS TABLE (advanced integer)
@@ -543,32 +735,186 @@ BEGIN
            locked_at = CASE WHEN p_release THEN NULL ELSE j.locked_at END,
            locked_by_instance = CASE WHEN p_release THEN NULL ELSE j.locked_by_instance END,
            expected_completion_at = CASE WHEN p_release THEN NULL ELSE j.expected_completion_at END
-     WHERE j.id = p_job_id AND j.lock_token = p_token;
+     WHERE j.id = p_job_id AND j.lock_token = p_token
+       AND (NOT p_release OR j.concurrency_mode = 'Concurrent'
+            OR NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run r
+                            WHERE r.lock_token = p_token AND r.status = 'Running'));
     GET DIAGNOSTICS v_rows = ROW_COUNT;
     RETURN QUERY SELECT v_rows;
 END;
 $$;
 
 -- begin_job_run: a Running run for a job whose lock the caller holds (manual runs
--- have scheduled_for NULL). Returns the run id, or no row when the lock is not ours.
+-- have scheduled_for NULL), sharing the lock's lease. Returns the run id, or no row
+-- when the lock is not ours. Idempotent for its token: while a Running run already
+-- holds p_token (a replay after a lost reply), that run's id is answered and no second
+-- run is made. Kept for engines of release 2; this release uses start_manual_run.
 CREATE OR REPLACE FUNCTION mjsched.begin_job_run(
     p_job_id uuid, p_token uuid, p_instance varchar, p_scheduled_for timestamptz,
     p_now timestamptz DEFAULT NULL)
 RETURNS TABLE (run_id uuid)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
-DECLARE v_now timestamptz := coalesce(p_now, now());
+DECLARE
+    v_now timestamptz := coalesce(p_now, now());
+    v_lease timestamptz;
 BEGIN
     PERFORM mjsched.check_test_clock(p_now);
+    SELECT j.expected_completion_at INTO v_lease
+      FROM mjsched.scheduled_job j
+     WHERE j.id = p_job_id AND j.lock_token = p_token
+       FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    PERFORM mjsched.test_pause('begin_job_run:job_locked');
+    RETURN QUERY SELECT r.id FROM mjsched.scheduled_job_run r
+                  WHERE r.lock_token = p_token AND r.status = 'Running' AND r.scheduled_job_id = p_job_id;
+    IF FOUND THEN
+        RETURN;
+    END IF;
     RETURN QUERY
     INSERT INTO mjsched.scheduled_job_run
            (scheduled_job_id, scheduled_for, status, started_at, executed_by_instance,
             lock_token, lease_expires_at)
-    SELECT j.id, p_scheduled_for, 'Running', v_now, p_instance, j.lock_token, j.expected_completion_at
-      FROM mjsched.scheduled_job j
-     WHERE j.id = p_job_id AND j.lock_token = p_token
+    VALUES (p_job_id, p_scheduled_for, 'Running', v_now, p_instance, p_token, v_lease)
     ON CONFLICT (scheduled_job_id, scheduled_for) DO NOTHING
     RETURNING id;
+END;
+$$;
+
+-- start_manual_run: take the job's lock and start a manual run in one replay-safe call.
+-- The lock token derives from (p_request_id, job id): a retry with p_replay = true
+-- after a lost reply answers the run the lost call started instead of being refused
+-- by its own lock. Outcomes: started | locked (a live lease holds the job) |
+-- not_active (status is not Active and p_force is false) | not_found.
+CREATE OR REPLACE FUNCTION mjsched.start_manual_run(
+    p_job_id uuid, p_request_id uuid, p_instance varchar, p_lease_seconds double precision,
+    p_force boolean DEFAULT false, p_replay boolean DEFAULT false, p_now timestamptz DEFAULT NULL)
+RETURNS TABLE (outcome varchar, run_id uuid, lock_token uuid)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_now timestamptz := coalesce(p_now, now());
+    v_token uuid;
+    v_job mjsched.scheduled_job;
+    v_run uuid;
+BEGIN
+    PERFORM mjsched.check_test_clock(p_now);
+    PERFORM mjsched.check_lease(p_lease_seconds);
+    IF p_request_id IS NULL THEN
+        RAISE EXCEPTION 'request_id must not be NULL' USING ERRCODE = '22023';
+    END IF;
+    v_token := md5(p_request_id::text || p_job_id::text)::uuid;
+    SELECT * INTO v_job FROM mjsched.scheduled_job j WHERE j.id = p_job_id FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 'not_found'::varchar, NULL::uuid, NULL::uuid;
+        RETURN;
+    END IF;
+    IF p_replay THEN
+        SELECT r.id INTO v_run FROM mjsched.scheduled_job_run r
+         WHERE r.lock_token = v_token AND r.scheduled_job_id = p_job_id;
+        IF v_run IS NOT NULL THEN
+            RETURN QUERY SELECT 'started'::varchar, v_run, v_token;
+            RETURN;
+        END IF;
+    END IF;
+    IF v_job.status <> 'Active' AND NOT coalesce(p_force, false) THEN
+        RETURN QUERY SELECT 'not_active'::varchar, NULL::uuid, NULL::uuid;
+        RETURN;
+    END IF;
+    IF v_job.lock_token IS NOT NULL AND v_job.expected_completion_at >= v_now THEN
+        RETURN QUERY SELECT 'locked'::varchar, NULL::uuid, NULL::uuid;
+        RETURN;
+    END IF;
+    PERFORM mjsched.test_pause('start_manual_run:job_locked');
+    IF v_job.lock_token IS NOT NULL THEN
+        PERFORM mjsched.take_over(ARRAY[v_job.lock_token], v_now);
+    END IF;
+    UPDATE mjsched.scheduled_job j
+       SET lock_token = v_token, locked_at = v_now, locked_by_instance = p_instance,
+           expected_completion_at = v_now + mjsched.lease_interval(p_lease_seconds, j.max_runtime_seconds)
+     WHERE j.id = p_job_id;
+    INSERT INTO mjsched.scheduled_job_run
+           (scheduled_job_id, scheduled_for, status, started_at, executed_by_instance, lock_token, lease_expires_at)
+    SELECT j.id, NULL, 'Running', v_now, p_instance, v_token, j.expected_completion_at
+      FROM mjsched.scheduled_job j WHERE j.id = p_job_id
+    RETURNING id INTO v_run;
+    RETURN QUERY SELECT 'started'::varchar, v_run, v_token;
+END;
+$$;
+
+-- release_engine_locks: hand back everything an engine instance holds -- its job locks
+-- and its Running runs (Abandoned with p_reason, counted) -- fenced, so the holder's
+-- late completion changes nothing. Called by an engine for itself at close/exit, and
+-- at start-up for a previous engine of its host whose process is gone (or its own
+-- instance name after a clean stop). Idempotent.
+CREATE OR REPLACE FUNCTION mjsched.release_engine_locks(
+    p_instance varchar, p_reason text, p_now timestamptz DEFAULT NULL)
+RETURNS TABLE (runs_abandoned integer, locks_freed integer)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_now timestamptz := coalesce(p_now, now());
+    v_ids uuid[];
+    v_runs integer;
+    v_freed integer;
+BEGIN
+    PERFORM mjsched.check_test_clock(p_now);
+    IF p_instance IS NULL OR p_instance = '' THEN
+        RAISE EXCEPTION 'instance must not be empty' USING ERRCODE = '22023';
+    END IF;
+    SELECT coalesce(array_agg(s.id), '{}') INTO v_ids
+      FROM (SELECT j.id FROM mjsched.scheduled_job j
+             WHERE j.locked_by_instance = p_instance
+                OR j.id IN (SELECT r.scheduled_job_id FROM mjsched.scheduled_job_run r
+                             WHERE r.status = 'Running' AND r.executed_by_instance = p_instance)
+             ORDER BY j.id
+               FOR NO KEY UPDATE) s;
+    PERFORM mjsched.test_pause('release_engine_locks:jobs_locked');
+    v_runs := mjsched.abandon_runs(ARRAY(
+        SELECT r.id FROM mjsched.scheduled_job_run r
+         WHERE r.scheduled_job_id = ANY (v_ids) AND r.status = 'Running'
+           AND (r.executed_by_instance = p_instance
+                OR r.lock_token IN (SELECT j.lock_token FROM mjsched.scheduled_job j
+                                     WHERE j.id = ANY (v_ids) AND j.locked_by_instance = p_instance))
+         ORDER BY r.id), v_now, coalesce(p_reason, 'Abandoned: engine ' || p_instance || ' handed it back'));
+    UPDATE mjsched.scheduled_job j
+       SET lock_token = NULL, locked_at = NULL, locked_by_instance = NULL, expected_completion_at = NULL
+     WHERE j.id = ANY (v_ids) AND j.locked_by_instance = p_instance;
+    GET DIAGNOSTICS v_freed = ROW_COUNT;
+    RETURN QUERY SELECT v_runs, v_freed;
+END;
+$$;
+
+-- force_unlock_job: the operator's override (`mjsched jobs unlock`): free the job's
+-- lock whoever holds it, abandoning the Running run that held it (fenced: its late
+-- completion is refused). Returns the old holder, or no row when the job was not locked.
+CREATE OR REPLACE FUNCTION mjsched.force_unlock_job(
+    p_job_id uuid, p_reason text, p_now timestamptz DEFAULT NULL)
+RETURNS TABLE (locked_by_instance varchar, runs_abandoned integer)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_now timestamptz := coalesce(p_now, now());
+    v_token uuid;
+    v_holder varchar;
+    v_runs integer;
+BEGIN
+    PERFORM mjsched.check_test_clock(p_now);
+    SELECT j.lock_token, j.locked_by_instance INTO v_token, v_holder
+      FROM mjsched.scheduled_job j WHERE j.id = p_job_id AND j.lock_token IS NOT NULL
+       FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    PERFORM mjsched.test_pause('force_unlock_job:job_locked');
+    v_runs := mjsched.abandon_runs(mjsched.runs_of_tokens(ARRAY[v_token]), v_now,
+                                   coalesce(p_reason, 'Abandoned: an operator unlocked the job'));
+    UPDATE mjsched.scheduled_job j
+       SET lock_token = NULL, locked_at = NULL, locked_by_instance = NULL, expected_completion_at = NULL
+     WHERE j.id = p_job_id;
+    RETURN QUERY SELECT v_holder, v_runs;
 END;
 $$;
 
@@ -627,4 +973,19 @@ LANGUAGE sql STABLE AS $$
       JOIN pg_namespace n ON n.oid = p.pronamespace
      WHERE n.nspname = 'mjsched' AND p.prokind = 'f' AND p.proname NOT LIKE 'tg\_%'
      ORDER BY 1
+$$;
+
+-- engines_holding_locks: the engines of a host that still hold a job lock or a Running
+-- run, with their pid and whether they stopped cleanly. A starting engine releases what
+-- such an engine holds when its process is gone (release_engine_locks).
+CREATE OR REPLACE FUNCTION mjsched.engines_holding_locks(p_host varchar)
+RETURNS TABLE (instance varchar, pid integer, stopped_at timestamptz)
+LANGUAGE sql STABLE AS $$
+    SELECT e.instance, e.pid, e.stopped_at
+      FROM mjsched.engine_instance e
+     WHERE e.host = p_host
+       AND e.instance IN (SELECT j.locked_by_instance FROM mjsched.scheduled_job j WHERE j.lock_token IS NOT NULL
+                          UNION
+                          SELECT r.executed_by_instance FROM mjsched.scheduled_job_run r WHERE r.status = 'Running')
+     ORDER BY e.instance
 $$;

@@ -6,7 +6,10 @@
 --   an operator or a function through its own search_path (pg_catalog is searched
 --   first implicitly; pg_temp last, as the PostgreSQL manual recommends).
 -- * SECURITY DEFINER on every function except trigger functions (they run as the
---   writer) and probe_permissions (it must answer for the caller's role, not the owner's).
+--   writer), probe_permissions (it must answer for the caller's role, not the owner's)
+--   and the pure SQL helpers the planner inlines into the procedures (claimable,
+--   claim_token, lease_interval): SECURITY DEFINER or a SET clause would stop the
+--   inlining, and they read no table.
 -- * EXECUTE is revoked from PUBLIC on every function, now and for functions this role
 --   creates in the schema later; grants.sql grants it back to the engine role only.
 --
@@ -27,7 +30,9 @@ BEGIN
           JOIN pg_namespace n ON n.oid = p.pronamespace
          WHERE n.nspname = 'mjsched' AND p.prokind = 'f'
     LOOP
-        IF f.is_trigger OR f.proname = 'probe_permissions' THEN
+        IF f.proname IN ('claimable', 'claim_token', 'lease_interval') THEN
+            EXECUTE format('ALTER FUNCTION %s SECURITY INVOKER RESET ALL', f.signature);
+        ELSIF f.is_trigger OR f.proname = 'probe_permissions' THEN
             EXECUTE format('ALTER FUNCTION %s SECURITY INVOKER SET search_path = mjsched, pg_temp', f.signature);
         ELSE
             EXECUTE format('ALTER FUNCTION %s SECURITY DEFINER SET search_path = mjsched, pg_temp', f.signature);

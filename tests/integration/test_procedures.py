@@ -86,7 +86,9 @@ def test_lease_expiry_hands_the_lock_over_and_fences_the_old_holder(backend: Bac
     assert backend.extend_job_leases([claim.lock_token], 30, now=later) == set()
     assert backend.complete_job_run(claim.run_id, claim.lock_token, "Completed", None, None, later) is False
     assert db.lock_token(job) == newer[won.index(True)]
-    assert db.job_value(job, "run_count") == 0
+    # a takeover counts the abandoned run like the sweep does (once, as a failure)
+    assert db.job_value(job, "run_count") == 1
+    assert db.job_value(job, "failure_count") == 1
     assert db.run_status(claim.run_id) == "Abandoned"
 
 
@@ -144,7 +146,8 @@ def test_sweep_abandons_only_running_runs(backend: Backend, db: Db) -> None:
     assert backend.complete_job_run(done.run_id, done.lock_token, "Completed", None, None, None)
     # a Queued run and a Completed run must survive the sweep untouched
     db.run("UPDATE mjsched.scheduled_job SET concurrency_mode = 'Queue' WHERE id = ?", (queued_job.job_id,))
-    assert backend.enqueue_job_run(queued_job.job_id, datetime.now(timezone.utc) + timedelta(minutes=5))
+    tick = batch.db_now + timedelta(seconds=1)     # came due while the job ran
+    assert backend.enqueue_job_run(queued_job.job_id, tick, now=tick + timedelta(seconds=1))
     later = batch.db_now + timedelta(seconds=31)
     results = race(4, lambda i: backend.sweep_expired_leases(now=later))
     assert sum(r.swept for r in results) == 2  # the two Running runs, once each, across racing sweeps
@@ -245,18 +248,32 @@ def test_a_tick_can_never_have_two_runs(backend: Backend, db: Db) -> None:
 
 
 def test_enqueue_keeps_one_run_per_tick_and_bounds_the_queue(backend: Backend, db: Db) -> None:
-    job = new_job(backend, concurrency_mode="Queue", max_queued_runs=3)
-    tick = datetime.now(timezone.utc).replace(microsecond=0)
-    assert sum(race(16, lambda i: backend.enqueue_job_run(job, tick))) == 1
+    job = new_job(backend, concurrency_mode="Queue", max_queued_runs=3, next_run_at=past())
+    (running,) = backend.claim_due_jobs("a", 1, 600).claims
+    tick = running.db_now + timedelta(seconds=1)
+    now = tick + timedelta(seconds=30)
+    assert sum(race(16, lambda i: backend.enqueue_job_run(job, tick, now=now))) == 1
     ticks = [tick + timedelta(seconds=i + 1) for i in range(10)]
-    assert sum(race(10, lambda i: backend.enqueue_job_run(job, ticks[i]))) == 2
+    assert sum(race(10, lambda i: backend.enqueue_job_run(job, ticks[i], now=now))) == 2
     assert db.count_runs("Queued") == 3
+
+
+def test_enqueue_keeps_only_ticks_that_came_due_while_the_job_runs(backend: Backend, db: Db) -> None:
+    job = new_job(backend, concurrency_mode="Queue", max_queued_runs=5, next_run_at=past())
+    assert not backend.enqueue_job_run(job, past(1))            # not running: nothing to queue behind
+    (running,) = backend.claim_due_jobs("a", 1, 600).claims
+    started = running.db_now
+    now = started + timedelta(seconds=10)
+    assert not backend.enqueue_job_run(job, started - timedelta(seconds=1), now=now)   # before the run began
+    assert not backend.enqueue_job_run(job, now + timedelta(seconds=1), now=now)       # not due yet
+    assert backend.enqueue_job_run(job, started + timedelta(seconds=1), now=now)
+    assert db.count_runs("Queued") == 1
 
 
 def test_queued_runs_are_claimed_before_new_ticks(backend: Backend, db: Db) -> None:
     job = new_job(backend, concurrency_mode="Queue", next_run_at=past(5))
     queued_tick = past(30)
-    assert backend.enqueue_job_run(job, queued_tick)
+    db.queue_tick(job, queued_tick)
     (claim,) = backend.claim_due_jobs("a", 5, 60).claims
     assert claim.from_queue and claim.scheduled_for == queued_tick
     assert db.run_status(claim.run_id) == "Running"
@@ -319,7 +336,7 @@ def test_a_replay_keeps_queued_runs_and_served_ticks_as_they_were_claimed(backen
     served = new_job(backend, name="served", next_run_at=past(20))
     (old,) = backend.claim_due_jobs("zombie", 1, 30).claims          # the served tick's first run
     queued = new_job(backend, name="queued", concurrency_mode="Queue", next_run_at=past(5))
-    assert backend.enqueue_job_run(queued, past(30))
+    db.queue_tick(queued, past(30))
     later = old.db_now + timedelta(seconds=31)
     claim_id = token()
     first = backend.claim_due_jobs("a", 5, 30, now=later, claim_id=claim_id)
@@ -359,7 +376,7 @@ def test_a_guarded_completion_sets_the_next_run_only_if_nobody_moved_it(backend:
 def test_a_replay_after_its_own_leases_lapsed_claims_afresh_and_keeps_the_new_run(backend: Backend,
                                                                                     db: Db) -> None:
     job = new_job(backend, concurrency_mode="Queue", next_run_at=past(5))
-    assert backend.enqueue_job_run(job, past(30))
+    db.queue_tick(job, past(30))
     claim_id = token()
     (first,) = backend.claim_due_jobs("a", 1, 30, claim_id=claim_id).claims      # starts the queued run
     later = first.db_now + timedelta(seconds=31)                                  # ...whose lease lapses

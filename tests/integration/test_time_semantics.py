@@ -363,16 +363,13 @@ def test_nothing_is_claimed_before_start_at(make_engine: Any, sql: Sql) -> None:
     assert [c.job_id for c in engine.backend.claim_due_jobs("probe", 10, 30).claims] == [job]
 
 
-def test_a_job_past_end_at_is_never_claimed_and_the_sweep_expires_it(make_engine: Any, sql: Sql) -> None:
+def test_a_job_past_end_at_is_never_claimed_and_the_next_claim_expires_it(make_engine: Any, sql: Sql) -> None:
     engine = make_engine()
     job = create(engine, "ended", end_at=db_now(sql) + timedelta(days=1))
     sql.run("UPDATE mjsched.scheduled_job SET end_at = now() - interval '1 second',"
             " next_run_at = now() - interval '1 hour' WHERE id = %s", (job,))
-    # Not claimable even before any sweep ran: the procedure checks the window itself.
+    # Every claim (every poll, not only the sweep's) expires ended jobs, in SQL, and never claims them.
     assert engine.backend.claim_due_jobs("probe", 10, 30).claims == []
-    assert job_row(sql, job)["status"] == "Active"
-    # The engine's poll sweeps first: the job becomes Expired, in SQL.
-    assert engine.dispatch_due_jobs().dispatched == 0
     row = job_row(sql, job)
     assert (row["status"], row["next_run_at"]) == ("Expired", None)
     assert runs(sql, job) == []

@@ -104,6 +104,12 @@ class Db:
         self.run(f"UPDATE mjsched.scheduled_job_run SET lease_expires_at = {self.ago(1)} "
                  "WHERE scheduled_job_id = ? AND status = 'Running'", (job_id,))
 
+    def queue_tick(self, job_id: str, tick: Any) -> None:
+        """A Queued run for ``tick``, written directly (set-up only: enqueue_job_run keeps
+        only ticks that came due while the job ran, so it cannot build arbitrary queues)."""
+        self.run(f"INSERT INTO mjsched.scheduled_job_run (scheduled_job_id, scheduled_for, status, queued_at) "
+                 f"VALUES (?, ?, 'Queued', {self.now})", (job_id, tick))
+
     # -- reading rows -----------------------------------------------------------------------------
     def lease_lapsed(self, *job_ids: str) -> bool:
         """True when every given job's lease has expired by the database clock."""

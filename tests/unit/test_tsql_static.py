@@ -193,6 +193,17 @@ def _hints(subquery: str, table: str) -> set[str]:
     return {h.strip().upper() for h in (m.group(1) or "").split(",") if h.strip()}
 
 
+def _statements(code: str) -> list[str]:
+    """The statements of ``code`` in order (split at top-level semicolons), whitespace-folded."""
+    out, start, depth = [], 0, 0
+    for t in tokenize(code):
+        depth += {"(": 1, ")": -1}.get(t.text, 0)
+        if t.text == ";" and depth == 0:
+            out.append(" ".join(code[start:t.pos].split()))
+            start = t.pos + 1
+    return [x for x in out + [" ".join(code[start:].split())] if x]
+
+
 def test_every_readpast_comes_with_readcommittedlock() -> None:
     """SQL Server refuses READPAST under READ_COMMITTED_SNAPSHOT without READCOMMITTEDLOCK."""
     hint_lists = [h for path in FILES for h in re.findall(r"(?i)\bWITH\s*\(([^)]*)\)",
@@ -209,13 +220,13 @@ def test_lease_renewal_reaches_jobs_through_the_runs_token_index() -> None:
     schema = sqlparity.parse_mssql((SQL_DIR / "001_schema.sql").read_text(encoding="utf-8"))
     index = schema.indexes["ix_scheduled_job_run_token"]
     assert (index.table, index.columns, index.where) == ("scheduled_job_run", ("lock_token",), "status = 'Running'")
-    renew = _routine("extend_job_leases")
-    update = re.search(r"(?is)UPDATE\s+j\b.*?;", renew)
-    assert update, renew
-    text = " ".join(update.group(0).split())
-    assert "JOIN mjsched.scheduled_job_run AS h ON h.lock_token = t.lock_token" in text
-    assert "ON j.id = h.scheduled_job_id AND j.lock_token = h.lock_token" in text
-    assert re.search(r"(?i)\bWHERE\s+h\.status\s*=\s*N'Running'", text)
+    renew = _statements(_routine("extend_job_leases"))
+    found = [s for s in renew if "INSERT INTO @v_ids" in s]
+    assert len(found) == 1, renew
+    assert "JOIN mjsched.scheduled_job_run AS h ON h.lock_token = t.lock_token" in found[0]
+    assert re.search(r"(?i)\bWHERE\s+h\.status\s*=\s*N'Running'", found[0])
+    lock = [s for s in renew if "INSERT INTO @v_jobs" in s]
+    assert len(lock) == 1 and "JOIN mjsched.scheduled_job AS j WITH (UPDLOCK, ROWLOCK) ON j.id = i.id" in lock[0]
 
 
 def test_every_index_is_created_only_if_it_does_not_exist() -> None:
@@ -253,18 +264,27 @@ def test_every_versioned_script_opens_with_the_session_options_batch(path: Path)
                           "SET NUMERIC_ROUNDABORT OFF"]
 
 
-def test_the_claims_queued_run_checks_skip_locked_runs() -> None:
-    """Under locking read committed these reads would wait on (or deadlock with) other
-    engines' runs; skipping is safe, as every writer of a job's Queued runs holds the
-    job's row lock and the claim skips locked job rows."""
-    checks = [s for s in _exists_subqueries(_routine("claim_due_jobs"))
-              if "mjsched.scheduled_job_run" in s and "N'Queued'" in s]
-    assert len(checks) == 2                       # step 1 (EXISTS) and step 2 (NOT EXISTS)
-    for check in checks:
-        assert {"READCOMMITTEDLOCK", "READPAST"} <= _hints(check, "mjsched.scheduled_job_run"), check
+@pytest.mark.parametrize("routine, rechecks", [("claim_queued", 1), ("claim_ticks", 0)])
+def test_the_claims_queued_run_checks_skip_locked_runs(routine: str, rechecks: int) -> None:
+    """Under locking read committed the checks that choose the candidates would wait on (or
+    deadlock with) other engines' runs; skipping is safe, as every writer of a job's Queued
+    runs holds the job's row lock and the claim skips locked job rows. claim_queued's
+    re-check, made under the job locks it took, must see every Queued run: no READPAST."""
+    statements = _statements(_routine(routine))
+    choosing = [s for s in statements if re.search(r"(?i)mjsched\.scheduled_job AS j WITH \([^)]*READPAST", s)]
+    assert len(choosing) == 1, statements
+    checks = [s for s in _exists_subqueries(choosing[0]) if "mjsched.scheduled_job_run" in s and "N'Queued'" in s]
+    assert len(checks) == 1
+    assert {"READCOMMITTEDLOCK", "READPAST"} <= _hints(checks[0], "mjsched.scheduled_job_run"), checks[0]
+    later = [c for s in statements[statements.index(choosing[0]) + 1:] for c in _exists_subqueries(s)
+             if "mjsched.scheduled_job_run" in c and "N'Queued'" in c]
+    assert len(later) == rechecks
+    for check in later:
+        hints = _hints(check, "mjsched.scheduled_job_run")
+        assert "READCOMMITTEDLOCK" in hints and "READPAST" not in hints, check
 
 
-@pytest.mark.parametrize("routine", ["claim_due_jobs", "begin_job_run"])
+@pytest.mark.parametrize("routine", ["claim_ticks", "begin_job_run", "enqueue_job_run"])
 def test_tick_checks_read_the_latest_committed_runs(routine: str) -> None:
     """Under READ_COMMITTED_SNAPSHOT the statement's snapshot may predate its wait for the
     job's row lock: a run committed meanwhile for the tick must be seen (no row), not
@@ -293,6 +313,129 @@ def test_the_sweep_documents_that_rowlock_does_not_prevent_escalation() -> None:
     head = text[:text.index("CREATE OR ALTER PROCEDURE mjsched.sweep_expired_leases")]
     comment = head[head.rindex("\nGO\n"):]
     assert "ROWLOCK" in comment and "escalat" in comment
+
+
+# -- the lock protocol (v3): jobs before runs, one takeover, no skipped second rows ---------------
+
+_PROCEDURES = SQL_DIR / "002_procedures.sql"
+_JOB_HINTS = re.compile(r"(?i)\bmjsched\.scheduled_job AS \w+ WITH \(([^)]*)\)")
+_RUN_HINTS = re.compile(r"(?i)\bmjsched\.scheduled_job_run AS \w+ WITH \(([^)]*)\)")
+
+
+def _locks_jobs(statement: str) -> bool:
+    return any("UPDLOCK" in h.upper() for h in _JOB_HINTS.findall(statement))
+
+
+def _touches_runs(statement: str) -> bool:
+    """Whether the statement writes or locks run rows (or has abandon_runs / take_over do it)."""
+    update = re.match(r"(?i)(?:.*\bBEGIN )?UPDATE (\w+) ", statement)
+    return bool(re.search(r"(?i)\bINSERT INTO mjsched\.scheduled_job_run\b", statement)
+                or (update and re.search(rf"(?i)\bmjsched\.scheduled_job_run AS {update.group(1)}\b", statement))
+                or any("UPDLOCK" in h.upper() for h in _RUN_HINTS.findall(statement))
+                or re.search(r"(?i)\bEXEC (?:@\w+ = )?mjsched\.(?:abandon_runs|take_over)\b", statement))
+
+
+@pytest.mark.parametrize("routine", [
+    "extend_job_leases", "complete_job_runs", "sweep_expired_leases", "release_engine_locks", "force_unlock_job",
+    "start_manual_run", "acquire_job_lock", "claim_queued", "claim_ticks", "begin_job_run", "enqueue_job_run"])
+def test_job_rows_are_locked_before_any_run_row(routine: str) -> None:
+    """Issue 11 item 1: a renewal that locked runs before jobs, against a sweep or claim that
+    locks jobs before runs, left a Running run under a freed lock (or deadlocked). Every
+    procedure that touches runs takes its jobs' update locks (UPDLOCK) in an earlier statement."""
+    statements = _statements(_routine(routine))
+    first_job = next((n for n, st in enumerate(statements) if _locks_jobs(st)), None)
+    first_run = next((n for n, st in enumerate(statements) if _touches_runs(st)), None)
+    assert first_job is not None and first_run is not None, statements
+    assert first_job < first_run, (statements[first_job], statements[first_run])
+
+
+def test_several_job_rows_are_locked_in_id_order() -> None:
+    """Lockers of several job rows that do not skip locked rows (renewal, completion, hand-back)
+    must take them in one order, or two of them deadlock: the ids are collected first and the
+    rows are locked by seeks driven by the id-keyed table variable."""
+    ordered = 0
+    for statement in _statements(_code(_PROCEDURES.read_text(encoding="utf-8"))):
+        hints = [h.upper() for h in _JOB_HINTS.findall(statement)]
+        if not any("UPDLOCK" in h and "READPAST" not in h for h in hints) or "= @p_job_id" in statement:
+            continue
+        assert re.search(r"(?i)\bFROM @v_\w+ AS (\w+) JOIN mjsched\.scheduled_job AS \w+ WITH \(UPDLOCK, ROWLOCK\) "
+                         r"ON \w+\.id = \1\.id ORDER BY \1\.id OPTION \(FORCE ORDER, LOOP JOIN\)$", statement), statement
+        ordered += 1
+    assert ordered == 3                                # renewal, completion, release_engine_locks
+
+
+def test_no_readpast_on_a_run_row_a_procedure_locks_or_must_see() -> None:
+    """READPAST only on the first rows a statement locks: a skipped run row behind a locked
+    job could hide an inversion (issue 11 item 1: the sweep skipped a run the renewal held and
+    freed its job anyway). Run rows are skipped only by the claims' choice of candidates
+    (Queued-run checks) and by next_due_at, which is advisory."""
+    allowed = {"claim_queued": 1, "claim_ticks": 1, "next_due_at": 1}
+    for batch in split_batches(_PROCEDURES.read_text(encoding="utf-8")):
+        head = re.search(r"(?i)CREATE\s+OR\s+ALTER\s+(?:PROCEDURE|FUNCTION)\s+mjsched\.(\w+)", batch)
+        if not head:
+            continue
+        skipping = [h for h in _RUN_HINTS.findall(_code(batch)) if "READPAST" in h.upper()]
+        assert len(skipping) == allowed.get(head.group(1), 0), (head.group(1), skipping)
+    sweep = _routine("sweep_expired_leases")
+    assert _RUN_HINTS.findall(" ".join(sweep.split())) and \
+        all("READPAST" not in h.upper() for h in _RUN_HINTS.findall(" ".join(sweep.split())))
+
+
+def test_every_takeover_goes_through_abandon_runs() -> None:
+    """Issue 11 item 8: a run abandoned by a claim or acquire_job_lock was not counted in the
+    job's statistics, one abandoned by the sweep was. One procedure ends runs Abandoned and
+    counts them; every path that frees or takes a lapsed lock calls it (or take_over)."""
+    writers = []
+    for batch in split_batches(_PROCEDURES.read_text(encoding="utf-8")):
+        head = re.search(r"(?i)CREATE\s+OR\s+ALTER\s+(?:PROCEDURE|FUNCTION)\s+mjsched\.(\w+)", batch)
+        if head and re.search(r"(?i)\bstatus\s*=\s*N'Abandoned'", _code(batch)):
+            writers.append(head.group(1))
+    assert writers == ["abandon_runs"]
+    for name in ("claim_queued", "claim_ticks", "acquire_job_lock", "start_manual_run"):
+        assert re.search(r"(?i)\bEXEC (?:@\w+ = )?mjsched\.take_over\b", _routine(name)), name
+    for name in ("take_over", "sweep_expired_leases", "release_engine_locks", "force_unlock_job"):
+        assert re.search(r"(?i)\bEXEC (?:@\w+ = )?mjsched\.abandon_runs\b", _routine(name)), name
+
+
+def test_the_pause_points_are_the_postgresql_ones() -> None:
+    """The interleaving harness names the same statement boundaries in both dialects."""
+    pg = set(re.findall(r"test_pause\('([^']+)'\)",
+                        (SQL_DIR.parent / "postgres" / "002_procedures.sql").read_text(encoding="utf-8")))
+    ms = set(re.findall(r"(?i)EXEC mjsched\.test_pause @p_point = N'([^']+)'",
+                        _code(_PROCEDURES.read_text(encoding="utf-8"))))
+    assert len(pg) >= 12 and ms == pg
+
+
+def test_the_pause_parks_only_the_owner_on_a_session_applock() -> None:
+    pause = " ".join(_routine("test_pause").split())
+    assert "SESSION_CONTEXT(N'mjsched.pause_at')" in pause and "SESSION_CONTEXT(N'mjsched.pause_key')" in pause
+    assert re.search(r"(?i)ISNULL\(IS_MEMBER\(N'db_owner'\), 0\) = 0 AND ISNULL\(IS_SRVROLEMEMBER\(N'sysadmin'\), 0\) = 0 "
+                     r"BEGIN RETURN", pause), pause
+    assert re.search(r"(?i)EXEC @v_granted = sys\.sp_getapplock @Resource = @v_key, @LockMode = 'Exclusive', "
+                     r"@LockOwner = 'Session'", pause)
+    assert re.search(r"(?i)IF @v_granted >= 0 BEGIN EXEC sys\.sp_releaseapplock @Resource = @v_key, "
+                     r"@LockOwner = 'Session'", pause)
+
+
+def test_the_lease_is_capped_at_one_year() -> None:
+    """A max_runtime of 1e13 s must not overflow DATEADD(second, CAST(... AS int), ...)."""
+    lease = " ".join(_routine("lease_interval").split())
+    assert "IF @v_seconds > 31536000 BEGIN SET @v_seconds = 31536000" in lease
+
+
+def test_inline_functions_are_probed_and_granted_with_select() -> None:
+    """An inline table-valued function has SELECT permission, not EXECUTE: the probe asks for
+    SELECT on exactly those, and grants.sql grants it, or start-up would report them missing."""
+    inline = {m.group(1) for path in FILES for batch in split_batches(path.read_text(encoding="utf-8"))
+              for m in [re.search(r"(?is)CREATE\s+OR\s+ALTER\s+FUNCTION\s+mjsched\.(\w+)\s*\(.*?\)\s*RETURNS\s+TABLE\b",
+                                  batch)] if m}
+    assert inline == {"claimable", "claim_token", "claim_replay", "claim_counters"}
+    probe = " ".join(_routine("probe_permissions").split())
+    selected = re.search(r"(?i)CASE WHEN r\.name IN \(([^)]*)\) THEN N'SELECT' ELSE N'EXECUTE' END", probe)
+    assert selected and set(re.findall(r"N'(\w+)'", selected.group(1))) == inline
+    grants = _code((SQL_DIR / "grants.sql").read_text(encoding="utf-8"))
+    assert set(re.findall(r"(?i)GRANT SELECT ON OBJECT::mjsched\.(\w+) TO mjsched_engine", grants)) >= inline
+    assert re.search(r"(?i)GRANT EXECUTE ON SCHEMA::mjsched TO mjsched_engine", grants)
 
 
 # -- broken copies ---------------------------------------------------------------------------------
