@@ -1209,8 +1209,8 @@ GO
 
 -- advance_job: move a held job's schedule and, with @p_release, drop its lock (for a
 -- Concurrent tick run, which keeps only its run lease, and for a tick that already had
--- a run). A release is refused while a run of another mode holds the token: that lock
--- ends with its run.
+-- a run). A release is refused while any other Running run holds the token (a Skip or
+-- Queue run, or a manual run of any mode): that lock ends with its run.
 CREATE OR ALTER PROCEDURE mjsched.advance_job
     @p_job_id uniqueidentifier,
     @p_token uniqueidentifier,
@@ -1230,9 +1230,10 @@ BEGIN
     OUTPUT inserted.id INTO @v_advanced
       FROM mjsched.scheduled_job AS j WITH (UPDLOCK, ROWLOCK)
      WHERE j.id = @p_job_id AND j.lock_token = @p_token
-       AND (@p_release = 0 OR j.concurrency_mode = N'Concurrent'
+       AND (@p_release = 0
             OR NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS r WITH (READCOMMITTEDLOCK)
-                            WHERE r.lock_token = @p_token AND r.status = N'Running'));
+                            WHERE r.lock_token = @p_token AND r.status = N'Running'
+                              AND (j.concurrency_mode <> N'Concurrent' OR r.scheduled_for IS NULL)));
     SELECT COUNT(*) AS advanced FROM @v_advanced;
 END;
 GO
@@ -1298,9 +1299,9 @@ GO
 -- start_manual_run: take the job's lock and start a manual run in one replay-safe call.
 -- The lock token derives from (@p_request_id, job id) as a named claim's does
 -- (claim_token): a retry with @p_replay = 1 after a lost reply answers the run the lost
--- call started instead of being refused by its own lock. Outcomes: started | locked (a
--- live lease holds the job) | not_active (status is not Active and @p_force is 0) |
--- not_found.
+-- call started (while it is still Running under that lock) instead of being refused by
+-- its own lock. Outcomes: started | locked (a live lease holds the job) | not_active
+-- (status is not Active and @p_force is 0) | not_found.
 CREATE OR ALTER PROCEDURE mjsched.start_manual_run
     @p_job_id uniqueidentifier,
     @p_request_id uniqueidentifier,
@@ -1336,11 +1337,11 @@ BEGIN
         SELECT @v_found = 1, @v_status = j.status, @v_old = j.lock_token, @v_old_until = j.expected_completion_at
           FROM mjsched.scheduled_job AS j WITH (UPDLOCK, ROWLOCK)
          WHERE j.id = @p_job_id;
-        IF @v_found = 1 AND @p_replay = 1
+        IF @v_found = 1 AND @p_replay = 1 AND @v_old = @v_token
         BEGIN
             SELECT TOP (1) @v_run = r.id
               FROM mjsched.scheduled_job_run AS r WITH (READCOMMITTEDLOCK)
-             WHERE r.lock_token = @v_token AND r.scheduled_job_id = @p_job_id
+             WHERE r.lock_token = @v_token AND r.scheduled_job_id = @p_job_id AND r.status = N'Running'
              ORDER BY r.started_at DESC;
         END;
         SET @v_outcome = CASE WHEN @v_found = 0 THEN N'not_found'
@@ -1618,11 +1619,28 @@ BEGIN
 END;
 GO
 
--- probe_permissions: which mjsched routines the current user may execute.
+-- internal_routines: the building blocks the procedures call as their owner. They take
+-- @p_now without check_test_clock, or change rows unfenced (abandon_runs), so the engine
+-- role may not call them directly: grants.sql denies them to it, and the probe skips
+-- them. One row per name (PostgreSQL returns a text[]; its runs_of_tokens has no T-SQL
+-- twin). This list itself stays readable by the role (grants.sql grants SELECT on it).
+CREATE OR ALTER FUNCTION mjsched.internal_routines()
+RETURNS TABLE
+AS
+RETURN
+    SELECT r.internal_routines
+      FROM (VALUES (N'test_pause'), (N'claimable'), (N'claim_token'), (N'abandon_runs'), (N'take_over'),
+                   (N'expire_ended_jobs'), (N'claim_replay'), (N'claim_queued'), (N'claim_ticks'),
+                   (N'next_due_at'), (N'claim_counters')) AS r (internal_routines);
+GO
+
+-- probe_permissions: which mjsched routines the current user may execute, the internal
+-- ones (internal_routines) left out: they run only inside the procedures.
 -- The names are listed here, not read from sys.objects: metadata visibility hides the
 -- very routines a user has no permission on. The parity test checks that this list is
--- exactly the set of routines in this file and 004_job_admin.sql. The inline
--- table-valued functions are used with SELECT, not EXECUTE (grants.sql grants it).
+-- exactly the set of routines in this file and 004_job_admin.sql. An inline
+-- table-valued function is used with SELECT, not EXECUTE: internal_routines is the one
+-- the probe asks about (grants.sql grants it).
 CREATE OR ALTER PROCEDURE mjsched.probe_permissions
 AS
 BEGIN
@@ -1630,9 +1648,8 @@ BEGIN
     SET XACT_ABORT ON;
     SELECT r.name AS procedure_name,
            CASE WHEN HAS_PERMS_BY_NAME(CONCAT(N'mjsched.', r.name), N'OBJECT',
-                                       CASE WHEN r.name IN (N'claim_counters', N'claim_replay', N'claim_token',
-                                                            N'claimable')
-                                            THEN N'SELECT' ELSE N'EXECUTE' END) = 1
+                                       CASE WHEN r.name = N'internal_routines' THEN N'SELECT'
+                                            ELSE N'EXECUTE' END) = 1
                 THEN 1 ELSE 0 END AS can_execute
       FROM (VALUES (N'abandon_runs'), (N'acquire_job_lock'), (N'advance_job'), (N'begin_job_run'),
                    (N'check_job_fields'), (N'check_lease'), (N'check_test_clock'), (N'claim_counters'),
@@ -1640,10 +1657,12 @@ BEGIN
                    (N'claim_token'), (N'claimable'), (N'complete_job_run'), (N'complete_job_runs'),
                    (N'delete_job'), (N'engines_holding_locks'), (N'enqueue_job_run'), (N'ensure_job_type'),
                    (N'expire_ended_jobs'), (N'extend_job_leases'), (N'force_unlock_job'),
-                   (N'initialize_next_run'), (N'initialize_next_runs'), (N'insert_job'), (N'lease_interval'),
-                   (N'next_due_at'), (N'probe_permissions'), (N'register_engine'), (N'release_engine_locks'),
-                   (N'release_job_lock'), (N'start_manual_run'), (N'sweep_expired_leases'), (N'take_over'),
-                   (N'test_pause'), (N'unregister_engine'), (N'update_job')) AS r (name)
+                   (N'initialize_next_run'), (N'initialize_next_runs'), (N'insert_job'), (N'internal_routines'),
+                   (N'lease_interval'), (N'next_due_at'), (N'probe_permissions'), (N'register_engine'),
+                   (N'release_engine_locks'), (N'release_job_lock'), (N'start_manual_run'),
+                   (N'sweep_expired_leases'), (N'take_over'), (N'test_pause'), (N'unregister_engine'),
+                   (N'update_job')) AS r (name)
+     WHERE NOT EXISTS (SELECT 1 FROM mjsched.internal_routines() AS i WHERE i.internal_routines = r.name)
      ORDER BY r.name;
 END;
 GO

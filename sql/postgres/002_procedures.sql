@@ -527,7 +527,9 @@ CREATE OR REPLACE FUNCTION mjsched.complete_job_runs(p_items jsonb, p_now timest
 RETURNS TABLE (run_id uuid, completed integer)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
-DECLARE v_now timestamptz := coalesce(p_now, now());
+DECLARE
+    v_now timestamptz := coalesce(p_now, now());
+    v_run_ids uuid[];
 BEGIN
     PERFORM mjsched.check_test_clock(p_now);
     IF p_items IS NULL OR jsonb_typeof(p_items) <> 'array' THEN
@@ -540,9 +542,11 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
 
+    -- (the run ids as an array first: = ANY reaches the runs through their primary key, where
+    -- a join with the JSON would let the planner scan the whole history)
+    v_run_ids := ARRAY(SELECT (e->>'run_id')::uuid FROM jsonb_array_elements(p_items) e);
     PERFORM 1 FROM mjsched.scheduled_job j
-     WHERE j.id IN (SELECT r.scheduled_job_id FROM mjsched.scheduled_job_run r
-                     WHERE r.id IN (SELECT (e->>'run_id')::uuid FROM jsonb_array_elements(p_items) e))
+     WHERE j.id IN (SELECT r.scheduled_job_id FROM mjsched.scheduled_job_run r WHERE r.id = ANY (v_run_ids))
      ORDER BY j.id
        FOR NO KEY UPDATE;
     PERFORM mjsched.test_pause('complete_job_runs:jobs_locked');
@@ -720,8 +724,8 @@ $$;
 
 -- advance_job: move a held job's schedule and, with p_release, drop its lock (for a
 -- Concurrent tick run, which keeps only its run lease, and for a tick that already had
--- a run). A release is refused while a run of another mode holds the token: that lock
--- ends with its run.
+-- a run). A release is refused while any other Running run holds the token (a Skip or
+-- Queue run, or a manual run of any mode): that lock ends with its run.
 CREATE OR REPLACE FUNCTION mjsched.advance_job(
     p_job_id uuid, p_token uuid, p_next_run_at timestamptz, p_release boolean)
 RETURNS TABLE (advanced integer)
@@ -736,9 +740,10 @@ BEGIN
            locked_by_instance = CASE WHEN p_release THEN NULL ELSE j.locked_by_instance END,
            expected_completion_at = CASE WHEN p_release THEN NULL ELSE j.expected_completion_at END
      WHERE j.id = p_job_id AND j.lock_token = p_token
-       AND (NOT p_release OR j.concurrency_mode = 'Concurrent'
+       AND (NOT p_release
             OR NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run r
-                            WHERE r.lock_token = p_token AND r.status = 'Running'));
+                            WHERE r.lock_token = p_token AND r.status = 'Running'
+                              AND (j.concurrency_mode <> 'Concurrent' OR r.scheduled_for IS NULL)));
     GET DIAGNOSTICS v_rows = ROW_COUNT;
     RETURN QUERY SELECT v_rows;
 END;
@@ -785,8 +790,8 @@ $$;
 
 -- start_manual_run: take the job's lock and start a manual run in one replay-safe call.
 -- The lock token derives from (p_request_id, job id): a retry with p_replay = true
--- after a lost reply answers the run the lost call started instead of being refused
--- by its own lock. Outcomes: started | locked (a live lease holds the job) |
+-- after a lost reply answers the run the lost call started (while it is still Running
+-- under that lock) instead of being refused by its own lock. Outcomes: started | locked (a live lease holds the job) |
 -- not_active (status is not Active and p_force is false) | not_found.
 CREATE OR REPLACE FUNCTION mjsched.start_manual_run(
     p_job_id uuid, p_request_id uuid, p_instance varchar, p_lease_seconds double precision,
@@ -811,9 +816,9 @@ BEGIN
         RETURN QUERY SELECT 'not_found'::varchar, NULL::uuid, NULL::uuid;
         RETURN;
     END IF;
-    IF p_replay THEN
+    IF p_replay AND v_job.lock_token = v_token THEN
         SELECT r.id INTO v_run FROM mjsched.scheduled_job_run r
-         WHERE r.lock_token = v_token AND r.scheduled_job_id = p_job_id;
+         WHERE r.lock_token = v_token AND r.scheduled_job_id = p_job_id AND r.status = 'Running';
         IF v_run IS NOT NULL THEN
             RETURN QUERY SELECT 'started'::varchar, v_run, v_token;
             RETURN;
@@ -866,7 +871,7 @@ BEGIN
     END IF;
     SELECT coalesce(array_agg(s.id), '{}') INTO v_ids
       FROM (SELECT j.id FROM mjsched.scheduled_job j
-             WHERE j.locked_by_instance = p_instance
+             WHERE (j.lock_token IS NOT NULL AND j.locked_by_instance = p_instance)
                 OR j.id IN (SELECT r.scheduled_job_id FROM mjsched.scheduled_job_run r
                              WHERE r.status = 'Running' AND r.executed_by_instance = p_instance)
              ORDER BY j.id
@@ -963,6 +968,17 @@ BEGIN
 END;
 $$;
 
+-- internal_routines: the building blocks the procedures call as their owner. They take
+-- p_now without check_test_clock, or change rows unfenced (abandon_runs), so the engine
+-- role may not call them directly: grants.sql revokes them, and the probe skips them
+-- (this list itself stays callable: probe_permissions reads it as the caller).
+CREATE OR REPLACE FUNCTION mjsched.internal_routines() RETURNS text[]
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT ARRAY['test_pause', 'claimable', 'claim_token', 'abandon_runs',
+                 'runs_of_tokens', 'take_over', 'expire_ended_jobs', 'claim_replay', 'claim_queued',
+                 'claim_ticks', 'next_due_at', 'claim_counters']
+$$;
+
 -- probe_permissions: which mjsched procedures the current role may not execute.
 CREATE OR REPLACE FUNCTION mjsched.probe_permissions()
 RETURNS TABLE (procedure_name text, can_execute integer)
@@ -972,6 +988,7 @@ LANGUAGE sql STABLE AS $$
       FROM pg_proc p
       JOIN pg_namespace n ON n.oid = p.pronamespace
      WHERE n.nspname = 'mjsched' AND p.prokind = 'f' AND p.proname NOT LIKE 'tg\_%'
+       AND p.proname <> ALL (mjsched.internal_routines())
      ORDER BY 1
 $$;
 

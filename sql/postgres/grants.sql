@@ -36,13 +36,17 @@ DECLARE
 BEGIN
     EXECUTE format('GRANT CONNECT ON DATABASE %I TO mjsched_engine', current_database());
     FOR f IN
-        SELECT p.oid::regprocedure AS signature
+        SELECT p.oid::regprocedure AS signature, p.proname = ANY (mjsched.internal_routines()) AS internal
           FROM pg_proc p
           JOIN pg_namespace n ON n.oid = p.pronamespace
          WHERE n.nspname = 'mjsched' AND p.prokind = 'f'
            AND p.prorettype <> 'trigger'::regtype
     LOOP
-        EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO mjsched_engine', f.signature);
+        IF f.internal THEN   -- called by the procedures as their owner, never by an engine
+            EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM mjsched_engine', f.signature);
+        ELSE
+            EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO mjsched_engine', f.signature);
+        END IF;
     END LOOP;
 END;
 $$;

@@ -168,6 +168,26 @@ def test_engine_role_can_manage_jobs_through_procedures(engine_role: str, make_e
     engine.delete_job(job_id)
 
 
+@pytest.mark.parametrize("call", [
+    "SELECT * FROM mjsched.claim_ticks('x', 10, 30, now() + interval '1 day', NULL)",   # a test clock, unchecked
+    "SELECT mjsched.abandon_runs(ARRAY[gen_random_uuid()], now(), 'x')",               # unfenced
+    "SELECT mjsched.take_over(ARRAY[gen_random_uuid()], now())",
+])
+def test_engine_role_cannot_call_the_procedures_building_blocks(engine_role: str, call: str) -> None:
+    """The internal routines run as the owner inside the procedures; called directly they would
+    skip the test-clock check (a future p_now takes over live leases) or the token fence."""
+    conn = psycopg2.connect(engine_role)
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur, pytest.raises(psycopg2.errors.InsufficientPrivilege):
+            cur.execute(call)
+        with conn.cursor() as cur:
+            cur.execute("SELECT procedure_name FROM mjsched.probe_permissions() WHERE can_execute = 0")
+            assert cur.fetchall() == []      # the probe asks only for what an engine calls
+    finally:
+        conn.close()
+
+
 def test_engine_role_reschedules_a_bulk_edit(engine_role: str, make_engine: Any, sql: Any) -> None:
     """The page-wise reschedule (initialize_next_runs, 004_job_admin.sql) needs no write privilege."""
     admin = make_engine()

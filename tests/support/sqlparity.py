@@ -16,6 +16,9 @@ columns of its SELECT -- except one whose only column is named after it: that is
 T-SQL's form of a scalar function the optimizer inlines into the calling statement
 (a scalar UDF runs once per row and may not call NEWID()), and it is read as a
 scalar function, as PostgreSQL names a scalar function's result column after it.
+internal_routines is read the same way: PostgreSQL returns its names as one text[],
+T-SQL (no arrays) as one row per name in a column named after the function, so the two
+are twins, not a DIALECT_INTERNAL entry.
 
 A few PostgreSQL helpers have no T-SQL twin for a reason the dialects impose; they
 are listed in DIALECT_INTERNAL with that reason and left out of the comparison.

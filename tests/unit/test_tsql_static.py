@@ -423,19 +423,129 @@ def test_the_lease_is_capped_at_one_year() -> None:
     assert "IF @v_seconds > 31536000 BEGIN SET @v_seconds = 31536000" in lease
 
 
+def _inline_functions() -> set[str]:
+    return {m.group(1) for path in FILES for batch in split_batches(path.read_text(encoding="utf-8"))
+            for m in [re.search(r"(?is)CREATE\s+OR\s+ALTER\s+FUNCTION\s+mjsched\.(\w+)\s*\(.*?\)\s*RETURNS\s+TABLE\b",
+                                batch)] if m}
+
+
+def _internal_routines() -> list[str]:
+    """The names mjsched.internal_routines() returns, in its order."""
+    body = " ".join(_routine("internal_routines").split())
+    values = re.search(r"(?i)\bFROM \(VALUES (.*)\) AS r \(internal_routines\)$", body.rstrip("; "))
+    assert values, body
+    return re.findall(r"\(N'(\w+)'\)", values.group(1))
+
+
+def _kind(name: str) -> str:
+    """sys.objects.type of the T-SQL routine ``name``: P, FN (scalar) or IF (inline table-valued)."""
+    head = re.search(r"(?is)CREATE\s+OR\s+ALTER\s+(PROCEDURE|FUNCTION)\s+mjsched\.\w+\s*(\(.*?\)\s*RETURNS\s+(\w+))?",
+                     _routine(name))
+    assert head, name
+    if head.group(1).upper() == "PROCEDURE":
+        return "P"
+    return "IF" if head.group(3).upper() == "TABLE" else "FN"
+
+
 def test_inline_functions_are_probed_and_granted_with_select() -> None:
     """An inline table-valued function has SELECT permission, not EXECUTE: the probe asks for
-    SELECT on exactly those, and grants.sql grants it, or start-up would report them missing."""
-    inline = {m.group(1) for path in FILES for batch in split_batches(path.read_text(encoding="utf-8"))
-              for m in [re.search(r"(?is)CREATE\s+OR\s+ALTER\s+FUNCTION\s+mjsched\.(\w+)\s*\(.*?\)\s*RETURNS\s+TABLE\b",
-                                  batch)] if m}
-    assert inline == {"claimable", "claim_token", "claim_replay", "claim_counters"}
+    SELECT on the one an engine may read (internal_routines), and grants.sql grants it there,
+    or start-up would report it missing. The others are internal: neither probed nor granted."""
+    inline = _inline_functions()
+    assert inline == {"claimable", "claim_token", "claim_replay", "claim_counters", "internal_routines"}
     probe = " ".join(_routine("probe_permissions").split())
-    selected = re.search(r"(?i)CASE WHEN r\.name IN \(([^)]*)\) THEN N'SELECT' ELSE N'EXECUTE' END", probe)
-    assert selected and set(re.findall(r"N'(\w+)'", selected.group(1))) == inline
+    selected = re.search(r"(?i)CASE WHEN r\.name = N'(\w+)' THEN N'SELECT' ELSE N'EXECUTE' END", probe)
+    assert selected and {selected.group(1)} == inline - set(_internal_routines()) == {"internal_routines"}
     grants = _code((SQL_DIR / "grants.sql").read_text(encoding="utf-8"))
-    assert set(re.findall(r"(?i)GRANT SELECT ON OBJECT::mjsched\.(\w+) TO mjsched_engine", grants)) >= inline
+    assert set(re.findall(r"(?i)GRANT SELECT ON OBJECT::mjsched\.(\w+) TO mjsched_engine", grants)) & inline == \
+        {"internal_routines"}
     assert re.search(r"(?i)GRANT EXECUTE ON SCHEMA::mjsched TO mjsched_engine", grants)
+
+
+# -- the review of v3: replayed manual runs, releases, internal routines ---------------------------
+
+def test_a_replayed_manual_run_answers_only_a_running_run_under_its_lock() -> None:
+    """A replay answers 'started' with the lost call's run only while the job is still locked by
+    the derived token and that run is still Running (as PostgreSQL's start_manual_run): a run
+    that already ended, or a lock since taken over, must not be reported as started."""
+    code = " ".join(_routine("start_manual_run").split())
+    replay = re.search(r"(?i)IF @v_found = 1 AND @p_replay = 1 AND @v_old = @v_token BEGIN (.*?) END;", code)
+    assert replay, code
+    assert re.search(r"(?i)FROM mjsched\.scheduled_job_run AS r WITH \(READCOMMITTEDLOCK\) "
+                     r"WHERE r\.lock_token = @v_token AND r\.scheduled_job_id = @p_job_id "
+                     r"AND r\.status = N'Running'", replay.group(1)), replay.group(1)
+    assert re.search(r"(?i)SELECT @v_found = 1, @v_status = j\.status, @v_old = j\.lock_token", code)
+
+
+def test_a_release_is_refused_while_any_run_but_a_concurrent_tick_run_holds_the_token() -> None:
+    """advance_job's release: exempt is only a Concurrent job's tick run (scheduled_for set),
+    which keeps its run lease alone; a manual run of a Concurrent job holds the lock to its end."""
+    code = " ".join(_routine("advance_job").split())
+    checks = [s for s in _exists_subqueries(code) if "mjsched.scheduled_job_run" in s]
+    assert len(checks) == 1
+    assert re.search(r"(?i)WHERE r\.lock_token = @p_token AND r\.status = N'Running' "
+                     r"AND \(j\.concurrency_mode <> N'Concurrent' OR r\.scheduled_for IS NULL\)\)$", checks[0]), \
+        checks[0]
+    assert re.search(r"(?i)AND \(@p_release = 0 OR NOT EXISTS \(", code), code
+    assert not re.search(r"(?i)OR j\.concurrency_mode = N'Concurrent'", code)
+
+
+def test_the_internal_routines_are_the_postgresql_ones_but_its_dialect_only_helpers() -> None:
+    """One list per dialect, the same names in the same order, except PostgreSQL helpers that
+    have no T-SQL twin (sqlparity.DIALECT_INTERNAL, e.g. runs_of_tokens)."""
+    pg_text = (SQL_DIR.parent / "postgres" / "002_procedures.sql").read_text(encoding="utf-8")
+    pg = re.search(r"(?is)FUNCTION mjsched\.internal_routines\(\)\s+RETURNS text\[\].*?ARRAY\[(.*?)\]", pg_text)
+    assert pg, "no mjsched.internal_routines() in sql/postgres/002_procedures.sql"
+    pg_names = re.findall(r"'(\w+)'", pg.group(1))
+    assert len(pg_names) >= 12 and "runs_of_tokens" in pg_names
+    pg_only = set(sqlparity.DIALECT_INTERNAL["postgres"])
+    assert _internal_routines() == [n for n in pg_names if n not in pg_only]
+
+
+def test_grants_deny_every_internal_routine_after_the_schema_grant() -> None:
+    """grants.sql denies each routine mjsched.internal_routines() names -- EXECUTE on procedures
+    and scalar functions, SELECT on inline table-valued functions (EXECUTE does not apply to
+    those) -- after GRANT EXECUTE ON SCHEMA, which the object-level DENY overrides. The DENYs
+    are generated from the list at run time, so this checks the generator: every listed name
+    is a routine of a kind it handles, mapped to the permission that kind has."""
+    names = _internal_routines()
+    assert len(names) == len(set(names)) >= 11
+    kinds = {name: _kind(name) for name in names}          # fails for a name no file defines
+    assert set(kinds.values()) == {"P", "FN", "IF"}
+    grants = " ".join(_code((SQL_DIR / "grants.sql").read_text(encoding="utf-8")).split())
+    schema_grant = grants.index("GRANT EXECUTE ON SCHEMA::mjsched TO mjsched_engine;")
+    generator = re.search(
+        r"(?i)INSERT INTO @v_internal \(name, permission\) "
+        r"SELECT o\.name, CASE WHEN o\.type = 'IF' THEN N'SELECT' ELSE N'EXECUTE' END "
+        r"FROM mjsched\.internal_routines\(\) AS i "
+        r"JOIN sys\.objects AS o ON o\.schema_id = SCHEMA_ID\(N'mjsched'\) AND o\.name = i\.internal_routines "
+        r"WHERE o\.type IN \(([^)]*)\);", grants)
+    assert generator and generator.start() > schema_grant, grants
+    handled = set(re.findall(r"'(\w+)'", generator.group(1)))
+    assert set(kinds.values()) <= handled == {"P", "FN", "IF"}
+    permission = {k: ("SELECT" if k == "IF" else "EXECUTE") for k in handled}
+    assert {n: permission[k] for n, k in kinds.items()} == \
+        {n: ("SELECT" if n in _inline_functions() else "EXECUTE") for n in names}
+    # every row generated is executed as a DENY to the role, and a stale name stops the script
+    assert re.search(r"(?i)@v_statement = CONCAT\(N'DENY ', v\.permission, N' ON OBJECT::mjsched\.', "
+                     r"QUOTENAME\(v\.name\), N' TO mjsched_engine;'\) FROM @v_internal AS v ORDER BY v\.name; "
+                     r"EXEC sys\.sp_executesql @v_statement; DELETE FROM @v_internal WHERE name = @v_name;", grants)
+    assert re.search(r"(?i)WHILE EXISTS \(SELECT 1 FROM @v_internal\) BEGIN SELECT TOP \(1\) @v_name = v\.name,", grants)
+    assert re.search(r"(?i)IF EXISTS \(SELECT 1 FROM mjsched\.internal_routines\(\) AS i WHERE NOT EXISTS "
+                     r"\(SELECT 1 FROM sys\.objects AS o WHERE o\.schema_id = SCHEMA_ID\(N'mjsched'\) "
+                     r"AND o\.name = i\.internal_routines AND o\.type IN \('P', 'FN', 'IF'\)\)\) BEGIN THROW 50022,",
+                     grants)
+    # nothing in grants.sql grants an internal routine back
+    granted = set(re.findall(r"(?i)GRANT \w+ ON OBJECT::mjsched\.(\w+) TO", grants))
+    assert granted & set(names) == set()
+
+
+def test_the_probe_skips_the_internal_routines() -> None:
+    """An engine never calls them (grants.sql denies them), so start-up must not report them."""
+    probe = " ".join(_routine("probe_permissions").split())
+    assert re.search(r"(?i)\) AS r \(name\) WHERE NOT EXISTS \(SELECT 1 FROM mjsched\.internal_routines\(\) AS i "
+                     r"WHERE i\.internal_routines = r\.name\) ORDER BY r\.name;", probe), probe
+    assert "internal_routines" not in _internal_routines()   # the list itself stays probed (and granted)
 
 
 # -- broken copies ---------------------------------------------------------------------------------
