@@ -36,6 +36,7 @@ class LeaseKeeper:
         self._beat_lock = threading.Lock()
         self._start_lock = threading.Lock()
         self.renewals = 0
+        self._busy: set[str] = set()     # tokens whose last renewal found their job row held
         self.failures = 0
 
     def start(self) -> None:
@@ -85,6 +86,15 @@ class LeaseKeeper:
             except Exception:  # the keeper must never die
                 log.exception("lease keeper iteration failed")
 
+    def _note_busy(self, busy: set[str]) -> None:
+        """A job row another session holds (an open admin transaction) defers only its own
+        renewal, which the next beat retries; said once per run while it stays busy."""
+        for entry in self._registry.by_tokens(busy - self._busy):
+            log.warning("Lease of run %s (job %r) not renewed this time: another session holds the job's row "
+                        "(an open transaction?); retrying at the next beat", entry.run_id, entry.job.name,
+                        extra={"action": "lease_renewal_deferred"})
+        self._busy = set(busy)
+
     def enforce_timeouts(self) -> None:
         now = time.monotonic()
         for entry in self._registry.snapshot():
@@ -98,14 +108,15 @@ class LeaseKeeper:
             if not held:
                 return True       # nothing to renew: no round trip
             try:
-                renewed = self._backend.extend_job_leases(held, self._lease, self._instance)
+                renewed, busy = self._backend.renew_leases(held, self._lease, self._instance)
             except SchedulerError as exc:
                 self.failures += 1
                 log.error("Lease renewal failed for %d lease(s) (non-fatal, retried at the next beat): %s",
                           len(held), exc, extra={"action": "lease_renewal_failed"})
                 return False
             self.renewals += 1
-            lost = set(held) - renewed
+            self._note_busy(busy)
+            lost = set(held) - renewed - busy
             # A COMPLETING run's token may be gone because its completion just landed; if
             # it was really taken over, the completion's fencing says so. Only a RUNNING
             # run is cancelled here.

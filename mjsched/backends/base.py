@@ -168,6 +168,13 @@ class Backend(abc.ABC):
         tokens. Also marks ``instance`` as seen."""
 
     @abc.abstractmethod
+    def renew_leases(self, tokens: Sequence[str], lease_seconds: float, instance: str | None = None,
+                     now: datetime | None = None) -> tuple[set[str], set[str]]:
+        """Renew every lease whose token still holds, without waiting on a job row another
+        session holds: returns (renewed, busy). A busy token is neither renewed nor lost (a
+        later call decides); a token in neither set is lost. Also marks ``instance`` as seen."""
+
+    @abc.abstractmethod
     def claim_due_jobs(self, instance: str, max_jobs: int, lease_seconds: float,
                        now: datetime | None = None, claim_id: str | None = None,
                        replay: bool = False) -> ClaimBatch:

@@ -261,6 +261,13 @@ class MssqlBackend(Backend):
                           lease_seconds=lease_seconds, instance=instance, now=now)
         return {str(r["lock_token"]).lower() for r in rows}
 
+    def renew_leases(self, tokens: Sequence[str], lease_seconds: float, instance: str | None = None,
+                     now: datetime | None = None) -> tuple[set[str], set[str]]:
+        rows = self._call("renew_leases", tokens=json.dumps([str(t) for t in tokens]),
+                          lease_seconds=lease_seconds, instance=instance, now=now)
+        return ({str(r["lock_token"]).lower() for r in rows if r["renewed"]},
+                {str(r["lock_token"]).lower() for r in rows if not r["renewed"]})
+
     def claim_due_jobs(self, instance: str, max_jobs: int, lease_seconds: float,
                        now: datetime | None = None, claim_id: str | None = None,
                        replay: bool = False) -> ClaimBatch:

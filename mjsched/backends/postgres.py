@@ -217,6 +217,14 @@ class PostgresBackend(Backend):
                           (list(tokens), lease_seconds, instance, now))
         return {str(r["lock_token"]) for r in rows}
 
+    def renew_leases(self, tokens: Sequence[str], lease_seconds: float, instance: str | None = None,
+                     now: datetime | None = None) -> tuple[set[str], set[str]]:
+        rows = self._rows("renew_leases",
+                          "SELECT lock_token, renewed FROM mjsched.renew_leases(%s::uuid[], %s, %s, %s)",
+                          (list(tokens), lease_seconds, instance, now))
+        return ({str(r["lock_token"]) for r in rows if r["renewed"]},
+                {str(r["lock_token"]) for r in rows if not r["renewed"]})
+
     def claim_due_jobs(self, instance: str, max_jobs: int, lease_seconds: float,
                        now: datetime | None = None, claim_id: str | None = None,
                        replay: bool = False) -> ClaimBatch:

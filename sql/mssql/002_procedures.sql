@@ -11,7 +11,7 @@
 -- Lease truth. A job's lock (scheduled_job.lock_token, expected_completion_at) and the
 -- Running run that holds it (scheduled_job_run.lock_token, lease_expires_at) carry ONE
 -- lease: every procedure that sets one sets the other to the same instant, in the same
--- transaction (claim, start_manual_run, begin_job_run, extend_job_leases). A Concurrent
+-- transaction (claim, start_manual_run, begin_job_run, renew_tokens). A Concurrent
 -- job's tick run lets the job lock go right after its claim (advance_job) and keeps only
 -- its run lease; it is the one kind of Running run whose job is not locked by its token.
 -- A lease is never shortened: renewal sets the greatest of the current lease and
@@ -24,8 +24,9 @@
 -- counterpart of FOR NO KEY UPDATE; a run insert's foreign-key check reads the job row
 -- with a shared lock, which an update lock admits), then touches the runs. READPAST
 -- (SKIP LOCKED) is used only on the first rows a statement locks (candidate jobs of a
--- claim or a sweep): a row skipped there is handled by a later call, and no READPAST on
--- a second row can hide an inversion. Several job rows locked without READPAST are
+-- claim or a sweep, the held jobs of renew_leases): a row skipped there is handled by a
+-- later call (renew_leases answers its tokens busy), and no READPAST on a second row can
+-- hide an inversion. Several job rows locked without READPAST are
 -- locked in id order: their ids are collected first, then locked by one statement that
 -- seeks them from a table variable keyed on id (OPTION (FORCE ORDER, LOOP JOIN)). SQL
 -- Server takes row locks in the order its plan reads the rows and offers no statement
@@ -420,28 +421,32 @@ BEGIN
 END;
 GO
 
--- extend_job_leases: one call renews every lease an engine holds, and records that the
--- engine is alive. A token is renewed only when its run is still Running AND, unless it
--- is a Concurrent tick run (which holds no job lock), its job is still locked by the same
--- token; then the run's lease and the job's lock move together to the greatest of their
--- current lease and now + lease. Jobs first: their ids are found through the runs'
--- filtered token index (ix_scheduled_job_run_token: its filter, status = N'Running', is
--- stated so the optimizer may match it) and locked through the job's primary key in id
--- order, never by a scan that would take, or wait for, an update lock on every job row;
--- then the runs. @p_tokens: a JSON array of UUID strings (PostgreSQL: uuid[]).
--- Returns one row per renewed token: the engine treats a token it sent and did not get
--- back as lost.
-CREATE OR ALTER PROCEDURE mjsched.extend_job_leases
+-- renew_tokens: the renewal renew_leases and extend_job_leases share (its one definition).
+-- A token is renewed only when its run is still Running AND, unless it is a Concurrent
+-- tick run (which holds no job lock), its job is still locked by the same token; then the
+-- run's lease and the job's lock move together to the greatest of their current lease and
+-- @p_now + lease. Jobs first: their ids are found through the runs' filtered token index
+-- (ix_scheduled_job_run_token: its filter, status = N'Running', is stated so the optimizer
+-- may match it) and locked through the job's primary key, never by a scan that would take,
+-- or wait for, an update lock on every job row; then the runs. With @p_skip_busy = 1 the
+-- job rows are locked with READPAST (the first rows it locks: SKIP LOCKED) and a token
+-- whose run is Running but whose job row another session holds is answered renewed = 0
+-- (busy: neither renewed nor lost); otherwise they are locked in id order, waiting.
+-- Tokens it does not answer are lost. @p_tokens: a JSON array of UUID strings
+-- (PostgreSQL: uuid[]). Rows (lock_token, renewed) go to #mjsched_renewed when the caller
+-- created it (renew_leases, extend_job_leases), else to the client; it runs inside the
+-- caller's transaction, or in its own when called outside one.
+CREATE OR ALTER PROCEDURE mjsched.renew_tokens
     @p_tokens nvarchar(max),
     @p_lease_seconds float,
-    @p_instance nvarchar(255) = NULL,
-    @p_now datetimeoffset = NULL
+    @p_now datetimeoffset,
+    @p_skip_busy bit
 AS
 BEGIN
     SET NOCOUNT ON;
     SET XACT_ABORT ON;
-    EXEC mjsched.check_test_clock @p_now = @p_now;
-    DECLARE @v_now datetimeoffset = COALESCE(@p_now, SYSDATETIMEOFFSET());
+    DECLARE @v_own_transaction bit = CASE WHEN @@TRANCOUNT = 0 THEN 1 ELSE 0 END;
+    DECLARE @v_skip_busy bit = ISNULL(@p_skip_busy, 0);
     DECLARE @v_until datetimeoffset;
     DECLARE @v_tokens TABLE (lock_token uniqueidentifier NOT NULL PRIMARY KEY);
     DECLARE @v_ids TABLE (id uniqueidentifier NOT NULL PRIMARY KEY);
@@ -451,8 +456,8 @@ BEGIN
                                 job_id uniqueidentifier NOT NULL, holds_lock bit NOT NULL,
                                 lease_until datetimeoffset NOT NULL);
     DECLARE @v_touched TABLE (id uniqueidentifier NOT NULL);
+    DECLARE @v_answer TABLE (lock_token uniqueidentifier NOT NULL, renewed bit NOT NULL);
     BEGIN TRY
-        EXEC mjsched.check_lease @p_lease_seconds = @p_lease_seconds;
         IF @p_tokens IS NOT NULL AND (ISJSON(@p_tokens) = 0 OR LEFT(LTRIM(@p_tokens), 1) <> N'[')
         BEGIN
             THROW 50022, N'tokens must be a JSON array of UUID strings', 1;
@@ -463,27 +468,38 @@ BEGIN
             THROW 50022, N'tokens must be a JSON array of UUID strings', 1;
         END;
         SET @v_until = DATEADD(millisecond, CAST((@p_lease_seconds - FLOOR(@p_lease_seconds)) * 1000 AS int),
-                               DATEADD(second, CAST(FLOOR(@p_lease_seconds) AS int), @v_now));
+                               DATEADD(second, CAST(FLOOR(@p_lease_seconds) AS int), @p_now));
         INSERT INTO @v_tokens (lock_token)
         SELECT DISTINCT CONVERT(uniqueidentifier, e.value) FROM OPENJSON(@p_tokens) AS e;
 
-        BEGIN TRANSACTION;
-        IF @p_instance IS NOT NULL
+        IF @v_own_transaction = 1
         BEGIN
-            UPDATE mjsched.engine_instance SET last_seen_at = @v_now WHERE instance = @p_instance;
+            BEGIN TRANSACTION;
         END;
-        -- 1. Jobs first: the held jobs, through the runs' token index, then their rows in id order.
+        -- 1. Jobs first: the held jobs, through the runs' token index, then their rows.
         INSERT INTO @v_ids (id)
         SELECT DISTINCT h.scheduled_job_id
           FROM @v_tokens AS t
           JOIN mjsched.scheduled_job_run AS h ON h.lock_token = t.lock_token
          WHERE h.status = N'Running';
-        INSERT INTO @v_jobs (id, lock_token, expected_completion_at, concurrency_mode)
-        SELECT j.id, j.lock_token, j.expected_completion_at, j.concurrency_mode
-          FROM @v_ids AS i
-          JOIN mjsched.scheduled_job AS j WITH (UPDLOCK, ROWLOCK) ON j.id = i.id
-         ORDER BY i.id
-        OPTION (FORCE ORDER, LOOP JOIN);
+        IF @v_skip_busy = 1
+        BEGIN
+            -- skipping, so in no particular order: a row another session holds is not waited for
+            INSERT INTO @v_jobs (id, lock_token, expected_completion_at, concurrency_mode)
+            SELECT j.id, j.lock_token, j.expected_completion_at, j.concurrency_mode
+              FROM @v_ids AS i
+              JOIN mjsched.scheduled_job AS j WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK) ON j.id = i.id
+            OPTION (FORCE ORDER, LOOP JOIN);
+        END;
+        IF @v_skip_busy = 0
+        BEGIN
+            INSERT INTO @v_jobs (id, lock_token, expected_completion_at, concurrency_mode)
+            SELECT j.id, j.lock_token, j.expected_completion_at, j.concurrency_mode
+              FROM @v_ids AS i
+              JOIN mjsched.scheduled_job AS j WITH (UPDLOCK, ROWLOCK) ON j.id = i.id
+             ORDER BY i.id
+            OPTION (FORCE ORDER, LOOP JOIN);
+        END;
         EXEC mjsched.test_pause @p_point = N'extend_job_leases:jobs_locked';
         -- 2. What may be renewed, read under the jobs' row locks.
         INSERT INTO @v_renewable (run_id, lock_token, job_id, holds_lock, lease_until)
@@ -511,6 +527,69 @@ BEGIN
           FROM mjsched.scheduled_job AS j WITH (ROWLOCK)
           JOIN @v_renewable AS n ON n.job_id = j.id AND n.lock_token = j.lock_token
          WHERE n.holds_lock = 1;
+        INSERT INTO @v_answer (lock_token, renewed)
+        SELECT DISTINCT n.lock_token, 1 FROM @v_renewable AS n;
+        IF @v_skip_busy = 1
+        BEGIN
+            -- 4. Busy: still Running, but its job row was held by another session. Read as
+            -- committed, not under a job lock (so no READCOMMITTEDLOCK, and no READPAST: a
+            -- skipped run would read as lost); the next renewal decides renewed or lost.
+            INSERT INTO @v_answer (lock_token, renewed)
+            SELECT DISTINCT h.lock_token, 0
+              FROM @v_tokens AS t
+              JOIN mjsched.scheduled_job_run AS h ON h.lock_token = t.lock_token
+             WHERE h.status = N'Running'
+               AND NOT EXISTS (SELECT 1 FROM @v_jobs AS b WHERE b.id = h.scheduled_job_id);
+        END;
+        IF @v_own_transaction = 1
+        BEGIN
+            COMMIT TRANSACTION;
+        END;
+    END TRY
+    BEGIN CATCH
+        IF @v_own_transaction = 1 AND @@TRANCOUNT > 0
+        BEGIN
+            ROLLBACK TRANSACTION;
+        END;
+        THROW;
+    END CATCH;
+
+    IF OBJECT_ID(N'tempdb..#mjsched_renewed') IS NOT NULL
+    BEGIN
+        INSERT INTO #mjsched_renewed (lock_token, renewed)
+        SELECT a.lock_token, a.renewed FROM @v_answer AS a;
+        RETURN;
+    END;
+    SELECT a.lock_token, a.renewed FROM @v_answer AS a;
+END;
+GO
+
+-- renew_leases: one call renews every lease an engine holds (renew_tokens with
+-- @p_skip_busy = 1), without waiting on a job row another session holds (an operator's
+-- open transaction): such a token comes back with renewed = 0 and is renewed by a later
+-- call, so one locked row delays only its own job. Tokens not answered are lost (taken
+-- over, swept, or finished). Also records that the engine is alive.
+CREATE OR ALTER PROCEDURE mjsched.renew_leases
+    @p_tokens nvarchar(max),
+    @p_lease_seconds float,
+    @p_instance nvarchar(255) = NULL,
+    @p_now datetimeoffset = NULL
+AS
+BEGIN
+    SET NOCOUNT ON;
+    SET XACT_ABORT ON;
+    EXEC mjsched.check_test_clock @p_now = @p_now;
+    DECLARE @v_now datetimeoffset = COALESCE(@p_now, SYSDATETIMEOFFSET());
+    CREATE TABLE #mjsched_renewed (lock_token uniqueidentifier NOT NULL, renewed bit NOT NULL);
+    BEGIN TRY
+        EXEC mjsched.check_lease @p_lease_seconds = @p_lease_seconds;
+        BEGIN TRANSACTION;
+        IF @p_instance IS NOT NULL
+        BEGIN
+            UPDATE mjsched.engine_instance SET last_seen_at = @v_now WHERE instance = @p_instance;
+        END;
+        EXEC mjsched.renew_tokens @p_tokens = @p_tokens, @p_lease_seconds = @p_lease_seconds, @p_now = @v_now,
+             @p_skip_busy = 1;
         COMMIT TRANSACTION;
     END TRY
     BEGIN CATCH
@@ -520,7 +599,45 @@ BEGIN
         END;
         THROW;
     END CATCH;
-    SELECT DISTINCT n.lock_token FROM @v_renewable AS n;
+    SELECT n.lock_token, n.renewed FROM #mjsched_renewed AS n;
+END;
+GO
+
+-- extend_job_leases: renew_leases as release 2 calls it (renew_tokens with
+-- @p_skip_busy = 0: it waits for a job row another session holds). Returns one row per
+-- renewed token: the engine treats a token it sent and did not get back as lost. Kept
+-- for engines of the previous release.
+CREATE OR ALTER PROCEDURE mjsched.extend_job_leases
+    @p_tokens nvarchar(max),
+    @p_lease_seconds float,
+    @p_instance nvarchar(255) = NULL,
+    @p_now datetimeoffset = NULL
+AS
+BEGIN
+    SET NOCOUNT ON;
+    SET XACT_ABORT ON;
+    EXEC mjsched.check_test_clock @p_now = @p_now;
+    DECLARE @v_now datetimeoffset = COALESCE(@p_now, SYSDATETIMEOFFSET());
+    CREATE TABLE #mjsched_renewed (lock_token uniqueidentifier NOT NULL, renewed bit NOT NULL);
+    BEGIN TRY
+        EXEC mjsched.check_lease @p_lease_seconds = @p_lease_seconds;
+        BEGIN TRANSACTION;
+        IF @p_instance IS NOT NULL
+        BEGIN
+            UPDATE mjsched.engine_instance SET last_seen_at = @v_now WHERE instance = @p_instance;
+        END;
+        EXEC mjsched.renew_tokens @p_tokens = @p_tokens, @p_lease_seconds = @p_lease_seconds, @p_now = @v_now,
+             @p_skip_busy = 0;
+        COMMIT TRANSACTION;
+    END TRY
+    BEGIN CATCH
+        IF @@TRANCOUNT > 0
+        BEGIN
+            ROLLBACK TRANSACTION;
+        END;
+        THROW;
+    END CATCH;
+    SELECT n.lock_token FROM #mjsched_renewed AS n WHERE n.renewed = 1;
 END;
 GO
 
@@ -1629,8 +1746,8 @@ RETURNS TABLE
 AS
 RETURN
     SELECT r.internal_routines
-      FROM (VALUES (N'test_pause'), (N'claimable'), (N'claim_token'), (N'abandon_runs'), (N'take_over'),
-                   (N'expire_ended_jobs'), (N'claim_replay'), (N'claim_queued'), (N'claim_ticks'),
+      FROM (VALUES (N'test_pause'), (N'claimable'), (N'claim_token'), (N'abandon_runs'), (N'renew_tokens'),
+                   (N'take_over'), (N'expire_ended_jobs'), (N'claim_replay'), (N'claim_queued'), (N'claim_ticks'),
                    (N'next_due_at'), (N'claim_counters')) AS r (internal_routines);
 GO
 
@@ -1659,9 +1776,9 @@ BEGIN
                    (N'expire_ended_jobs'), (N'extend_job_leases'), (N'force_unlock_job'),
                    (N'initialize_next_run'), (N'initialize_next_runs'), (N'insert_job'), (N'internal_routines'),
                    (N'lease_interval'), (N'next_due_at'), (N'probe_permissions'), (N'register_engine'),
-                   (N'release_engine_locks'), (N'release_job_lock'), (N'start_manual_run'),
-                   (N'sweep_expired_leases'), (N'take_over'), (N'test_pause'), (N'unregister_engine'),
-                   (N'update_job')) AS r (name)
+                   (N'release_engine_locks'), (N'release_job_lock'), (N'renew_leases'), (N'renew_tokens'),
+                   (N'start_manual_run'), (N'sweep_expired_leases'), (N'take_over'), (N'test_pause'),
+                   (N'unregister_engine'), (N'update_job')) AS r (name)
      WHERE NOT EXISTS (SELECT 1 FROM mjsched.internal_routines() AS i WHERE i.internal_routines = r.name)
      ORDER BY r.name;
 END;

@@ -239,44 +239,42 @@ BEGIN
 END;
 $$;
 
--- extend_job_leases: one call renews every lease an engine holds, and records that the
--- engine is alive. A token is renewed only when its run is still Running AND, unless
--- it is a Concurrent tick run (which holds no job lock), its job is still locked by the
--- same token; then the run's lease and the job's lock move together to
--- greatest(current lease, now + lease). Returns one row per renewed token: the engine
--- treats a token it sent and did not get back as lost.
-CREATE OR REPLACE FUNCTION mjsched.extend_job_leases(
-    p_tokens uuid[], p_lease_seconds double precision,
-    p_instance varchar DEFAULT NULL, p_now timestamptz DEFAULT NULL)
-RETURNS TABLE (lock_token uuid)
+-- renew_tokens: the renewal both procedures below share. A token is renewed only when its
+-- run is still Running AND, unless it is a Concurrent tick run (which holds no job lock),
+-- its job is still locked by the same token; then the run's lease and the job's lock move
+-- together to greatest(current lease, now + lease). Jobs first: with p_skip_busy the job
+-- rows are locked SKIP LOCKED (the first rows it locks) and a token whose job row another
+-- session holds is answered renewed = false (busy: neither renewed nor lost); without it
+-- they are locked in id order, waiting. Tokens it does not answer are lost.
+CREATE OR REPLACE FUNCTION mjsched.renew_tokens(
+    p_tokens uuid[], p_lease_seconds double precision, p_now timestamptz, p_skip_busy boolean)
+RETURNS TABLE (lock_token uuid, renewed boolean)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
-DECLARE
-    v_now timestamptz := coalesce(p_now, now());
-    v_jobs uuid[];
+DECLARE v_jobs uuid[];
 BEGIN
-    PERFORM mjsched.check_test_clock(p_now);
-    PERFORM mjsched.check_lease(p_lease_seconds);
-    IF p_instance IS NOT NULL THEN
-        UPDATE mjsched.engine_instance SET last_seen_at = v_now WHERE instance = p_instance;
+    -- Through the runs' token index and the job's primary key.
+    IF p_skip_busy THEN
+        SELECT coalesce(array_agg(l.id), '{}') INTO v_jobs FROM (
+            SELECT j.id FROM mjsched.scheduled_job j
+             WHERE j.id IN (SELECT h.scheduled_job_id FROM mjsched.scheduled_job_run h
+                             WHERE h.lock_token = ANY (p_tokens) AND h.status = 'Running')
+               FOR NO KEY UPDATE SKIP LOCKED) l;
+    ELSE
+        SELECT coalesce(array_agg(l.id), '{}') INTO v_jobs FROM (
+            SELECT j.id FROM mjsched.scheduled_job j
+             WHERE j.id IN (SELECT h.scheduled_job_id FROM mjsched.scheduled_job_run h
+                             WHERE h.lock_token = ANY (p_tokens) AND h.status = 'Running')
+             ORDER BY j.id
+               FOR NO KEY UPDATE) l;
     END IF;
-    IF p_tokens IS NULL OR cardinality(p_tokens) = 0 THEN
-        RETURN;
-    END IF;
-    -- Jobs first (through the runs' token index and the job's primary key, in id order).
-    SELECT coalesce(array_agg(l.id), '{}') INTO v_jobs FROM (
-        SELECT j.id FROM mjsched.scheduled_job j
-         WHERE j.id IN (SELECT h.scheduled_job_id FROM mjsched.scheduled_job_run h
-                         WHERE h.lock_token = ANY (p_tokens) AND h.status = 'Running')
-         ORDER BY j.id
-           FOR NO KEY UPDATE) l;
     PERFORM mjsched.test_pause('extend_job_leases:jobs_locked');
     RETURN QUERY
     WITH renewable AS (
         SELECT r.id AS run_id, r.lock_token, j.id AS job_id, j.lock_token = r.lock_token AS holds_lock,
                greatest(r.lease_expires_at,
                         CASE WHEN j.lock_token = r.lock_token THEN j.expected_completion_at END,
-                        v_now + make_interval(secs => p_lease_seconds)) AS lease_until
+                        p_now + make_interval(secs => p_lease_seconds)) AS lease_until
           FROM mjsched.scheduled_job_run r
           JOIN mjsched.scheduled_job j ON j.id = r.scheduled_job_id
          WHERE r.lock_token = ANY (p_tokens) AND r.status = 'Running' AND j.id = ANY (v_jobs)
@@ -293,7 +291,60 @@ BEGIN
          WHERE j.id = n.job_id AND n.holds_lock
      RETURNING j.id
     )
-    SELECT DISTINCT n.lock_token FROM renewable n;
+    SELECT DISTINCT n.lock_token, true FROM renewable n
+    UNION ALL
+    -- busy: still Running, but its job row was held by another session (not read under a
+    -- lock: the next renewal decides whether it is renewed or lost)
+    SELECT DISTINCT h.lock_token, false FROM mjsched.scheduled_job_run h
+     WHERE p_skip_busy AND h.lock_token = ANY (p_tokens) AND h.status = 'Running'
+       AND NOT (h.scheduled_job_id = ANY (v_jobs));
+END;
+$$;
+
+-- renew_leases: one call renews every lease an engine holds, without waiting on a job row
+-- another session holds (an operator's open transaction): such a token comes back with
+-- renewed = false and is renewed by a later call, so one locked row delays only its own
+-- job. Tokens not answered are lost (taken over, swept, or finished). Also records that
+-- the engine is alive.
+CREATE OR REPLACE FUNCTION mjsched.renew_leases(
+    p_tokens uuid[], p_lease_seconds double precision,
+    p_instance varchar DEFAULT NULL, p_now timestamptz DEFAULT NULL)
+RETURNS TABLE (lock_token uuid, renewed boolean)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE v_now timestamptz := coalesce(p_now, now());
+BEGIN
+    PERFORM mjsched.check_test_clock(p_now);
+    PERFORM mjsched.check_lease(p_lease_seconds);
+    IF p_instance IS NOT NULL THEN
+        UPDATE mjsched.engine_instance SET last_seen_at = v_now WHERE instance = p_instance;
+    END IF;
+    IF p_tokens IS NULL OR cardinality(p_tokens) = 0 THEN
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT t.lock_token, t.renewed FROM mjsched.renew_tokens(p_tokens, p_lease_seconds, v_now, true) t;
+END;
+$$;
+
+-- extend_job_leases: renew_leases as release 2 calls it (one row per renewed token; it
+-- waits for a job row another session holds). Kept for engines of the previous release.
+CREATE OR REPLACE FUNCTION mjsched.extend_job_leases(
+    p_tokens uuid[], p_lease_seconds double precision,
+    p_instance varchar DEFAULT NULL, p_now timestamptz DEFAULT NULL)
+RETURNS TABLE (lock_token uuid)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE v_now timestamptz := coalesce(p_now, now());
+BEGIN
+    PERFORM mjsched.check_test_clock(p_now);
+    PERFORM mjsched.check_lease(p_lease_seconds);
+    IF p_instance IS NOT NULL THEN
+        UPDATE mjsched.engine_instance SET last_seen_at = v_now WHERE instance = p_instance;
+    END IF;
+    IF p_tokens IS NULL OR cardinality(p_tokens) = 0 THEN
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT t.lock_token FROM mjsched.renew_tokens(p_tokens, p_lease_seconds, v_now, false) t;
 END;
 $$;
 
@@ -974,7 +1025,7 @@ $$;
 -- (this list itself stays callable: probe_permissions reads it as the caller).
 CREATE OR REPLACE FUNCTION mjsched.internal_routines() RETURNS text[]
 LANGUAGE sql IMMUTABLE AS $$
-    SELECT ARRAY['test_pause', 'claimable', 'claim_token', 'abandon_runs',
+    SELECT ARRAY['test_pause', 'claimable', 'claim_token', 'abandon_runs', 'renew_tokens',
                  'runs_of_tokens', 'take_over', 'expire_ended_jobs', 'claim_replay', 'claim_queued',
                  'claim_ticks', 'next_due_at', 'claim_counters']
 $$;

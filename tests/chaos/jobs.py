@@ -46,8 +46,14 @@ def bump(dir: str, key: str, context: Any, hold: float = 0.005) -> dict[str, Any
     except FileNotFoundError:
         value = 0
     time.sleep(hold)
-    with open(path, "w") as fh:
+    # Written to a temporary file and renamed: an engine killed with SIGKILL between a
+    # truncating open and the write would otherwise leave the counter empty (read as 0), a
+    # "lost update" that no overlap caused. Overlapping runs still lose updates (both read
+    # the same value), which is what the counter is there to catch.
+    scratch = f"{path}.{os.getpid()}.{threading.get_ident()}"
+    with open(scratch, "w") as fh:
         fh.write(str(value + 1))
+    os.replace(scratch, path)
     end = time.time()
     _record(dir, key, context, start, end)
     return {"count": value + 1}

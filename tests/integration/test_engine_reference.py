@@ -318,7 +318,7 @@ def test_h1_one_call_renews_every_lease(make_engine: Callable[..., Any], pg_db: 
     before = db.one("SELECT max(expected_completion_at) FROM mjsched.scheduled_job")
     CountingConnection.statements.clear()
     assert engine._keeper.renew() is True
-    assert [s for s in CountingConnection.statements if "extend_job_leases" in s] == \
+    assert [s for s in CountingConnection.statements if "renew_leases" in s] == \
         CountingConnection.statements and len(CountingConnection.statements) == 1
     assert db.one("SELECT min(expected_completion_at) FROM mjsched.scheduled_job") > before
 
@@ -374,15 +374,15 @@ def test_h5_renewal_errors_are_logged_never_raised(make_engine: Callable[..., An
     engine = make_engine()
     add_due(engine, db, unique("h5"))
     engine.dispatch_due_jobs()
-    sql.run("ALTER FUNCTION mjsched.extend_job_leases(uuid[], double precision, varchar, timestamptz) "
-            "RENAME TO extend_job_leases_gone")
+    sql.run("ALTER FUNCTION mjsched.renew_leases(uuid[], double precision, varchar, timestamptz) "
+            "RENAME TO renew_leases_gone")
     try:
         with caplog.at_level(logging.ERROR, logger="mjsched"):
             assert engine._keeper.renew() is False
         assert any("Lease renewal failed" in r.getMessage() for r in caplog.records)
     finally:
-        sql.run("ALTER FUNCTION mjsched.extend_job_leases_gone(uuid[], double precision, varchar, timestamptz) "
-                "RENAME TO extend_job_leases")
+        sql.run("ALTER FUNCTION mjsched.renew_leases_gone(uuid[], double precision, varchar, timestamptz) "
+                "RENAME TO renew_leases")
 
 
 def test_h6_token_mismatch_is_logged_and_the_run_cancelled(make_engine: Callable[..., Any], db: Db,

@@ -250,3 +250,43 @@ def test_unlock_job_frees_the_lock_and_fences_its_holder(make_engine: Callable[.
     assert [r["status"] for r in run_rows(sql, job)] == ["Abandoned"]
     assert engine.backend.complete_job_run(claim.run_id, claim.lock_token, "Completed", None, None, None) is False
     assert engine.unlock_job(job) is False                    # nothing held any more
+
+
+# -- a row an operator holds delays only its own job's lease -----------------------------------------------
+@pytest.mark.postgres
+def test_a_job_row_held_by_another_session_delays_only_its_own_lease(make_engine: Callable[..., Any],
+                                                                     sql: Any, pg_dsn: str) -> None:
+    """An admin session holds one job row FOR UPDATE for longer than the lease (a psql session
+    left open). The other runs' leases keep being renewed and none of them is lost or swept.
+    On a5c28c1 (and before renew_leases) the one renewal statement waited on that row: every
+    lease of the engine lapsed and its own sweep abandoned the other runs."""
+    import psycopg2
+
+    engine = make_engine(lease_timeout=2.0, max_concurrent_jobs=3)
+    names = [f"held-{i}" for i in range(3)]
+    jobs = [due(engine, sql, name) for name in names]
+    engine.start_polling()
+    for name in names:
+        assert drivers.started(name).wait(5)
+    admin = psycopg2.connect(pg_dsn)
+    try:
+        with admin.cursor() as cur:
+            cur.execute("SELECT now()")
+            held_from = cur.fetchone()[0]
+            cur.execute("SELECT 1 FROM mjsched.scheduled_job WHERE id = %s FOR UPDATE", (jobs[0],))
+
+        def renewed_past_the_lease() -> bool:
+            rows = sql.rows("SELECT lease_expires_at FROM mjsched.scheduled_job_run WHERE scheduled_job_id IN "
+                            "(%s, %s) AND status = 'Running'", (jobs[1], jobs[2]))
+            return len(rows) == 2 and all(r["lease_expires_at"] > held_from + timedelta(seconds=3.5) for r in rows)
+        # the others' leases moved past where they would have lapsed, while the row was held
+        wait_for(renewed_past_the_lease, timeout=10, message="the other runs' leases to be renewed")
+        assert [r["status"] for j in jobs for r in run_rows(sql, j)] == ["Running"] * 3
+    finally:
+        admin.rollback()
+        admin.close()
+    for name in names:
+        drivers.gate(name).set()
+    wait_for(lambda: all(run_rows(sql, j)[0]["status"] in ("Completed", "Abandoned") for j in jobs),
+             message="the runs to end")
+    assert [run_rows(sql, j)[0]["status"] for j in jobs[1:]] == ["Completed", "Completed"]

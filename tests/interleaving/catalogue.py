@@ -28,6 +28,12 @@ SQL: dict[str, dict[str, str]] = {
         "postgres": "SELECT lock_token FROM mjsched.extend_job_leases(%s::uuid[], %s, %s, %s)",
         "mssql": "EXEC mjsched.extend_job_leases @p_tokens = ?, @p_lease_seconds = ?, @p_instance = ?, @p_now = ?;",
     },
+    # the renewal this release's engines make: never waits on a held job row (busy tokens are
+    # answered renewed = false and are neither renewed nor lost; only renewed ones are checked)
+    "renew_skip": {
+        "postgres": "SELECT lock_token FROM mjsched.renew_leases(%s::uuid[], %s, %s, %s) WHERE renewed",
+        "mssql": "EXEC mjsched.renew_leases @p_tokens = ?, @p_lease_seconds = ?, @p_instance = ?, @p_now = ?;",
+    },
     "complete": {
         "postgres": "SELECT run_id, completed FROM mjsched.complete_job_runs(%s::jsonb, %s)",
         "mssql": "EXEC mjsched.complete_job_runs @p_items = ?, @p_now = ?;",
@@ -142,6 +148,11 @@ def _renew(s: State, rng: random.Random) -> Call | None:
     return Call("renew", "extend_job_leases", (tokens, LEASE, A, s.now), renews=tuple(tokens))
 
 
+def _renew_skip(s: State, rng: random.Random) -> Call | None:
+    call = _renew(s, rng)
+    return None if call is None else Call("renew_skip", "renew_leases", call.params, renews=call.renews)
+
+
 def _complete(s: State, rng: random.Random) -> Call | None:
     runs = [(j, r) for j in s.with_need("a_run") for r in j.running(A)]
     if not runs:
@@ -254,9 +265,11 @@ OPS: dict[str, Op] = {op.name: op for op in (
     Op("manual", "start_manual_run", _manual),
     Op("release_engine", "release_engine_locks", _release_engine),
     Op("unlock", "force_unlock_job", _unlock),
+    Op("renew_skip", "renew_leases", _renew_skip, frozenset({"a_token"})),
 )}
-BASE_OPS = tuple(n for n in OPS if n not in ("manual", "release_engine", "unlock"))
-TRIPLES = (("claim", "renew", "sweep"), ("claim", "complete", "sweep"), ("renew", "sweep", "acquire"))
+BASE_OPS = tuple(n for n in OPS if n not in ("manual", "release_engine", "unlock", "renew_skip"))
+TRIPLES = (("claim", "renew", "sweep"), ("claim", "complete", "sweep"), ("renew", "sweep", "acquire"),
+           ("claim", "renew_skip", "sweep"))
 
 
 def replay_of(call: Call) -> Call:

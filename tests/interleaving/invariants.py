@@ -114,7 +114,7 @@ def renewal_violations(calls: Sequence[Call], outcomes: Sequence[Outcome], state
     deleted = {c.params[0] for c in calls if c.op == "delete"}
     found: list[Violation] = []
     for call, outcome in zip(calls, outcomes):
-        if call.op != "renew" or outcome.sqlstate:
+        if call.op not in ("renew", "renew_skip") or outcome.sqlstate:
             continue
         deadline = call.params[3] + timedelta(seconds=LEASE)
         for row in outcome.rows:

@@ -198,8 +198,9 @@ class Arena:
     def check(self, state: State, calls: Sequence[Call], outcomes: Sequence[Outcome]) -> tuple[list[Violation], int]:
         found = invariants.table_violations(self.rows(invariants.TABLE_CHECKS), state)
         checks = len(invariants.TABLE_INVARIANTS) + 1   # + I7, read from the outcomes
-        renewed = [str(r["lock_token"]) for c, o in zip(calls, outcomes) if c.op == "renew" for r in o.rows]
-        if any(c.op == "renew" for c in calls):
+        renewals = ("renew", "renew_skip")
+        renewed = [str(r["lock_token"]) for c, o in zip(calls, outcomes) if c.op in renewals for r in o.rows]
+        if any(c.op in renewals for c in calls):
             checks += 1
         if renewed:
             runs: dict[str, list[dict[str, Any]]] = {}

@@ -214,19 +214,22 @@ def test_every_readpast_comes_with_readcommittedlock() -> None:
 
 
 def test_lease_renewal_reaches_jobs_through_the_runs_token_index() -> None:
-    """Without a seek, extend_job_leases scans scheduled_job, taking or waiting for a lock on
-    every row. It joins the runs' filtered token index, stating its filter (SQL Server matches
-    a filtered index only against predicates the query states), then the job's primary key."""
+    """Without a seek, the renewal (renew_tokens) scans scheduled_job, taking or waiting for a
+    lock on every row. It joins the runs' filtered token index, stating its filter (SQL Server
+    matches a filtered index only against predicates the query states), then the job's primary
+    key, in both branches (waiting and skipping)."""
     schema = sqlparity.parse_mssql((SQL_DIR / "001_schema.sql").read_text(encoding="utf-8"))
     index = schema.indexes["ix_scheduled_job_run_token"]
     assert (index.table, index.columns, index.where) == ("scheduled_job_run", ("lock_token",), "status = 'Running'")
-    renew = _statements(_routine("extend_job_leases"))
+    renew = _statements(_routine("renew_tokens"))
     found = [s for s in renew if "INSERT INTO @v_ids" in s]
     assert len(found) == 1, renew
     assert "JOIN mjsched.scheduled_job_run AS h ON h.lock_token = t.lock_token" in found[0]
     assert re.search(r"(?i)\bWHERE\s+h\.status\s*=\s*N'Running'", found[0])
     lock = [s for s in renew if "INSERT INTO @v_jobs" in s]
-    assert len(lock) == 1 and "JOIN mjsched.scheduled_job AS j WITH (UPDLOCK, ROWLOCK) ON j.id = i.id" in lock[0]
+    assert len(lock) == 2, renew
+    assert all(re.search(r"(?i)FROM @v_ids AS i JOIN mjsched\.scheduled_job AS j WITH \((UPDLOCK, ROWLOCK|"
+                         r"UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)\) ON j\.id = i\.id\b", s) for s in lock), lock
 
 
 def test_every_index_is_created_only_if_it_does_not_exist() -> None:
@@ -336,7 +339,7 @@ def _touches_runs(statement: str) -> bool:
 
 
 @pytest.mark.parametrize("routine", [
-    "extend_job_leases", "complete_job_runs", "sweep_expired_leases", "release_engine_locks", "force_unlock_job",
+    "renew_tokens", "complete_job_runs", "sweep_expired_leases", "release_engine_locks", "force_unlock_job",
     "start_manual_run", "acquire_job_lock", "claim_queued", "claim_ticks", "begin_job_run", "enqueue_job_run"])
 def test_job_rows_are_locked_before_any_run_row(routine: str) -> None:
     """Issue 11 item 1: a renewal that locked runs before jobs, against a sweep or claim that
@@ -396,6 +399,71 @@ def test_every_takeover_goes_through_abandon_runs() -> None:
     for name in ("take_over", "sweep_expired_leases", "release_engine_locks", "force_unlock_job"):
         assert re.search(r"(?i)\bEXEC (?:@\w+ = )?mjsched\.abandon_runs\b", _routine(name)), name
 
+
+
+def _branch(code: str, condition: str) -> list[str]:
+    """The statements of each ``IF <condition> BEGIN ... END`` block of ``code`` (whitespace-folded)."""
+    folded = " ".join(code.split())
+    toks = tokenize(folded)
+    blocks = []
+    for m in re.finditer(rf"(?i)\bIF {re.escape(condition)} BEGIN\b", folded):
+        depth, start = 0, m.end()
+        for t in (t for t in toks if t.pos >= m.end() - len("BEGIN")):
+            if t.up in ("BEGIN", "CASE"):
+                depth += 1
+            elif t.up == "END":
+                depth -= 1
+                if depth == 0:
+                    blocks.append(_statements(folded[start:t.pos]))
+                    break
+    return [s for block in blocks for s in block]
+
+
+def test_renew_leases_skips_busy_job_rows_and_answers_their_tokens() -> None:
+    """Issue 11 (v3): one job row another session holds (an operator's open transaction) must
+    not stall every lease an engine holds. renew_leases and extend_job_leases share one
+    renewal (renew_tokens, internal); only renew_leases' branch (@p_skip_busy = 1) locks the
+    job rows with READPAST -- the first rows it locks, no READPAST on runs -- and answers a
+    token whose run is Running but whose job row it skipped with renewed = 0 (busy), so the
+    engine does not take a busy token for a lost one. extend_job_leases waits, in id order,
+    and returns only renewed tokens."""
+    renew = _routine("renew_tokens")
+    assert re.search(r"(?i)DECLARE @v_skip_busy bit = ISNULL\(@p_skip_busy, 0\);", renew)
+    statements = _statements(renew)
+    locking = [n for n, s in enumerate(statements) if _locks_jobs(s)]
+    skipping = [n for n, s in enumerate(statements)
+                if any("READPAST" in h.upper() for h in _JOB_HINTS.findall(s) + _RUN_HINTS.findall(s))]
+    assert len(skipping) == 1 and skipping[0] == locking[0], (locking, skipping)
+    assert not any(_touches_runs(s) for s in statements[:skipping[0]])
+    skip, wait = _branch(renew, "@v_skip_busy = 1"), _branch(renew, "@v_skip_busy = 0")
+    assert any(statements[skipping[0]].endswith(s) for s in skip)   # READPAST only in the skip-busy branch
+    assert [h.upper() for s in skip for h in _JOB_HINTS.findall(s)] == ["UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK"]
+    assert len(wait) == 1 and re.search(r"(?i)WITH \(UPDLOCK, ROWLOCK\) ON j\.id = i\.id ORDER BY i\.id "
+                                        r"OPTION \(FORCE ORDER, LOOP JOIN\)$", wait[0]), wait
+    # the busy answer: Running, job row not locked by this call, renewed = 0, read without READPAST
+    busy = [s for s in skip if s.startswith("INSERT INTO @v_answer")]
+    assert len(busy) == 1 and all("READPAST" not in h.upper() for h in _RUN_HINTS.findall(busy[0]))
+    assert re.search(r"(?i)^INSERT INTO @v_answer \(lock_token, renewed\) SELECT DISTINCT h\.lock_token, 0 "
+                     r"FROM @v_tokens AS t JOIN mjsched\.scheduled_job_run AS h ON h\.lock_token = t\.lock_token "
+                     r"WHERE h\.status = N'Running' AND NOT EXISTS \(SELECT 1 FROM @v_jobs AS b "
+                     r"WHERE b\.id = h\.scheduled_job_id\)$", busy[0]), busy[0]
+    renewed = [s for s in statements if s.startswith("INSERT INTO @v_answer") and s not in busy]
+    assert renewed == ["INSERT INTO @v_answer (lock_token, renewed) SELECT DISTINCT n.lock_token, 1 "
+                       "FROM @v_renewable AS n"]
+    assert re.search(r"(?i)SELECT a\.lock_token, a\.renewed FROM @v_answer AS a;\s*END;?\s*$", renew)
+    # one definition of the renewal: both public procedures call it and lock no job row themselves
+    for name, skip_busy, result in (("renew_leases", 1, "SELECT n.lock_token, n.renewed FROM #mjsched_renewed AS n"),
+                                    ("extend_job_leases", 0,
+                                     "SELECT n.lock_token FROM #mjsched_renewed AS n WHERE n.renewed = 1")):
+        code = " ".join(_routine(name).split())
+        assert re.search(rf"(?i)CREATE TABLE #mjsched_renewed \(lock_token uniqueidentifier NOT NULL, "
+                         rf"renewed bit NOT NULL\);.*BEGIN TRANSACTION;.*EXEC mjsched\.renew_tokens "
+                         rf"@p_tokens = @p_tokens, @p_lease_seconds = @p_lease_seconds, @p_now = @v_now, "
+                         rf"@p_skip_busy = {skip_busy}; COMMIT TRANSACTION;", code), name
+        assert not _JOB_HINTS.findall(code) and not _RUN_HINTS.findall(code), name
+        assert code.rstrip("; ").endswith(f"{result}; END"), name
+    internal = _internal_routines()
+    assert "renew_tokens" in internal and "renew_leases" not in internal and "extend_job_leases" not in internal
 
 def test_the_pause_points_are_the_postgresql_ones() -> None:
     """The interleaving harness names the same statement boundaries in both dialects."""
