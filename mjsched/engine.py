@@ -795,6 +795,7 @@ class SchedulingEngine:
         going = self._registry.busy()
         for entry in going:
             entry.cancel_event.set()
+            entry.renew = True     # ours until handed back below: no other engine takes it meanwhile
         if going:
             self._registry.wait_idle(CLOSE_GRACE_SECONDS)
         self._writer.flush(5.0)

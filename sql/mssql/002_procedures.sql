@@ -439,6 +439,7 @@ GO
 CREATE OR ALTER PROCEDURE mjsched.renew_tokens
     @p_tokens nvarchar(max),
     @p_lease_seconds float,
+    @p_instance nvarchar(255),
     @p_now datetimeoffset,
     @p_skip_busy bit
 AS
@@ -475,6 +476,10 @@ BEGIN
         IF @v_own_transaction = 1
         BEGIN
             BEGIN TRANSACTION;
+        END;
+        IF @p_instance IS NOT NULL
+        BEGIN
+            UPDATE mjsched.engine_instance SET last_seen_at = @p_now WHERE instance = @p_instance;
         END;
         -- 1. Jobs first: the held jobs, through the runs' token index, then their rows.
         INSERT INTO @v_ids (id)
@@ -584,12 +589,8 @@ BEGIN
     BEGIN TRY
         EXEC mjsched.check_lease @p_lease_seconds = @p_lease_seconds;
         BEGIN TRANSACTION;
-        IF @p_instance IS NOT NULL
-        BEGIN
-            UPDATE mjsched.engine_instance SET last_seen_at = @v_now WHERE instance = @p_instance;
-        END;
-        EXEC mjsched.renew_tokens @p_tokens = @p_tokens, @p_lease_seconds = @p_lease_seconds, @p_now = @v_now,
-             @p_skip_busy = 1;
+        EXEC mjsched.renew_tokens @p_tokens = @p_tokens, @p_lease_seconds = @p_lease_seconds,
+             @p_instance = @p_instance, @p_now = @v_now, @p_skip_busy = 1;
         COMMIT TRANSACTION;
     END TRY
     BEGIN CATCH
@@ -622,12 +623,8 @@ BEGIN
     BEGIN TRY
         EXEC mjsched.check_lease @p_lease_seconds = @p_lease_seconds;
         BEGIN TRANSACTION;
-        IF @p_instance IS NOT NULL
-        BEGIN
-            UPDATE mjsched.engine_instance SET last_seen_at = @v_now WHERE instance = @p_instance;
-        END;
-        EXEC mjsched.renew_tokens @p_tokens = @p_tokens, @p_lease_seconds = @p_lease_seconds, @p_now = @v_now,
-             @p_skip_busy = 0;
+        EXEC mjsched.renew_tokens @p_tokens = @p_tokens, @p_lease_seconds = @p_lease_seconds,
+             @p_instance = @p_instance, @p_now = @v_now, @p_skip_busy = 0;
         COMMIT TRANSACTION;
     END TRY
     BEGIN CATCH

@@ -245,14 +245,26 @@ $$;
 -- together to greatest(current lease, now + lease). Jobs first: with p_skip_busy the job
 -- rows are locked SKIP LOCKED (the first rows it locks) and a token whose job row another
 -- session holds is answered renewed = false (busy: neither renewed nor lost); without it
--- they are locked in id order, waiting. Tokens it does not answer are lost.
+-- they are locked in id order, waiting. Tokens it does not answer are lost. Also records
+-- that the engine is alive.
 CREATE OR REPLACE FUNCTION mjsched.renew_tokens(
-    p_tokens uuid[], p_lease_seconds double precision, p_now timestamptz, p_skip_busy boolean)
+    p_tokens uuid[], p_lease_seconds double precision, p_instance varchar, p_now timestamptz,
+    p_skip_busy boolean)
 RETURNS TABLE (lock_token uuid, renewed boolean)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
-DECLARE v_jobs uuid[];
+DECLARE
+    v_now timestamptz := coalesce(p_now, now());
+    v_jobs uuid[];
 BEGIN
+    PERFORM mjsched.check_test_clock(p_now);
+    PERFORM mjsched.check_lease(p_lease_seconds);
+    IF p_instance IS NOT NULL THEN
+        UPDATE mjsched.engine_instance SET last_seen_at = v_now WHERE instance = p_instance;
+    END IF;
+    IF p_tokens IS NULL OR cardinality(p_tokens) = 0 THEN
+        RETURN;
+    END IF;
     -- Through the runs' token index and the job's primary key.
     IF p_skip_busy THEN
         SELECT coalesce(array_agg(l.id), '{}') INTO v_jobs FROM (
@@ -274,7 +286,7 @@ BEGIN
         SELECT r.id AS run_id, r.lock_token, j.id AS job_id, j.lock_token = r.lock_token AS holds_lock,
                greatest(r.lease_expires_at,
                         CASE WHEN j.lock_token = r.lock_token THEN j.expected_completion_at END,
-                        p_now + make_interval(secs => p_lease_seconds)) AS lease_until
+                        v_now + make_interval(secs => p_lease_seconds)) AS lease_until
           FROM mjsched.scheduled_job_run r
           JOIN mjsched.scheduled_job j ON j.id = r.scheduled_job_id
          WHERE r.lock_token = ANY (p_tokens) AND r.status = 'Running' AND j.id = ANY (v_jobs)
@@ -304,48 +316,23 @@ $$;
 -- renew_leases: one call renews every lease an engine holds, without waiting on a job row
 -- another session holds (an operator's open transaction): such a token comes back with
 -- renewed = false and is renewed by a later call, so one locked row delays only its own
--- job. Tokens not answered are lost (taken over, swept, or finished). Also records that
--- the engine is alive.
+-- job. Tokens not answered are lost (taken over, swept, or finished).
 CREATE OR REPLACE FUNCTION mjsched.renew_leases(
     p_tokens uuid[], p_lease_seconds double precision,
     p_instance varchar DEFAULT NULL, p_now timestamptz DEFAULT NULL)
 RETURNS TABLE (lock_token uuid, renewed boolean)
-LANGUAGE plpgsql AS $$
-#variable_conflict use_column
-DECLARE v_now timestamptz := coalesce(p_now, now());
-BEGIN
-    PERFORM mjsched.check_test_clock(p_now);
-    PERFORM mjsched.check_lease(p_lease_seconds);
-    IF p_instance IS NOT NULL THEN
-        UPDATE mjsched.engine_instance SET last_seen_at = v_now WHERE instance = p_instance;
-    END IF;
-    IF p_tokens IS NULL OR cardinality(p_tokens) = 0 THEN
-        RETURN;
-    END IF;
-    RETURN QUERY SELECT t.lock_token, t.renewed FROM mjsched.renew_tokens(p_tokens, p_lease_seconds, v_now, true) t;
-END;
+LANGUAGE sql AS $$
+    SELECT t.lock_token, t.renewed FROM mjsched.renew_tokens(p_tokens, p_lease_seconds, p_instance, p_now, true) t
 $$;
 
--- extend_job_leases: renew_leases as release 2 calls it (one row per renewed token; it
--- waits for a job row another session holds). Kept for engines of the previous release.
+-- extend_job_leases: the renewal as release 2 calls it: one row per renewed token, and it
+-- waits for a job row another session holds. Kept for engines of the previous release.
 CREATE OR REPLACE FUNCTION mjsched.extend_job_leases(
     p_tokens uuid[], p_lease_seconds double precision,
     p_instance varchar DEFAULT NULL, p_now timestamptz DEFAULT NULL)
 RETURNS TABLE (lock_token uuid)
-LANGUAGE plpgsql AS $$
-#variable_conflict use_column
-DECLARE v_now timestamptz := coalesce(p_now, now());
-BEGIN
-    PERFORM mjsched.check_test_clock(p_now);
-    PERFORM mjsched.check_lease(p_lease_seconds);
-    IF p_instance IS NOT NULL THEN
-        UPDATE mjsched.engine_instance SET last_seen_at = v_now WHERE instance = p_instance;
-    END IF;
-    IF p_tokens IS NULL OR cardinality(p_tokens) = 0 THEN
-        RETURN;
-    END IF;
-    RETURN QUERY SELECT t.lock_token FROM mjsched.renew_tokens(p_tokens, p_lease_seconds, v_now, false) t;
-END;
+LANGUAGE sql AS $$
+    SELECT t.lock_token FROM mjsched.renew_tokens(p_tokens, p_lease_seconds, p_instance, p_now, false) t
 $$;
 
 -- claim_due_jobs: in one transaction, lock up to p_max_jobs claimable jobs (jobs

@@ -458,8 +458,8 @@ def test_renew_leases_skips_busy_job_rows_and_answers_their_tokens() -> None:
         code = " ".join(_routine(name).split())
         assert re.search(rf"(?i)CREATE TABLE #mjsched_renewed \(lock_token uniqueidentifier NOT NULL, "
                          rf"renewed bit NOT NULL\);.*BEGIN TRANSACTION;.*EXEC mjsched\.renew_tokens "
-                         rf"@p_tokens = @p_tokens, @p_lease_seconds = @p_lease_seconds, @p_now = @v_now, "
-                         rf"@p_skip_busy = {skip_busy}; COMMIT TRANSACTION;", code), name
+                         rf"@p_tokens = @p_tokens, @p_lease_seconds = @p_lease_seconds, @p_instance = @p_instance, "
+                         rf"@p_now = @v_now, @p_skip_busy = {skip_busy}; COMMIT TRANSACTION;", code), name
         assert not _JOB_HINTS.findall(code) and not _RUN_HINTS.findall(code), name
         assert code.rstrip("; ").endswith(f"{result}; END"), name
     internal = _internal_routines()
