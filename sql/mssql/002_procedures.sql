@@ -505,7 +505,15 @@ BEGIN
              ORDER BY i.id
             OPTION (FORCE ORDER, LOOP JOIN);
         END;
-        EXEC mjsched.test_pause @p_point = N'extend_job_leases:jobs_locked';
+        -- one pause point per public procedure (the harness parks each)
+        IF @v_skip_busy = 1
+        BEGIN
+            EXEC mjsched.test_pause @p_point = N'renew_leases:jobs_locked';
+        END;
+        IF @v_skip_busy = 0
+        BEGIN
+            EXEC mjsched.test_pause @p_point = N'extend_job_leases:jobs_locked';
+        END;
         -- 2. What may be renewed, read under the jobs' row locks.
         INSERT INTO @v_renewable (run_id, lock_token, job_id, holds_lock, lease_until)
         SELECT r.id, r.lock_token, j.id,

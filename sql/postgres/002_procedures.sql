@@ -280,7 +280,11 @@ BEGIN
              ORDER BY j.id
                FOR NO KEY UPDATE) l;
     END IF;
-    PERFORM mjsched.test_pause('extend_job_leases:jobs_locked');
+    IF p_skip_busy THEN      -- one pause point per public procedure (the harness parks each)
+        PERFORM mjsched.test_pause('renew_leases:jobs_locked');
+    ELSE
+        PERFORM mjsched.test_pause('extend_job_leases:jobs_locked');
+    END IF;
     RETURN QUERY
     WITH renewable AS (
         SELECT r.id AS run_id, r.lock_token, j.id AS job_id, j.lock_token = r.lock_token AS holds_lock,
