@@ -48,6 +48,20 @@ def claim(state: State, instance: str = C) -> Call:
     return Call("claim", "claim_due_jobs", (instance, 10, LEASE, state.now, str(uuid.uuid4()), False))
 
 
+def in_turn_behind_a_run_lock(arena: Arena, run_id: str, calls: list[Call]) -> tuple[list[Outcome], list[str]]:
+    """Force an inversion: the controller holds ``run_id``'s row while each call starts in turn
+    and settles (done, or parked on a lock); then the row is let go and all are finished.
+    Returns the outcomes and where each call had settled."""
+    arena.controller.execute("BEGIN")
+    arena.controller.execute("SELECT 1 FROM mjsched.scheduled_job_run WHERE id = %s FOR UPDATE", (run_id,))
+    started, where = [], []
+    for worker, call in zip(arena.workers, calls):
+        started.append(arena.start(worker, call))
+        where.append(arena.settle(started[-1]))
+    arena.controller.execute("ROLLBACK")
+    return arena.finish(started), where
+
+
 def violations_of(arena: Arena, state: State, calls: list[Call], outcomes: list[Outcome]) -> list[Violation]:
     found, _checks = arena.check(state, calls, outcomes)
     return found
@@ -79,15 +93,8 @@ def _renewal_racing(arena: Arena, taker: str) -> None:
     state = State(now, [job])
     arena.install(state)
     run = job.runs[0]
-    arena.controller.execute("BEGIN")
-    arena.controller.execute("SELECT 1 FROM mjsched.scheduled_job_run WHERE id = %s FOR UPDATE", (run.id,))
     calls = [renew(state, run.token), TAKERS[taker](state, job)]
-    first = arena.start(arena.workers[0], calls[0])
-    where_first = arena.settle(first)
-    second = arena.start(arena.workers[1], calls[1])
-    where_second = arena.settle(second)
-    arena.controller.execute("ROLLBACK")
-    outcomes = arena.finish([first, second])
+    outcomes, (where_first, where_second) = in_turn_behind_a_run_lock(arena, run.id, calls)
     found = violations_of(arena, state, calls, outcomes)
     steps = f"renewal {where_first}, {taker} {where_second}"
 
@@ -129,16 +136,8 @@ def test_claim_racing_renewal_never_deadlocks(controller: Arena) -> None:
     live.runs[0].token = live.token = "ffffffff-0000-4000-8000-" + new_id()[-12:]       # and is read last
     state = State(now, [lapsed, live])
     arena.install(state)                            # rows in that order too (a scan in physical order)
-    arena.controller.execute("BEGIN")
-    arena.controller.execute("SELECT 1 FROM mjsched.scheduled_job_run WHERE id = %s FOR UPDATE",
-                             (live.runs[0].id,))
     calls = [renew(state, lapsed.token, live.token), claim(state)]
-    first = arena.start(arena.workers[0], calls[0])
-    where_first = arena.settle(first)
-    second = arena.start(arena.workers[1], calls[1])
-    where_second = arena.settle(second)
-    arena.controller.execute("ROLLBACK")
-    outcomes = arena.finish([first, second])
+    outcomes, (where_first, where_second) = in_turn_behind_a_run_lock(arena, live.runs[0].id, calls)
     found = violations_of(arena, state, calls, outcomes)
     deadlocks = sum(o.sqlstate == DEADLOCK for o in outcomes)
     assert deadlocks == 0 and not found, (f"renewal {where_first}, claim {where_second}: {deadlocks} deadlock(s); "
