@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, NoReturn, Sequence
 
 from . import config as config_mod
-from .backends.base import redact
+from .redaction import RedactingFilter, redact, redact_text
 from .errors import ConfigurationError, JobNotActive, JobNotFound, LockNotAcquired, SchedulerError
 from .version import __version__
 
@@ -118,10 +118,10 @@ class Context:
         self._engines: list[Any] = []
 
     def emit(self, text: str = "") -> None:
-        print(text, file=self.out, flush=True)
+        print(redact_text(text), file=self.out, flush=True)
 
     def emit_json(self, value: Any) -> None:
-        print(json.dumps(jsonable(value), indent=2, default=str), file=self.out, flush=True)
+        print(json.dumps(redact(jsonable(value)), indent=2, default=str), file=self.out, flush=True)
 
     def dsn(self) -> str:
         if self.settings.dsn:
@@ -141,7 +141,7 @@ class Context:
         if self.on_embedded and self.embedded is not None:
             st = self.embedded.status()
             return f"embedded PostgreSQL {st.get('major') or ''} on 127.0.0.1:{st.get('port')} ({st['data_dir']})"
-        return redact(self.settings.dsn or "")
+        return redact_text(self.settings.dsn or "")
 
     def engine(self, *, long_running: bool = False, install: bool | None = None, **overrides: Any) -> Any:
         """A SchedulingEngine on the configured database (the embedded one by default).
@@ -303,7 +303,7 @@ def cmd_jobs_show(ctx: Context) -> int:
     if ctx.json:
         ctx.emit_json(job)
         return EXIT_OK
-    data = jsonable(job)
+    data = redact(jsonable(job))
     width = max(len(k) for k in data)
     for key, value in data.items():
         if key == "configuration":
@@ -398,7 +398,7 @@ def run_lines(run: Any, job_name: str | None = None) -> list[str]:
              + (f" in {duration(run.duration_ms)}" if run.duration_ms is not None else "")]
     if run.error_message:
         lines.append(f"error: {run.error_message}")
-    for key, value in (run.details or {}).items():
+    for key, value in redact(run.details or {}).items():
         if value is None or value == "":
             continue
         text = value if isinstance(value, str) else json.dumps(value, default=str)
@@ -718,6 +718,7 @@ def setup_logging(verbosity: int, command: str | None) -> None:
         level = logging.DEBUG
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+    handler.addFilter(RedactingFilter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.WARNING)
@@ -748,10 +749,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         ctx = Context(args, settings)
         code = int(args.handler(ctx))
     except LockNotAcquired as exc:
-        print(f"mjsched: error: {exc} (it is running elsewhere; try again later)", file=sys.stderr)
+        print(f"mjsched: error: {_one_line(exc)} (it is running elsewhere; try again later)", file=sys.stderr)
         code = EXIT_FAILED
     except JobNotActive as exc:
-        print(f"mjsched: error: {exc}", file=sys.stderr)
+        print(f"mjsched: error: {_one_line(exc)}", file=sys.stderr)
         code = EXIT_FAILED
     except SchedulerError as exc:
         print(f"mjsched: error: {_one_line(exc)}", file=sys.stderr)
@@ -794,7 +795,7 @@ def _raise_interrupt(signum: int, _frame: Any) -> None:
 
 
 def _one_line(exc: BaseException) -> str:
-    return redact(" ".join(str(exc).split())) or type(exc).__name__
+    return redact_text(" ".join(str(exc).split())) or type(exc).__name__
 
 
 def _threads_left(grace: float = 1.0) -> bool:

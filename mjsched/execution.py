@@ -13,6 +13,7 @@ from typing import Any
 from .drivers.base import BaseScheduledJob, ExecutionContext, JobResult
 from .drivers.registry import get_driver
 from .models import Isolation, Job
+from .redaction import redact, redact_text
 
 log = logging.getLogger(__name__)
 
@@ -91,9 +92,9 @@ def normalise(raw: Any) -> JobResult:
             details = {"unserialisable_details": repr(result.details)[:2000], "error": str(exc)}
         if not isinstance(details, dict):
             details = {"value": details}
-        result = JobResult(result.success, result.error_message, scrub(details))
+        result = JobResult(result.success, result.error_message, redact(scrub(details)))
     if result.error_message is not None:
-        message = scrub(safe_text(result.error_message))
+        message = redact_text(scrub(safe_text(result.error_message)))
         if len(message) > MAX_ERROR_CHARS:
             message = message[:MAX_ERROR_CHARS] + "..."
         result = JobResult(result.success, message, result.details)
@@ -107,5 +108,5 @@ def failure(exc: BaseException) -> JobResult:
     except Exception:  # noqa: BLE001 - e.g. an exception whose __str__ raises
         tail = "<traceback unavailable>"
     name = type(exc).__name__
-    return JobResult(success=False, error_message=scrub(f"{name}: {safe_text(exc)}")[:MAX_ERROR_CHARS],
-                     details=scrub({"exception_type": name, "traceback_tail": tail}))
+    return JobResult(success=False, error_message=redact_text(scrub(f"{name}: {safe_text(exc)}"))[:MAX_ERROR_CHARS],
+                     details=redact(scrub({"exception_type": name, "traceback_tail": tail})))

@@ -7,6 +7,7 @@ must never fail a run.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
@@ -21,6 +22,7 @@ from urllib.parse import urlsplit, urlunsplit
 from .drivers.base import Notification
 from .errors import ConfigurationError
 from .models import Job, JobRun, RunStatus
+from .redaction import redact, redact_text
 
 log = logging.getLogger("mjsched.notify")
 
@@ -213,6 +215,12 @@ class CompositeNotifier(Notifier):
             raise ExceptionGroup(f"{len(errors)} of {len(self.notifiers)} notifiers failed", errors)
 
 
+def redacted(notification: Notification) -> Notification:
+    """``notification`` with secrets masked (mjsched.redaction), whatever the driver put in it."""
+    return dataclasses.replace(notification, subject=redact_text(notification.subject),
+                               body=redact_text(notification.body), metadata=redact(notification.metadata))
+
+
 def safe_notify(
     notifier: Notifier | None,
     job: Job,
@@ -230,7 +238,7 @@ def safe_notify(
     try:
         if notifier is None:
             return True
-        notifier.notify(job, run, notification)
+        notifier.notify(job, run, redacted(notification))
         return True
     except KeyboardInterrupt:
         raise
