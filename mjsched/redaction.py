@@ -1,8 +1,9 @@
 """One rule for secrets in everything mjsched prints, logs, stores as an outcome or sends.
 
 A value is secret when its key is named like a credential (a word of the key is one of
-``password``, ``secret``, ``token``, ``key``, ... or ends like one: ``apikey``,
-``authtoken``), or when it is the password part of a database URL or connection string
+``password``, ``secret``, ``token``, ... or ends like one: ``apikey``, ``authtoken``; or
+the key is a compound ending in ``key``: ``api_key``, ``X-Api-Key``, but not ``key``
+alone, which names a setting in mjsched's own output), or when it is the password part of a database URL or connection string
 (``postgresql://user:PASSWORD@host``, ``...;PWD=PASSWORD;...``, ``?password=PASSWORD``).
 Secrets become ``***``; everything else is left as it was, so the output still says which
 host, user and database a job talks to.
@@ -20,7 +21,7 @@ MASK = "***"
 # Words that make a key secret when a key's word equals one (``db_password``, ``Api-Key``).
 SECRET_WORDS = frozenset({
     "password", "passwd", "pwd", "pass", "passphrase", "secret", "secrets", "token", "tokens",
-    "key", "keys", "apikey", "credential", "credentials", "auth", "authorization", "cookie",
+    "apikey", "credential", "credentials", "auth", "authorization", "cookie",
     "signature", "private",
 })
 # Endings that make a glued-together key secret (``authtoken``, ``clientsecret``, ``dbpassword``).
@@ -42,6 +43,8 @@ def is_secret_key(name: object) -> bool:
     if not isinstance(name, str):
         return False
     words = [w for w in _WORD_SPLIT.split(_CAMEL.sub("_", name).lower()) if w]
+    if len(words) > 1 and words[-1] in ("key", "keys"):
+        return True
     return any(w in SECRET_WORDS or w.endswith(SECRET_ENDINGS) for w in words)
 
 

@@ -71,7 +71,7 @@ def test_secret_keys(key: str) -> None:
     assert redact({key: "v", "host": "h"}) == {key: "***", "host": "h"}
 
 
-@pytest.mark.parametrize("key", ["host", "command", "statement", "url", "monkey", "tokenizer_name", "cwd"])
+@pytest.mark.parametrize("key", ["host", "command", "statement", "url", "monkey", "tokenizer_name", "cwd", "key"])
 def test_ordinary_keys(key: str) -> None:
     assert not is_secret_key(key)
 
