@@ -22,6 +22,7 @@ from typing import Any
 from . import scheduling, validation
 from .background import BackgroundTasks
 from .backends.base import Backend, Completion, Listener, SweepResult, open_backend
+from .backends.watchdog import call_timeout_for_lease
 from .clock import DbClock
 from .completion import CompletionWriter
 from .cron import CronSchedule
@@ -104,6 +105,11 @@ class SchedulingEngine:
             raise ConfigurationError("notifier", notifier, "must have a notify(job, run, notification) method")
         self.notifier: Notifier = notifier or LoggingNotifier()
         backend_options.setdefault("pool_size", self.max_concurrent_jobs + 4)
+        # Every call is bounded relative to the lease (README "Timeouts and half-open connections")
+        backend_options.setdefault("call_timeout", call_timeout_for_lease(
+            self.lease_timeout, float(backend_options.get("statement_timeout", 60.0))))
+        backend_options.setdefault("retry_max_delay", max(backend_options["call_timeout"],
+                                                          min(15.0, self.lease_timeout / 2)))
         if backend is None and not dsn:
             raise ConfigurationError("dsn", dsn, "a database URL is required (postgresql://... or mssql://...)")
         self.backend: Backend = backend or open_backend(str(dsn), **backend_options)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import logging
 import uuid
 from datetime import datetime, timedelta
@@ -34,6 +35,7 @@ from ..models import ClaimBatch, Job, JobRun
 from .base import (Backend, Completion, Listener, ManualStart, SweepResult, claim_batch, completions_json,
                    manual_start, redact, replayed_attempts)
 from .base import UnscheduledJob
+from .watchdog import DEFAULT_CALL_TIMEOUT
 from .odbc import (
     INSTALL_LOCK,
     INVALID_PARAMETER,
@@ -62,15 +64,29 @@ T = TypeVar("T")
 MIN_COMPATIBILITY_LEVEL = 130
 
 
+def odbc_timeouts(connect_timeout: float, statement_timeout: float,
+                  call_timeout: float = DEFAULT_CALL_TIMEOUT) -> tuple[int, int]:
+    """(login timeout, query timeout) in whole seconds, as pyodbc takes them: the login
+    timeout bounds connecting; the query timeout (``conn.timeout``, SQL_ATTR_QUERY_TIMEOUT)
+    is enforced by the driver on the client, so a call gets no reply for at most the
+    smaller of statement_timeout and the engine's per-call bound (never 0, which means
+    no bound at all)."""
+    if not call_timeout or not call_timeout > 0:
+        raise ConfigurationError("call_timeout", call_timeout, "must be a positive number of seconds")
+    return max(1, int(round(connect_timeout))), max(1, math.ceil(min(statement_timeout, call_timeout)))
+
+
 class MssqlBackend(Backend):
     dialect = "mssql"
 
     def __init__(self, dsn: str, *, pool_size: int = 8, connect_timeout: float = 5.0,
                  statement_timeout: float = 60.0, retry_attempts: int = 5,
-                 retry_max_delay: float = 15.0, install_lock_timeout: float = 120.0) -> None:
+                 retry_max_delay: float = 15.0, install_lock_timeout: float = 120.0,
+                 call_timeout: float = DEFAULT_CALL_TIMEOUT) -> None:
         self._target = parse_dsn(dsn)
         self._safe_dsn = redact(dsn)
-        self._connect_timeout = max(1, int(round(connect_timeout)))
+        self._connect_timeout, self._query_timeout = odbc_timeouts(connect_timeout, statement_timeout, call_timeout)
+        self.call_timeout = float(call_timeout)
         self._statement_timeout = max(1, int(round(statement_timeout)))
         self._install_lock_timeout = install_lock_timeout
         self._retry_attempts = retry_attempts
@@ -86,7 +102,7 @@ class MssqlBackend(Backend):
     def _connect(self) -> Any:
         conn = pyodbc.connect(self._target.connection_string, autocommit=True, timeout=self._connect_timeout)
         try:
-            conn.timeout = self._statement_timeout
+            conn.timeout = self._query_timeout
             configure_connection(conn)
         except BaseException:
             with contextlib.suppress(Exception):
@@ -191,6 +207,7 @@ class MssqlBackend(Backend):
 
         def go(cur: Any) -> list[str]:
             applied: list[str] = []
+            cur.connection.timeout = self._statement_timeout   # install's own, longer bound (reset after)
             self._check_compatibility(cur)
             cur.execute("SET XACT_ABORT ON; BEGIN TRANSACTION;")
             try:
@@ -235,7 +252,14 @@ class MssqlBackend(Backend):
                     cur.execute("IF @@TRANCOUNT > 0 ROLLBACK TRANSACTION;")
                 raise
             return applied
-        return self._run("install", go)
+
+        def bounded_install(cur: Any) -> list[str]:
+            try:
+                return go(cur)
+            finally:
+                with contextlib.suppress(Exception):
+                    cur.connection.timeout = self._query_timeout
+        return self._run("install", bounded_install)
 
     def installed_versions(self) -> list[str]:
         try:

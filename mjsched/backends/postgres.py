@@ -25,6 +25,7 @@ from .base import (Backend, Completion, Listener, ManualStart, SweepResult, clai
                    manual_start, redact, replayed_attempts)
 from .base import UnscheduledJob
 from .pool import ConnectionPool
+from .watchdog import DEFAULT_CALL_TIMEOUT, CallAbandoned, CallWatchdog, shutdown_socket
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -54,7 +55,9 @@ _REJECTED_LOGIN = re.compile(r'(role|database) "[^"]*" does not exist|password a
 
 
 def is_transient(exc: BaseException) -> bool:
-    """Connection lost, deadlock, serialization failure, server shutting down."""
+    """Connection lost or abandoned, deadlock, serialization failure, server shutting down."""
+    if isinstance(exc, CallAbandoned):
+        return True
     if isinstance(exc, (psycopg2.OperationalError, psycopg2.InterfaceError)):
         code = getattr(exc, "pgcode", None)
         if code is None:
@@ -69,14 +72,26 @@ def is_permanent_connect_error(exc: BaseException) -> bool:
     return bool(_MALFORMED_DSN.search(text) or _REJECTED_LOGIN.search(text))
 
 
-def _utc_opts(dsn: str, connect_timeout: float, statement_timeout_ms: int) -> dict[str, Any]:
+def _utc_opts(dsn: str, connect_timeout: float, statement_timeout_ms: int, call_timeout: float) -> dict[str, Any]:
+    """Every bound libpq can enforce itself: connection set-up (connect_timeout, whole
+    seconds, libpq's minimum is 2), keepalives and tcp_user_timeout (a peer that stops
+    ACKing: a dead host or route, not a middlebox that keeps ACKing -- the call
+    watchdog covers that), and statement_timeout (the server gives up on a query no
+    later than the client gives up on the call)."""
     return {
         "dsn": dsn,
-        "connect_timeout": max(1, int(connect_timeout)),
+        "connect_timeout": max(2, int(round(connect_timeout))),
         "application_name": "mjsched",
         "options": f"-c TimeZone=UTC -c statement_timeout={statement_timeout_ms}",
         "keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3,
+        "tcp_user_timeout": int(call_timeout * 1000),
     }
+
+
+def _abandon(conn: Any) -> None:
+    """The watchdog's way out of a call blocked in recv: shut the socket down (a cancel
+    request would travel the same stalled path and hang as well)."""
+    shutdown_socket(conn.fileno())
 
 
 class PostgresBackend(Backend):
@@ -84,11 +99,19 @@ class PostgresBackend(Backend):
 
     def __init__(self, dsn: str, *, pool_size: int = 8, connect_timeout: float = 5.0,
                  statement_timeout: float = 60.0, retry_attempts: int = 5,
-                 retry_max_delay: float = 15.0,
+                 retry_max_delay: float = 15.0, call_timeout: float = DEFAULT_CALL_TIMEOUT,
                  connection_factory: Callable[..., Any] | None = None) -> None:
+        if not call_timeout or not call_timeout > 0:
+            raise ConfigurationError("call_timeout", call_timeout, "must be a positive number of seconds")
         self._dsn = dsn
         self._safe_dsn = redact(dsn)
-        self._kwargs = _utc_opts(dsn, connect_timeout, int(statement_timeout * 1000))
+        self.call_timeout = float(call_timeout)
+        # install() may wait for engines' row locks and runs long scripts: its own, longer bound
+        self.install_timeout = max(self.call_timeout, statement_timeout + 5.0)
+        self._statement_timeout_ms = int(statement_timeout * 1000)
+        self._kwargs = _utc_opts(dsn, connect_timeout, int(min(statement_timeout, self.call_timeout) * 1000),
+                                 self.call_timeout)
+        self._watchdog = CallWatchdog()
         if connection_factory is not None:
             self._kwargs["connection_factory"] = connection_factory
         self._pool: ConnectionPool[Any] = ConnectionPool(self._connect, _broken_after, max_size=pool_size)
@@ -112,6 +135,8 @@ class PostgresBackend(Backend):
             yield
         except DatabaseError:
             raise
+        except CallAbandoned as exc:
+            raise DatabaseError(f"{what} failed on {self._where}: {exc}") from exc
         except psycopg2.Error as exc:
             if getattr(exc, "pgcode", None) == "22023":
                 raise ConfigurationError(what, None, str(exc.diag.message_primary)) from exc
@@ -125,7 +150,10 @@ class PostgresBackend(Backend):
             message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise DatabaseError(f"{what} failed on {self._where}: {redact(message)}") from exc
 
-    def _run(self, what: str, fn: Callable[[Any], T]) -> T:
+    def _run(self, what: str, fn: Callable[[Any], T], bound: float | None = None) -> T:
+        """``fn(cursor)`` on a pooled connection, each attempt bounded by ``bound`` seconds
+        (default: the call timeout) by the watchdog; transient failures are retried."""
+        bound = bound or self.call_timeout
         retrying = Retrying(
             retry=retry_if_exception(is_transient),
             stop=stop_after_attempt(self._retry_attempts) | stop_after_delay(self._retry_max_delay),
@@ -141,8 +169,9 @@ class PostgresBackend(Backend):
             for attempt in retrying:
                 with attempt:
                     with self._pool.connection() as conn:
-                        with conn.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur:
-                            return fn(cur)
+                        with self._watchdog.bounded(what, conn, bound, _abandon):
+                            with conn.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur:
+                                return fn(cur)
         raise AssertionError("unreachable")
 
     def _rows(self, what: str, query: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> list[dict[str, Any]]:
@@ -162,6 +191,7 @@ class PostgresBackend(Backend):
             conn = cur.connection
             conn.autocommit = False
             try:
+                cur.execute("SELECT set_config('statement_timeout', %s, true)", (str(self._statement_timeout_ms),))
                 cur.execute("SELECT pg_advisory_xact_lock(%s)", (INSTALL_LOCK_KEY,))
                 cur.execute("CREATE SCHEMA IF NOT EXISTS mjsched")
                 cur.execute("""CREATE TABLE IF NOT EXISTS mjsched.schema_version (
@@ -191,7 +221,7 @@ class PostgresBackend(Backend):
             finally:
                 conn.autocommit = True
             return applied
-        return self._run("install", go)
+        return self._run("install", go, bound=self.install_timeout)
 
     @staticmethod
     def _lock_tables_for_upgrade(cur: Any) -> None:
@@ -434,7 +464,7 @@ class PostgresBackend(Backend):
 
     # -- change feed -----------------------------------------------------------------------
     def listener(self) -> Listener:
-        return PgListener(self._kwargs)
+        return PgListener(self._kwargs, self._watchdog, self.call_timeout)
 
     def close(self) -> None:
         self._pool.close()
@@ -443,7 +473,7 @@ class PostgresBackend(Backend):
 def _broken_after(conn: Any, exc: BaseException) -> bool:
     """psycopg2's rules: connection-level errors drop the connection; otherwise roll
     back an open transaction and keep it."""
-    if isinstance(exc, (psycopg2.OperationalError, psycopg2.InterfaceError)) or conn.closed:
+    if isinstance(exc, (psycopg2.OperationalError, psycopg2.InterfaceError, CallAbandoned)) or conn.closed:
         return True
     if conn.get_transaction_status() != psycopg2.extensions.TRANSACTION_STATUS_IDLE:
         try:
@@ -456,8 +486,11 @@ def _broken_after(conn: Any, exc: BaseException) -> bool:
 class PgListener(Listener):
     """LISTEN on the job-change channel over a dedicated connection; reconnects lazily."""
 
-    def __init__(self, connect_kwargs: dict[str, Any]) -> None:
+    def __init__(self, connect_kwargs: dict[str, Any], watchdog: CallWatchdog | None = None,
+                 call_timeout: float = DEFAULT_CALL_TIMEOUT) -> None:
         self._kwargs = dict(connect_kwargs)
+        self._watchdog = watchdog or CallWatchdog()
+        self._call_timeout = call_timeout
         self._kwargs.pop("connection_factory", None)
         self._conn: Any = None
         self._lock = threading.Lock()
@@ -468,8 +501,14 @@ class PgListener(Listener):
     def _connect(self) -> Any:
         conn = psycopg2.connect(**self._kwargs)
         conn.autocommit = True
-        with conn.cursor() as cur:
-            cur.execute(f"LISTEN {NOTIFY_CHANNEL}")
+        try:
+            with self._watchdog.bounded("LISTEN", conn, self._call_timeout, _abandon):
+                with conn.cursor() as cur:
+                    cur.execute(f"LISTEN {NOTIFY_CHANNEL}")
+        except BaseException:
+            with contextlib.suppress(Exception):
+                conn.close()
+            raise
         return conn
 
     def wait(self, timeout: float) -> bool:
@@ -487,7 +526,7 @@ class PgListener(Listener):
                 changed = bool(conn.notifies)
                 conn.notifies.clear()
                 return changed
-            except (psycopg2.Error, OSError, ValueError) as exc:
+            except (psycopg2.Error, OSError, ValueError, CallAbandoned) as exc:
                 log.debug("job-change listener lost its connection: %s", redact(str(exc)))
                 with contextlib.suppress(Exception):
                     if self._conn is not None:
