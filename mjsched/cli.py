@@ -282,6 +282,37 @@ def cmd_jobs_add(ctx: Context) -> int:
     return EXIT_OK
 
 
+def cmd_jobs_edit(ctx: Context) -> int:
+    """Change fields of a job in place: its id and run history stay (``remove`` + ``add`` lose them)."""
+    a = ctx.args
+    engine = ctx.engine()
+    job = resolve_job(engine, a.job)
+    zone = a.timezone or job.timezone
+    given = {"name": a.name, "driver": a.driver, "cron": a.cron, "timezone": a.timezone,
+             "configuration": job_configuration(a.configuration), "description": a.description,
+             "owner": a.owner, "concurrency_mode": a.concurrency_mode, "missed_run_policy": a.missed_run_policy,
+             "max_runtime": a.max_runtime, "max_queued_runs": a.max_queued_runs, "isolation": a.isolation,
+             "start_at": parse_instant("--start-at", a.start_at, zone),
+             "end_at": parse_instant("--end-at", a.end_at, zone), "status": a.status, "notify_to": a.notify_to,
+             "notify_on_success": a.notify_on_success, "notify_on_failure": a.notify_on_failure}
+    fields = {k: v for k, v in given.items() if v is not None}
+    for flag, key in (("clear_max_runtime", "max_runtime"), ("clear_start_at", "start_at"),
+                      ("clear_end_at", "end_at")):
+        if getattr(a, flag):
+            if key in fields:
+                raise UsageError(f"--{key.replace('_', '-')} and --{flag.replace('_', '-')} contradict each other")
+            fields[key] = None
+    if not fields:
+        raise UsageError("nothing to change: give at least one field, e.g. --cron '*/5 * * * *'")
+    job = engine.update_job(job.id, **fields)
+    if ctx.json:
+        ctx.emit_json(job)
+    else:
+        ctx.emit(f"updated job {job.id} ({job.name}): {', '.join(sorted(fields))}; status {job.status.value}, "
+                 f"next run {ts(job.next_run_at)} UTC")
+    return EXIT_OK
+
+
 def cmd_jobs_list(ctx: Context) -> int:
     engine = ctx.engine()
     status = ctx.args.status
@@ -425,6 +456,10 @@ def cmd_execute(ctx: Context) -> int:
 def cmd_runs(ctx: Context) -> int:
     engine = ctx.engine()
     job_id = resolve_job(engine, ctx.args.job).id if ctx.args.job else None
+    if ctx.args.follow:
+        if not ctx.args.interval > 0:
+            raise UsageError(f"--interval must be a positive number of seconds, not {ctx.args.interval}")
+        return follow_runs(ctx, engine, job_id)
     runs = engine.list_runs(job_id=job_id, status=ctx.args.status, limit=ctx.args.limit)
     if ctx.json:
         ctx.emit_json(runs)
@@ -439,6 +474,35 @@ def cmd_runs(ctx: Context) -> int:
                      duration(r.duration_ms), clip(r.executed_by_instance, 24), clip(r.error_message, 50)]
                     for r in runs]))
     return EXIT_OK
+
+
+def follow_runs(ctx: Context, engine: Any, job_id: str | None) -> int:
+    """A live tail: each run once when it starts (or is queued) and once when it ends, until
+    Ctrl-C/SIGTERM (exit 0). With --json, one JSON object a line."""
+    seen: dict[str, str] = {}
+    names: dict[str, str] = {}
+    first = True
+    try:
+        while True:
+            runs = engine.list_runs(job_id=job_id, status=ctx.args.status, limit=max(ctx.args.limit, 200))
+            fresh = [r for r in reversed(runs) if seen.get(r.id) != r.status.value]
+            if first:   # the backlog: the last --limit runs, as plain `runs` shows them
+                fresh = fresh[-ctx.args.limit:] if ctx.args.limit else []
+            if any(r.scheduled_job_id not in names for r in fresh):
+                names = {j.id: j.name for j in engine.list_jobs()}
+            for run in fresh:
+                if ctx.json:
+                    print(json.dumps(redact(jsonable(run)), default=str), file=ctx.out, flush=True)
+                else:
+                    when = run.completed_at or run.started_at or run.queued_at
+                    ctx.emit(f"{ts(when)}  {clip(names.get(run.scheduled_job_id, run.scheduled_job_id[:8]), 28):<28} "
+                             f"{run.status.value:<9} {run.id[:8]} {duration(run.duration_ms):>8} "
+                             f"{clip(run.error_message or '', 60)}")
+            seen.update((r.id, r.status.value) for r in runs)
+            first = False
+            time.sleep(ctx.args.interval)
+    except KeyboardInterrupt:
+        return EXIT_OK
 
 
 def cmd_status(ctx: Context) -> int:
@@ -626,7 +690,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="serve Prometheus metrics on this port (needs mjsched[metrics])")
     run.add_argument("--metrics-host", metavar="ADDR", help="address for --metrics-port (default 127.0.0.1)")
 
-    jobs = sub.add_parser("jobs", parents=[common], help="add, list, show, pause, resume, remove, preview jobs",
+    jobs = sub.add_parser("jobs", parents=[common], help="add, edit, list, show, pause, resume, remove, unlock, preview jobs",
                           description="Manage jobs. A JOB is an id, a unique name, or a unique id prefix.")
     jobs.set_defaults(handler=lambda ctx: _missing_subcommand(jobs))
     jsub = jobs.add_subparsers(dest="jobs_command", metavar="ACTION", parser_class=Parser)
@@ -656,6 +720,32 @@ def build_parser() -> argparse.ArgumentParser:
                     help="notify when a run fails (default on)")
     ja.add_argument("--notify-to", metavar="ADDRESSES", help="comma-separated e-mail recipients")
 
+    je = add(jsub, "edit", cmd_jobs_edit, "change fields of a job in place (id and run history kept); "
+                                          "a new schedule takes effect from its next tick")
+    je.add_argument("job", metavar="JOB")
+    je.add_argument("--name")
+    je.add_argument("--driver")
+    je.add_argument("--cron")
+    je.add_argument("--timezone")
+    je.add_argument("--config", "--configuration", dest="configuration", metavar="JSON",
+                    help="replaces the whole configuration: a JSON object, or @file.json")
+    je.add_argument("--description")
+    je.add_argument("--owner")
+    je.add_argument("--status", type=enum_arg(JOB_STATUSES))
+    je.add_argument("--concurrency-mode", type=enum_arg(("Skip", "Queue", "Concurrent")))
+    je.add_argument("--missed-run-policy", type=enum_arg(("Skip", "RunOnce", "RunAll")))
+    je.add_argument("--max-runtime", type=float, metavar="SECONDS")
+    je.add_argument("--clear-max-runtime", action="store_true", help="no limit (the driver's default)")
+    je.add_argument("--max-queued-runs", type=int, metavar="N")
+    je.add_argument("--isolation", type=enum_arg(("thread", "process")))
+    je.add_argument("--start-at", metavar="ISO")
+    je.add_argument("--clear-start-at", action="store_true")
+    je.add_argument("--end-at", metavar="ISO")
+    je.add_argument("--clear-end-at", action="store_true")
+    je.add_argument("--notify-on-success", action=argparse.BooleanOptionalAction, default=None)
+    je.add_argument("--notify-on-failure", action=argparse.BooleanOptionalAction, default=None)
+    je.add_argument("--notify-to", metavar="ADDRESSES")
+
     jl = add(jsub, "list", cmd_jobs_list, "list jobs (Disabled ones only with --all or --status Disabled)")
     jl.add_argument("--all", action="store_true", help="include Disabled jobs")
     jl.add_argument("--status", type=enum_arg(JOB_STATUSES), help="only jobs with this status")
@@ -663,6 +753,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 ("pause", cmd_jobs_pause, "pause a job (status Paused)"),
                                 ("resume", cmd_jobs_resume, "resume a job (status Active; next run from now)"),
                                 ("remove", cmd_jobs_remove, "delete a job and its run history"),
+                                ("delete", cmd_jobs_remove, "the same as remove (the API's delete_job)"),
                                 ("unlock", cmd_jobs_unlock, "free a job's lock whoever holds it (operator "
                                                             "override; the holding run ends Abandoned)")):
         add(jsub, name, handler, text).add_argument("job", metavar="JOB")
@@ -682,6 +773,9 @@ def build_parser() -> argparse.ArgumentParser:
     rn.add_argument("--job", metavar="JOB")
     rn.add_argument("--status", type=enum_arg(RUN_STATUSES), help=", ".join(RUN_STATUSES))
     rn.add_argument("--limit", type=int, default=20, help="default 20")
+    rn.add_argument("-f", "--follow", action="store_true",
+                    help="keep printing runs as they start and end, until Ctrl-C (--json: one object a line)")
+    rn.add_argument("--interval", type=float, default=1.0, metavar="SECONDS", help="--follow's poll interval")
 
     add(sub, "status", cmd_status, "engines seen, and how many jobs are due, running, queued, failing, abandoned")
     add(sub, "config", cmd_config, "the effective settings and where each comes from")
