@@ -92,6 +92,7 @@ class MssqlBackend(Backend):
         self._retry_attempts = retry_attempts
         self._retry_max_delay = retry_max_delay
         self._pool = odbc_pool(self._connect, max_size=pool_size)
+        self._column_lists: dict[str, list[str] | None] = {}   # table -> readable columns (None: all)
 
     @property
     def where(self) -> str:
@@ -400,20 +401,45 @@ class MssqlBackend(Backend):
     def delete_job(self, job_id: str) -> bool:
         return bool(self._scalar("delete_job", job_id=job_id))
 
+    def _readable(self, table: str, alias: str | None = None) -> str:
+        """``alias.*``, or the columns of ``table`` this user may read when it may not read all of
+        them: grants.sql denies lock_token to the roles (a token is the right to complete or release
+        a run; an engine learns its own from the procedures that hand them out)."""
+        prefix = f"{alias}." if alias else ""
+        if table not in self._column_lists:
+            rows = self._rows("columns", """
+                SET NOCOUNT ON;
+                SELECT c.name AS name,
+                       HAS_PERMS_BY_NAME(CONCAT(N'mjsched.', ?), N'OBJECT', N'SELECT', c.name, N'COLUMN') AS readable
+                  FROM sys.columns AS c
+                 WHERE c.object_id = OBJECT_ID(CONCAT(N'mjsched.', ?))
+                 ORDER BY c.column_id;""", (table, table))
+            if not rows:
+                return prefix + "*"      # not installed: the query fails as it always did
+            self._column_lists[table] = None if all(r["readable"] for r in rows) else \
+                [r["name"] for r in rows if r["readable"]]
+        names = self._column_lists[table]
+        if names is None:
+            return prefix + "*"
+        return ", ".join(prefix + "[" + n.replace("]", "]]") + "]" for n in names)
+
+    def _job_select(self) -> str:
+        return _JOB_SELECT.replace("j.*", self._readable("scheduled_job", "j"), 1)
+
     def get_jobs(self, job_ids: Iterable[str]) -> list[Job]:
         ids = [str(i) for i in job_ids]
         if not ids:
             return []
-        rows = self._rows("get_jobs", _JOB_SELECT +
+        rows = self._rows("get_jobs", self._job_select() +
                           " WHERE j.id IN (SELECT TRY_CONVERT(uniqueidentifier, e.value) FROM OPENJSON(?) AS e);",
                           (json.dumps(ids),))
         return [Job.from_row(r) for r in rows]
 
     def list_jobs(self, status: str | None = None) -> list[Job]:
         if status is None:
-            rows = self._rows("list_jobs", _JOB_SELECT + " ORDER BY j.name, j.created_at;")
+            rows = self._rows("list_jobs", self._job_select() + " ORDER BY j.name, j.created_at;")
         else:
-            rows = self._rows("list_jobs", _JOB_SELECT + " WHERE j.status = ? ORDER BY j.name, j.created_at;",
+            rows = self._rows("list_jobs", self._job_select() + " WHERE j.status = ? ORDER BY j.name, j.created_at;",
                               (status,))
         return [Job.from_row(r) for r in rows]
 
@@ -438,17 +464,18 @@ class MssqlBackend(Backend):
              GROUP BY j.cron_expression, j.timezone, t.driver_class;""")
 
     def list_runs(self, job_id: str | None = None, status: str | None = None, limit: int = 100) -> list[JobRun]:
-        rows = self._rows("list_runs", """
+        rows = self._rows("list_runs", f"""
             SET NOCOUNT ON;
             DECLARE @job uniqueidentifier = ?, @status nvarchar(20) = ?, @limit int = ?;
-            SELECT TOP (@limit) r.* FROM mjsched.scheduled_job_run AS r
+            SELECT TOP (@limit) {self._readable("scheduled_job_run", "r")} FROM mjsched.scheduled_job_run AS r
              WHERE (@job IS NULL OR r.scheduled_job_id = @job) AND (@status IS NULL OR r.status = @status)
              ORDER BY COALESCE(r.started_at, r.queued_at) DESC, r.id DESC
             OPTION (RECOMPILE);""", (job_id, status, int(limit)))
         return [JobRun.from_row(r) for r in rows]
 
     def get_run(self, run_id: str) -> JobRun | None:
-        rows = self._rows("get_run", "SELECT r.* FROM mjsched.scheduled_job_run AS r WHERE r.id = ?;", (run_id,))
+        rows = self._rows("get_run", f"SELECT {self._readable('scheduled_job_run', 'r')} "
+                                      "FROM mjsched.scheduled_job_run AS r WHERE r.id = ?;", (run_id,))
         return JobRun.from_row(rows[0]) if rows else None
 
     def db_now(self) -> datetime:

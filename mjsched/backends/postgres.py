@@ -115,6 +115,7 @@ class PostgresBackend(Backend):
         if connection_factory is not None:
             self._kwargs["connection_factory"] = connection_factory
         self._pool: ConnectionPool[Any] = ConnectionPool(self._connect, _broken_after, max_size=pool_size)
+        self._column_lists: dict[str, list[str] | None] = {}   # table -> readable columns (None: all)
         self._retry_attempts = retry_attempts
         self._retry_max_delay = retry_max_delay
         try:
@@ -392,18 +393,41 @@ class PostgresBackend(Backend):
     def delete_job(self, job_id: str) -> bool:
         return bool(self._scalar("delete_job", "SELECT deleted FROM mjsched.delete_job(%s::uuid)", (job_id,)))
 
+    def _readable(self, table: str, alias: str | None = None) -> str:
+        """``alias.*``, or the columns of ``table`` this role may read when it may not read all of
+        them: grants.sql keeps lock_token to the owner (a token is the right to complete or release
+        a run; an engine learns its own from the procedures that hand them out)."""
+        prefix = f"{alias}." if alias else ""
+        if table not in self._column_lists:
+            rows = self._rows("columns", """
+                SELECT a.attname AS name, has_column_privilege(a.attrelid, a.attnum, 'SELECT') AS readable
+                  FROM pg_attribute a
+                 WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped
+                 ORDER BY a.attnum""", (f"mjsched.{table}",))
+            if not rows:
+                return prefix + "*"      # not installed: the query fails as it always did
+            self._column_lists[table] = None if all(r["readable"] for r in rows) else \
+                [r["name"] for r in rows if r["readable"]]
+        names = self._column_lists[table]
+        if names is None:
+            return prefix + "*"
+        return ", ".join(prefix + '"' + n.replace('"', '""') + '"' for n in names)
+
+    def _job_select(self) -> str:
+        return _JOB_SELECT.replace("j.*", self._readable("scheduled_job", "j"), 1)
+
     def get_jobs(self, job_ids: Iterable[str]) -> list[Job]:
         ids = list(job_ids)
         if not ids:
             return []
-        rows = self._rows("get_jobs", _JOB_SELECT + " WHERE j.id = ANY(%s::uuid[])", (ids,))
+        rows = self._rows("get_jobs", self._job_select() + " WHERE j.id = ANY(%s::uuid[])", (ids,))
         return [Job.from_row(r) for r in rows]
 
     def list_jobs(self, status: str | None = None) -> list[Job]:
         if status is None:
-            rows = self._rows("list_jobs", _JOB_SELECT + " ORDER BY j.name, j.created_at")
+            rows = self._rows("list_jobs", self._job_select() + " ORDER BY j.name, j.created_at")
         else:
-            rows = self._rows("list_jobs", _JOB_SELECT + " WHERE j.status = %s ORDER BY j.name, j.created_at",
+            rows = self._rows("list_jobs", self._job_select() + " WHERE j.status = %s ORDER BY j.name, j.created_at",
                               (status,))
         return [Job.from_row(r) for r in rows]
 
@@ -426,8 +450,8 @@ class PostgresBackend(Backend):
              GROUP BY j.cron_expression, j.timezone, t.driver_class""")
 
     def list_runs(self, job_id: str | None = None, status: str | None = None, limit: int = 100) -> list[JobRun]:
-        rows = self._rows("list_runs", """
-            SELECT * FROM mjsched.scheduled_job_run
+        rows = self._rows("list_runs", f"""
+            SELECT {self._readable("scheduled_job_run")} FROM mjsched.scheduled_job_run
              WHERE (%(job)s::uuid IS NULL OR scheduled_job_id = %(job)s::uuid)
                AND (%(status)s::varchar IS NULL OR status = %(status)s::varchar)
              ORDER BY coalesce(started_at, queued_at) DESC NULLS LAST, id DESC
@@ -435,7 +459,8 @@ class PostgresBackend(Backend):
         return [JobRun.from_row(r) for r in rows]
 
     def get_run(self, run_id: str) -> JobRun | None:
-        rows = self._rows("get_run", "SELECT * FROM mjsched.scheduled_job_run WHERE id = %s::uuid", (run_id,))
+        rows = self._rows("get_run", f"SELECT {self._readable('scheduled_job_run')} FROM mjsched.scheduled_job_run "
+                                      "WHERE id = %s::uuid", (run_id,))
         return JobRun.from_row(rows[0]) if rows else None
 
     def db_now(self) -> datetime:
