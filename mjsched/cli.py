@@ -271,6 +271,8 @@ def cmd_jobs_add(ctx: Context) -> int:
 
     validation.job_fields({"name": a.name, "driver": a.driver, "cron": a.cron, "timezone": a.timezone,
                            "configuration": configuration, **fields}, creating=True)
+    if a.check_import:
+        check_can_run(a.driver, configuration)
     engine = ctx.engine()
     job_id = engine.create_job(name=a.name, driver=a.driver, cron=a.cron, timezone=a.timezone,
                                configuration=configuration, **fields)
@@ -280,6 +282,13 @@ def cmd_jobs_add(ctx: Context) -> int:
     else:
         ctx.emit(f"created job {job.id} ({job.name}); status {job.status.value}, next run {ts(job.next_run_at)} UTC")
     return EXIT_OK
+
+
+def check_can_run(driver: str, configuration: dict[str, Any] | None) -> None:
+    """--check-import: could this process run the job (import a python job's callable)?"""
+    from .drivers.registry import get_driver
+
+    get_driver(driver)().check_can_run(configuration or {})
 
 
 def cmd_jobs_edit(ctx: Context) -> int:
@@ -304,6 +313,8 @@ def cmd_jobs_edit(ctx: Context) -> int:
             fields[key] = None
     if not fields:
         raise UsageError("nothing to change: give at least one field, e.g. --cron '*/5 * * * *'")
+    if a.check_import:
+        check_can_run(fields.get("driver", job.driver), fields.get("configuration", job.configuration))
     job = engine.update_job(job.id, **fields)
     if ctx.json:
         ctx.emit_json(job)
@@ -655,6 +666,8 @@ def _common() -> Parser:
                         help="print machine-readable JSON")
     common.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
                         help="more log output (-v: info, -vv: debug)")
+    common.add_argument("--app-dir", action="append", default=argparse.SUPPRESS, metavar="DIR",
+                        help="import python jobs' modules from DIR too (put first on sys.path; repeatable)")
     return common
 
 
@@ -719,6 +732,9 @@ def build_parser() -> argparse.ArgumentParser:
     ja.add_argument("--notify-on-failure", action=argparse.BooleanOptionalAction, default=True,
                     help="notify when a run fails (default on)")
     ja.add_argument("--notify-to", metavar="ADDRESSES", help="comma-separated e-mail recipients")
+    ja.add_argument("--check-import", action="store_true",
+                    help="also import a python job's callable here (by default only its form is checked: the "
+                         "engines' hosts, not this shell, must be able to import it)")
 
     je = add(jsub, "edit", cmd_jobs_edit, "change fields of a job in place (id and run history kept); "
                                           "a new schedule takes effect from its next tick")
@@ -745,6 +761,7 @@ def build_parser() -> argparse.ArgumentParser:
     je.add_argument("--notify-on-success", action=argparse.BooleanOptionalAction, default=None)
     je.add_argument("--notify-on-failure", action=argparse.BooleanOptionalAction, default=None)
     je.add_argument("--notify-to", metavar="ADDRESSES")
+    je.add_argument("--check-import", action="store_true", help="as for jobs add")
 
     jl = add(jsub, "list", cmd_jobs_list, "list jobs (Disabled ones only with --all or --status Disabled)")
     jl.add_argument("--all", action="store_true", help="include Disabled jobs")
@@ -829,6 +846,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "command", None) is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
+    for directory in reversed(getattr(args, "app_dir", None) or []):
+        sys.path.insert(0, str(Path(directory).expanduser().resolve()))
     if args.command != "demo":
         setup_logging(verbosity, args.command)
     else:

@@ -708,6 +708,8 @@ class SchedulingEngine:
                         job.name, extra={"action": "notification_pending"})
         run = self.backend.get_run(run_id)
         if run is None:
+        # What this process cannot run (an import path it lacks) is refused before a run is recorded.
+        get_driver(job.driver)().check_can_run(job.configuration)
             raise JobNotFound(job.id)
         return run
 

@@ -59,7 +59,16 @@ class BaseScheduledJob:
     driver_name: ClassVar[str] = ""
 
     def validate_configuration(self, configuration: dict[str, Any]) -> None:
-        """Raise ``ConfigurationError`` naming the key when ``configuration`` is unusable."""
+        """Raise ``ConfigurationError`` naming the key when ``configuration`` is unusable.
+
+        Called where a job is written, which may be a process that cannot run it (the CLI
+        on an operator's laptop): check the form here, not what only the engine's host has.
+        """
+
+    def check_can_run(self, configuration: dict[str, Any]) -> None:
+        """Raise ``ConfigurationError`` when *this process* cannot run the job (a module it
+        cannot import, say). ``execute_job`` calls it before any run is recorded, so a script
+        run from the wrong directory is told so instead of recording a failed run."""
 
     def execute(self, context: ExecutionContext) -> JobResult:
         raise NotImplementedError

@@ -35,21 +35,28 @@ _CALLABLE_RE = re.compile(rf"^{_IDENT}(?:\.{_IDENT})*:{_IDENT}(?:\.{_IDENT})*$")
 _FIELD = "configuration.callable"
 
 
+def check_callable_form(spec: Any) -> None:
+    """Raise ``ConfigurationError`` unless ``spec`` looks like ``"pkg.module:attr.path"``; imports nothing."""
+    if not isinstance(spec, str):
+        raise ConfigurationError(_FIELD, spec, "required: a string 'pkg.module:function'")
+    if not _CALLABLE_RE.match(spec):
+        raise ConfigurationError(_FIELD, spec, "must look like 'pkg.module:function' or 'pkg.module:Class.method'")
+
+
 def resolve_callable(spec: Any) -> Callable[..., Any]:
     """Import ``"pkg.module:attr.path"`` and return the callable it names.
 
     Raises ``ConfigurationError`` on ``configuration.callable`` when the string is
     malformed, does not import, or does not name a callable.
     """
-    if not isinstance(spec, str):
-        raise ConfigurationError(_FIELD, spec, "required: a string 'pkg.module:function'")
-    if not _CALLABLE_RE.match(spec):
-        raise ConfigurationError(_FIELD, spec, "must look like 'pkg.module:function' or 'pkg.module:Class.method'")
+    check_callable_form(spec)
     module_name, _, attr_path = spec.partition(":")
     try:
         target: Any = importlib.import_module(module_name)
     except Exception as exc:  # ImportError, or whatever the module raises at import time
-        raise ConfigurationError(_FIELD, spec, f"cannot import module {module_name!r}: {type(exc).__name__}: {exc}") from exc
+        raise ConfigurationError(_FIELD, spec, f"cannot import module {module_name!r} in this process: "
+                                 f"{type(exc).__name__}: {exc}; run from the application's directory, add it to "
+                                 "PYTHONPATH, or give the CLI --app-dir DIR") from exc
     owner: Any = None
     for name in attr_path.split("."):
         owner = target
@@ -89,23 +96,32 @@ class PythonJob(BaseScheduledJob):
     isolation = "thread"
 
     def validate_configuration(self, configuration: dict[str, Any]) -> None:
+        """The form only: the process that writes a job need not be able to import it."""
         if not isinstance(configuration, dict):
             raise ConfigurationError("configuration", configuration, "must be an object")
         if "callable" not in configuration:
             raise ConfigurationError(_FIELD, None, "required: a string 'pkg.module:function'")
-        target = resolve_callable(configuration["callable"])
+        check_callable_form(configuration["callable"])
         kwargs = configuration.get("kwargs")
-        if kwargs is not None:
-            if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
-                raise ConfigurationError("configuration.kwargs", kwargs, "must be an object with string keys")
-            if "context" in kwargs and _accepts_context(target):
-                raise ConfigurationError("configuration.kwargs", kwargs, "'context' is supplied by mjsched; do not pass it")
+        if kwargs is not None and (not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs)):
+            raise ConfigurationError("configuration.kwargs", kwargs, "must be an object with string keys")
+
+    def check_can_run(self, configuration: dict[str, Any]) -> None:
+        self.resolve(configuration)
+
+    def resolve(self, configuration: dict[str, Any]) -> Callable[..., Any]:
+        """The target, imported; ``ConfigurationError`` when it cannot be imported or called as configured."""
+        self.validate_configuration(configuration)
+        target = resolve_callable(configuration["callable"])
+        if "context" in (configuration.get("kwargs") or {}) and _accepts_context(target):
+            raise ConfigurationError("configuration.kwargs", configuration["kwargs"],
+                                     "'context' is supplied by mjsched; do not pass it")
+        return target
 
     def execute(self, context: ExecutionContext) -> JobResult:
         configuration = context.job.configuration
         try:
-            self.validate_configuration(configuration)
-            target = resolve_callable(configuration["callable"])
+            target = self.resolve(configuration)
         except ConfigurationError as exc:
             return JobResult(False, str(exc), None)
         kwargs = dict(configuration.get("kwargs") or {})
