@@ -17,7 +17,7 @@ import uuid
 import weakref
 from datetime import datetime
 from functools import partial
-from typing import Any
+from typing import Any, Iterable
 
 from . import scheduling, validation
 from .background import BackgroundTasks
@@ -28,7 +28,7 @@ from .completion import CompletionWriter
 from .cron import CronSchedule
 from .dispatch import InFlight, InFlightRegistry, State, WorkerPool
 from .drivers.base import BaseScheduledJob, ExecutionContext, JobResult
-from .drivers.registry import get_driver
+from .drivers.registry import allowed_driver_names, get_driver
 from .errors import ConfigurationError, JobNotActive, JobNotFound, LockNotAcquired, SchedulerError
 from .execution import effective_max_runtime, failure, run_driver
 from .heartbeat import LeaseKeeper
@@ -83,8 +83,11 @@ class SchedulingEngine:
                  min_poll_interval: float = 0.005, max_poll_interval: float = 10.0,
                  max_catch_up_runs: int = 100, heartbeat_interval: float | None = None,
                  completion_batch_window: float = 0.002, backend: Backend | None = None,
+                 allowed_drivers: Iterable[str] | str | None = None,
                  **backend_options: Any) -> None:
         self.max_concurrent_jobs = validation.positive_int("max_concurrent_jobs", max_concurrent_jobs)
+        # Drivers this engine runs (None: all); a job of another driver ends Failed here (README "Trust model").
+        self.allowed_drivers = allowed_driver_names(allowed_drivers)
         self.lease_timeout = float(validation.positive_number("lease_timeout", lease_timeout, optional=False)
                                    or 0)
         self.max_poll_interval = float(validation.positive_number("max_poll_interval", max_poll_interval,
@@ -253,8 +256,10 @@ class SchedulingEngine:
             self._keeper.start()
             self._poller.start()
             self._start_listener()
-            log.info("polling started: instance %s, cap %d, lease %gs", self.instance_name,
-                     self.max_concurrent_jobs, self.lease_timeout, extra={"action": "polling_started"})
+            log.info("polling started: instance %s, cap %d, lease %gs, drivers %s", self.instance_name,
+                     self.max_concurrent_jobs, self.lease_timeout,
+                     ",".join(sorted(self.allowed_drivers)) if self.allowed_drivers is not None else "all",
+                     extra={"action": "polling_started"})
 
     def stop_polling(self, wait: bool = True, max_wait: float | None = 30.0) -> None:
         """Stop dispatching; with ``wait``, drain in-flight runs for at most ``max_wait`` seconds.
@@ -563,7 +568,7 @@ class SchedulingEngine:
             return
         try:
             log.debug("starting job %r (run %s)", entry.job.name, entry.run_id, extra={"action": "run_started"})
-            result, driver = run_driver(entry.context)
+            result, driver = run_driver(entry.context, self.allowed_drivers)
         except BaseException as exc:  # noqa: BLE001 - even KeyboardInterrupt from a driver: the run must end
             result = failure(exc)
         finally:

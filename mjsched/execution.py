@@ -11,7 +11,7 @@ import traceback
 from typing import Any
 
 from .drivers.base import BaseScheduledJob, ExecutionContext, JobResult
-from .drivers.registry import get_driver
+from .drivers.registry import get_driver, refusal
 from .models import Isolation, Job
 from .redaction import redact, redact_text
 
@@ -33,9 +33,19 @@ def effective_max_runtime(job: Job, driver_cls: type[BaseScheduledJob] | None) -
     return getattr(driver_cls, "default_max_runtime", None) if driver_cls else None
 
 
-def run_driver(context: ExecutionContext) -> tuple[JobResult, BaseScheduledJob | None]:
-    """Execute the job's driver in this thread (or in a child process when isolated)."""
+def run_driver(context: ExecutionContext,
+               allowed_drivers: frozenset[str] | None = None) -> tuple[JobResult, BaseScheduledJob | None]:
+    """Execute the job's driver in this thread (or in a child process when isolated).
+
+    A driver outside ``allowed_drivers`` (None: all) is not run: the run fails
+    with the reason, whatever the database says, and a WARNING names the job."""
     driver: BaseScheduledJob | None = None
+    if allowed_drivers is not None and context.job.driver not in allowed_drivers:
+        message = refusal(context.job.driver, allowed_drivers)
+        log.warning("job %r (run %s): %s; recorded Failed", context.job.name, context.run.id, message,
+                    extra={"action": "driver_not_allowed", "driver": context.job.driver})
+        return JobResult(success=False, error_message=message,
+                         details={"driver": context.job.driver, "allowed_drivers": sorted(allowed_drivers)}), None
     try:
         driver_cls = get_driver(context.job.driver)
         driver = driver_cls()

@@ -13,6 +13,7 @@ from .clock import DbClock
 from .drivers.registry import get_driver
 from .errors import SchedulerError, SchemaNotInstalled
 from .models import Job
+from .privileges import split_missing
 
 log = logging.getLogger("mjsched.engine")
 
@@ -113,10 +114,17 @@ class Housekeeping:
         except Exception as exc:  # noqa: BLE001 - the probe must never stop start-up
             log.warning("permission probe failed (continuing): %s", exc, extra={"action": "probe_failed"})
             return
-        if missing:
+        engine, admin = split_missing(missing)
+        if engine:
             log.error("the database role lacks EXECUTE on: %s. Job dispatch WILL fail until it is granted "
-                      "(see sql/%s/grants.sql)", ", ".join(missing), self._backend.dialect,
+                      "(grant the engine role of sql/%s/grants.sql)", ", ".join(engine), self._backend.dialect,
                       extra={"action": "probe_missing_execute"})
+        elif admin:
+            log.info("database role: engine (runs jobs; may not define them: %s are the admin role's)",
+                     ", ".join(admin), extra={"action": "probe_role", "role": "engine"})
+        else:
+            log.info("database role: may run jobs and define them (owner or engine+admin); engines need "
+                     "only the engine role (README, \"Trust model\")", extra={"action": "probe_role", "role": "all"})
 
     def warn_high_frequency(self, jobs: Sequence[Job | UnscheduledJob]) -> None:
         """Warn about jobs firing more often than every five minutes (once per schedule

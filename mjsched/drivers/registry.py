@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 import threading
 from importlib import metadata
-from typing import Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
 from ..errors import ConfigurationError, UnknownDriver
 from .base import BaseScheduledJob
@@ -69,3 +69,35 @@ def registered_drivers() -> list[str]:
 
     _load_entry_points()
     return sorted(_registry)
+
+
+def allowed_driver_names(value: Any, field: str = "allowed_drivers") -> frozenset[str] | None:
+    """The drivers an engine may run: None (every registered driver), or a non-empty set of
+    registered driver names, given as an iterable or a comma-separated string. A name no
+    driver is registered under is a ConfigurationError naming it (register or import the
+    driver before building the engine)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        names = [part.strip() for part in value.split(",")]
+    else:
+        try:
+            names = list(value)
+        except TypeError:
+            raise ConfigurationError(field, value, "must be None or a list of driver names") from None
+    if any(not isinstance(n, str) or not n.strip() for n in names):
+        bad = next(n for n in names if not isinstance(n, str) or not n.strip())
+        raise ConfigurationError(field, bad, "each entry must be a driver name (a non-empty string)")
+    names = [n.strip() for n in names]
+    if not names:
+        raise ConfigurationError(field, value, "must name at least one driver (None allows every driver)")
+    known = set(registered_drivers())
+    for name in names:
+        if name not in known:
+            raise ConfigurationError(field, name, f"is not a registered driver (registered: {', '.join(sorted(known))})")
+    return frozenset(names)
+
+
+def refusal(driver: str, allowed: frozenset[str]) -> str:
+    """The error_message of a run whose driver this engine may not run."""
+    return f"driver {driver!r} is not allowed on this engine (allowed_drivers={','.join(sorted(allowed))})"
