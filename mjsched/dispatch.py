@@ -3,15 +3,17 @@
 The cap is hard: a slot is taken under a lock before a run is submitted and
 given back the moment the driver returns, times out or loses its lease. A
 thread that ignores cancellation is counted as leaked and no longer holds a
-slot; the pool is replaced so leaked threads never starve new work.
+slot; the pool is replaced so leaked threads never starve new work. Its threads
+are daemons nothing joins, so a leaked one never keeps the process alive.
 """
 from __future__ import annotations
 
 import enum
 import logging
+import queue
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Callable
@@ -43,6 +45,7 @@ class InFlight:
     thread_alive: bool = True
     last_enqueued: datetime | None = None      # Queue mode: newest tick kept as a Queued run
     renew: bool = True                         # False: left to lapse (stop_polling gave up on it)
+    completing_since: float | None = None      # time.monotonic() when its completion was handed over
     seen_next_run_at: datetime | None = None   # the job's next_run_at when claimed (completion's guard)
     context: Any = None
     notified: threading.Event = field(default_factory=threading.Event)   # its notification is out (or none)
@@ -72,10 +75,22 @@ class InFlightRegistry:
         with self._lock:
             return list(self._entries.values())
 
-    def tokens_to_renew(self) -> list[str]:
+    def tokens_to_renew(self, completion_window: float | None = None) -> list[str]:
+        """Tokens of running runs, and of completing runs whose completion was handed over
+        less than ``completion_window`` seconds ago (None: all of them)."""
+        oldest = None if completion_window is None else time.monotonic() - completion_window
         with self._lock:
             return list({e.token for e in self._entries.values()
-                         if e.renew and e.state in (State.RUNNING, State.COMPLETING)})
+                         if e.renew and (e.state is State.RUNNING or (
+                             e.state is State.COMPLETING and (
+                                 oldest is None or e.completing_since is None or e.completing_since >= oldest)))})
+
+    def stalled_completions(self, completion_window: float) -> list[InFlight]:
+        """Completing runs whose completion has not landed within ``completion_window`` seconds."""
+        oldest = time.monotonic() - completion_window
+        with self._lock:
+            return [e for e in self._entries.values() if e.state is State.COMPLETING
+                    and e.completing_since is not None and e.completing_since < oldest]
 
     def transition(self, entry: InFlight, new: State, *, only_from: tuple[State, ...] = (State.RUNNING,)) -> bool:
         """Move ``entry`` to ``new`` if it is still in one of ``only_from``; True when it moved."""
@@ -84,6 +99,8 @@ class InFlightRegistry:
                 return False
             freed = entry.state is State.RUNNING
             entry.state = new
+            if new is State.COMPLETING:
+                entry.completing_since = time.monotonic()
             if new in (State.TIMED_OUT, State.LOST) and entry.thread_alive:
                 self._leaked.add(entry.run_id)
                 self.leaked_total += 1
@@ -131,14 +148,80 @@ class InFlightRegistry:
             return [e for e in self._entries.values() if e.state in (State.RUNNING, State.COMPLETING)]
 
 
+class _DaemonExecutor:
+    """The part of ThreadPoolExecutor the engine uses, on daemon threads.
+
+    concurrent.futures joins its workers at interpreter exit (daemon or not, through
+    ``threading._register_atexit``), so one job thread that ignores ``cancel_event``
+    would keep the process alive after ``close()``. These threads are daemons that
+    nothing joins: once the engine handed the run back, the process may exit.
+    """
+
+    def __init__(self, size: int, name: str) -> None:
+        self._size = size
+        self._name = name
+        self._queue: queue.SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]] | None] = \
+            queue.SimpleQueue()
+        self._threads = 0
+        self._idle = threading.Semaphore(0)
+        self._lock = threading.Lock()
+        self._shutdown = False
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        with self._lock:
+            if self._shutdown:
+                raise RuntimeError("cannot schedule new work after shutdown")
+            self._queue.put((future, fn, args))
+            if not self._idle.acquire(blocking=False) and self._threads < self._size:
+                self._threads += 1
+                threading.Thread(target=self._work, name=f"{self._name}_{self._threads - 1}", daemon=True).start()
+        return future
+
+    def _work(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                self._queue.put(None)     # wake the next worker: every one of them ends
+                return
+            future, fn, args = item
+            if future.set_running_or_notify_cancel():
+                try:
+                    result = fn(*args)
+                except BaseException as exc:  # noqa: BLE001 - kept in the future, as concurrent.futures does
+                    future.set_exception(exc)
+                else:
+                    future.set_result(result)
+            del item, future, fn, args
+            self._idle.release()
+
+    def shutdown(self, cancel_futures: bool = False) -> None:
+        """Idle workers end; work already queued runs first unless ``cancel_futures``."""
+        with self._lock:
+            self._shutdown = True
+            if cancel_futures:
+                while True:
+                    try:
+                        item = self._queue.get_nowait()
+                    except queue.Empty:
+                        break
+                    if item is not None:
+                        item[0].cancel()
+            self._queue.put(None)
+
+
 class WorkerPool:
-    """A ThreadPoolExecutor sized to the cap, replaced when threads leak."""
+    """Daemon worker threads sized to the cap, replaced when threads leak.
+
+    Never a ThreadPoolExecutor: its workers are joined at interpreter exit, so a job
+    that ignores cancellation would keep the process alive past ``close()``.
+    """
 
     def __init__(self, size: int, name: str = "mjsched-worker") -> None:
         self._size = size
         self._name = name
         self._lock = threading.Lock()
-        self._executor = ThreadPoolExecutor(max_workers=size, thread_name_prefix=name)
+        self._executor = _DaemonExecutor(size, name)
         self._leaks_absorbed = 0
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
@@ -149,10 +232,10 @@ class WorkerPool:
         """A worker thread will not come back: start a fresh pool for new work."""
         with self._lock:
             old = self._executor
-            self._executor = ThreadPoolExecutor(max_workers=self._size, thread_name_prefix=self._name)
             self._leaks_absorbed += 1
-        old.shutdown(wait=False)
+            self._executor = _DaemonExecutor(self._size, f"{self._name}-{self._leaks_absorbed}")
+        old.shutdown()
 
     def shutdown(self) -> None:
         with self._lock:
-            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor.shutdown(cancel_futures=True)
