@@ -4,6 +4,9 @@ It runs on its own thread, at least four times per lease, from the engine's
 first run until the engine closes (so it keeps running while a stopping engine
 drains, and for manual runs whether or not the engine polls). A lease that was not renewed (taken over or
 abandoned) cancels its run and frees its slot; errors are logged, never raised.
+A run whose completion has not landed within ``completion_window`` (half a lease by
+default) is no longer renewed: its lease lapses and another engine takes the job,
+instead of a completion stuck on a dead connection holding it for ever.
 """
 from __future__ import annotations
 
@@ -22,12 +25,14 @@ log = logging.getLogger(__name__)
 class LeaseKeeper:
     def __init__(self, backend: Backend, registry: InFlightRegistry, *, instance: str, lease_seconds: float,
                  on_timeout: Callable[[InFlight], None], on_lost: Callable[[InFlight], None],
-                 interval: float | None = None) -> None:
+                 interval: float | None = None, completion_window: float | None = None) -> None:
         self._backend = backend
         self._registry = registry
         self._instance = instance
         self._lease = lease_seconds
         self.interval = interval if interval is not None else max(0.005, lease_seconds / 4)
+        self.completion_window = completion_window if completion_window is not None else lease_seconds / 2
+        self._stalled: set[str] = set()  # runs already reported as a stalled completion
         self._on_timeout = on_timeout
         self._on_lost = on_lost
         self._stop = threading.Event()
@@ -95,6 +100,16 @@ class LeaseKeeper:
                         extra={"action": "lease_renewal_deferred"})
         self._busy = set(busy)
 
+    def _note_stalled_completions(self) -> None:
+        stalled = self._registry.stalled_completions(self.completion_window)
+        for entry in stalled:
+            if entry.run_id not in self._stalled:
+                log.error("Completion of run %s (job %r) not written within %.1fs; its lease is no longer "
+                          "renewed, so another engine may take the job (the run then ends Abandoned unless the "
+                          "completion lands first)", entry.run_id, entry.job.name, self.completion_window,
+                          extra={"action": "completion_stalled"})
+        self._stalled = {e.run_id for e in stalled}
+
     def enforce_timeouts(self) -> None:
         now = time.monotonic()
         for entry in self._registry.snapshot():
@@ -104,7 +119,9 @@ class LeaseKeeper:
     def renew(self, tokens: list[str] | None = None) -> bool:
         """Renew ``tokens`` (default: every lease held) in one call; False on error."""
         with self._beat_lock:
-            held = self._registry.tokens_to_renew() if tokens is None else tokens
+            if tokens is None:
+                self._note_stalled_completions()
+            held = self._registry.tokens_to_renew(self.completion_window) if tokens is None else tokens
             if not held:
                 return True       # nothing to renew: no round trip
             try:

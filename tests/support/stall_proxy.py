@@ -1,10 +1,16 @@
-"""A TCP proxy on loopback that can stop forwarding while keeping every socket open.
+"""A TCP proxy on loopback whose connections can go half-open, for the timeout tests.
 
-It plays the middlebox of a half-open connection (a NAT, a proxy, a dead route): the
-client's kernel still gets its segments ACKed and its keepalives answered by the
-proxy's kernel, but nothing reaches the server and nothing comes back. ``stall()``
-freezes every connection (new ones are accepted and then frozen too); ``resume()``
-forwards again, including what was buffered meanwhile.
+It plays the middlebox of a half-open connection (a NAT, a proxy, a dead route): a
+connection it freezes is never forwarded again in either direction, yet both of its
+sockets stay open, so the client's kernel still gets its segments ACKed and its
+keepalives answered (by the proxy's kernel) while no reply ever comes.
+
+* ``stall()``: every open connection is frozen for good, and so is every connection
+  accepted until ``resume()`` (the route is dead); connections made after ``resume()``
+  forward normally (a new route), the frozen ones stay frozen.
+* ``freeze_on(pattern)``: a connection whose client sends bytes containing ``pattern``
+  is frozen before those bytes are forwarded (only the connection carrying, say, a
+  completion goes half-open; the others stay healthy).
 """
 from __future__ import annotations
 
@@ -12,6 +18,14 @@ import contextlib
 import selectors
 import socket
 import threading
+from dataclasses import dataclass, field
+
+
+@dataclass(eq=False)
+class _Pair:
+    client: socket.socket
+    server: socket.socket
+    frozen: threading.Event = field(default_factory=threading.Event)
 
 
 class StallingProxy:
@@ -22,39 +36,51 @@ class StallingProxy:
         self._listener.bind(("127.0.0.1", 0))
         self._listener.listen(64)
         self.port: int = self._listener.getsockname()[1]
-        self._forwarding = threading.Event()
-        self._forwarding.set()
+        self._stalled = False
+        self._patterns: list[bytes] = []
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._sockets: list[socket.socket] = []
-        self.connections = 0
+        self._pairs: list[_Pair] = []
+        self.accepted = 0
+        self.frozen = 0
         self._threads: list[threading.Thread] = []
         self._spawn(self._accept_loop, "stall-proxy-accept")
 
     # -- control ------------------------------------------------------------------------
-    @property
-    def stalled(self) -> bool:
-        return not self._forwarding.is_set()
-
     def stall(self) -> None:
-        """Stop forwarding in both directions; every socket stays open."""
-        self._forwarding.clear()
+        """Freeze every open connection for good, and every new one until resume()."""
+        with self._lock:
+            self._stalled = True
+            for pair in self._pairs:
+                self._freeze(pair)
 
     def resume(self) -> None:
-        self._forwarding.set()
+        """New connections forward again (frozen ones never do)."""
+        with self._lock:
+            self._stalled = False
+
+    def freeze_on(self, pattern: bytes) -> None:
+        """Freeze any connection whose client sends ``pattern`` (before forwarding it)."""
+        with self._lock:
+            self._patterns.append(pattern)
+
+    def stop_freezing(self) -> None:
+        """Forget the freeze_on patterns (frozen connections stay frozen)."""
+        with self._lock:
+            self._patterns.clear()
 
     def close(self) -> None:
         self._stop.set()
-        self._forwarding.set()
         with contextlib.suppress(OSError):
             self._listener.close()
-        with self._lock:
-            sockets, self._sockets = self._sockets, []
-        for s in sockets:
-            with contextlib.suppress(OSError):
-                s.close()
         for t in self._threads:
             t.join(timeout=2.0)
+        with self._lock:
+            pairs, self._pairs = self._pairs, []
+        for pair in pairs:
+            for s in (pair.client, pair.server):
+                with contextlib.suppress(OSError):
+                    s.close()
 
     def __enter__(self) -> "StallingProxy":
         return self
@@ -63,13 +89,18 @@ class StallingProxy:
         self.close()
 
     # -- plumbing -----------------------------------------------------------------------
+    def _freeze(self, pair: _Pair) -> None:
+        if not pair.frozen.is_set():
+            pair.frozen.set()
+            self.frozen += 1
+
     def _spawn(self, target: object, name: str, *args: object) -> None:
         t = threading.Thread(target=target, args=args, name=name, daemon=True)  # type: ignore[arg-type]
         self._threads.append(t)
         t.start()
 
     def _accept_loop(self) -> None:
-        self._listener.settimeout(0.2)
+        self._listener.settimeout(0.1)
         while not self._stop.is_set():
             try:
                 client, _ = self._listener.accept()
@@ -82,35 +113,50 @@ class StallingProxy:
             except OSError:
                 client.close()
                 continue
+            client.settimeout(None)
+            server.settimeout(None)
+            pair = _Pair(client, server)
             with self._lock:
-                self._sockets += [client, server]
-                self.connections += 1
-            self._spawn(self._pump, "stall-proxy-pump", client, server)
+                self._pairs.append(pair)
+                self.accepted += 1
+                if self._stalled:
+                    self._freeze(pair)
+            self._spawn(self._pump, "stall-proxy-pump", pair)
 
-    def _pump(self, client: socket.socket, server: socket.socket) -> None:
-        """Forward both ways; while stalled, read nothing (the kernels still ACK what fits
-        in their buffers, as a middlebox would) and write nothing."""
-        peer = {client: server, server: client}
+    def _matches(self, data: bytes) -> bool:
+        with self._lock:
+            return any(p in data for p in self._patterns)
+
+    def _pump(self, pair: _Pair) -> None:
+        """Forward both ways until either side closes; a frozen pair reads and writes
+        nothing more (the kernels ACK what fits in their buffers, as a middlebox's would)."""
+        peer = {pair.client: pair.server, pair.server: pair.client}
         sel = selectors.DefaultSelector()
-        for s in (client, server):
+        for s in peer:
             sel.register(s, selectors.EVENT_READ)
         try:
             while not self._stop.is_set():
-                if not self._forwarding.wait(0.1):
+                if pair.frozen.is_set():
+                    self._stop.wait(0.1)
                     continue
                 for key, _ in sel.select(0.1):
-                    if not self._forwarding.is_set():
+                    if pair.frozen.is_set():
                         break
                     src: socket.socket = key.fileobj  # type: ignore[assignment]
                     try:
                         data = src.recv(65536)     # readable: returns at once
                         if not data:
                             return
+                        if src is pair.client and self._matches(data):
+                            with self._lock:
+                                self._freeze(pair)
+                            break                  # dropped, as a dead route would
                         peer[src].sendall(data)
                     except OSError:
                         return
         finally:
             sel.close()
-            for s in (client, server):
-                with contextlib.suppress(OSError):
-                    s.close()
+            if not pair.frozen.is_set():           # a frozen pair keeps its sockets open until close()
+                for s in peer:
+                    with contextlib.suppress(OSError):
+                        s.close()
