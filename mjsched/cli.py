@@ -588,20 +588,63 @@ def cmd_run(ctx: Context) -> int:
 
 
 class GracefulStop:
-    """SIGINT/SIGTERM set an event (the first one) or force an exit (the second one)."""
+    """SIGINT/SIGTERM: the first sets an event (drain, then exit); the second exits at once, code 1.
+
+    The second signal is acted on by a watcher thread fed by ``signal.set_wakeup_fd``: the
+    C-level handler writes the signal number to a pipe the moment it arrives, so the exit
+    does not wait for the main thread (which may be in a database call or joining the
+    drain). Once a first signal came, the handlers stay installed until the process ends:
+    a second signal during the close (or the embedded server's stop) still exits with 1,
+    never with death by the default handler (143).
+    """
 
     def __init__(self) -> None:
         self.event = threading.Event()
         self.forced = threading.Event()
         self.signal_name = "?"
         self._previous: dict[int, Any] = {}
+        self._seen = 0
+        self._seen_lock = threading.Lock()
+        self._pipe: tuple[int, int] | None = None
+        self._previous_wakeup_fd = -1
+
+    def _count(self, signum: int) -> None:
+        with self._seen_lock:
+            self._seen += 1
+            second = self._seen >= 2
+        if second:
+            self.force_exit(signum)
 
     def _handle(self, signum: int, _frame: Any) -> None:
-        if self.event.is_set():
-            self.forced.set()
-            return
-        self.signal_name = signal.Signals(signum).name
-        self.event.set()
+        if self._pipe is None:          # no watcher (not the main thread): count here
+            self._count(signum)
+        if not self.event.is_set():
+            self.signal_name = signal.Signals(signum).name
+            self.event.set()
+
+    def _watch(self, read_fd: int) -> None:
+        while True:
+            try:
+                data = os.read(read_fd, 64)
+            except OSError:
+                return
+            if not data:
+                return
+            for signum in data:
+                if signum in (signal.SIGINT, signal.SIGTERM):
+                    self._count(signum)
+
+    def force_exit(self, signum: int) -> None:
+        """The second signal: say so and end the process now (running jobs keep their leases)."""
+        self.forced.set()
+        name = signal.Signals(signum).name
+        message = (f"mjsched: second signal ({name}): exiting now with code 1; running jobs keep their leases "
+                   "until expiry\n")
+        try:
+            os.write(2, message.encode())
+        except OSError:
+            pass
+        os._exit(EXIT_FAILED)
 
     def installed(self) -> Any:
         stop = self
@@ -610,11 +653,27 @@ class GracefulStop:
             def __enter__(self) -> GracefulStop:
                 for sig in (signal.SIGINT, signal.SIGTERM):
                     stop._previous[sig] = signal.signal(sig, stop._handle)
+                try:
+                    read_fd, write_fd = os.pipe()
+                    os.set_blocking(write_fd, False)
+                    stop._previous_wakeup_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+                    stop._pipe = (read_fd, write_fd)
+                    threading.Thread(target=stop._watch, args=(read_fd,), name="mjsched-signals",
+                                     daemon=True).start()
+                except (OSError, ValueError):   # ValueError: not the main thread; _handle counts instead
+                    stop._pipe = None
                 return stop
 
             def __exit__(self, *exc: Any) -> None:
+                if stop.event.is_set():
+                    return      # stopping: a second signal must still exit at once until the very end
                 for sig, handler in stop._previous.items():
                     signal.signal(sig, handler)
+                if stop._pipe is not None:
+                    signal.set_wakeup_fd(stop._previous_wakeup_fd)
+                    for fd in (stop._pipe[1], stop._pipe[0]):
+                        os.close(fd)
+                    stop._pipe = None
         return _Installed()
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -628,7 +687,8 @@ class GracefulStop:
 
 
 def drain(engine: Any, budget: float, stop: GracefulStop) -> int:
-    """stop_polling(wait=True, max_wait=budget) on a helper thread; a second signal stops waiting."""
+    """stop_polling(wait=True, max_wait=budget) on a helper thread; a second signal exits at once
+    (GracefulStop.force_exit)."""
     done = threading.Event()
     failure: list[BaseException] = []
 
@@ -887,7 +947,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if ctx is not None:
                 ctx.close()
         finally:
-            signal.signal(signal.SIGTERM, previous_term)
+            if signal.getsignal(signal.SIGTERM) is _raise_interrupt:   # not while `run` is stopping
+                signal.signal(signal.SIGTERM, previous_term)
     try:
         sys.stdout.flush()
         sys.stderr.flush()
