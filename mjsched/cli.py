@@ -757,6 +757,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--min-poll-interval", type=float, metavar="SECONDS")
     run.add_argument("--max-poll-interval", type=float, metavar="SECONDS", help="longest idle sleep (default 10)")
     run.add_argument("--instance-name", metavar="NAME", help="engine name (default <host>-<pid>)")
+    run.add_argument("--allowed-drivers", action="append", metavar="NAMES",
+                     help="drivers this engine may run, comma-separated or repeated (default: all); a job of "
+                          "another driver ends Failed here")
     run.add_argument("--shutdown-timeout", type=float, metavar="SECONDS",
                      help="on SIGINT/SIGTERM wait at most this long for running jobs (default 30)")
     run.add_argument("--metrics-port", type=int, metavar="PORT",
@@ -872,10 +875,13 @@ def flag_settings(args: argparse.Namespace) -> dict[str, tuple[Any, str]]:
                "max_poll_interval": ("max_poll_interval", "--max-poll-interval"),
                "instance_name": ("instance_name", "--instance-name"),
                "shutdown_timeout": ("shutdown_timeout", "--shutdown-timeout"),
+               "allowed_drivers": ("allowed_drivers", "--allowed-drivers"),
                "metrics_port": ("metrics.port", "--metrics-port"), "metrics_host": ("metrics.host", "--metrics-host")}
     out = {}
     for attr, (key, flag) in mapping.items():
         value = getattr(args, attr, None)
+        if isinstance(value, list):      # a repeatable flag: --allowed-drivers a --allowed-drivers b,c
+            value = ",".join(value)
         if value is not None:
             out[key] = (value, flag)
     return out

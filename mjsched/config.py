@@ -14,6 +14,7 @@ when it exists. Its ``[scheduled_jobs]`` table mirrors the reference's
     max_poll_interval = 10
     instance_name = "worker-1"
     shutdown_timeout = 30          # bounded drain on SIGINT/SIGTERM
+    allowed_drivers = ["http", "python"]   # refuse (Failed run) jobs of other drivers; unset: all
 
     [scheduled_jobs.smtp]          # e-mail notifications (optional)
     host = "smtp.internal"
@@ -166,6 +167,18 @@ def _url(label: str, value: Any) -> str | None:
     return out
 
 
+def _drivers(label: str, value: Any) -> list[str] | None:
+    """A list of registered driver names, or a comma-separated string of them; unset: all."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    from .drivers.registry import allowed_driver_names
+
+    if not isinstance(value, (str, list)):
+        raise ConfigurationError(label, value, "must be a list of driver names or a comma-separated string")
+    names = allowed_driver_names(value, field=label)
+    return sorted(names) if names is not None else None
+
+
 def _host(label: str, value: Any) -> str:
     out = _text(255)(label, value)
     if out is None:
@@ -195,6 +208,8 @@ KEYS: dict[str, Key] = {k.name: k for k in (
     Key("min_poll_interval", _seconds(3600), 0.005, "shortest sleep between two polls (seconds)"),
     Key("max_poll_interval", _seconds(3600), 10.0, "longest sleep between two polls (seconds)"),
     Key("instance_name", _text(255), None, "engine name in run rows and `mjsched status`; default host-pid"),
+    Key("allowed_drivers", _drivers, None, "drivers this engine may run, e.g. [\"http\", \"python\"]; a job of "
+                                           "another driver ends Failed on it (unset: every registered driver)"),
     Key("shutdown_timeout", _seconds(86_400), 30.0, "on SIGINT/SIGTERM, wait at most this long for running jobs"),
     Key("notify_log", _bool, True, "log every notification (besides e-mail/webhook)"),
     Key("smtp.host", _text(255), None, "SMTP server; set it to send e-mail notifications"),
@@ -286,6 +301,7 @@ class Settings:
                 "lease_timeout": self.values["lease_timeout"],
                 "instance_name": self.values["instance_name"],
                 "min_poll_interval": lo, "max_poll_interval": hi,
+                "allowed_drivers": self.values["allowed_drivers"],
                 "notifier": self.build_notifier()}
 
     def describe(self) -> list[dict[str, Any]]:
