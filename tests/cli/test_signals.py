@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -129,3 +130,46 @@ def test_after_the_drain_budget_a_thread_that_ignores_cancel_does_not_keep_the_p
     runs = cli.json("runs", "--dsn", pg_dsn, "--limit", "5")
     assert runs and runs[0]["status"] == "Cancelled", runs      # handed back, not left locked
     assert cli.json("runs", "--status", "Running", "--dsn", pg_dsn) == []
+
+
+EMBEDDING_APP = """
+import pathlib, sys, time
+import mjsched
+
+dsn, marker = sys.argv[1], pathlib.Path(sys.argv[2])
+engine = mjsched.SchedulingEngine(dsn, lease_timeout=30, max_poll_interval=0.2)
+engine.create_job(name="stubborn", driver="python", cron="* * * * * *",
+                  configuration={"callable": "tests.cli.stubborn_jobs:ignore_cancel",
+                                 "kwargs": {"marker": str(marker)}})
+engine.start_polling()
+deadline = time.monotonic() + 30
+while not marker.exists() and time.monotonic() < deadline:
+    time.sleep(0.05)
+print("job started" if marker.exists() else "job never started", flush=True)
+engine.close()
+print("closed", flush=True)
+"""
+
+
+def test_an_app_that_closes_its_engine_exits_although_a_job_thread_ignores_cancel(pg_dsn: str,
+                                                                                    tmp_path: Path) -> None:
+    from tests.cli.conftest import clean_env
+
+    proc = subprocess.Popen([sys.executable, "-c", EMBEDDING_APP, pg_dsn, str(tmp_path / "started")],
+                            cwd=tmp_path, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "job started"
+        assert proc.stdout.readline().strip() == "closed"       # close(): 5 s of grace, then handed back
+        closed = time.monotonic()
+        code = proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError(f"the app was still running 20 s after close() returned\n{proc.communicate()[1]}") \
+            from None
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=10)
+    assert code == 0, proc.communicate()[1]
+    assert time.monotonic() - closed < 2.0
