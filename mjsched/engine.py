@@ -41,6 +41,7 @@ from .version import __version__
 log = logging.getLogger(__name__)
 
 SCHEDULE_REFRESH_SECONDS = 5.0
+SET_ASIDE_BY = "mjsched install"   # executed_by_instance of the Failed run a schema upgrade records
 MANUAL_NOTIFY_WAIT_SECONDS = 5.0    # execute_job waits at most this long for its run's notification
 CLOSE_GRACE_SECONDS = 5.0   # close(): how long cancelled runs may take to return and be recorded
 
@@ -151,10 +152,26 @@ class SchedulingEngine:
     # -- schema ----------------------------------------------------------------------
     def install(self) -> list[str]:
         """Create or upgrade tables and procedures; safe from several engines at once."""
+        started = self.backend.db_now()
         applied = self.backend.install()
         if applied:
             log.info("installed mjsched schema scripts: %s", ", ".join(applied), extra={"action": "install"})
+        if "001_schema" in applied:
+            self._report_set_aside(started)
         return applied
+
+    def _report_set_aside(self, since: datetime) -> None:
+        """Log, once (at the install that did it), each job the schema upgrade set aside:
+        a row breaking a rule of 001_schema.sql is Disabled and gets a Failed run saying why."""
+        try:
+            runs = self.backend.list_runs(None, RunStatus.FAILED.value, 1000)
+        except SchedulerError as exc:
+            log.warning("could not list the jobs the upgrade set aside: %s", exc)
+            return
+        for run in runs:
+            if run.executed_by_instance == SET_ASIDE_BY and run.started_at is not None and run.started_at >= since:
+                log.warning("job %s: %s", run.scheduled_job_id, run.error_message,
+                            extra={"action": "job_set_aside", "job_id": run.scheduled_job_id})
 
     # -- jobs --------------------------------------------------------------------------
     def create_job(self, name: str, driver: str, cron: str, timezone: str = "UTC",
@@ -691,6 +708,8 @@ class SchedulingEngine:
         job = self.get_job(job_id)
         if not isinstance(force, bool):
             raise ConfigurationError("force", force, "must be True or False")
+        # What this process cannot run (an import path it lacks) is refused before a run is recorded.
+        get_driver(job.driver)().check_can_run(job.configuration)
         start = self.backend.start_manual_run(job.id, str(uuid.uuid4()), self.instance_name, self.lease_timeout,
                                               force=force)
         if start.outcome == "not_found":
@@ -713,8 +732,6 @@ class SchedulingEngine:
                         job.name, extra={"action": "notification_pending"})
         run = self.backend.get_run(run_id)
         if run is None:
-        # What this process cannot run (an import path it lacks) is refused before a run is recorded.
-        get_driver(job.driver)().check_can_run(job.configuration)
             raise JobNotFound(job.id)
         return run
 

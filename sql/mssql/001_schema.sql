@@ -36,9 +36,8 @@ BEGIN
         CONSTRAINT pk_scheduled_job_type PRIMARY KEY (id),
         CONSTRAINT uq_scheduled_job_type_name UNIQUE (name),
         CONSTRAINT uq_scheduled_job_type_driver_class UNIQUE (driver_class),
-        CONSTRAINT ck_scheduled_job_type_isolation CHECK (isolation IN (N'thread', N'process')),
-        CONSTRAINT ck_scheduled_job_type_max_runtime
-            CHECK (default_max_runtime_seconds IS NULL OR default_max_runtime_seconds > 0)
+        CONSTRAINT ck_scheduled_job_type_isolation CHECK (isolation IN (N'thread', N'process'))
+        -- default_max_runtime_seconds: see "What a row may hold" at the end of this file
     );
 END;
 GO
@@ -106,12 +105,9 @@ BEGIN
         CONSTRAINT ck_scheduled_job_isolation
             CHECK (isolation IS NULL OR isolation IN (N'thread', N'process')),
         CONSTRAINT ck_scheduled_job_window CHECK (start_at IS NULL OR end_at IS NULL OR start_at < end_at),
-        CONSTRAINT ck_scheduled_job_max_runtime CHECK (max_runtime_seconds IS NULL OR max_runtime_seconds > 0),
         CONSTRAINT ck_scheduled_job_max_queued_runs CHECK (max_queued_runs BETWEEN 1 AND 1000),
-        -- a JSON object, as jsonb_typeof(configuration) = 'object' in PostgreSQL
-        CONSTRAINT ck_scheduled_job_configuration
-            CHECK (configuration IS NULL
-                   OR (ISJSON(configuration) = 1 AND LEFT(LTRIM(configuration), 1) = N'{')),
+        -- the one-column rules (numbers, instants, text, configuration): see "What a row may
+        -- hold" at the end of this file, which also sets aside rows an older release left
         CONSTRAINT ck_scheduled_job_lock
             CHECK ((lock_token IS NULL AND expected_completion_at IS NULL)
                    OR (lock_token IS NOT NULL AND expected_completion_at IS NOT NULL))
@@ -291,5 +287,244 @@ BEGIN
       FROM mjsched.scheduled_job AS j
       JOIN inserted AS i ON i.id = j.id
       JOIN deleted AS d ON d.id = i.id;
+END;
+GO
+
+-- What a row may hold: the rules the API checks (mjsched/validation.py), the twin of the
+-- same section of sql/postgres/001_schema.sql. Each rule is about one column and is named
+-- ck_<table>_<column>. Instants lie in [1900-01-01, 9999-12-31] UTC (datetimeoffset
+-- compares instants). SQL Server floats hold no NaN or infinity; the ranges still apply.
+-- The rules are added WITH NOCHECK and made trusted (WITH CHECK CHECK CONSTRAINT) just
+-- below, after "setting aside" any row that breaks one (left by an older release, or
+-- written before the rule): the column is cleared (NULL, or its default), the job is
+-- Disabled, and a Failed run whose error_message names the field and the value records it
+-- (executed_by_instance 'mjsched install'; engine.install() logs each one as a WARNING).
+-- First drop the rules of an earlier version of this file (and the older names), so each
+-- is added again with its current text.
+DECLARE @v_drop TABLE (table_name sysname NOT NULL, constraint_name sysname NOT NULL PRIMARY KEY);
+INSERT INTO @v_drop (table_name, constraint_name) VALUES
+        (N'scheduled_job_type', N'ck_scheduled_job_type_max_runtime'),
+        (N'scheduled_job_type', N'ck_scheduled_job_type_default_max_runtime_seconds'),
+        (N'scheduled_job', N'ck_scheduled_job_max_runtime'),
+        (N'scheduled_job', N'ck_scheduled_job_max_runtime_seconds'),
+        (N'scheduled_job', N'ck_scheduled_job_configuration'),
+        (N'scheduled_job', N'ck_scheduled_job_name'),
+        (N'scheduled_job', N'ck_scheduled_job_description'),
+        (N'scheduled_job', N'ck_scheduled_job_cron_expression'),
+        (N'scheduled_job', N'ck_scheduled_job_timezone'),
+        (N'scheduled_job', N'ck_scheduled_job_start_at'),
+        (N'scheduled_job', N'ck_scheduled_job_end_at'),
+        (N'scheduled_job', N'ck_scheduled_job_next_run_at'),
+        (N'scheduled_job', N'ck_scheduled_job_last_run_at'),
+        (N'scheduled_job', N'ck_scheduled_job_locked_at'),
+        (N'scheduled_job', N'ck_scheduled_job_expected_completion_at'),
+        (N'scheduled_job', N'ck_scheduled_job_created_at'),
+        (N'scheduled_job', N'ck_scheduled_job_updated_at'),
+        (N'scheduled_job', N'ck_scheduled_job_run_count'),
+        (N'scheduled_job', N'ck_scheduled_job_success_count'),
+        (N'scheduled_job', N'ck_scheduled_job_failure_count'),
+        (N'scheduled_job', N'ck_scheduled_job_last_duration_ms'),
+        (N'scheduled_job', N'ck_scheduled_job_total_duration_ms');
+DECLARE @v_table sysname, @v_name sysname, @v_sql nvarchar(max);
+WHILE 1 = 1
+BEGIN
+    SELECT TOP (1) @v_table = d.table_name, @v_name = d.constraint_name
+      FROM @v_drop AS d
+     WHERE OBJECT_ID(N'mjsched.' + QUOTENAME(d.constraint_name), N'C') IS NOT NULL
+     ORDER BY d.constraint_name;
+    IF @@ROWCOUNT = 0
+    BEGIN
+        BREAK;
+    END;
+    SET @v_sql = N'ALTER TABLE mjsched.' + QUOTENAME(@v_table) + N' DROP CONSTRAINT ' + QUOTENAME(@v_name) + N';';
+    EXEC sys.sp_executesql @v_sql;
+END;
+GO
+
+ALTER TABLE mjsched.scheduled_job_type WITH NOCHECK ADD
+    CONSTRAINT ck_scheduled_job_type_default_max_runtime_seconds
+        CHECK (default_max_runtime_seconds IS NULL
+               OR (default_max_runtime_seconds > 0 AND default_max_runtime_seconds <= 31536000));
+GO
+
+ALTER TABLE mjsched.scheduled_job WITH NOCHECK ADD
+    CONSTRAINT ck_scheduled_job_max_runtime_seconds
+        CHECK (max_runtime_seconds IS NULL OR (max_runtime_seconds > 0 AND max_runtime_seconds <= 31536000));
+-- a JSON object, as jsonb_typeof(configuration) = 'object' in PostgreSQL
+ALTER TABLE mjsched.scheduled_job WITH NOCHECK ADD
+    CONSTRAINT ck_scheduled_job_configuration
+        CHECK (configuration IS NULL
+               OR (ISJSON(configuration) = 1 AND LEFT(LTRIM(configuration), 1) = N'{'
+                   AND LEN(configuration) <= 1000000));
+-- LEN ignores trailing spaces: 0 for an empty or all-space value, as length(btrim(x)) in PostgreSQL
+ALTER TABLE mjsched.scheduled_job WITH NOCHECK ADD
+    CONSTRAINT ck_scheduled_job_name CHECK (LEN(name) > 0);
+ALTER TABLE mjsched.scheduled_job WITH NOCHECK ADD
+    CONSTRAINT ck_scheduled_job_description CHECK (description IS NULL OR LEN(description) <= 100000);
+ALTER TABLE mjsched.scheduled_job WITH NOCHECK ADD
+    CONSTRAINT ck_scheduled_job_cron_expression CHECK (LEN(cron_expression) > 0);
+ALTER TABLE mjsched.scheduled_job WITH NOCHECK ADD
+    CONSTRAINT ck_scheduled_job_timezone CHECK (LEN(timezone) > 0);
+ALTER TABLE mjsched.scheduled_job WITH NOCHECK ADD
+    CONSTRAINT ck_scheduled_job_start_at
+        CHECK (start_at IS NULL OR start_at BETWEEN CAST(N'1900-01-01T00:00:00+00:00' AS datetimeoffset)
+               AND CAST(N'9999-12-31T00:00:00+00:00' AS datetimeoffset));
+ALTER TABLE mjsched.scheduled_job WITH NOCHECK ADD
+    CONSTRAINT ck_scheduled_job_end_at
+        CHECK (end_at IS NULL OR end_at BETWEEN CAST(N'1900-01-01T00:00:00+00:00' AS datetimeoffset)
+               AND CAST(N'9999-12-31T00:00:00+00:00' AS datetimeoffset));
+ALTER TABLE mjsched.scheduled_job WITH NOCHECK ADD
+    CONSTRAINT ck_scheduled_job_next_run_at
+        CHECK (next_run_at IS NULL OR next_run_at BETWEEN CAST(N'1900-01-01T00:00:00+00:00' AS datetimeoffset)
+               AND CAST(N'9999-12-31T00:00:00+00:00' AS datetimeoffset));
+ALTER TABLE mjsched.scheduled_job WITH NOCHECK ADD
+    CONSTRAINT ck_scheduled_job_last_run_at
+        CHECK (last_run_at IS NULL OR last_run_at BETWEEN CAST(N'1900-01-01T00:00:00+00:00' AS datetimeoffset)
+               AND CAST(N'9999-12-31T00:00:00+00:00' AS datetimeoffset));
+ALTER TABLE mjsched.scheduled_job WITH NOCHECK ADD
+    CONSTRAINT ck_scheduled_job_locked_at
+        CHECK (locked_at IS NULL OR locked_at BETWEEN CAST(N'1900-01-01T00:00:00+00:00' AS datetimeoffset)
+               AND CAST(N'9999-12-31T00:00:00+00:00' AS datetimeoffset));
+ALTER TABLE mjsched.scheduled_job WITH NOCHECK ADD
+    CONSTRAINT ck_scheduled_job_expected_completion_at
+        CHECK (expected_completion_at IS NULL
+               OR expected_completion_at BETWEEN CAST(N'1900-01-01T00:00:00+00:00' AS datetimeoffset)
+               AND CAST(N'9999-12-31T00:00:00+00:00' AS datetimeoffset));
+ALTER TABLE mjsched.scheduled_job WITH NOCHECK ADD
+    CONSTRAINT ck_scheduled_job_created_at
+        CHECK (created_at BETWEEN CAST(N'1900-01-01T00:00:00+00:00' AS datetimeoffset)
+               AND CAST(N'9999-12-31T00:00:00+00:00' AS datetimeoffset));
+ALTER TABLE mjsched.scheduled_job WITH NOCHECK ADD
+    CONSTRAINT ck_scheduled_job_updated_at
+        CHECK (updated_at BETWEEN CAST(N'1900-01-01T00:00:00+00:00' AS datetimeoffset)
+               AND CAST(N'9999-12-31T00:00:00+00:00' AS datetimeoffset));
+ALTER TABLE mjsched.scheduled_job WITH NOCHECK ADD
+    CONSTRAINT ck_scheduled_job_run_count CHECK (run_count BETWEEN 0 AND 2000000000);
+ALTER TABLE mjsched.scheduled_job WITH NOCHECK ADD
+    CONSTRAINT ck_scheduled_job_success_count CHECK (success_count BETWEEN 0 AND 2000000000);
+ALTER TABLE mjsched.scheduled_job WITH NOCHECK ADD
+    CONSTRAINT ck_scheduled_job_failure_count CHECK (failure_count BETWEEN 0 AND 2000000000);
+ALTER TABLE mjsched.scheduled_job WITH NOCHECK ADD
+    CONSTRAINT ck_scheduled_job_last_duration_ms
+        CHECK (last_duration_ms IS NULL OR last_duration_ms BETWEEN 0 AND 4000000000000000000);
+ALTER TABLE mjsched.scheduled_job WITH NOCHECK ADD
+    CONSTRAINT ck_scheduled_job_total_duration_ms CHECK (total_duration_ms BETWEEN 0 AND 4000000000000000000);
+GO
+
+-- Set aside the rows that break a rule added above, then make it trusted. The rule's own
+-- text (sys.check_constraints.definition) finds them, so each rule is written once. A row
+-- may break several rules, and an UPDATE is checked against every enabled rule, so all of
+-- a row's bad columns are reset in one UPDATE.
+IF OBJECT_ID(N'tempdb..#mjsched_set_aside') IS NOT NULL
+BEGIN
+    DROP TABLE #mjsched_set_aside;
+END;
+CREATE TABLE #mjsched_set_aside (
+    row_id uniqueidentifier NOT NULL,
+    table_name sysname NOT NULL,
+    column_name sysname NOT NULL,
+    value nvarchar(200) NULL,
+    constraint_name sysname NOT NULL,
+    rule_text nvarchar(4000) NOT NULL,
+    fix nvarchar(4000) NOT NULL
+);
+DECLARE @v_rules TABLE (
+    constraint_name sysname NOT NULL PRIMARY KEY,
+    table_name sysname NOT NULL,
+    column_name sysname NOT NULL,
+    rule_text nvarchar(4000) NOT NULL,
+    fix nvarchar(4000) NOT NULL
+);
+INSERT INTO @v_rules (constraint_name, table_name, column_name, rule_text, fix)
+SELECT c.name, t.name, col.name, c.[definition],
+       CASE WHEN col.name = N'expected_completion_at' THEN N'SYSDATETIMEOFFSET()'   -- a lapsed lease: swept
+            WHEN col.is_nullable = 1 THEN N'NULL'
+            ELSE COALESCE(d.[definition], N'N''(set aside)''')
+       END
+  FROM sys.check_constraints AS c
+  JOIN sys.tables AS t ON t.object_id = c.parent_object_id
+  JOIN sys.columns AS col
+    ON col.object_id = c.parent_object_id
+   AND col.name = STUFF(c.name, 1, LEN(N'ck_' + t.name + N'_'), N'')
+  LEFT JOIN sys.default_constraints AS d
+    ON d.parent_object_id = col.object_id AND d.parent_column_id = col.column_id
+ WHERE c.is_not_trusted = 1
+   AND t.schema_id = SCHEMA_ID(N'mjsched')
+   AND t.name IN (N'scheduled_job', N'scheduled_job_type');
+DECLARE @v_trust TABLE (constraint_name sysname NOT NULL PRIMARY KEY, table_name sysname NOT NULL);
+INSERT INTO @v_trust (constraint_name, table_name) SELECT r.constraint_name, r.table_name FROM @v_rules AS r;
+DECLARE @v_table sysname, @v_column sysname, @v_name sysname, @v_rule nvarchar(4000), @v_fix nvarchar(4000);
+DECLARE @v_sql nvarchar(max), @v_row uniqueidentifier, @v_sets nvarchar(max);
+WHILE 1 = 1
+BEGIN
+    SELECT TOP (1) @v_name = r.constraint_name, @v_table = r.table_name, @v_column = r.column_name,
+           @v_rule = r.rule_text, @v_fix = r.fix
+      FROM @v_rules AS r ORDER BY r.constraint_name;
+    IF @@ROWCOUNT = 0
+    BEGIN
+        BREAK;
+    END;
+    DELETE FROM @v_rules WHERE constraint_name = @v_name;
+    SET @v_sql = N'INSERT INTO #mjsched_set_aside (row_id, table_name, column_name, value, constraint_name, '
+               + N'rule_text, fix) SELECT t.id, @p_table, @p_column, LEFT(CONVERT(nvarchar(max), t.'
+               + QUOTENAME(@v_column) + N'), 200), @p_name, @p_rule, @p_fix FROM mjsched.'
+               + QUOTENAME(@v_table) + N' AS t WHERE NOT (' + @v_rule + N');';
+    EXEC sys.sp_executesql @v_sql,
+         N'@p_table sysname, @p_column sysname, @p_name sysname, @p_rule nvarchar(4000), @p_fix nvarchar(4000)',
+         @p_table = @v_table, @p_column = @v_column, @p_name = @v_name, @p_rule = @v_rule, @p_fix = @v_fix;
+END;
+DECLARE @v_done TABLE (row_id uniqueidentifier NOT NULL PRIMARY KEY);
+WHILE 1 = 1
+BEGIN
+    SELECT TOP (1) @v_row = s.row_id, @v_table = s.table_name
+      FROM #mjsched_set_aside AS s
+     WHERE NOT EXISTS (SELECT 1 FROM @v_done AS d WHERE d.row_id = s.row_id)
+     ORDER BY s.row_id;
+    IF @@ROWCOUNT = 0
+    BEGIN
+        BREAK;
+    END;
+    INSERT INTO @v_done (row_id) VALUES (@v_row);
+    SET @v_sets = CASE WHEN @v_table = N'scheduled_job' THEN N'status = N''Disabled''' ELSE N'' END;
+    SET @v_column = NULL;
+    WHILE 1 = 1
+    BEGIN
+        SELECT TOP (1) @v_column = s.column_name, @v_fix = s.fix
+          FROM #mjsched_set_aside AS s
+         WHERE s.row_id = @v_row AND s.table_name = @v_table AND (@v_column IS NULL OR s.column_name > @v_column)
+         ORDER BY s.column_name;
+        IF @@ROWCOUNT = 0
+        BEGIN
+            BREAK;
+        END;
+        SET @v_sets = CONCAT(@v_sets, CASE WHEN @v_sets = N'' THEN N'' ELSE N', ' END,
+                             QUOTENAME(@v_column), N' = ', @v_fix);
+    END;
+    SET @v_sql = N'UPDATE mjsched.' + QUOTENAME(@v_table) + N' SET ' + @v_sets + N' WHERE id = @p_row;';
+    EXEC sys.sp_executesql @v_sql, N'@p_row uniqueidentifier', @p_row = @v_row;
+END;
+INSERT INTO mjsched.scheduled_job_run
+       (scheduled_job_id, status, success, error_message, started_at, completed_at, duration_ms,
+        executed_by_instance)
+SELECT s.row_id, N'Failed', 0,
+       CONCAT(N'set aside by the schema upgrade: ', s.column_name, N' = ', COALESCE(s.value, N'NULL'),
+              N' breaks rule ', s.constraint_name, N' (', s.rule_text, N'); the job is now Disabled and ',
+              s.column_name, N' was reset to ', s.fix, N'. Fix the job, then set it Active.'),
+       SYSDATETIMEOFFSET(), SYSDATETIMEOFFSET(), 0, N'mjsched install'
+  FROM #mjsched_set_aside AS s
+ WHERE s.table_name = N'scheduled_job';
+DROP TABLE #mjsched_set_aside;
+WHILE 1 = 1
+BEGIN
+    SELECT TOP (1) @v_name = r.constraint_name, @v_table = r.table_name
+      FROM @v_trust AS r ORDER BY r.constraint_name;
+    IF @@ROWCOUNT = 0
+    BEGIN
+        BREAK;
+    END;
+    DELETE FROM @v_trust WHERE constraint_name = @v_name;
+    SET @v_sql = N'ALTER TABLE mjsched.' + QUOTENAME(@v_table) + N' WITH CHECK CHECK CONSTRAINT '
+               + QUOTENAME(@v_name) + N';';
+    EXEC sys.sp_executesql @v_sql;
 END;
 GO

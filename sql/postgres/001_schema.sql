@@ -13,9 +13,8 @@ CREATE TABLE IF NOT EXISTS mjsched.scheduled_job_type (
     default_max_runtime_seconds double precision,
     CONSTRAINT uq_scheduled_job_type_name UNIQUE (name),
     CONSTRAINT uq_scheduled_job_type_driver_class UNIQUE (driver_class),
-    CONSTRAINT ck_scheduled_job_type_isolation CHECK (isolation IN ('thread', 'process')),
-    CONSTRAINT ck_scheduled_job_type_max_runtime
-        CHECK (default_max_runtime_seconds IS NULL OR default_max_runtime_seconds > 0)
+    CONSTRAINT ck_scheduled_job_type_isolation CHECK (isolation IN ('thread', 'process'))
+    -- default_max_runtime_seconds: see "What a row may hold" at the end of this file
 );
 
 CREATE TABLE IF NOT EXISTS mjsched.scheduled_job (
@@ -60,10 +59,9 @@ CREATE TABLE IF NOT EXISTS mjsched.scheduled_job (
         CHECK (missed_run_policy IN ('Skip', 'RunOnce', 'RunAll')),
     CONSTRAINT ck_scheduled_job_isolation CHECK (isolation IS NULL OR isolation IN ('thread', 'process')),
     CONSTRAINT ck_scheduled_job_window CHECK (start_at IS NULL OR end_at IS NULL OR start_at < end_at),
-    CONSTRAINT ck_scheduled_job_max_runtime CHECK (max_runtime_seconds IS NULL OR max_runtime_seconds > 0),
     CONSTRAINT ck_scheduled_job_max_queued_runs CHECK (max_queued_runs BETWEEN 1 AND 1000),
-    CONSTRAINT ck_scheduled_job_configuration
-        CHECK (configuration IS NULL OR jsonb_typeof(configuration) = 'object'),
+    -- the one-column rules (numbers, instants, text, configuration): see "What a row may
+    -- hold" at the end of this file, which also sets aside rows an older release left
     CONSTRAINT ck_scheduled_job_lock
         CHECK ((lock_token IS NULL) = (expected_completion_at IS NULL))
 );
@@ -159,3 +157,149 @@ DROP TRIGGER IF EXISTS trg_scheduled_job_changed ON mjsched.scheduled_job;
 CREATE TRIGGER trg_scheduled_job_changed
     BEFORE INSERT OR UPDATE ON mjsched.scheduled_job
     FOR EACH ROW EXECUTE FUNCTION mjsched.tg_scheduled_job_changed();
+
+-- What a row may hold: the rules the API checks (mjsched/validation.py), so a row written
+-- by plain SQL or through insert_job/update_job cannot hold a value no engine can schedule
+-- (a NaN or 1e13 max_runtime, an infinite or year-1 instant). Each rule is about one
+-- column and is named ck_<table>_<column>. Instants lie in [1900-01-01, 9999-12-31] UTC.
+-- (NaN compares greater than every number in PostgreSQL, so "<= 31536000" refuses it.)
+-- The rules are added NOT VALID and validated just below, after "setting aside" any row
+-- that breaks one (left by an older release, or written before the rule): the column is
+-- cleared (NULL, or its default), the job is Disabled, and a Failed run whose
+-- error_message names the field and the value records it (executed_by_instance
+-- 'mjsched install'; engine.install() logs each one as a WARNING). So an upgrade never
+-- fails on old rows and never leaves one that fails the claim of every engine.
+ALTER TABLE mjsched.scheduled_job_type
+    DROP CONSTRAINT IF EXISTS ck_scheduled_job_type_max_runtime,
+    DROP CONSTRAINT IF EXISTS ck_scheduled_job_type_default_max_runtime_seconds,
+    ADD CONSTRAINT ck_scheduled_job_type_default_max_runtime_seconds
+        CHECK (default_max_runtime_seconds IS NULL
+               OR (default_max_runtime_seconds > 0 AND default_max_runtime_seconds <= 31536000)) NOT VALID;
+
+ALTER TABLE mjsched.scheduled_job
+    DROP CONSTRAINT IF EXISTS ck_scheduled_job_max_runtime,
+    DROP CONSTRAINT IF EXISTS ck_scheduled_job_max_runtime_seconds,
+    DROP CONSTRAINT IF EXISTS ck_scheduled_job_configuration,
+    DROP CONSTRAINT IF EXISTS ck_scheduled_job_name,
+    DROP CONSTRAINT IF EXISTS ck_scheduled_job_description,
+    DROP CONSTRAINT IF EXISTS ck_scheduled_job_cron_expression,
+    DROP CONSTRAINT IF EXISTS ck_scheduled_job_timezone,
+    DROP CONSTRAINT IF EXISTS ck_scheduled_job_start_at,
+    DROP CONSTRAINT IF EXISTS ck_scheduled_job_end_at,
+    DROP CONSTRAINT IF EXISTS ck_scheduled_job_next_run_at,
+    DROP CONSTRAINT IF EXISTS ck_scheduled_job_last_run_at,
+    DROP CONSTRAINT IF EXISTS ck_scheduled_job_locked_at,
+    DROP CONSTRAINT IF EXISTS ck_scheduled_job_expected_completion_at,
+    DROP CONSTRAINT IF EXISTS ck_scheduled_job_created_at,
+    DROP CONSTRAINT IF EXISTS ck_scheduled_job_updated_at,
+    DROP CONSTRAINT IF EXISTS ck_scheduled_job_run_count,
+    DROP CONSTRAINT IF EXISTS ck_scheduled_job_success_count,
+    DROP CONSTRAINT IF EXISTS ck_scheduled_job_failure_count,
+    DROP CONSTRAINT IF EXISTS ck_scheduled_job_last_duration_ms,
+    DROP CONSTRAINT IF EXISTS ck_scheduled_job_total_duration_ms,
+    ADD CONSTRAINT ck_scheduled_job_max_runtime_seconds
+        CHECK (max_runtime_seconds IS NULL OR (max_runtime_seconds > 0 AND max_runtime_seconds <= 31536000)) NOT VALID,
+    ADD CONSTRAINT ck_scheduled_job_configuration
+        CHECK (configuration IS NULL
+               OR (jsonb_typeof(configuration) = 'object' AND octet_length(configuration::text) <= 1000000)) NOT VALID,
+    ADD CONSTRAINT ck_scheduled_job_name CHECK (length(btrim(name)) > 0) NOT VALID,
+    ADD CONSTRAINT ck_scheduled_job_description
+        CHECK (description IS NULL OR length(description) <= 100000) NOT VALID,
+    ADD CONSTRAINT ck_scheduled_job_cron_expression CHECK (length(btrim(cron_expression)) > 0) NOT VALID,
+    ADD CONSTRAINT ck_scheduled_job_timezone CHECK (length(btrim(timezone)) > 0) NOT VALID,
+    ADD CONSTRAINT ck_scheduled_job_start_at
+        CHECK (start_at IS NULL OR start_at BETWEEN '1900-01-01 00:00:00+00' AND '9999-12-31 00:00:00+00') NOT VALID,
+    ADD CONSTRAINT ck_scheduled_job_end_at
+        CHECK (end_at IS NULL OR end_at BETWEEN '1900-01-01 00:00:00+00' AND '9999-12-31 00:00:00+00') NOT VALID,
+    ADD CONSTRAINT ck_scheduled_job_next_run_at
+        CHECK (next_run_at IS NULL
+               OR next_run_at BETWEEN '1900-01-01 00:00:00+00' AND '9999-12-31 00:00:00+00') NOT VALID,
+    ADD CONSTRAINT ck_scheduled_job_last_run_at
+        CHECK (last_run_at IS NULL
+               OR last_run_at BETWEEN '1900-01-01 00:00:00+00' AND '9999-12-31 00:00:00+00') NOT VALID,
+    ADD CONSTRAINT ck_scheduled_job_locked_at
+        CHECK (locked_at IS NULL OR locked_at BETWEEN '1900-01-01 00:00:00+00' AND '9999-12-31 00:00:00+00') NOT VALID,
+    ADD CONSTRAINT ck_scheduled_job_expected_completion_at
+        CHECK (expected_completion_at IS NULL
+               OR expected_completion_at BETWEEN '1900-01-01 00:00:00+00' AND '9999-12-31 00:00:00+00') NOT VALID,
+    ADD CONSTRAINT ck_scheduled_job_created_at
+        CHECK (created_at BETWEEN '1900-01-01 00:00:00+00' AND '9999-12-31 00:00:00+00') NOT VALID,
+    ADD CONSTRAINT ck_scheduled_job_updated_at
+        CHECK (updated_at BETWEEN '1900-01-01 00:00:00+00' AND '9999-12-31 00:00:00+00') NOT VALID,
+    ADD CONSTRAINT ck_scheduled_job_run_count CHECK (run_count BETWEEN 0 AND 2000000000) NOT VALID,
+    ADD CONSTRAINT ck_scheduled_job_success_count CHECK (success_count BETWEEN 0 AND 2000000000) NOT VALID,
+    ADD CONSTRAINT ck_scheduled_job_failure_count CHECK (failure_count BETWEEN 0 AND 2000000000) NOT VALID,
+    ADD CONSTRAINT ck_scheduled_job_last_duration_ms
+        CHECK (last_duration_ms IS NULL OR last_duration_ms BETWEEN 0 AND 4000000000000000000) NOT VALID,
+    ADD CONSTRAINT ck_scheduled_job_total_duration_ms
+        CHECK (total_duration_ms BETWEEN 0 AND 4000000000000000000) NOT VALID;
+
+-- Set aside the rows that break a rule added above, then validate it. The rule's own
+-- expression (pg_get_expr) finds them, so each rule is written once. A row may break
+-- several rules, and an UPDATE is checked against every rule (NOT VALID ones included),
+-- so all of a row's bad columns are reset in one UPDATE.
+DO $$
+DECLARE
+    c record;
+    v_job record;
+BEGIN
+    CREATE TEMP TABLE mjsched_set_aside (
+        job_id uuid, relname text, attname text, value text, conname text, rule text, fix text
+    ) ON COMMIT DROP;
+    FOR c IN
+        SELECT con.conname, rel.relname, att.attname,
+               pg_get_expr(con.conbin, con.conrelid) AS rule,
+               CASE WHEN att.attname = 'expected_completion_at' THEN 'now()'   -- a lapsed lease: swept
+                    WHEN NOT att.attnotnull THEN 'NULL'
+                    ELSE coalesce(pg_get_expr(def.adbin, def.adrelid), quote_literal('(set aside)'))
+               END AS fix
+          FROM pg_constraint con
+          JOIN pg_class rel ON rel.oid = con.conrelid
+          JOIN pg_namespace nsp ON nsp.oid = rel.relnamespace AND nsp.nspname = 'mjsched'
+          JOIN pg_attribute att ON att.attrelid = con.conrelid AND att.attnum = con.conkey[1]
+          LEFT JOIN pg_attrdef def ON def.adrelid = con.conrelid AND def.adnum = att.attnum
+         WHERE con.contype = 'c' AND NOT con.convalidated
+           AND rel.relname IN ('scheduled_job', 'scheduled_job_type')
+         ORDER BY rel.relname, con.conname
+    LOOP
+        EXECUTE format('INSERT INTO mjsched_set_aside SELECT t.id, %1$L, %2$L, left(t.%2$I::text, 200), %3$L, %4$L, %5$L
+                          FROM mjsched.%1$I t WHERE (%4$s) IS FALSE',
+                       c.relname, c.attname, c.conname, c.rule, c.fix);
+    END LOOP;
+    FOR v_job IN
+        SELECT s.relname, s.job_id, string_agg(format('%I = %s', s.attname, s.fix), ', ') AS sets
+          FROM mjsched_set_aside s GROUP BY s.relname, s.job_id ORDER BY s.relname, s.job_id
+    LOOP
+        IF v_job.relname = 'scheduled_job' THEN
+            EXECUTE format('UPDATE mjsched.scheduled_job SET %s, status = ''Disabled'' WHERE id = $1', v_job.sets)
+                USING v_job.job_id;
+        ELSE
+            EXECUTE format('UPDATE mjsched.%I SET %s WHERE id = $1', v_job.relname, v_job.sets)
+                USING v_job.job_id;
+        END IF;
+        RAISE WARNING 'mjsched upgrade: set aside % row %: %', v_job.relname, v_job.job_id, v_job.sets;
+    END LOOP;
+    INSERT INTO mjsched.scheduled_job_run
+           (scheduled_job_id, status, success, error_message, started_at, completed_at, duration_ms,
+            executed_by_instance)
+    SELECT s.job_id, 'Failed', false,
+           format('set aside by the schema upgrade: %s = %s breaks rule %s (%s); the job is now Disabled '
+                  'and %s was reset to %s. Fix the job, then set it Active.',
+                  s.attname, coalesce(s.value, 'NULL'), s.conname, s.rule, s.attname, s.fix),
+           now(), now(), 0, 'mjsched install'
+      FROM mjsched_set_aside s
+     WHERE s.relname = 'scheduled_job'
+     ORDER BY s.job_id, s.attname;
+    FOR c IN
+        SELECT rel.relname, con.conname
+          FROM pg_constraint con
+          JOIN pg_class rel ON rel.oid = con.conrelid
+          JOIN pg_namespace nsp ON nsp.oid = rel.relnamespace AND nsp.nspname = 'mjsched'
+         WHERE con.contype = 'c' AND NOT con.convalidated
+         ORDER BY rel.relname, con.conname
+    LOOP
+        EXECUTE format('ALTER TABLE mjsched.%I VALIDATE CONSTRAINT %I', c.relname, c.conname);
+    END LOOP;
+    DROP TABLE mjsched_set_aside;
+END;
+$$;

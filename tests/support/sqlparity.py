@@ -239,6 +239,9 @@ def parse_postgres(text: str, tree: SqlTree | None = None) -> SqlTree:
     toks = tokenize(text, "postgres")
     i = 0
     while i < len(toks):
+        if toks[i].up == "ALTER" and _is(toks, i + 1, "TABLE"):
+            i = _alter_table(toks, i + 2, tree)
+            continue
         if toks[i].up != "CREATE":
             i += 1
             continue
@@ -304,6 +307,8 @@ def _table(toks: list[Tok], k: int, tree: SqlTree, column) -> int:  # type: igno
         k += 3
     name, k = _name(toks, k)
     close = _close(toks, k)
+    if name.startswith("#"):        # a T-SQL temporary table is a script's scratch, not schema
+        return close + 1
     columns = []
     for part in _split_commas(toks[k + 1:close]):
         head = part[0].up
@@ -317,6 +322,19 @@ def _table(toks: list[Tok], k: int, tree: SqlTree, column) -> int:  # type: igno
             columns.append(column(part))
     tree.tables[name] = tuple(columns)
     return close + 1
+
+
+def _alter_table(toks: list[Tok], k: int, tree: SqlTree) -> int:
+    """``ALTER TABLE t ... ADD CONSTRAINT c CHECK (...), ...``: the constraints it adds
+    (001_schema's "What a row may hold" adds its rules this way, in both dialects)."""
+    name, k = _name(toks, k)
+    while k < len(toks) and toks[k].text != ";" and toks[k].up not in ("GO", "ALTER", "CREATE", "DECLARE"):
+        if toks[k].up == "CONSTRAINT" and k > 0 and toks[k - 1].up in ("ADD", ",") and k + 2 < len(toks):
+            kind = toks[k + 2].up
+            if kind in ("CHECK", "UNIQUE"):
+                tree.constraints[toks[k + 1].ident] = f"{name} {kind}"
+        k += 1
+    return k
 
 
 def _index(toks: list[Tok], k: int, tree: SqlTree) -> int:
@@ -375,6 +393,9 @@ def parse_mssql(text: str, tree: SqlTree | None = None) -> SqlTree:
         toks = tokenize(batch)
         i = 0
         while i < len(toks):
+            if toks[i].up == "ALTER" and _is(toks, i + 1, "TABLE"):
+                i = _alter_table(toks, i + 2, tree)
+                continue
             if toks[i].up != "CREATE":
                 i += 1
                 continue
