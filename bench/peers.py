@@ -10,6 +10,11 @@
   starts, then ``app.run_worker(concurrency=20, wait=False)`` (the sync task runs in
   threads); measured from the first ``started`` to the last ``succeeded`` event in
   ``procrastinate_events``. In the full run also 4 worker processes at once.
+* pgqueuer: M jobs enqueued in one batch (``Queries.enqueue`` with lists, durable
+  schema, the default) before the clock starts, then one worker process running
+  ``QueueManager.run(mode=drain, batch_size=10)`` on asyncpg; measured from ``run()``
+  (its start-up included) to the last job's end, and also from the first job's end
+  (the steady rate). In the full run also 4 worker processes at once.
 * mjsched: the throughput bench's round (1 engine, and 4 engines), same M.
 
 Each peer runs in its own subprocess (``python -m bench.peers --worker NAME``) and
@@ -41,7 +46,7 @@ def noop() -> None:
 def missing_packages() -> list[str]:
     missing = []
     for module, package in (("apscheduler", "APScheduler>=3.11,<4"), ("sqlalchemy", "SQLAlchemy"),
-                            ("procrastinate", "procrastinate")):
+                            ("procrastinate", "procrastinate"), ("pgqueuer", "pgqueuer"), ("asyncpg", "asyncpg")):
         try:
             __import__(module)
         except ImportError:
@@ -179,6 +184,100 @@ def procrastinate_result(dsn: str, jobs: int, processes: int, concurrency: int,
             "VmHWM": max((w.get("VmHWM", 0) for w in workers), default=0)}
 
 
+# -- pgqueuer ---------------------------------------------------------------------------------------
+PGQ_ENTRYPOINT = "bench_noop"
+
+
+def pgqueuer_setup(dsn: str, jobs: int) -> None:
+    import asyncio
+
+    async def go() -> None:
+        import asyncpg
+        from pgqueuer import AsyncpgDriver, Queries
+
+        conn = await asyncpg.connect(dsn)
+        try:
+            queries = Queries(AsyncpgDriver(conn))
+            await queries.install()
+            await queries.enqueue([PGQ_ENTRYPOINT] * jobs, [None] * jobs, [0] * jobs)
+        finally:
+            await conn.close()
+    asyncio.run(go())
+
+
+def pgqueuer_worker(dsn: str, batch: int) -> dict[str, Any]:
+    import asyncio
+    import logging
+
+    logging.getLogger("pgqueuer").setLevel(logging.WARNING)
+    ends: list[float] = []
+    executed: collections.Counter[str] = collections.Counter()
+
+    async def go() -> tuple[float, float]:
+        import asyncpg
+        from pgqueuer import AsyncpgDriver, Queries, QueueManager
+        from pgqueuer.types import QueueExecutionMode
+
+        conn = await asyncpg.connect(dsn)
+        qm = QueueManager(Queries(AsyncpgDriver(conn)))
+
+        @qm.entrypoint(PGQ_ENTRYPOINT)
+        async def bench_noop(job: Any) -> None:
+            executed[str(job.id)] += 1
+            ends.append(time.perf_counter())
+
+        start = time.perf_counter()
+        await qm.run(batch_size=batch, mode=QueueExecutionMode.drain, dequeue_timeout=timedelta(seconds=1))
+        await conn.close()
+        return start, time.perf_counter()
+
+    cpu0 = time.process_time()
+    start, stopped = asyncio.run(go())
+    return {"start": start, "first_end": ends[0] if ends else None, "last_end": ends[-1] if ends else None,
+            "stopped": stopped, "executed": len(ends), "ids": dict(executed),
+            "cpu_s": time.process_time() - cpu0, **common.proc_status()}
+
+
+def pgqueuer_result(dsn: str, jobs: int, processes: int, batch: int, workers: list[dict[str, Any]]) -> dict[str, Any]:
+    import pgqueuer
+
+    ids: collections.Counter[str] = collections.Counter()
+    for w in workers:
+        ids.update(w["ids"])
+    conn = common.connect(dsn)
+    with conn.cursor() as cur:
+        cur.execute("SELECT count(*) FROM pgqueuer")
+        left = cur.fetchone()[0]
+    conn.close()
+    # Each worker has its own perf_counter origin; one process: its start-up is counted.
+    one = workers[0] if processes == 1 else None
+    elapsed = (one["last_end"] - one["start"]) if one else max(w["last_end"] - w["start"] for w in workers
+                                                              if w["last_end"] is not None)
+    steady = (one["last_end"] - one["first_end"]) if one and one["executed"] > 1 else None
+    return {"peer": f"pgqueuer {pgqueuer.__version__}",
+            "config": f"{processes} worker process{'es' if processes > 1 else ''}, batch {batch}, asyncpg",
+            "jobs": jobs, "elapsed_s": elapsed, "executed": sum(ids.values()),
+            "steady_rate": (one["executed"] - 1) / steady if steady else None,
+            "exactly_once": len(ids) == jobs and set(ids.values()) == {1} and left == 0,
+            "cpu_s": sum(w.get("cpu_s", 0.0) for w in workers),
+            "VmHWM": max((w.get("VmHWM", 0) for w in workers), default=0)}
+
+
+def measure_pgqueuer(server_dsn: str, jobs: int, processes: int = 1, batch: int = 10) -> dict[str, Any]:
+    with common.BenchDatabase(server_dsn, "pgq", schema=False) as db:
+        common.log_progress(f"peers: pgqueuer, {processes} worker process(es), {jobs} jobs")
+        _child(["--worker", "pgqueuer-setup", "--dsn", db.dsn, "--jobs", str(jobs)])
+        procs = [_spawn(["--worker", "pgqueuer", "--dsn", db.dsn, "--batch", str(batch)]) for _ in range(processes)]
+        workers = []
+        for p in procs:
+            out, err = p.communicate(timeout=900)
+            found = [json.loads(x[len("RESULT "):]) for x in out.splitlines() if x.startswith("RESULT ")]
+            if not found:
+                raise RuntimeError(f"pgqueuer worker failed (exit {p.returncode}):\n{err[-3000:]}")
+            workers.extend(found)
+        return pgqueuer_result(db.dsn, jobs, processes, batch, workers)
+
+
 # -- driver -------------------------------------------------------------------------------------
 def _child(args: Sequence[str], timeout: float = 900) -> dict[str, Any]:
     env = dict(os.environ)
@@ -226,6 +325,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--worker", help=argparse_hidden())
     p.add_argument("--threads", type=int, default=20)
     p.add_argument("--concurrency", type=int, default=20)
+    p.add_argument("--batch", type=int, default=10)
     args = p.parse_args(argv)
     if args.worker == "apscheduler":
         print("RESULT " + json.dumps(apscheduler_worker(args.dsn, args.jobs, args.threads)), flush=True)
@@ -237,16 +337,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.worker == "procrastinate":
         print("RESULT " + json.dumps(procrastinate_worker(args.dsn, args.concurrency)), flush=True)
         return 0
+    if args.worker == "pgqueuer-setup":
+        pgqueuer_setup(args.dsn, args.jobs)
+        print("RESULT {}", flush=True)
+        return 0
+    if args.worker == "pgqueuer":
+        print("RESULT " + json.dumps(pgqueuer_worker(args.dsn, args.batch)), flush=True)
+        return 0
 
     missing = missing_packages()
     if missing:
         print(f"peers: skipped, not installed: {', '.join(missing)} "
-              "(pip install 'APScheduler>=3.11,<4' SQLAlchemy procrastinate, or the 'bench' extra)")
+              "(pip install 'APScheduler>=3.11,<4' SQLAlchemy procrastinate pgqueuer asyncpg, or the 'bench' extra)")
         return 0
     jobs = args.jobs or (300 if args.quick else 5000)
-    peers = [measure_apscheduler(args.dsn, jobs), measure_procrastinate(args.dsn, jobs)]
+    peers = [measure_apscheduler(args.dsn, jobs), measure_procrastinate(args.dsn, jobs), measure_pgqueuer(args.dsn, jobs)]
     if not args.quick:
         peers.append(measure_procrastinate(args.dsn, jobs, processes=4))
+        peers.append(measure_pgqueuer(args.dsn, jobs, processes=4))
     common.log_progress(f"peers: mjsched, 1 and 4 engines, {jobs} jobs")
     ours, _ = throughput.measure(args.dsn, [1, 4], jobs)
     one, four = ours[0], ours[1]
@@ -266,7 +374,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "peers: the same no-op jobs on the same PostgreSQL",
         ["system", "configuration", "jobs", "exec/s", "seconds", "CPU ms/1k exec", "peak RSS MB", "exactly once",
          "mjsched 1 engine / this", "mjsched 4 engines / this"], rows,
-        notes=["Target: mjsched >= 2x each peer. CPU = the scheduler processes' own CPU (not PostgreSQL's)."])
+        notes=["Target: mjsched >= 2x each peer. CPU = the scheduler processes' own CPU (not PostgreSQL's)."]
+        + [f"{r['peer']} ({r['config']}): {r['steady_rate']:,.0f} jobs/s from its first finished job on "
+           "(without its start-up)" for r in peers if r.get("steady_rate")])
     return 0
 
 

@@ -68,3 +68,5 @@ def test_quick_bench_prints_the_peers_table(quick_run: tuple[subprocess.Complete
         pytest.skip(f"peers not installed ({', '.join(missing)}): pip install -e '.[bench]'")
     proc, _ = quick_run
     assert PEERS_TABLE in proc.stdout, proc.stdout[-4000:]
+    for peer in ("APScheduler", "procrastinate", "pgqueuer"):
+        assert f"| {peer} " in proc.stdout, f"no {peer} row:\n{proc.stdout[-4000:]}"
