@@ -1,9 +1,11 @@
 """Least privilege: the engine runs under an EXECUTE-only role, and passwords never leak.
 
 sql/postgres/003_security.sql makes every procedure SECURITY DEFINER with a fixed
-search_path and revokes EXECUTE from PUBLIC; sql/postgres/grants.sql creates the
-``mjsched_engine`` group role (USAGE, SELECT on what the engine reads, EXECUTE on the
-procedures, no INSERT/UPDATE/DELETE). Each test logs in as a fresh member of it.
+search_path and revokes EXECUTE from PUBLIC; sql/postgres/grants.sql creates this
+database's engine role (``mjsched_engine_<db>``: USAGE, SELECT on what the engine reads but
+lock tokens, EXECUTE on the engine's procedures, no INSERT/UPDATE/DELETE) and admin role
+(``mjsched_admin_<db>``: the job-definition procedures). Each test logs in as a fresh member.
+Two installations on one server, the allow-list and the tokens: test_trust.py.
 """
 from __future__ import annotations
 
@@ -21,44 +23,39 @@ import psycopg2.errors
 import pytest
 
 import mjsched
-from mjsched import sqlfiles
+from mjsched.privileges import ENGINE_ROUTINES
 from tests.chaos import cluster
 from tests.support.pg import wait_for
+from tests.support.roles import Logins, admin_role as admin_group, apply_grants, as_user, engine_role as engine_group
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(120)]
 
-GROUP = "mjsched_engine"
 DEFINER_EXCEPTIONS = {"probe_permissions"}   # must answer for the caller, so it stays SECURITY INVOKER
 # Pure SQL helpers the planner inlines into the procedures: no SECURITY DEFINER, no SET
 # (either would stop the inlining); they read no table, and PUBLIC may not execute them.
 INLINED_HELPERS = {"claimable", "claim_token", "lease_interval"}
 
 
-def apply_grants(dsn: str) -> None:
-    conn = psycopg2.connect(dsn)
-    conn.autocommit = True
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sqlfiles.script("postgres", "grants.sql"))
-    finally:
-        conn.close()
-
-
-def as_user(dsn: str, user: str, password: str | None = None) -> str:
-    parsed = psycopg2.extensions.parse_dsn(dsn)
-    auth = user if password is None else f"{user}:{password}"
-    return f"postgresql://{auth}@{parsed.get('host', '127.0.0.1')}:{parsed.get('port', '5432')}/{parsed['dbname']}"
+@pytest.fixture
+def logins(pg_dsn: str) -> Iterator[Logins]:
+    made = Logins(pg_dsn)
+    yield made
+    made.drop()
 
 
 @pytest.fixture
-def engine_role(pg_dsn: str, sql: Any) -> Iterator[str]:
-    """A login role that is a member of mjsched_engine, on the test database; its DSN."""
+def engine_role(pg_dsn: str, logins: Logins) -> str:
+    """A login role that is a member of this database's engine role; its DSN."""
     apply_grants(pg_dsn)
     apply_grants(pg_dsn)   # idempotent
-    name = f"mjsched_eng_{uuid.uuid4().hex[:10]}"
-    sql.run(f'CREATE ROLE "{name}" LOGIN IN ROLE {GROUP}')
-    yield as_user(pg_dsn, name)
-    sql.run(f'DROP ROLE IF EXISTS "{name}"')
+    return logins.login(engine_group(pg_dsn), "mjsched_eng")
+
+
+@pytest.fixture
+def admin_role(pg_dsn: str, logins: Logins) -> str:
+    """A login role that is a member of this database's admin role; its DSN."""
+    apply_grants(pg_dsn)
+    return logins.login(admin_group(pg_dsn), "mjsched_adm")
 
 
 def job_fields(name: str, cron: str = "* * * * * *") -> dict[str, Any]:
@@ -80,7 +77,7 @@ def test_procedures_are_security_definer_with_a_fixed_search_path(pg_dsn: str, s
         assert r["prosecdef"] is not (r["trig"] or r["proname"] in DEFINER_EXCEPTIONS), r
 
 
-def test_grants_script_is_idempotent_and_safe_to_run_concurrently(pg_dsn: str, sql: Any) -> None:
+def test_grants_script_is_idempotent_and_safe_to_run_concurrently(pg_dsn: str, sql: Any, logins: Logins) -> None:
     errors: list[str] = []
 
     def run() -> None:
@@ -96,11 +93,18 @@ def test_grants_script_is_idempotent_and_safe_to_run_concurrently(pg_dsn: str, s
     for t in threads:
         t.join(60)
     assert errors == []
+    group = engine_group(pg_dsn)
     privileges = sql.rows("""SELECT table_name, privilege_type FROM information_schema.role_table_grants
-                              WHERE grantee = %s AND table_schema = 'mjsched' ORDER BY 1, 2""", (GROUP,))
+                              WHERE grantee = %s AND table_schema = 'mjsched' ORDER BY 1, 2""", (group,))
     assert {p["privilege_type"] for p in privileges} == {"SELECT"}
-    assert {p["table_name"] for p in privileges} == {"scheduled_job", "scheduled_job_type", "scheduled_job_run",
-                                                      "engine_instance", "schema_version"}
+    assert {p["table_name"] for p in privileges} == {"scheduled_job_type", "engine_instance", "schema_version"}
+    columns = sql.rows("""SELECT table_name, column_name, privilege_type FROM information_schema.column_privileges
+                           WHERE grantee = %s AND table_schema = 'mjsched'""", (group,))
+    assert {c["privilege_type"] for c in columns} == {"SELECT"}    # column grants on jobs and runs: no token
+    assert {c["table_name"] for c in columns} == {"scheduled_job", "scheduled_job_run", "scheduled_job_type",
+                                                  "engine_instance", "schema_version"}
+    assert "lock_token" not in {c["column_name"] for c in columns}
+    assert {c["column_name"] for c in columns} >= {"id", "name", "configuration", "status", "locked_by_instance"}
 
 
 def test_engine_runs_a_job_end_to_end_as_the_execute_only_role(engine_role: str, make_engine: Any, sql: Any,
@@ -159,13 +163,39 @@ def test_the_role_cannot_write_tables_directly(statement: str, engine_role: str,
     assert sql.rows("SELECT * FROM mjsched.scheduled_job") == before
 
 
-def test_engine_role_can_manage_jobs_through_procedures(engine_role: str, make_engine: Any) -> None:
-    """Job CRUD goes through SECURITY DEFINER procedures (004_job_admin.sql), so the role needs no writes."""
-    engine = make_engine(dsn=engine_role)
-    job_id = engine.create_job(**job_fields("by-engine-role"))
-    engine.update_job(job_id, description="changed")
-    assert engine.get_job(job_id).description == "changed"
-    engine.delete_job(job_id)
+def test_admin_role_manages_jobs_through_procedures(admin_role: str, make_engine: Any) -> None:
+    """Job CRUD goes through SECURITY DEFINER procedures (004_job_admin.sql), so the admin role
+    needs no writes; it may also unlock a job, and it may not run jobs."""
+    admin = make_engine(dsn=admin_role)
+    job_id = admin.create_job(**job_fields("by-admin-role"))
+    admin.update_job(job_id, description="changed")
+    assert admin.get_job(job_id).description == "changed"
+    assert admin.unlock_job(job_id) is False
+    with pytest.raises(mjsched.DatabaseError, match="permission denied for function start_manual_run"):
+        admin.execute_job(job_id)
+    with pytest.raises(mjsched.DatabaseError, match="permission denied"):
+        admin.dispatch_due_jobs()
+    admin.delete_job(job_id)
+
+
+@pytest.mark.parametrize("action", ["create", "update", "delete", "unlock", "pause"])
+def test_engine_role_may_not_define_jobs(action: str, engine_role: str, make_engine: Any, sql: Any) -> None:
+    """The engine role runs jobs; defining them (what code runs on every engine host) is the
+    admin role's: a clean, typed permission error, nothing written, no retries."""
+    job_id = make_engine().create_job(**job_fields("defined-by-the-owner"))
+    before = sql.rows("SELECT * FROM mjsched.scheduled_job ORDER BY id")
+    engine = make_engine(dsn=engine_role, retry_attempts=5)
+    calls = {"create": lambda: engine.create_job(name="intruder", driver="shell", cron="* * * * * *",
+                                                 configuration={"command": "id"}, status="Active"),
+             "update": lambda: engine.update_job(job_id, configuration={"callable": "os:abort"}),
+             "delete": lambda: engine.delete_job(job_id),
+             "unlock": lambda: engine.unlock_job(job_id),
+             "pause": lambda: engine.pause_job(job_id)}
+    with pytest.raises(mjsched.DatabaseError, match="permission denied for function") as info:
+        calls[action]()
+    assert "Traceback" not in str(info.value)
+    assert sql.rows("SELECT * FROM mjsched.scheduled_job ORDER BY id") == before
+    assert sql.one("SELECT count(*) FROM mjsched.scheduled_job_type WHERE name = 'shell'") == 0
 
 
 @pytest.mark.parametrize("call", [
@@ -183,7 +213,10 @@ def test_engine_role_cannot_call_the_procedures_building_blocks(engine_role: str
             cur.execute(call)
         with conn.cursor() as cur:
             cur.execute("SELECT procedure_name FROM mjsched.probe_permissions() WHERE can_execute = 0")
-            assert cur.fetchall() == []      # the probe asks only for what an engine calls
+            missing = {r[0] for r in cur.fetchall()}
+        # the probe finds only the admin role's routines missing, none an engine calls
+        assert missing & ENGINE_ROUTINES == set()
+        assert missing >= {"insert_job", "update_job", "delete_job", "ensure_job_type", "force_unlock_job"}
     finally:
         conn.close()
 
