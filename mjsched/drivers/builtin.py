@@ -1,6 +1,6 @@
 """Imports the built-in drivers so that their ``@register_driver`` decorators run."""
 from __future__ import annotations
 
-from . import http, python, shell, sql  # noqa: F401
+from . import celery, http, python, shell, sql  # noqa: F401  (celery imports Celery lazily)
 
-__all__ = ["http", "python", "shell", "sql"]
+__all__ = ["celery", "http", "python", "shell", "sql"]

@@ -1,0 +1,1 @@
+"""Optional integrations with other systems (each imports its system lazily or on import)."""

@@ -1,0 +1,402 @@
+"""The ``celery`` driver: hand a run to Celery workers (optional extra ``mjsched[celery]``).
+
+mjsched decides each tick exactly once across its engines; this driver turns that tick
+into one Celery task message whose id is derived from the run, so that a message sent
+again for the same run carries the same id (and a worker-side guard,
+:mod:`mjsched.contrib.celery`, can drop it). Celery is imported only when a job of
+this driver is validated or run.
+
+Configuration:
+
+``app``
+    ``"pkg.module:app"`` (a Celery app the engine's host can import; its broker,
+    result backend and serializer are used) or a broker URL (``redis://...``,
+    ``amqp://...``). Required.
+``backend``
+    Result backend URL, only with a broker URL (an app names its own).
+``task``
+    The task name as the workers register it. Required.
+``args`` / ``kwargs``
+    A JSON list / object passed to the task. Default ``[]`` / ``{}``.
+``queue``, ``routing_key``, ``priority``
+    Routing options passed to ``send_task`` (priority 0..255). Optional.
+``mode``
+    ``"wait"`` (default): the run holds its slot while the task runs and mirrors its
+    outcome (SUCCESS: Completed, FAILURE: Failed with the remote exception, REVOKED:
+    Failed). Needs a result backend. Cancellation (max_runtime, shutdown) revokes the
+    task with ``terminate=True``. ``"send"``: Completed once the broker accepted the
+    message.
+``send_timeout``
+    Seconds the broker may take to accept the message before the run fails
+    (default 10).
+``unregistered_check``
+    Seconds a ``wait`` task may stay PENDING before the workers are asked whether
+    any of them registers the task name (default 5; 0 turns the check off). When
+    workers answer and none knows the task, the run fails instead of waiting.
+
+The task id is ``uuid5(namespace, "<job id>|<tick or manual run id>|<attempt>")``;
+attempt is always 1 until run retries exist.
+"""
+from __future__ import annotations
+
+import re
+import threading
+import time
+import uuid
+from datetime import timezone
+from typing import Any
+
+from ..errors import ConfigurationError
+from ..models import JobRun
+from .base import BaseScheduledJob, ExecutionContext, JobResult
+from .registry import register_driver
+
+TASK_ID_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_DNS, "celery.mjsched")   # fixed: ids stay stable across releases
+MODES = ("wait", "send")
+KNOWN_KEYS = {"app", "backend", "task", "args", "kwargs", "queue", "routing_key", "priority", "mode",
+              "send_timeout", "unregistered_check"}
+APP_PATH_RE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
+BROKER_SCHEMES = {"redis", "rediss", "amqp", "amqps", "pyamqp", "librabbitmq", "memory", "sqs", "sentinel",
+                  "filesystem", "qpid", "zookeeper", "mongodb", "sqla", "sqlalchemy", "confluentkafka", "gcpubsub",
+                  "azurestoragequeues", "azureservicebus"}
+RESULT_SUMMARY_CHARS = 500
+POLL_INTERVALS = (0.05, 0.1, 0.2, 0.3, 0.5)       # then 1 s between polls
+BACKEND_FAILURE_BUDGET = 30.0                      # seconds of failing polls before the run fails
+DEFAULT_SEND_TIMEOUT = 10.0
+DEFAULT_UNREGISTERED_CHECK = 5.0
+
+_apps: dict[tuple[str, str | None], Any] = {}
+_apps_lock = threading.Lock()
+
+
+def task_id_for(job_id: str, run: JobRun, attempt: int = 1) -> str:
+    """The Celery task id of ``run``: the same run (tick) always gets the same id."""
+    if run.scheduled_for is not None:
+        tick = run.scheduled_for.astimezone(timezone.utc).isoformat()
+    else:
+        tick = f"manual:{run.id}"
+    return str(uuid.uuid5(TASK_ID_NAMESPACE, f"{job_id}|{tick}|{attempt}"))
+
+
+def _is_broker_url(app: str) -> bool:
+    return "://" in app
+
+
+def _require_celery() -> Any:
+    try:
+        import celery
+    except ImportError as exc:
+        raise ConfigurationError("driver", "celery",
+                                 "the celery driver needs Celery: pip install 'mjsched[celery]'") from exc
+    return celery
+
+
+def load_app(configuration: dict[str, Any]) -> Any:
+    """The Celery app a configuration names (imported, or built once per broker/backend pair)."""
+    _require_celery()
+    spec = configuration["app"]
+    backend = configuration.get("backend")
+    key = (spec, backend)
+    with _apps_lock:
+        if key in _apps:
+            return _apps[key]
+    if _is_broker_url(spec):
+        from celery import Celery
+
+        app = Celery("mjsched-celery-driver", broker=spec, backend=backend, set_as_current=False)
+        app.conf.broker_connection_retry_on_startup = False
+        app.conf.broker_connection_timeout = 5.0
+        app.conf.redis_socket_connect_timeout = 5.0
+        app.conf.redis_socket_timeout = 10.0
+    else:
+        import importlib
+
+        module_name, _, attr = spec.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except Exception as exc:  # noqa: BLE001 - a module may raise anything at import
+            raise ConfigurationError("configuration.app", spec,
+                                     f"cannot import module {module_name!r}: {type(exc).__name__}: {exc} "
+                                     "(is it on PYTHONPATH / --app-dir?)") from exc
+        app = module
+        for part in attr.split("."):
+            if not hasattr(app, part):
+                raise ConfigurationError("configuration.app", spec, f"module {module_name!r} has no attribute {attr!r}")
+            app = getattr(app, part)
+        from celery import Celery
+
+        if not isinstance(app, Celery):
+            raise ConfigurationError("configuration.app", spec, f"is a {type(app).__name__}, not a Celery app")
+    with _apps_lock:
+        return _apps.setdefault(key, app)
+
+
+def has_result_backend(app: Any) -> bool:
+    backend = app.conf.result_backend
+    if not backend:
+        return False
+    return "DisabledBackend" not in type(app.backend).__name__
+
+
+def validate_form(configuration: Any) -> None:
+    """Check the configuration's form (no import, no network)."""
+    if not isinstance(configuration, dict):
+        raise ConfigurationError("configuration", configuration, "must be an object")
+    for key in configuration:
+        if key not in KNOWN_KEYS:
+            raise ConfigurationError(f"configuration.{key}", configuration[key],
+                                     f"unknown key; known: {', '.join(sorted(KNOWN_KEYS))}")
+    app = configuration.get("app")
+    if not isinstance(app, str) or not app.strip():
+        raise ConfigurationError("configuration.app", app, "required: 'pkg.module:app' or a broker URL")
+    if _is_broker_url(app):
+        scheme = app.split("://", 1)[0].split("+")[-1].lower()
+        if scheme not in BROKER_SCHEMES:
+            raise ConfigurationError("configuration.app", app,
+                                     f"unknown broker scheme {scheme!r} (e.g. redis://, amqp://)")
+    elif not APP_PATH_RE.match(app):
+        raise ConfigurationError("configuration.app", app, "must be 'pkg.module:app' or a broker URL such as "
+                                                           "redis://127.0.0.1:6379/0")
+    backend = configuration.get("backend")
+    if backend is not None:
+        if not _is_broker_url(app):
+            raise ConfigurationError("configuration.backend", backend,
+                                     "only with a broker URL in 'app'; an app names its own result backend")
+        if not isinstance(backend, str) or "://" not in backend:
+            raise ConfigurationError("configuration.backend", backend, "must be a result backend URL")
+    task = configuration.get("task")
+    if not isinstance(task, str) or not task.strip() or len(task) > 255:
+        raise ConfigurationError("configuration.task", task, "required: the task name the workers register")
+    args = configuration.get("args", [])
+    if not isinstance(args, list):
+        raise ConfigurationError("configuration.args", args, "must be a list")
+    kwargs = configuration.get("kwargs", {})
+    if not isinstance(kwargs, dict) or any(not isinstance(k, str) for k in kwargs):
+        raise ConfigurationError("configuration.kwargs", kwargs, "must be an object with string keys")
+    for key in ("queue", "routing_key"):
+        value = configuration.get(key)
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise ConfigurationError(f"configuration.{key}", value, "must be a non-empty string or null")
+    priority = configuration.get("priority")
+    if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)
+                                 or not 0 <= priority <= 255):
+        raise ConfigurationError("configuration.priority", priority, "must be an integer 0..255 or null")
+    mode = configuration.get("mode", "wait")
+    if mode not in MODES:
+        raise ConfigurationError("configuration.mode", mode, "must be 'wait' or 'send'")
+    for key in ("send_timeout", "unregistered_check"):
+        value = configuration.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0
+                                  or value > 3600 or (key == "send_timeout" and value == 0)):
+            raise ConfigurationError(f"configuration.{key}", value, "must be a number of seconds (0..3600)")
+    if mode == "wait" and _is_broker_url(app) and not backend:
+        raise ConfigurationError("configuration.mode", mode,
+                                 "'wait' needs a result backend: set configuration.backend, or use mode 'send'")
+
+
+def _summary(value: Any) -> str:
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001
+        text = object.__repr__(value)
+    return text if len(text) <= RESULT_SUMMARY_CHARS else text[:RESULT_SUMMARY_CHARS] + "..."
+
+
+@register_driver("celery")
+class CeleryJob(BaseScheduledJob):
+    """Send one Celery task per run; see the module docstring."""
+
+    isolation = "thread"
+    high_frequency_by_design = True     # a per-second hand-off to workers is what it is for
+    default_max_runtime = 3600.0        # a 'wait' never holds a slot forever, even if a task is lost
+
+    def validate_configuration(self, configuration: dict[str, Any]) -> None:
+        validate_form(configuration)
+        # 'wait' without a result backend: told at create_job when this process can see the app.
+        if configuration.get("mode", "wait") == "wait" and not _is_broker_url(configuration["app"]):
+            try:
+                app = load_app(configuration)
+            except ConfigurationError:
+                return   # not importable here (the CLI on another host): checked when it runs
+            if not has_result_backend(app):
+                raise ConfigurationError("configuration.mode", "wait",
+                                         f"app {configuration['app']!r} has no result backend "
+                                         "(result_backend is not set); set one or use mode 'send'")
+
+    def check_can_run(self, configuration: dict[str, Any]) -> None:
+        validate_form(configuration)
+        app = load_app(configuration)
+        if configuration.get("mode", "wait") == "wait" and not has_result_backend(app):
+            raise ConfigurationError("configuration.mode", "wait",
+                                     f"app {configuration['app']!r} has no result backend; set one or use mode 'send'")
+
+    def execute(self, context: ExecutionContext) -> JobResult:
+        configuration = context.job.configuration
+        validate_form(configuration)
+        try:
+            app = load_app(configuration)
+        except ConfigurationError as exc:
+            return JobResult(False, str(exc), {"app": configuration.get("app")})
+        mode = configuration.get("mode", "wait")
+        task_name = configuration["task"]
+        task_id = task_id_for(context.job.id, context.run)
+        details: dict[str, Any] = {"task_id": task_id, "task": task_name, "mode": mode, "attempt": 1}
+        if mode == "wait" and not has_result_backend(app):
+            return JobResult(False, f"task {task_name} not sent: mode 'wait' needs a result backend and app "
+                                    f"{configuration['app']!r} has none; set result_backend or use mode 'send'",
+                             details)
+        if mode == "wait":
+            state = self._state(app, task_id)
+            if state is not None and state != "PENDING":
+                # Sent before for this very run (an engine died after sending): do not send again.
+                context.logger.info("celery task %s [%s] already %s; not sent again", task_name, task_id, state)
+                details["sent_again"] = False
+                return self._wait(app, context, task_name, task_id, details)
+        failure = self._send(app, configuration, task_name, task_id, context)
+        if failure is not None:
+            return JobResult(False, failure, details)
+        context.logger.info("sent celery task %s [%s]", task_name, task_id, extra={"action": "celery_sent"})
+        if mode == "send":
+            details["state"] = "SENT"
+            return JobResult(True, None, details)
+        return self._wait(app, context, task_name, task_id, details)
+
+    # -- sending -------------------------------------------------------------------------
+    def _send(self, app: Any, configuration: dict[str, Any], task_name: str, task_id: str,
+              context: ExecutionContext) -> str | None:
+        """None once the broker accepted the message, else why not (bounded in time)."""
+        options: dict[str, Any] = {}
+        for key in ("queue", "routing_key", "priority"):
+            if configuration.get(key) is not None:
+                options[key] = configuration[key]
+        timeout = float(configuration.get("send_timeout") or DEFAULT_SEND_TIMEOUT)
+        outcome: dict[str, Any] = {}
+
+        def send() -> None:
+            try:
+                app.send_task(task_name, args=list(configuration.get("args", [])),
+                              kwargs=dict(configuration.get("kwargs", {})), task_id=task_id,
+                              headers={"mjsched_job_id": context.job.id, "mjsched_run_id": context.run.id},
+                              retry=True, retry_policy={"max_retries": 3, "interval_start": 0,
+                                                        "interval_step": 0.5, "interval_max": 1.0},
+                              **options)
+                outcome["ok"] = True
+            except Exception as exc:  # noqa: BLE001 - any broker error is this run's failure
+                outcome["error"] = exc
+
+        thread = threading.Thread(target=send, name="mjsched-celery-send", daemon=True)
+        thread.start()
+        thread.join(timeout)
+        if thread.is_alive():
+            return (f"task {task_name} not sent: the broker did not accept the message within {timeout:g}s "
+                    f"({_broker_shown(app)})")
+        if "error" in outcome:
+            exc = outcome["error"]
+            return f"task {task_name} not sent: broker {_broker_shown(app)} refused or is unreachable: " \
+                   f"{type(exc).__name__}: {exc}"
+        return None
+
+    # -- waiting -------------------------------------------------------------------------
+    def _state(self, app: Any, task_id: str) -> str | None:
+        """The task's state in the result backend, or None when the backend cannot be read."""
+        try:
+            return str(app.AsyncResult(task_id).state)
+        except Exception:  # noqa: BLE001
+            return None
+
+    def _wait(self, app: Any, context: ExecutionContext, task_name: str, task_id: str,
+              details: dict[str, Any]) -> JobResult:
+        configuration = context.job.configuration
+        check_after = configuration.get("unregistered_check", DEFAULT_UNREGISTERED_CHECK)
+        backend = app.backend
+        started = time.monotonic()
+        failing_since: float | None = None
+        polls = 0
+        checked = False
+        while True:
+            if context.cancel_event.is_set():
+                return self._revoke(app, task_name, task_id, details, "the run was cancelled (max_runtime, "
+                                                                      "cancel or shutdown)")
+            try:
+                meta = backend.get_task_meta(task_id)
+                state = meta.get("status", "PENDING")
+                failing_since = None
+            except Exception as exc:  # noqa: BLE001 - the backend may fail in any way
+                now = time.monotonic()
+                failing_since = failing_since or now
+                if now - failing_since >= BACKEND_FAILURE_BUDGET:
+                    return JobResult(False, f"task {task_name} [{task_id}] sent, but its result backend "
+                                            f"{_backend_shown(app)} could not be read for "
+                                            f"{BACKEND_FAILURE_BUDGET:g}s: {type(exc).__name__}: {exc}", details)
+                state = None
+            if state == "SUCCESS":
+                details.update(state=state, result=_summary(meta.get("result")), worker=_worker(meta))
+                return JobResult(True, None, details)
+            if state == "FAILURE":
+                remote = meta.get("result")
+                text = f"{type(remote).__name__}: {remote}" if isinstance(remote, BaseException) else _summary(remote)
+                details.update(state=state, exception=text, worker=_worker(meta),
+                               traceback_tail=str(meta.get("traceback") or "")[-2000:])
+                return JobResult(False, f"task {task_name} [{task_id}] failed on the worker: {text}", details)
+            if state == "REVOKED":
+                details.update(state=state)
+                return JobResult(False, f"task {task_name} [{task_id}] was revoked before it finished "
+                                        "(by an operator, or a worker's time limit)", details)
+            if (state == "PENDING" and check_after and not checked
+                    and time.monotonic() - started >= check_after):
+                checked = True
+                unknown = self._unregistered(app, task_name)
+                if unknown is not None:
+                    app.control.revoke(task_id)
+                    details.update(state="PENDING", workers=unknown)
+                    return JobResult(False, f"task {task_name!r} is not registered on any worker that answered "
+                                            f"({', '.join(unknown)}); the message was revoked", details)
+            pause = POLL_INTERVALS[polls] if polls < len(POLL_INTERVALS) else 1.0
+            polls += 1
+            context.cancel_event.wait(pause)
+
+    def _unregistered(self, app: Any, task_name: str) -> list[str] | None:
+        """The workers that answered, when none of them registers ``task_name``; else None."""
+        try:
+            registered = app.control.inspect(timeout=1.0).registered() or {}
+        except Exception:  # noqa: BLE001 - the check is best effort
+            return None
+        if not registered:
+            return None
+        for names in registered.values():
+            if any(str(n).split(" ")[0] == task_name for n in names):
+                return None
+        return sorted(registered)
+
+    def _revoke(self, app: Any, task_name: str, task_id: str, details: dict[str, Any], why: str) -> JobResult:
+        try:
+            app.control.revoke(task_id, terminate=True, signal="SIGTERM")
+            details.update(state="REVOKED", revoked=True)
+            return JobResult(False, f"{why}: revoked celery task {task_name} [{task_id}] (terminate=True)", details)
+        except Exception as exc:  # noqa: BLE001
+            details.update(revoked=False)
+            return JobResult(False, f"{why}: could not revoke celery task {task_name} [{task_id}]: "
+                                    f"{type(exc).__name__}: {exc}", details)
+
+
+def _worker(meta: dict[str, Any]) -> str | None:
+    hostname = meta.get("worker")   # stored when the app sets result_extended
+    return str(hostname) if hostname else None
+
+
+def _broker_shown(app: Any) -> str:
+    from .http import display_url
+
+    try:
+        return display_url(str(app.conf.broker_url))
+    except Exception:  # noqa: BLE001
+        return "<broker>"
+
+
+def _backend_shown(app: Any) -> str:
+    from .http import display_url
+
+    try:
+        return display_url(str(app.conf.result_backend))
+    except Exception:  # noqa: BLE001
+        return "<result backend>"
