@@ -1,8 +1,10 @@
 """Real databases for the tests: a fresh PostgreSQL database per test, cloned from a template.
 
-PostgreSQL comes from MJSCHED_TEST_POSTGRES_DSN (CI sets it), else the local server
-on 127.0.0.1:5432. Without one the PostgreSQL tests skip, unless
-MJSCHED_REQUIRE_POSTGRES=1, where a missing server fails the run. SQL Server comes
+PostgreSQL comes from MJSCHED_TEST_POSTGRES_DSN (CI sets it), else a server the tests
+start themselves with the embedded launcher (tests/support/pg.py). Without one the
+PostgreSQL tests skip, unless MJSCHED_REQUIRE_POSTGRES=1, where a missing server fails
+the run. Under pytest-xdist every worker has its own template database (named after
+its pid) and its own per-test databases; the embedded server is shared. SQL Server comes
 from MJSCHED_TEST_MSSQL_DSN or Docker (tests/support/mssql.py); without one its tests
 skip, unless MJSCHED_REQUIRE_MSSQL=1.
 
@@ -25,14 +27,15 @@ DIALECTS = [pytest.param("postgres", marks=pytest.mark.postgres), pytest.param("
 
 
 @pytest.fixture(scope="session")
-def pg_server() -> str:
-    """DSN of a PostgreSQL server where tests may create databases."""
+def pg_server() -> Iterator[str]:
+    """DSN of a PostgreSQL server where tests may create databases (see tests/support/pg.py)."""
     dsn, why = pg.find_server()
     if dsn is None:
         if REQUIRE_POSTGRES:
             pytest.fail(f"MJSCHED_REQUIRE_POSTGRES=1 but no PostgreSQL server: {why}")
         pytest.skip(f"no PostgreSQL server: {why}")
-    return dsn
+    yield dsn
+    pg.stop_embedded()
 
 
 @pytest.fixture(scope="session")

@@ -26,12 +26,18 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
-import pyodbc
 import pytest
 
-from mjsched.backends.base import open_backend
-from mjsched.backends.mssql import MssqlBackend, split_batches
-from mjsched.backends.odbc import (
+from tests.support import mssql, sqlparity
+
+if mssql.odbc_unavailable():     # no ODBC driver manager (libodbc.so.2): this whole module is SQL Server's
+    pytest.skip(str(mssql.odbc_unavailable()), allow_module_level=True)
+
+import pyodbc  # noqa: E402
+
+from mjsched.backends.base import open_backend  # noqa: E402
+from mjsched.backends.mssql import MssqlBackend, split_batches  # noqa: E402
+from mjsched.backends.odbc import (  # noqa: E402
     _datetimeoffset,
     _guid,
     is_transient,
@@ -41,8 +47,7 @@ from mjsched.backends.odbc import (
     to_param,
     with_database,
 )
-from mjsched.errors import ConfigurationError, DatabaseError
-from tests.support import mssql, sqlparity
+from mjsched.errors import ConfigurationError, DatabaseError  # noqa: E402
 
 SECRET = "Pa55;w{or}d!"
 FREETDS = any("freetds" in d.lower() for d in pyodbc.drivers())

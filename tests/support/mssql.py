@@ -4,7 +4,10 @@ The server comes from ``MJSCHED_TEST_MSSQL_DSN`` (e.g.
 ``mssql://sa:pw@127.0.0.1:1433/master?driver=FreeTDS``; the login must be allowed to
 create databases), else a SQL Server 2022 container when ``docker info`` answers.
 Without either, the tests that need it skip with one line of reason; the lookup is
-memoised, so every later skip costs nothing.
+memoised, so every later skip costs nothing. Nothing here imports pyodbc (or
+mjsched's ODBC modules) at import time: on a machine without the ODBC driver manager
+(``libodbc.so.2``) ``import pyodbc`` raises ImportError, and that must make the SQL
+Server half skip with that reason, not break the collection of every test.
 """
 from __future__ import annotations
 
@@ -14,9 +17,28 @@ import subprocess
 import threading
 from typing import Any, Sequence
 
-from mjsched.backends.odbc import configure_connection, odbc_connection_string, to_param, with_database
-
 _SERVER: dict[str, Any] = {}
+
+
+def odbc_unavailable() -> str | None:
+    """Why pyodbc cannot be imported here (one line), or None when it can."""
+    try:
+        import pyodbc  # noqa: F401
+    except ImportError as exc:
+        return f"pyodbc cannot be imported ({' '.join(str(exc).split())[:160]}); install unixODBC (libodbc.so.2)"
+    return None
+
+
+def odbc_connection_string(dsn: str) -> str:
+    from mjsched.backends.odbc import odbc_connection_string as convert
+
+    return convert(dsn)
+
+
+def with_database(dsn: str, name: str) -> str:
+    from mjsched.backends.odbc import with_database as convert
+
+    return convert(dsn, name)
 
 
 def _docker_answers() -> bool:
@@ -32,6 +54,10 @@ def find_server() -> tuple[str | None, str]:
     """(server DSN, "") or (None, one-line reason)."""
     if "dsn" in _SERVER or "reason" in _SERVER:
         return _SERVER.get("dsn"), _SERVER.get("reason", "")
+    missing = odbc_unavailable()
+    if missing:
+        _SERVER["reason"] = f"no SQL Server tests: {missing}"
+        return None, _SERVER["reason"]
     dsn = os.environ.get("MJSCHED_TEST_MSSQL_DSN")
     if not dsn and _docker_answers():
         try:
@@ -90,12 +116,16 @@ class Sql:
     def __init__(self, dsn: str) -> None:
         import pyodbc
 
+        from mjsched.backends.odbc import configure_connection
+
         self.dsn = dsn
         self.conn = pyodbc.connect(odbc_connection_string(dsn), autocommit=True, timeout=10)
         configure_connection(self.conn)
         self._lock = threading.Lock()
 
     def rows(self, query: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        from mjsched.backends.odbc import to_param
+
         with self._lock:
             cur = self.conn.cursor()
             cur.execute(query, [to_param(p) for p in params])
@@ -111,6 +141,8 @@ class Sql:
         return next(iter(rows[0].values())) if rows else None
 
     def run(self, query: str, params: Sequence[Any] = ()) -> int:
+        from mjsched.backends.odbc import to_param
+
         with self._lock:
             cur = self.conn.cursor()
             cur.execute(query, [to_param(p) for p in params])

