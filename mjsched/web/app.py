@@ -1,0 +1,388 @@
+"""The dashboard as a WSGI application (Werkzeug routing, Jinja2 templates).
+
+Pages: jobs, one job, runs, engines. Actions (POST, CSRF-checked, refused when
+read-only): run now, pause, resume, unlock, edit. Every action leaves an audit line on
+the ``mjsched.web`` logger (``action=...``). Errors are pages, never tracebacks.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import mimetypes
+import threading
+import uuid
+from importlib import resources
+from typing import Any, Callable, Iterable
+from urllib.parse import quote, unquote
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+from werkzeug.exceptions import BadRequest, Forbidden, HTTPException, MethodNotAllowed, NotFound, Unauthorized
+from werkzeug.routing import Map, Rule
+from werkzeug.wrappers import Request, Response
+
+from ..engine import SchedulingEngine
+from ..errors import ConfigurationError, JobNotFound, SchedulerError
+from ..redaction import redact_text
+from ..version import __version__
+from . import humanize, security
+from .pages import JOB_STATUSES, RUN_STATUSES, Reader
+
+log = logging.getLogger("mjsched.web")
+
+FLASH_COOKIE = "mjsched_flash"
+STATIC_FILES = frozenset({"dashboard.css", "dashboard.js"})
+EDITABLE = ("cron", "timezone", "status", "max_runtime")
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self' data:; "
+                               "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+}
+
+
+class UserError(Exception):
+    """A refusal worth a page of its own (status, title, message), not a traceback."""
+
+    def __init__(self, status: int, title: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.title, self.message = status, title, message
+
+
+def _positive_page(value: str | None) -> int:
+    try:
+        page = int(value or 1)
+    except ValueError:
+        raise UserError(400, "Bad request", f"page: {value!r} is not a page number") from None
+    if not 1 <= page <= 1_000_000:
+        raise UserError(400, "Bad request", f"page: {page} is out of range")
+    return page
+
+
+def _choice(name: str, value: str | None, allowed: Iterable[str]) -> str | None:
+    if not value:
+        return None
+    if value not in allowed:
+        raise UserError(400, "Bad request", f"{name}: {value!r} is not one of {', '.join(allowed)}")
+    return value
+
+
+def _job_id(value: str) -> str:
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        raise UserError(404, "Not found", f"no job has the id {value!r}") from None
+
+
+class Dashboard:
+    """The WSGI application ``create_app`` returns; ``close()`` frees what it opened."""
+
+    def __init__(self, engine: SchedulingEngine, *, owns_engine: bool, read_only: bool,
+                 auth: security.Auth | None, stale_after: float) -> None:
+        if engine.backend.dialect != "postgres":
+            raise ConfigurationError("dsn_or_engine", engine.backend.dialect,
+                                     "the dashboard reads PostgreSQL only for now (SQL Server: see "
+                                     "mjsched/web/queries.py)")
+        self.engine = engine
+        self.reader = Reader(engine.backend)
+        self.read_only = read_only
+        self.auth = auth
+        self.stale_after = float(stale_after)
+        self._owns_engine = owns_engine
+        self._lock = threading.Lock()
+        self.templates = Environment(loader=PackageLoader("mjsched.web", "templates"),
+                                     autoescape=select_autoescape(default=True, default_for_string=True))
+        self.templates.filters.update(duration=humanize.duration, span=humanize.span, age_from=humanize.age)
+        self.templates.globals.update(version=__version__, JOB_STATUSES=JOB_STATUSES, RUN_STATUSES=RUN_STATUSES)
+        self.url_map = Map([
+            Rule("/", endpoint="index", methods=["GET"]),
+            Rule("/jobs", endpoint="jobs", methods=["GET"]),
+            Rule("/jobs/<job_id>", endpoint="job", methods=["GET"]),
+            Rule("/jobs/<job_id>/preview", endpoint="preview", methods=["GET"]),
+            Rule("/jobs/<job_id>/<any(run, pause, resume, unlock, edit):action>", endpoint="action",
+                 methods=["POST"]),
+            Rule("/runs", endpoint="runs", methods=["GET"]),
+            Rule("/engines", endpoint="engines", methods=["GET"]),
+            Rule("/static/<name>", endpoint="static", methods=["GET"]),
+        ], strict_slashes=False)
+
+    # -- WSGI ---------------------------------------------------------------------------------
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        request = Request(environ)
+        response = self._respond(request)
+        return response(environ, start_response)
+
+    def close(self) -> None:
+        if self._owns_engine:
+            self.engine.close()
+
+    def _respond(self, request: Request) -> Response:
+        request.csrf_token = request.cookies.get(security.CSRF_COOKIE) or security.new_csrf_token()  # type: ignore[attr-defined]
+        request.user = None  # type: ignore[attr-defined]
+        try:
+            if self.auth is not None:
+                user = self.auth.check(request.headers.get("Authorization"))
+                if user is None:
+                    return self._unauthorized(request)
+                request.user = user  # type: ignore[attr-defined]
+            adapter = self.url_map.bind_to_environ(request.environ)
+            endpoint, args = adapter.match()
+            response = getattr(self, f"on_{endpoint}")(request, **args)
+        except UserError as exc:
+            response = self._error_page(request, exc.status, exc.title, exc.message)
+        except JobNotFound as exc:
+            response = self._error_page(request, 404, "Not found", str(exc))
+        except MethodNotAllowed:
+            response = self._error_page(request, 405, "Method not allowed", "This address does not take that method.")
+        except NotFound:
+            response = self._error_page(request, 404, "Not found", "There is no page at this address.")
+        except HTTPException as exc:
+            response = self._error_page(request, exc.code or 400, exc.name, exc.description or "")
+        except SchedulerError as exc:
+            log.warning("dashboard request %s %s failed: %s", request.method, request.path, exc,
+                        extra={"action": "web_error"})
+            response = self._error_page(request, 503, "The scheduler's database did not answer",
+                                        redact_text(str(exc)))
+        except Exception:  # noqa: BLE001 - a page, never a traceback; the log has the details
+            incident = uuid.uuid4().hex[:10]
+            log.exception("dashboard request %s %s failed (incident %s)", request.method, request.path, incident,
+                          extra={"action": "web_error"})
+            response = self._error_page(request, 500, "Something went wrong",
+                                        f"The error was logged as incident {incident}.")
+        return self._finish(request, response)
+
+    def _finish(self, request: Request, response: Response) -> Response:
+        for name, value in SECURITY_HEADERS.items():
+            response.headers.setdefault(name, value)
+        if response.mimetype == "text/html":
+            response.headers["Cache-Control"] = "no-store"
+        if request.cookies.get(security.CSRF_COOKIE) != request.csrf_token:  # type: ignore[attr-defined]
+            response.set_cookie(security.CSRF_COOKIE, request.csrf_token,  # type: ignore[attr-defined]
+                                path=self._cookie_path(request), httponly=True, samesite="Strict",
+                                secure=request.scheme == "https")
+        return response
+
+    @staticmethod
+    def _cookie_path(request: Request) -> str:
+        return (request.script_root or "") + "/"
+
+    def _unauthorized(self, request: Request) -> Response:
+        response = self._error_page(request, 401, "Sign in", "This dashboard needs credentials.")
+        response.headers["WWW-Authenticate"] = 'Basic realm="mjsched", charset="UTF-8"'
+        return response
+
+    # -- rendering ----------------------------------------------------------------------------------
+    def _render(self, request: Request, template: str, http_status: int = 200, **context: Any) -> Response:
+        flash = None
+        raw = request.cookies.get(FLASH_COOKIE)
+        if raw:
+            try:
+                flash = json.loads(unquote(raw))
+            except ValueError:
+                flash = None
+        html = self.templates.get_template(template).render(
+            request=request, root=request.script_root or "", csrf_token=request.csrf_token,  # type: ignore[attr-defined]
+            read_only=self.read_only, flash=flash if isinstance(flash, dict) else None,
+            user=request.user, **context)  # type: ignore[attr-defined]
+        response = Response(html, status=http_status, mimetype="text/html")
+        if raw:
+            response.delete_cookie(FLASH_COOKIE, path=self._cookie_path(request))
+        return response
+
+    def _error_page(self, request: Request, status: int, title: str, message: str) -> Response:
+        try:
+            return self._render(request, "error.html", http_status=status, title=title, message=message)
+        except Exception:  # noqa: BLE001 - the error page itself failed: plain text, still no traceback
+            log.exception("dashboard error page failed", extra={"action": "web_error"})
+            return Response(f"{status} {title}", status=status, mimetype="text/plain")
+
+    def _redirect(self, request: Request, location: str, kind: str, message: str) -> Response:
+        response = Response(status=303, headers={"Location": (request.script_root or "") + location})
+        response.set_cookie(FLASH_COOKIE, quote(json.dumps({"kind": kind, "message": message})),
+                            path=self._cookie_path(request), httponly=True, samesite="Strict", max_age=60)
+        return response
+
+    # -- pages ------------------------------------------------------------------------------------------
+    def on_index(self, request: Request) -> Response:
+        return Response(status=302, headers={"Location": (request.script_root or "") + "/jobs"})
+
+    def on_static(self, request: Request, name: str) -> Response:
+        if name not in STATIC_FILES:
+            raise NotFound()
+        data = resources.files("mjsched.web").joinpath("static", name).read_bytes()
+        response = Response(data, mimetype=mimetypes.guess_type(name)[0] or "application/octet-stream")
+        response.headers["Cache-Control"] = "max-age=300"
+        return response
+
+    def on_jobs(self, request: Request) -> Response:
+        status = _choice("status", request.args.get("status"), JOB_STATUSES)
+        search = (request.args.get("q") or "").strip()[:200] or None
+        page = _positive_page(request.args.get("page"))
+        data = self.reader.jobs(status=status, search=search, page=page)
+        return self._render(request, "jobs.html", nav="jobs", status=status, q=search or "",
+                            summary=self.reader.summary(), **data)
+
+    def on_job(self, request: Request, job_id: str, form: dict[str, str] | None = None,
+               form_error: str | None = None, status_code: int = 200) -> Response:
+        job_id = _job_id(job_id)
+        job = self.reader.job(job_id)
+        if job is None:
+            raise UserError(404, "Not found", f"no job has the id {job_id}")
+        run_status = _choice("status", request.args.get("status"), RUN_STATUSES)
+        page = _positive_page(request.args.get("page"))
+        try:
+            next_runs = self.reader.next_runs(job["cron_expression"], job["timezone"]) \
+                if job["status"] == "Active" else []
+            schedule_error = None
+        except SchedulerError as exc:
+            next_runs, schedule_error = [], str(exc)
+        now = self.reader.summary()["now"]
+        form = form or {"cron": job["cron_expression"], "timezone": job["timezone"], "status": job["status"],
+                        "max_runtime": "" if job["max_runtime_seconds"] is None else f"{job['max_runtime_seconds']:g}"}
+        return self._render(request, "job.html", http_status=status_code, nav="jobs", job=job, now=now,
+                            next_runs=next_runs, schedule_error=schedule_error, run_status=run_status,
+                            chart=self.reader.duration_chart(job_id), form=form, form_error=form_error,
+                            **self.reader.job_runs(job_id, status=run_status, page=page))
+
+    def on_preview(self, request: Request, job_id: str) -> Response:
+        """The edit form's live check: the next runs of a cron and zone, or why they are wrong."""
+        cron = (request.args.get("cron") or "").strip()
+        timezone = (request.args.get("timezone") or "UTC").strip()
+        try:
+            times = self.reader.next_runs(cron, timezone, count=5)
+            body = {"ok": True, "words": humanize.cron_in_words(cron, timezone),
+                    "times": [t.isoformat(sep=" ") for t in times]}
+        except SchedulerError as exc:
+            body = {"ok": False, "error": str(exc)}
+        response = Response(json.dumps(body), mimetype="application/json")
+        response.headers["Cache-Control"] = "no-store"
+        return response
+
+    def on_runs(self, request: Request) -> Response:
+        status = _choice("status", request.args.get("status"), RUN_STATUSES)
+        page = _positive_page(request.args.get("page"))
+        listing = self.reader.runs_with_status(status, page) if status else None
+        return self._render(request, "runs.html", nav="runs", status=status, listing=listing,
+                            running=self.reader.running() if not status else [],
+                            problems=self.reader.problems() if not status else [],
+                            summary=self.reader.summary())
+
+    def on_engines(self, request: Request) -> Response:
+        return self._render(request, "engines.html", nav="engines", stale_after=self.stale_after,
+                            engines=self.reader.engines(self.stale_after), summary=self.reader.summary())
+
+    # -- actions ------------------------------------------------------------------------------------------
+    def on_action(self, request: Request, job_id: str, action: str) -> Response:
+        if self.read_only:
+            self._audit(request, action, job_id, "refused", "read-only dashboard")
+            raise UserError(403, "Read-only", "This dashboard is read-only: actions are turned off.")
+        if not security.csrf_ok(request.cookies.get(security.CSRF_COOKIE), request.form.get(security.CSRF_FIELD)):
+            self._audit(request, action, job_id, "refused", "missing or wrong CSRF token")
+            raise UserError(403, "Forbidden", "The form's security token is missing or stale: reload the page "
+                                              "and try again.")
+        job_id = _job_id(job_id)
+        job = self.engine.get_job(job_id)
+        back = f"/jobs/{job.id}"
+        if action == "edit":
+            return self._edit(request, job, back)
+        try:
+            message = getattr(self, f"_do_{action}")(job)
+        except UserError as exc:
+            self._audit(request, action, job.id, "refused", exc.message, job.name)
+            return self._redirect(request, back, "error", exc.message)
+        except SchedulerError as exc:
+            self._audit(request, action, job.id, "failed", str(exc), job.name)
+            return self._redirect(request, back, "error", f"{action} failed: {redact_text(str(exc))}")
+        self._audit(request, action, job.id, "ok", message, job.name)
+        return self._redirect(request, back, "ok", message)
+
+    def _do_run(self, job: Any) -> str:
+        if job.status.value != "Active":
+            raise UserError(409, "Not active", f"{job.name} is {job.status.value}: resume it to run it "
+                                               f"(or `mjsched execute --force {job.id}`).")
+        if not self.reader.request_run(job.id):
+            raise UserError(409, "Running", f"{job.name} is running now (held by {job.locked_by_instance or '?'}); "
+                                            "it was not requested again.")
+        self.engine.on_job_changed()
+        return f"Run of {job.name} requested: an engine starts it at its next poll."
+
+    def _do_pause(self, job: Any) -> str:
+        self.engine.pause_job(job.id)
+        return f"{job.name} paused."
+
+    def _do_resume(self, job: Any) -> str:
+        resumed = self.engine.resume_job(job.id)
+        when = resumed.next_run_at.isoformat(sep=" ", timespec="seconds") if resumed.next_run_at else "-"
+        return f"{job.name} resumed; next run {when}."
+
+    def _do_unlock(self, job: Any) -> str:
+        if self.engine.unlock_job(job.id):
+            return f"{job.name} unlocked: the run that held it is Abandoned."
+        return f"{job.name} was not locked; nothing to unlock."
+
+    def _edit(self, request: Request, job: Any, back: str) -> Response:
+        form = {k: (request.form.get(k) or "").strip() for k in EDITABLE}
+        changes: dict[str, Any] = {}
+        if form["cron"] != job.cron_expression:
+            changes["cron"] = form["cron"]
+        if form["timezone"] != job.timezone:
+            changes["timezone"] = form["timezone"]
+        if form["status"] != job.status.value:
+            changes["status"] = form["status"]
+        try:
+            max_runtime = float(form["max_runtime"]) if form["max_runtime"] else None
+        except ValueError:
+            return self._edit_refused(request, job, form, f"max_runtime: {form['max_runtime']!r} is not a number "
+                                                          "of seconds")
+        if max_runtime != job.max_runtime_seconds:
+            changes["max_runtime"] = max_runtime
+        if not changes:
+            return self._redirect(request, back, "ok", "Nothing changed.")
+        try:
+            updated = self.engine.update_job(job.id, **changes)
+        except SchedulerError as exc:
+            return self._edit_refused(request, job, form, redact_text(str(exc)))
+        described = ", ".join(f"{k}={v!r}" for k, v in changes.items())
+        self._audit(request, "edit", job.id, "ok", described, job.name)
+        return self._redirect(request, back, "ok", f"{updated.name} saved: {described}.")
+
+    def _edit_refused(self, request: Request, job: Any, form: dict[str, str], error: str) -> Response:
+        self._audit(request, "edit", job.id, "refused", error, job.name)
+        return self.on_job(request, job.id, form=form, form_error=error, status_code=400)
+
+    def _audit(self, request: Request, action: str, job_id: str, outcome: str, detail: str,
+               job_name: str | None = None) -> None:
+        user = getattr(request, "user", None) or "-"
+        log.info("audit action=%s outcome=%s job=%r id=%s user=%s remote=%s: %s", action, outcome, job_name,
+                 job_id, user, request.remote_addr, redact_text(detail),
+                 extra={"action": f"web_{action}", "outcome": outcome, "job_id": job_id, "user": user})
+
+
+def create_app(dsn_or_engine: str | SchedulingEngine, *, read_only: bool = False, auth: Any = None,
+               stale_after: float = 600.0) -> Dashboard:
+    """The dashboard as a WSGI application.
+
+    ``dsn_or_engine``: a database URL (the dashboard opens its own, non-polling engine for
+    reads and edits) or an existing :class:`SchedulingEngine` (shared, not closed by the
+    dashboard). ``read_only`` hides and refuses every action. ``auth``: None, a
+    :class:`TokenAuth`, a :class:`BasicAuth`, ``"token:T"`` or ``"basic:USER:PASSWORD"``;
+    required by :func:`serve` beyond loopback. ``stale_after``: seconds without a
+    heartbeat after which an engine is shown stale (engines renew every lease/4).
+    """
+    parsed = security.parse_auth(auth)
+    if not isinstance(read_only, bool):
+        raise ConfigurationError("read_only", read_only, "must be True or False")
+    if isinstance(stale_after, bool) or not isinstance(stale_after, (int, float)) or not stale_after > 0:
+        raise ConfigurationError("stale_after", stale_after, "must be a positive number of seconds")
+    if isinstance(dsn_or_engine, SchedulingEngine):
+        return Dashboard(dsn_or_engine, owns_engine=False, read_only=read_only, auth=parsed,
+                         stale_after=stale_after)
+    if not isinstance(dsn_or_engine, str) or not dsn_or_engine:
+        raise ConfigurationError("dsn_or_engine", type(dsn_or_engine).__name__,
+                                 "must be a database URL or a SchedulingEngine")
+    engine = SchedulingEngine(dsn_or_engine, max_concurrent_jobs=4, instance_name="mjsched-dashboard")
+    try:
+        return Dashboard(engine, owns_engine=True, read_only=read_only, auth=parsed, stale_after=stale_after)
+    except BaseException:
+        engine.close()
+        raise

@@ -1,0 +1,180 @@
+"""What each page shows, read through the named SQL of ``queries.py``.
+
+Functions of a :class:`Reader` return plain dicts and lists for the templates; secrets
+are masked here (``mjsched.redaction``), before anything reaches a template.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Sequence
+
+from ..backends.base import Backend
+from ..cron import next_run_times
+from ..errors import SchedulerError
+from ..redaction import redact, redact_text
+from . import humanize
+from .queries import QUERIES
+
+JOB_STATUSES = ("Pending", "Active", "Paused", "Disabled", "Expired")
+RUN_STATUSES = ("Queued", "Running", "Completed", "Failed", "Timeout", "Cancelled", "Abandoned", "Skipped")
+FINISHED = frozenset({"Completed", "Failed", "Timeout", "Cancelled", "Abandoned"})
+PAGE_SIZE = 50
+RECENT_RUNS = 20          # the jobs page's success rate and sparkline are over this many runs
+
+
+def like_pattern(text: str) -> str:
+    """A case-insensitive substring pattern for ILIKE, with the user's ``%``/``_`` taken literally."""
+    return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+def seconds(value: Any) -> float | None:
+    if value is None:
+        return None
+    return value.total_seconds() if isinstance(value, timedelta) else float(value)
+
+
+@dataclass
+class Page:
+    number: int
+    size: int
+    has_next: bool
+    total: int | None = None
+
+    @property
+    def offset(self) -> int:
+        return (self.number - 1) * self.size
+
+    @property
+    def pages(self) -> int | None:
+        return None if self.total is None else max(1, -(-self.total // self.size))
+
+
+class Reader:
+    """The pages' reads over one backend (PostgreSQL)."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self.sql = QUERIES[backend.dialect]
+
+    def _rows(self, name: str, **params: Any) -> list[dict[str, Any]]:
+        return self.backend._rows(f"dashboard {name}", self.sql[name], params)  # type: ignore[attr-defined]
+
+    def summary(self) -> dict[str, Any]:
+        return self._rows("summary")[0]
+
+    # -- jobs ----------------------------------------------------------------------------
+    def jobs(self, *, status: str | None, search: str | None, page: int) -> dict[str, Any]:
+        rows = self._rows("jobs_page", status=status, search=like_pattern(search) if search else None,
+                          limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE, recent=RECENT_RUNS)
+        now = self.summary()["now"]
+        total = int(rows[0]["total"]) if rows else 0
+        return {"jobs": [self._job_row(r, now) for r in rows], "now": now,
+                "page": Page(page, PAGE_SIZE, page * PAGE_SIZE < total, total)}
+
+    @staticmethod
+    def _job_row(r: dict[str, Any], now: datetime) -> dict[str, Any]:
+        statuses: Sequence[str] = r.get("statuses") or []
+        durations = r.get("durations") or []
+        completed = r.get("completed") or []
+        errors = r.get("errors") or []
+        finished = [i for i, s in enumerate(statuses) if s in FINISHED]
+        last = finished[-1] if finished else None
+        ok = sum(1 for i in finished if statuses[i] == "Completed")
+        return {
+            **{k: r[k] for k in ("id", "name", "status", "cron_expression", "timezone", "driver",
+                                 "next_run_at", "last_run_at", "run_count", "locked_by_instance")},
+            "id": str(r["id"]),
+            "schedule_words": humanize.cron_in_words(r["cron_expression"], r["timezone"]),
+            "running": r.get("expected_completion_at") is not None,
+            "last_status": statuses[last] if last is not None else None,
+            "last_when": completed[last] if last is not None else None,
+            "last_error": redact_text(errors[last]) if last is not None and errors[last] else None,
+            "success_rate": (100.0 * ok / len(finished)) if finished else None,
+            "rate_over": len(finished),
+            "sparkline": humanize.sparkline([d for i, d in enumerate(durations) if statuses[i] in FINISHED],
+                                            label=f"last {len(finished)} durations"),
+        }
+
+    # -- one job ---------------------------------------------------------------------------
+    def job(self, job_id: str) -> dict[str, Any] | None:
+        rows = self._rows("job", job_id=job_id)
+        if not rows:
+            return None
+        job = dict(rows[0])
+        job["id"] = str(job["id"])
+        configuration = job.get("configuration")
+        if isinstance(configuration, str):
+            configuration = json.loads(configuration)
+        job["configuration_text"] = json.dumps(redact(configuration or {}), indent=2, sort_keys=True, default=str)
+        job["schedule_words"] = humanize.cron_in_words(job["cron_expression"], job["timezone"])
+        return job
+
+    def job_runs(self, job_id: str, *, status: str | None, page: int) -> dict[str, Any]:
+        rows = self._rows("job_runs", job_id=job_id, status=status, limit=PAGE_SIZE + 1,
+                          offset=(page - 1) * PAGE_SIZE)
+        return {"runs": [self._run_row(r) for r in rows[:PAGE_SIZE]],
+                "page": Page(page, PAGE_SIZE, len(rows) > PAGE_SIZE)}
+
+    def duration_chart(self, job_id: str, limit: int = 60) -> Any:
+        rows = list(reversed(self._rows("job_durations", job_id=job_id, limit=limit)))
+        return humanize.bar_chart([(r["started_at"].strftime("%Y-%m-%d %H:%M:%S"), r["duration_ms"], r["status"])
+                                   for r in rows])
+
+    @staticmethod
+    def next_runs(cron: str, timezone: str, count: int = 10) -> list[datetime]:
+        return next_run_times(cron, timezone, count=count)
+
+    # -- runs --------------------------------------------------------------------------------
+    @staticmethod
+    def _run_row(r: dict[str, Any]) -> dict[str, Any]:
+        row = dict(r)
+        row["id"] = str(r["id"])
+        row["scheduled_job_id"] = str(r["scheduled_job_id"])
+        row["error_message"] = redact_text(r["error_message"]) if r.get("error_message") else None
+        details = r.get("details")
+        if isinstance(details, str):
+            try:
+                details = json.loads(details)
+            except ValueError:
+                pass
+        row["details_text"] = json.dumps(redact(details), sort_keys=True, default=str)[:2000] if details else ""
+        row["elapsed_s"] = seconds(r.get("elapsed"))
+        row["lease_left_s"] = seconds(r.get("lease_left"))
+        return row
+
+    def running(self, limit: int = 200) -> list[dict[str, Any]]:
+        return [self._run_row(r) for r in self._rows("runs_running", limit=limit)]
+
+    def problems(self, limit: int = 50) -> list[dict[str, Any]]:
+        return [self._run_row(r) for r in self._rows("runs_problems", limit=limit)]
+
+    def runs_with_status(self, status: str, page: int) -> dict[str, Any]:
+        name = "runs_queued" if status == "Queued" else "runs_by_status"
+        rows = self._rows(name, status=status, limit=PAGE_SIZE + 1, offset=(page - 1) * PAGE_SIZE)
+        return {"runs": [self._run_row(r) for r in rows[:PAGE_SIZE]],
+                "page": Page(page, PAGE_SIZE, len(rows) > PAGE_SIZE)}
+
+    # -- engines -------------------------------------------------------------------------------
+    def engines(self, stale_after: float) -> list[dict[str, Any]]:
+        out = []
+        for r in self._rows("engines"):
+            row = dict(r)
+            row["silent_s"] = seconds(r["silent_for"])
+            if r["stopped_at"] is not None:
+                row["state"] = "stopped"
+            elif row["silent_s"] is not None and row["silent_s"] > stale_after:
+                row["state"] = "stale"
+            else:
+                row["state"] = "live"
+            out.append(row)
+        return out
+
+    # -- the one write that is not an engine method ---------------------------------------------
+    def request_run(self, job_id: str) -> bool:
+        """Make the job due now, if it is Active and not held by a live run (module doc)."""
+        try:
+            return bool(self._rows("request_run", job_id=job_id))
+        except SchedulerError:
+            raise
