@@ -80,4 +80,5 @@ def tick(self: Any, job: str, work: float = 0.0) -> str:
     _executed(self.request.id)
     if work:
         time.sleep(work)
+    _redis.incr(counter("finished", self.request.id))
     return job
