@@ -399,6 +399,24 @@ def cmd_jobs_unlock(ctx: Context) -> int:
     return EXIT_OK
 
 
+def cmd_jobs_import_celery(ctx: Context) -> int:
+    """One celery job per beat_schedule entry of a Celery app, idempotent by name (issue 16)."""
+    from .contrib.celery import import_beat_schedule
+
+    a = ctx.args
+    result = import_beat_schedule(a.app, ctx.engine(), status=a.status, mode=a.mode, dry_run=a.dry_run)
+    if ctx.json:
+        ctx.emit_json({**result.as_dict(), "dry_run": a.dry_run})
+    else:
+        verb = "would be " if a.dry_run else ""
+        for label, names in (("created", result.created), ("updated", result.updated),
+                             ("unchanged", result.unchanged)):
+            ctx.emit(f"{len(names)} {verb}{label}" + (f": {', '.join(names)}" if names else ""))
+        for name, why in result.refused.items():
+            ctx.emit(f"refused {name}: {why}")
+    return EXIT_FAILED if result.refused else EXIT_OK
+
+
 def cmd_jobs_preview(ctx: Context) -> int:
     from .cron import next_run_times, resolve_timezone
 
@@ -844,6 +862,16 @@ def build_parser() -> argparse.ArgumentParser:
     jp.add_argument("--timezone", help="zone to read --cron in (default UTC, or the job's)")
     jp.add_argument("-n", "--count", type=int, default=5, help="how many (default 5)")
     jp.add_argument("--after", metavar="ISO", help="start after this instant (default now)")
+
+    ji = add(jsub, "import-celery", cmd_jobs_import_celery,
+             "create or update one celery job per beat_schedule entry of a Celery app (by name; exit 1 when "
+             "an entry has no faithful cron form: solar, an interval cron cannot express, an unsupported option)")
+    ji.add_argument("app", metavar="PKG.MODULE:APP", help="the Celery app, as the engines import it")
+    ji.add_argument("--status", type=enum_arg(("Active", "Paused", "Disabled")), default="Active",
+                    help="status of new jobs (Paused: switch over from beat without a gap or a double run)")
+    ji.add_argument("--mode", type=enum_arg(("send", "wait")), default="send",
+                    help="send (default, what beat does) or wait (hold the slot until the task finished)")
+    ji.add_argument("--dry-run", action="store_true", help="show what would change; write nothing")
 
     ex = add(sub, "execute", cmd_execute, "run a job now, under its lock, and print the run (exit 1 if it failed)")
     ex.add_argument("job", metavar="JOB")

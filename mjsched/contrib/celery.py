@@ -77,3 +77,174 @@ class DeduplicatedTask(Task):
                             self.name, request.id, request.retries)
                 raise Ignore()
         return super().__call__(*args, **kwargs)
+
+
+# -- importing beat_schedule ----------------------------------------------------------------------
+ROUTING_OPTIONS = ("queue", "routing_key", "priority")
+
+
+@dataclass
+class ImportResult:
+    """What :func:`import_beat_schedule` did, by job name; ``refused`` maps a name to why."""
+
+    created: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    refused: dict[str, str] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"created": self.created, "updated": self.updated, "unchanged": self.unchanged,
+                "refused": self.refused}
+
+
+class Refused(Exception):
+    """An entry of beat_schedule that has no faithful mjsched form (the message says why)."""
+
+
+def _seconds_to_cron(seconds: float) -> str:
+    """The cron that fires every ``seconds``, when clock-aligned steps can express it exactly."""
+    if seconds <= 0 or seconds != int(seconds):
+        raise Refused(f"interval {seconds:g}s is not a whole number of seconds")
+    s = int(seconds)
+    if s < 60 and 60 % s == 0:
+        return "* * * * * *" if s == 1 else f"*/{s} * * * * *"
+    if s % 60 == 0 and s < 3600 and 60 % (s // 60) == 0:
+        m = s // 60
+        return "* * * * *" if m == 1 else f"*/{m} * * * *"
+    if s % 3600 == 0 and s < 86400 and 24 % (s // 3600) == 0:
+        h = s // 3600
+        return "0 * * * *" if h == 1 else f"0 */{h} * * *"
+    if s == 86400:
+        return "0 0 * * *"
+    raise Refused(f"interval {timedelta(seconds=s)} does not divide a minute, an hour or a day evenly, so no cron "
+                  "fires at that rate; give the entry a crontab (or an interval such as 15 s, 5 min, 6 h)")
+
+
+def _timezone_name(app: Any) -> str:
+    zone = app.conf.timezone
+    if zone is None:
+        return "UTC"
+    return str(getattr(zone, "key", zone))
+
+
+def schedule_to_cron(schedule: Any, app: Any) -> tuple[str, str]:
+    """``(cron, timezone)`` for a beat schedule; :class:`Refused` when there is none."""
+    from celery.schedules import crontab, schedule as interval, solar
+
+    if isinstance(schedule, solar):
+        raise Refused(f"solar schedule {schedule.event!r} (sunrise/sunset at a place) has no cron form")
+    if isinstance(schedule, crontab):
+        fields = [schedule._orig_minute, schedule._orig_hour, schedule._orig_day_of_month,
+                  schedule._orig_month_of_year, schedule._orig_day_of_week]
+        cron = " ".join(str(f).replace(" ", "") for f in fields)
+        if cron.split()[2] != "*" and cron.split()[4] != "*":
+            raise Refused(f"crontab {cron!r} restricts both day_of_month and day_of_week: Celery fires when both "
+                          "match, cron when either does; split it into two entries or drop one field")
+        return cron, _timezone_name(app)
+    if isinstance(schedule, interval):
+        return _seconds_to_cron(schedule.run_every.total_seconds()), _timezone_name(app)
+    if isinstance(schedule, timedelta):
+        return _seconds_to_cron(schedule.total_seconds()), _timezone_name(app)
+    if isinstance(schedule, (int, float)) and not isinstance(schedule, bool):
+        return _seconds_to_cron(float(schedule)), _timezone_name(app)
+    raise Refused(f"schedule of type {type(schedule).__name__} is not understood (crontab, timedelta or seconds)")
+
+
+def beat_entry_to_job(name: str, entry: dict[str, Any], app: Any, app_path: str, mode: str) -> dict[str, Any]:
+    """The job (name, cron, timezone, configuration) one beat_schedule entry stands for."""
+    import json
+
+    if not isinstance(entry, dict) or not isinstance(entry.get("task"), str):
+        raise Refused("entry has no 'task' name")
+    if "schedule" not in entry:
+        raise Refused("entry has no 'schedule'")
+    cron, zone = schedule_to_cron(entry["schedule"], app)
+    args = entry.get("args") or []
+    kwargs = entry.get("kwargs") or {}
+    try:
+        args = json.loads(json.dumps(list(args)))
+        kwargs = json.loads(json.dumps(dict(kwargs)))
+    except (TypeError, ValueError) as exc:
+        raise Refused(f"args/kwargs are not JSON values (mjsched stores them as JSON): {exc}") from exc
+    configuration: dict[str, Any] = {"app": app_path, "task": entry["task"], "args": args, "kwargs": kwargs,
+                                     "mode": mode}
+    for key, value in (entry.get("options") or {}).items():
+        if key not in ROUTING_OPTIONS:
+            raise Refused(f"option {key!r} has no equivalent in the celery driver (supported: "
+                          f"{', '.join(ROUTING_OPTIONS)})")
+        if value is not None:
+            configuration[key] = value
+    return {"name": name, "cron": cron, "timezone": zone, "configuration": configuration}
+
+
+def load_app_path(app_path: str) -> Any:
+    """The Celery app ``"pkg.module:app"`` names (ConfigurationError naming it otherwise)."""
+    from ..drivers.celery import load_app
+
+    return load_app({"app": app_path})
+
+
+def import_beat_schedule(app: Any, engine: Any, *, app_path: str | None = None, status: str = "Active",
+                         mode: str = "send", dry_run: bool = False) -> ImportResult:
+    """Create or update one ``celery`` job per ``app.conf.beat_schedule`` entry, by name.
+
+    ``app`` is a Celery app (then ``app_path``, the ``"pkg.module:app"`` the engines import,
+    is required) or that path. New jobs get ``status`` (``"Paused"`` for a switch-over
+    without a gap or a double run: import paused, stop beat, resume); existing jobs keep
+    theirs, and only their schedule and configuration are brought in line. Entries without a
+    faithful cron form (solar, uneven intervals, unsupported options) are refused by name and
+    nothing is written for them. Until ``engine.ensure_job`` exists the lookup is by
+    ``list_jobs()``; two jobs of one name are refused rather than guessed between.
+    """
+    from ..drivers.celery import MODES
+    from ..errors import ConfigurationError
+
+    if isinstance(app, str):
+        app_path, app = app, load_app_path(app)
+    if not app_path:
+        raise ConfigurationError("app_path", app_path, "give the 'pkg.module:app' path the engines import the app by")
+    if mode not in MODES:
+        raise ConfigurationError("mode", mode, "must be 'send' or 'wait'")
+    if status not in ("Active", "Paused", "Disabled"):
+        raise ConfigurationError("status", status, "must be Active, Paused or Disabled")
+    schedule = app.conf.beat_schedule or {}
+    by_name: dict[str, list[Any]] = {}
+    for job in engine.list_jobs():
+        by_name.setdefault(job.name, []).append(job)
+    result = ImportResult()
+    for name in sorted(schedule):
+        try:
+            spec = beat_entry_to_job(name, schedule[name], app, app_path, mode)
+        except Refused as exc:
+            result.refused[name] = str(exc)
+            continue
+        existing = by_name.get(name, [])
+        if len(existing) > 1:
+            result.refused[name] = f"{len(existing)} jobs are named {name!r}; rename or delete all but one"
+            continue
+        if not existing:
+            if not dry_run:
+                engine.create_job(name, "celery", spec["cron"], spec["timezone"], configuration=spec["configuration"],
+                                  status=status, description=f"imported from celery beat ({app_path})")
+            result.created.append(name)
+            continue
+        job = existing[0]
+        changes: dict[str, Any] = {}
+        if job.driver != "celery":
+            changes["driver"] = "celery"
+        if job.cron_expression != spec["cron"]:
+            changes["cron"] = spec["cron"]
+        if job.timezone != spec["timezone"]:
+            changes["timezone"] = spec["timezone"]
+        if job.configuration != spec["configuration"] or "driver" in changes:
+            changes["configuration"] = spec["configuration"]
+        if not changes:
+            result.unchanged.append(name)
+            continue
+        if not dry_run:
+            engine.update_job(job.id, **changes)
+        result.updated.append(name)
+    log.info("celery beat import from %s: %d created, %d updated, %d unchanged, %d refused%s", app_path,
+             len(result.created), len(result.updated), len(result.unchanged), len(result.refused),
+             " (dry run)" if dry_run else "")
+    return result
