@@ -7,6 +7,12 @@ give-up time passes, while new completions keep being written: an item the
 database refuses for good holds back no other. If the engine dies first, the
 lease expires and the run becomes Abandoned. Once stopped, the writer gives up
 what is left instead of retrying, and takes nothing new.
+
+The completion never waits on a job row another session holds (an operator's open
+transaction): such an item comes back busy, is retried alone every ``busy_retry``
+seconds, and holds back no other. ``retry_busy_now()`` lets the poller try them just
+before it sweeps, so a completion whose row was just released lands before the sweep
+could abandon its run.
 """
 from __future__ import annotations
 
@@ -23,6 +29,7 @@ from .errors import ConfigurationError, SchedulerError
 log = logging.getLogger(__name__)
 
 Callback = Callable[[bool | None], None]   # True landed, False fenced out, None gave up
+_WAKE = object()   # queued by retry_busy_now(): end the writer's wait at once
 
 
 @dataclass
@@ -32,17 +39,22 @@ class _Item:
     give_up_at: float
     delay: float = 0.0          # current backoff; 0 until its first failure
     not_before: float = 0.0     # monotonic time of its next try
+    busy: bool = False          # its job row was held by another session at its last try
 
 
 class CompletionWriter:
     def __init__(self, backend: Backend, *, batch_window: float = 0.002, max_batch: int = 200,
-                 give_up_after: float = 900.0) -> None:
+                 give_up_after: float = 900.0, busy_retry: float = 0.2) -> None:
         self._backend = backend
+        self._busy_retry = busy_retry
         self._window = batch_window
         self._max_batch = max_batch
         self._give_up_after = give_up_after
-        self._queue: queue.Queue[_Item | None] = queue.Queue()
+        self._queue: queue.Queue[object] = queue.Queue()
         self._pending = 0
+        self._busy = 0              # items waiting because their job row is held elsewhere
+        self._passes = 0            # loop passes done (retry_busy_now waits for one)
+        self._busy_now = False
         self._cond = threading.Condition()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -78,6 +90,22 @@ class CompletionWriter:
         with self._cond:
             return self._pending
 
+    @property
+    def busy(self) -> int:
+        with self._cond:
+            return self._busy
+
+    def retry_busy_now(self, timeout: float = 0.5) -> None:
+        """Try the busy items at once and wait (at most ``timeout``) until that try is done."""
+        with self._cond:
+            if not self._busy or self._thread is None or not self._thread.is_alive():
+                return
+            self._busy_now = True
+            target = self._passes + 2     # a pass under way may have missed the request
+        self._queue.put(_WAKE)
+        with self._cond:
+            self._cond.wait_for(lambda: self._passes >= target or not self._busy, timeout)
+
     def stop(self, timeout: float = 5.0) -> None:
         """Flush for at most ``timeout`` seconds, then stop; what is left is given up."""
         self.flush(timeout)
@@ -95,8 +123,11 @@ class CompletionWriter:
         except queue.Empty:
             return []
         if first is None:
+            self._queue.put(None)     # the loop sees _stop; keep the marker for the drain
             return []
-        batch = [first]
+        if first is _WAKE:
+            return []
+        batch: list[_Item] = [first]  # type: ignore[list-item]
         deadline = time.monotonic() + self._window
         while len(batch) < self._max_batch:
             left = deadline - time.monotonic()
@@ -107,7 +138,9 @@ class CompletionWriter:
             if item is None:
                 self._queue.put(None)
                 break
-            batch.append(item)
+            if item is _WAKE:
+                continue
+            batch.append(item)  # type: ignore[arg-type]
         return batch
 
     def _loop(self) -> None:
@@ -118,18 +151,24 @@ class CompletionWriter:
             batch = self._take_batch(wait)
             if batch:
                 self._write(batch, retry)
+            with self._cond:
+                busy_now, self._busy_now = self._busy_now, False
             now = time.monotonic()
-            for item in [i for i in retry if i.not_before <= now]:
+            for item in [i for i in retry if i.not_before <= now or (busy_now and i.busy)]:
                 if self._stop.is_set():
                     break
                 retry.remove(item)
                 self._write([item], retry)
+            with self._cond:
+                self._busy = sum(1 for i in retry if i.busy)
+                self._passes += 1
+                self._cond.notify_all()
         while True:   # stopped: whatever is still queued is given up, so flush() never waits on it
             try:
                 queued = self._queue.get_nowait()
             except queue.Empty:
                 break
-            if queued is not None:
+            if isinstance(queued, _Item):
                 retry.append(queued)
         for item in retry:
             log.error("gave up writing the completion of run %s (%s): the writer stopped",
@@ -149,6 +188,7 @@ class CompletionWriter:
                               item.completion.status, exc, extra={"action": "completion_given_up"})
                     self._done(item, None)
                     continue
+                item.busy = False
                 item.delay = min(item.delay * 2, 5.0) if item.delay else 0.1
                 item.not_before = now + item.delay
                 retry.append(item)
@@ -161,8 +201,23 @@ class CompletionWriter:
             for item in batch:
                 self._done(item, None)
             return
+        now = time.monotonic()
         for item in batch:
-            self._done(item, results.get(item.completion.run_id, False))
+            outcome = results.get(item.completion.run_id, False)
+            if outcome is None and not self._stop.is_set() and item.give_up_at > now:   # busy: row held elsewhere
+                if not item.busy:
+                    log.warning("completion of run %s (%s) deferred: another session holds its job's row (an "
+                                "open transaction?); retrying every %.1fs", item.completion.run_id,
+                                item.completion.status, self._busy_retry, extra={"action": "completion_deferred"})
+                item.busy = True
+                item.not_before = now + self._busy_retry
+                retry.append(item)
+                continue
+            if outcome is None:
+                log.error("gave up writing the completion of run %s (%s): its job's row was still held by "
+                          "another session (writer stopped or give-up time passed)", item.completion.run_id,
+                          item.completion.status, extra={"action": "completion_given_up"})
+            self._done(item, outcome)
 
     def _done(self, item: _Item, outcome: bool | None) -> None:
         try:

@@ -445,6 +445,8 @@ class SchedulingEngine:
             if not self._accepting:
                 return DispatchResult(), self.max_poll_interval
             swept = SweepResult()
+            # a completion whose job row was just released lands before a sweep or claim takes the job over
+            self._writer.retry_busy_now()
             if sweep:
                 swept = self.backend.sweep_expired_leases()
                 self._last_sweep = time.monotonic()
@@ -858,7 +860,7 @@ class SchedulingEngine:
                       extra={"action": "hand_back_failed"})
             return
         log.warning("closed with %d run(s) still executing: %d recorded Cancelled and their locks released",
-                    len(items), sum(done.values()), extra={"action": "handed_back_at_close"})
+                    len(items), sum(1 for ok in done.values() if ok), extra={"action": "handed_back_at_close"})
 
     def _release_previous_engines(self) -> None:
         """Locks left by an earlier engine of this host whose process is gone (or by this

@@ -137,10 +137,26 @@ class LeaseKeeper:
             # A COMPLETING run's token may be gone because its completion just landed; if
             # it was really taken over, the completion's fencing says so. Only a RUNNING
             # run is cancelled here.
-            for entry in self._registry.by_tokens(lost):
-                if entry.state is State.RUNNING:
+            running = [e for e in self._registry.by_tokens(lost) if e.state is State.RUNNING]
+            deleted = self._deleted_jobs({e.job.id for e in running})
+            for entry in running:
+                if entry.job.id in deleted:
+                    log.warning("Job %r was deleted while its run %s was executing; cancelling the run",
+                                entry.job.name, entry.run_id, extra={"action": "lease_lost", "reason": "job_deleted"})
+                else:
                     log.warning("Lease of run %s (job %r) was NOT extended (token mismatch): the slot has "
                                 "been handed off; cancelling the run", entry.run_id, entry.job.name,
                                 extra={"action": "lease_lost"})
-                    self._on_lost(entry)
+                self._on_lost(entry)
             return True
+
+    def _deleted_jobs(self, job_ids: set[str]) -> set[str]:
+        """Which of these jobs no longer exist (one read, only when a lease was lost), so the
+        log says the job was deleted rather than that its slot was handed off."""
+        if not job_ids:
+            return set()
+        try:
+            present = {str(j.id).lower() for j in self._backend.get_jobs(sorted(job_ids))}
+        except SchedulerError:
+            return set()
+        return {j for j in job_ids if str(j).lower() not in present}

@@ -43,6 +43,12 @@ def completions_json(items: Iterable[Completion], instant: Callable[[datetime], 
     } for i in items], default=str)
 
 
+def completion_outcomes(rows: Iterable[Mapping[str, Any]]) -> dict[str, bool | None]:
+    """``complete_runs``' rows (run_id, completed, busy) as complete_job_runs answers them."""
+    return {str(r["run_id"]): (None if r["busy"] and not r["completed"] else bool(r["completed"]))
+            for r in rows}
+
+
 @dataclass(frozen=True)
 class ManualStart:
     """What ``start_manual_run`` did: ``outcome`` is started | locked | not_active | not_found."""
@@ -188,15 +194,19 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def complete_job_runs(self, items: Sequence[Completion],
-                          now: datetime | None = None) -> dict[str, bool]:
+                          now: datetime | None = None) -> dict[str, bool | None]:
         """Finish runs, fenced per run by token; update statistics; set next_run_at and
-        release the job lock where the same token still holds it. One transaction."""
+        release the job lock where the same token still holds it. One transaction, which
+        never waits on a job row another session holds (procedure ``complete_runs``).
+        Per run id: True finished (or already finished by this token), False fenced out,
+        None busy -- its job row is held by another session (an open transaction) and
+        nothing of it was written: call again later."""
 
     def complete_job_run(self, run_id: str, token: str, status: str, error_message: str | None,
                          details: Mapping[str, Any] | None, next_run_at: datetime | None,
                          now: datetime | None = None) -> bool:
         item = Completion(run_id, token, status, error_message, details, next_run_at)
-        return self.complete_job_runs([item], now=now).get(run_id, False)
+        return bool(self.complete_job_runs([item], now=now).get(run_id, False))
 
     @abc.abstractmethod
     def sweep_expired_leases(self, now: datetime | None = None) -> SweepResult:

@@ -32,7 +32,8 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_afte
 from .. import sqlfiles
 from ..errors import ConfigurationError, DatabaseError, SchemaNotInstalled
 from ..models import ClaimBatch, Job, JobRun
-from .base import (Backend, Completion, Listener, ManualStart, SweepResult, claim_batch, completions_json,
+from .base import (Backend, Completion, Listener, ManualStart, SweepResult, claim_batch, completion_outcomes,
+                   completions_json,
                    manual_start, redact, replayed_attempts)
 from .base import UnscheduledJob
 from .watchdog import DEFAULT_CALL_TIMEOUT
@@ -305,12 +306,12 @@ class MssqlBackend(Backend):
             return _rows_of(cur)
         return claim_batch(self._run("claim_due_jobs", replayed_attempts(replay, attempt)))
 
-    def complete_job_runs(self, items: Sequence[Completion], now: datetime | None = None) -> dict[str, bool]:
+    def complete_job_runs(self, items: Sequence[Completion],
+                          now: datetime | None = None) -> dict[str, bool | None]:
         if not items:
             return {}
         payload = completions_json(items, to_param)
-        rows = self._call("complete_job_runs", items=payload, now=now)
-        return {str(r["run_id"]): bool(r["completed"]) for r in rows}
+        return completion_outcomes(self._call("complete_runs", items=payload, now=now))
 
     def sweep_expired_leases(self, now: datetime | None = None) -> SweepResult:
         r = self._call("sweep_expired_leases", now=now)[0]

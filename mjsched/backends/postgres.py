@@ -21,7 +21,8 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_afte
 from .. import sqlfiles
 from ..errors import ConfigurationError, DatabaseError, SchemaNotInstalled
 from ..models import ClaimBatch, Job, JobRun
-from .base import (Backend, Completion, Listener, ManualStart, SweepResult, claim_batch, completions_json,
+from .base import (Backend, Completion, Listener, ManualStart, SweepResult, claim_batch, completion_outcomes,
+                   completions_json,
                    manual_start, redact, replayed_attempts)
 from .base import UnscheduledJob
 from .pool import ConnectionPool
@@ -280,14 +281,15 @@ class PostgresBackend(Backend):
             return list(cur.fetchall())
         return claim_batch(self._run("claim_due_jobs", replayed_attempts(replay, attempt)))
 
-    def complete_job_runs(self, items: Sequence[Completion], now: datetime | None = None) -> dict[str, bool]:
+    def complete_job_runs(self, items: Sequence[Completion],
+                          now: datetime | None = None) -> dict[str, bool | None]:
         if not items:
             return {}
         payload = completions_json(items, datetime.isoformat)
         rows = self._rows("complete_job_runs",
-                          "SELECT run_id, completed FROM mjsched.complete_job_runs(%s::jsonb, %s)",
+                          "SELECT run_id, completed, busy FROM mjsched.complete_runs(%s::jsonb, %s)",
                           (payload, now))
-        return {str(r["run_id"]): bool(r["completed"]) for r in rows}
+        return completion_outcomes(rows)
 
     def sweep_expired_leases(self, now: datetime | None = None) -> SweepResult:
         rows = self._rows("sweep_expired_leases", "SELECT * FROM mjsched.sweep_expired_leases(%s)", (now,))

@@ -1007,7 +1007,8 @@ BEGIN
 END;
 GO
 
--- complete_job_runs: finish many runs in one transaction (batched completion).
+-- complete_items: the completion complete_runs and complete_job_runs share (its one
+-- definition). Finish many runs in one transaction (batched completion).
 -- @p_items: JSON array of {run_id, token, status, error_message, details, next_run_at,
 -- guard, expected_next_run_at}. Each run is fenced by its token and must still be
 -- Running; the job's statistics follow, and the job lock is released (and next_run_at
@@ -1015,19 +1016,25 @@ GO
 -- only while the job's next_run_at is still expected_next_run_at (what the engine saw
 -- when it claimed the run): a schedule edited during the run keeps the edit's next run.
 -- The comparison is to the microsecond (the engine's clock resolution; the column
--- holds 100 ns). Returns one row per item: completed 0/1. The items' job rows are
--- locked first, in id order (lock order).
--- With a temporary table #mjsched_completed (run_id, completed) in scope, the rows go
--- there instead of to the client: that is how complete_job_run reuses this procedure.
-CREATE OR ALTER PROCEDURE mjsched.complete_job_runs
+-- holds 100 ns). Returns one row per item: completed 0/1 and busy 0/1. The items' job
+-- rows are locked first (lock order): with @p_skip_busy = 1 with READPAST (the first rows
+-- it locks: SKIP LOCKED), and an item whose run is still Running under its token but
+-- whose job row another session holds is answered busy = 1 (nothing of it written; a
+-- later call completes it); otherwise in id order, waiting.
+-- With a temporary table #mjsched_completed (run_id, completed, busy) in scope, the rows
+-- go there instead of to the client: that is how complete_runs, complete_job_runs and
+-- complete_job_run reuse this procedure.
+CREATE OR ALTER PROCEDURE mjsched.complete_items
     @p_items nvarchar(max),
-    @p_now datetimeoffset = NULL
+    @p_now datetimeoffset,
+    @p_skip_busy bit
 AS
 BEGIN
     SET NOCOUNT ON;
     SET XACT_ABORT ON;
     EXEC mjsched.check_test_clock @p_now = @p_now;
     DECLARE @v_now datetimeoffset = COALESCE(@p_now, SYSDATETIMEOFFSET());
+    DECLARE @v_skip_busy bit = ISNULL(@p_skip_busy, 0);
     DECLARE @v_items TABLE (run_id uniqueidentifier NULL, token uniqueidentifier NULL, status nvarchar(20) NULL,
                             error_message nvarchar(max) NULL, details nvarchar(max) NULL,
                             next_run_at datetimeoffset NULL, guard bit NOT NULL,
@@ -1070,13 +1077,33 @@ BEGIN
         SELECT DISTINCT r.scheduled_job_id
           FROM @v_items AS i
           JOIN mjsched.scheduled_job_run AS r ON r.id = i.run_id;
-        INSERT INTO @v_locked (id)
-        SELECT j.id
-          FROM @v_job_ids AS k
-          JOIN mjsched.scheduled_job AS j WITH (UPDLOCK, ROWLOCK) ON j.id = k.id
-         ORDER BY k.id
-        OPTION (FORCE ORDER, LOOP JOIN);
-        EXEC mjsched.test_pause @p_point = N'complete_job_runs:jobs_locked';
+        IF @v_skip_busy = 1
+        BEGIN
+            -- skipping, so in no particular order: a row another session holds is not waited for
+            INSERT INTO @v_locked (id)
+            SELECT j.id
+              FROM @v_job_ids AS k
+              JOIN mjsched.scheduled_job AS j WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK) ON j.id = k.id
+            OPTION (FORCE ORDER, LOOP JOIN);
+        END;
+        IF @v_skip_busy = 0
+        BEGIN
+            INSERT INTO @v_locked (id)
+            SELECT j.id
+              FROM @v_job_ids AS k
+              JOIN mjsched.scheduled_job AS j WITH (UPDLOCK, ROWLOCK) ON j.id = k.id
+             ORDER BY k.id
+            OPTION (FORCE ORDER, LOOP JOIN);
+        END;
+        -- one pause point per public procedure (the harness parks each)
+        IF @v_skip_busy = 1
+        BEGIN
+            EXEC mjsched.test_pause @p_point = N'complete_runs:jobs_locked';
+        END;
+        IF @v_skip_busy = 0
+        BEGIN
+            EXEC mjsched.test_pause @p_point = N'complete_job_runs:jobs_locked';
+        END;
 
         UPDATE r
            SET status = i.status,
@@ -1093,7 +1120,8 @@ BEGIN
           INTO @v_finished
           FROM mjsched.scheduled_job_run AS r WITH (ROWLOCK)
           JOIN @v_items AS i ON i.run_id = r.id
-         WHERE r.lock_token = i.token AND r.status = N'Running';
+         WHERE r.lock_token = i.token AND r.status = N'Running'
+           AND EXISTS (SELECT 1 FROM @v_locked AS l WHERE l.id = r.scheduled_job_id);
 
         -- last_ms: duration_ms is never negative, so -1 stands for "no run" without a NULL
         -- in the aggregate (which would raise an ANSI warning).
@@ -1139,23 +1167,65 @@ BEGIN
         THROW;
     END CATCH;
 
+    -- A replayed item is reported completed too (the same token already finished the run
+    -- with the same status). Busy: not finished, still Running under its token, its job
+    -- row held by another session (read as committed, not under a lock, and without
+    -- READPAST: the next call decides).
+    DECLARE @v_answer TABLE (run_id uniqueidentifier NULL, completed int NOT NULL, busy int NOT NULL);
+    INSERT INTO @v_answer (run_id, completed, busy)
+    SELECT a.run_id, a.completed,
+           CASE WHEN a.completed = 0 AND EXISTS (
+                     SELECT 1 FROM mjsched.scheduled_job_run AS r
+                      WHERE r.id = a.run_id AND r.lock_token = a.token AND r.status = N'Running'
+                        AND NOT EXISTS (SELECT 1 FROM @v_locked AS l WHERE l.id = r.scheduled_job_id))
+                THEN 1 ELSE 0 END
+      FROM (SELECT i.run_id, i.token,
+                   CASE WHEN f.run_id IS NOT NULL OR EXISTS (
+                             SELECT 1 FROM mjsched.scheduled_job_run AS r
+                              WHERE r.id = i.run_id AND r.lock_token = i.token AND r.status = i.status)
+                        THEN 1 ELSE 0 END AS completed
+              FROM @v_items AS i
+              LEFT JOIN @v_finished AS f ON f.run_id = i.run_id) AS a;
     IF OBJECT_ID(N'tempdb..#mjsched_completed') IS NOT NULL
     BEGIN
-        INSERT INTO #mjsched_completed (run_id, completed)
-        SELECT i.run_id, CASE WHEN f.run_id IS NOT NULL OR EXISTS (
-                         SELECT 1 FROM mjsched.scheduled_job_run AS r
-                          WHERE r.id = i.run_id AND r.lock_token = i.token AND r.status = i.status)
-                    THEN 1 ELSE 0 END
-          FROM @v_items AS i
-          LEFT JOIN @v_finished AS f ON f.run_id = i.run_id;
+        INSERT INTO #mjsched_completed (run_id, completed, busy)
+        SELECT a.run_id, a.completed, a.busy FROM @v_answer AS a;
         RETURN;
     END;
-    SELECT i.run_id, CASE WHEN f.run_id IS NOT NULL OR EXISTS (
-                         SELECT 1 FROM mjsched.scheduled_job_run AS r
-                          WHERE r.id = i.run_id AND r.lock_token = i.token AND r.status = i.status)
-                    THEN 1 ELSE 0 END AS completed
-      FROM @v_items AS i
-      LEFT JOIN @v_finished AS f ON f.run_id = i.run_id;
+    SELECT a.run_id, a.completed, a.busy FROM @v_answer AS a;
+END;
+GO
+
+-- complete_runs: complete_items as this release calls it (@p_skip_busy = 1): it never
+-- waits on a job row another session holds (an operator's open transaction); such an
+-- item comes back busy = 1 and the engine retries it alone, so one locked row delays
+-- only its own job.
+CREATE OR ALTER PROCEDURE mjsched.complete_runs
+    @p_items nvarchar(max),
+    @p_now datetimeoffset = NULL
+AS
+BEGIN
+    SET NOCOUNT ON;
+    SET XACT_ABORT ON;
+    CREATE TABLE #mjsched_completed (run_id uniqueidentifier NULL, completed int NOT NULL, busy int NOT NULL);
+    EXEC mjsched.complete_items @p_items = @p_items, @p_now = @p_now, @p_skip_busy = 1;
+    SELECT c.run_id, c.completed, c.busy FROM #mjsched_completed AS c;
+END;
+GO
+
+-- complete_job_runs: the completion as release 2 calls it (complete_items with
+-- @p_skip_busy = 0: it waits for a job row another session holds). One row per item:
+-- completed 0/1. Kept for engines of the previous release.
+CREATE OR ALTER PROCEDURE mjsched.complete_job_runs
+    @p_items nvarchar(max),
+    @p_now datetimeoffset = NULL
+AS
+BEGIN
+    SET NOCOUNT ON;
+    SET XACT_ABORT ON;
+    CREATE TABLE #mjsched_completed (run_id uniqueidentifier NULL, completed int NOT NULL, busy int NOT NULL);
+    EXEC mjsched.complete_items @p_items = @p_items, @p_now = @p_now, @p_skip_busy = 0;
+    SELECT c.run_id, c.completed FROM #mjsched_completed AS c;
 END;
 GO
 
@@ -1177,8 +1247,8 @@ BEGIN
                @p_error_message AS error_message, JSON_QUERY(@p_details) AS details,
                @p_next_run_at AS next_run_at
            FOR JSON PATH, INCLUDE_NULL_VALUES);
-    CREATE TABLE #mjsched_completed (run_id uniqueidentifier NULL, completed int NOT NULL);
-    EXEC mjsched.complete_job_runs @p_items = @v_items, @p_now = @p_now;
+    CREATE TABLE #mjsched_completed (run_id uniqueidentifier NULL, completed int NOT NULL, busy int NOT NULL);
+    EXEC mjsched.complete_items @p_items = @v_items, @p_now = @p_now, @p_skip_busy = 0;
     SELECT c.completed FROM #mjsched_completed AS c;
 END;
 GO
@@ -1441,6 +1511,7 @@ BEGIN
     DECLARE @v_outcome nvarchar(20) = N'not_found';
     DECLARE @v_token uniqueidentifier;
     DECLARE @v_found bit = 0;
+    DECLARE @v_busy bit = 0;
     DECLARE @v_status nvarchar(20);
     DECLARE @v_old uniqueidentifier;
     DECLARE @v_old_until datetimeoffset;
@@ -1456,9 +1527,18 @@ BEGIN
         END;
         SELECT @v_token = t.claim_token FROM mjsched.claim_token(@p_request_id, @p_job_id) AS t;
         BEGIN TRANSACTION;
+        -- READPAST: a job row another session holds (an operator's open transaction, a claim
+        -- under way) answers 'locked' at once instead of making the caller wait. Whether the
+        -- row exists is then read without taking or honouring locks (a held row would block a
+        -- plain read without READ_COMMITTED_SNAPSHOT); it only chooses locked over not_found.
         SELECT @v_found = 1, @v_status = j.status, @v_old = j.lock_token, @v_old_until = j.expected_completion_at
-          FROM mjsched.scheduled_job AS j WITH (UPDLOCK, ROWLOCK)
+          FROM mjsched.scheduled_job AS j WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
          WHERE j.id = @p_job_id;
+        IF @v_found = 0 AND EXISTS (SELECT 1 FROM mjsched.scheduled_job AS h WITH (READUNCOMMITTED)
+                                     WHERE h.id = @p_job_id)
+        BEGIN
+            SET @v_busy = 1;
+        END;
         IF @v_found = 1 AND @p_replay = 1 AND @v_old = @v_token
         BEGIN
             SELECT TOP (1) @v_run = r.id
@@ -1466,7 +1546,8 @@ BEGIN
              WHERE r.lock_token = @v_token AND r.scheduled_job_id = @p_job_id AND r.status = N'Running'
              ORDER BY r.started_at DESC;
         END;
-        SET @v_outcome = CASE WHEN @v_found = 0 THEN N'not_found'
+        SET @v_outcome = CASE WHEN @v_busy = 1 THEN N'locked'
+                              WHEN @v_found = 0 THEN N'not_found'
                               WHEN @v_run IS NOT NULL THEN N'started'
                               WHEN @v_status <> N'Active' AND ISNULL(@p_force, 0) = 0 THEN N'not_active'
                               WHEN @v_old IS NOT NULL AND @v_old_until >= @v_now THEN N'locked'
@@ -1752,7 +1833,7 @@ AS
 RETURN
     SELECT r.internal_routines
       FROM (VALUES (N'test_pause'), (N'claimable'), (N'claim_token'), (N'abandon_runs'), (N'renew_tokens'),
-                   (N'take_over'), (N'expire_ended_jobs'), (N'claim_replay'), (N'claim_queued'), (N'claim_ticks'),
+                   (N'complete_items'), (N'take_over'), (N'expire_ended_jobs'), (N'claim_replay'), (N'claim_queued'), (N'claim_ticks'),
                    (N'next_due_at'), (N'claim_counters')) AS r (internal_routines);
 GO
 
@@ -1776,8 +1857,8 @@ BEGIN
       FROM (VALUES (N'abandon_runs'), (N'acquire_job_lock'), (N'advance_job'), (N'begin_job_run'),
                    (N'check_job_fields'), (N'check_lease'), (N'check_test_clock'), (N'claim_counters'),
                    (N'claim_due_jobs'), (N'claim_queued'), (N'claim_replay'), (N'claim_ticks'),
-                   (N'claim_token'), (N'claimable'), (N'complete_job_run'), (N'complete_job_runs'),
-                   (N'delete_job'), (N'engines_holding_locks'), (N'enqueue_job_run'), (N'ensure_job_type'),
+                   (N'claim_token'), (N'claimable'), (N'complete_items'), (N'complete_job_run'),
+                   (N'complete_job_runs'), (N'complete_runs'), (N'delete_job'), (N'engines_holding_locks'), (N'enqueue_job_run'), (N'ensure_job_type'),
                    (N'expire_ended_jobs'), (N'extend_job_leases'), (N'force_unlock_job'),
                    (N'initialize_next_run'), (N'initialize_next_runs'), (N'insert_job'), (N'internal_routines'),
                    (N'lease_interval'), (N'next_due_at'), (N'probe_permissions'), (N'register_engine'),

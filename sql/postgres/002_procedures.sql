@@ -557,21 +557,27 @@ LANGUAGE sql STABLE AS $$
                   AND j.locked_by_instance IS DISTINCT FROM p_instance
                 LIMIT 1000) d)
 $$;
--- complete_job_runs: finish many runs in one transaction (batched completion).
+-- complete_items: the completion complete_runs and complete_job_runs share (its one
+-- definition). Finish many runs in one transaction (batched completion).
 -- p_items: JSON array of {run_id, token, status, error_message, details, next_run_at,
 -- guard, expected_next_run_at}. Each run is fenced by its token and must still be
 -- Running; the job's statistics follow, and the job lock is released (and next_run_at
 -- set) only where the same token still holds it. With guard true, next_run_at is set
 -- only while the job's next_run_at is still expected_next_run_at (what the engine saw
 -- when it claimed the run): a schedule edited during the run keeps the edit's next run.
--- Returns one row per item: completed 0/1. The items' job rows are locked first (lock order).
-CREATE OR REPLACE FUNCTION mjsched.complete_job_runs(p_items jsonb, p_now timestamptz DEFAULT NULL)
-RETURNS TABLE (run_id uuid, completed integer)
+-- Returns one row per item: completed 0/1 and busy 0/1. The items' job rows are locked
+-- first (lock order): with p_skip_busy SKIP LOCKED (the first rows it locks), and an item
+-- whose run is still Running under its token but whose job row another session holds
+-- (an operator's open transaction) is answered busy = 1: nothing of it was written, and a
+-- later call completes it. Without it the job rows are locked in id order, waiting.
+CREATE OR REPLACE FUNCTION mjsched.complete_items(p_items jsonb, p_now timestamptz, p_skip_busy boolean)
+RETURNS TABLE (run_id uuid, completed integer, busy integer)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
     v_now timestamptz := coalesce(p_now, now());
     v_run_ids uuid[];
+    v_jobs uuid[];
 BEGIN
     PERFORM mjsched.check_test_clock(p_now);
     IF p_items IS NULL OR jsonb_typeof(p_items) <> 'array' THEN
@@ -587,11 +593,23 @@ BEGIN
     -- (the run ids as an array first: = ANY reaches the runs through their primary key, where
     -- a join with the JSON would let the planner scan the whole history)
     v_run_ids := ARRAY(SELECT (e->>'run_id')::uuid FROM jsonb_array_elements(p_items) e);
-    PERFORM 1 FROM mjsched.scheduled_job j
-     WHERE j.id IN (SELECT r.scheduled_job_id FROM mjsched.scheduled_job_run r WHERE r.id = ANY (v_run_ids))
-     ORDER BY j.id
-       FOR NO KEY UPDATE;
-    PERFORM mjsched.test_pause('complete_job_runs:jobs_locked');
+    IF p_skip_busy THEN
+        SELECT coalesce(array_agg(l.id), '{}') INTO v_jobs FROM (
+            SELECT j.id FROM mjsched.scheduled_job j
+             WHERE j.id IN (SELECT r.scheduled_job_id FROM mjsched.scheduled_job_run r WHERE r.id = ANY (v_run_ids))
+               FOR NO KEY UPDATE SKIP LOCKED) l;
+    ELSE
+        SELECT coalesce(array_agg(l.id), '{}') INTO v_jobs FROM (
+            SELECT j.id FROM mjsched.scheduled_job j
+             WHERE j.id IN (SELECT r.scheduled_job_id FROM mjsched.scheduled_job_run r WHERE r.id = ANY (v_run_ids))
+             ORDER BY j.id
+               FOR NO KEY UPDATE) l;
+    END IF;
+    IF p_skip_busy THEN      -- one pause point per public procedure (the harness parks each)
+        PERFORM mjsched.test_pause('complete_runs:jobs_locked');
+    ELSE
+        PERFORM mjsched.test_pause('complete_job_runs:jobs_locked');
+    END IF;
 
     RETURN QUERY
     WITH items AS (
@@ -612,6 +630,7 @@ BEGIN
                lease_expires_at = NULL
           FROM items i
          WHERE r.id = i.run_id AND r.lock_token = i.token AND r.status = 'Running'
+           AND r.scheduled_job_id = ANY (v_jobs)
      RETURNING r.id, r.scheduled_job_id, r.lock_token, r.status, r.duration_ms, i.next_run_at, i.guard,
                i.expected_next_run_at
     ), per_job AS (
@@ -651,14 +670,40 @@ BEGIN
     -- A replayed item (its first reply was lost and the caller retried) is reported
     -- completed too: the same token already finished the run with the same status.
     -- (The statement's snapshot predates its own updates, so this sees earlier runs only.)
-    SELECT i.run_id,
-           CASE WHEN f.id IS NOT NULL OR EXISTS (
+    -- Busy: not finished, still Running under its token, its job row held by another
+    -- session (read without a lock: the next call decides).
+    SELECT a.run_id, a.completed,
+           CASE WHEN a.completed = 0 AND EXISTS (
                      SELECT 1 FROM mjsched.scheduled_job_run r
-                      WHERE r.id = i.run_id AND r.lock_token = i.token AND r.status = i.status)
+                      WHERE r.id = a.run_id AND r.lock_token = a.token AND r.status = 'Running'
+                        AND NOT (r.scheduled_job_id = ANY (v_jobs)))
                 THEN 1 ELSE 0 END
-      FROM items i
-      LEFT JOIN finished f ON f.id = i.run_id;
+      FROM (SELECT i.run_id, i.token,
+                   CASE WHEN f.id IS NOT NULL OR EXISTS (
+                             SELECT 1 FROM mjsched.scheduled_job_run r
+                              WHERE r.id = i.run_id AND r.lock_token = i.token AND r.status = i.status)
+                        THEN 1 ELSE 0 END AS completed
+              FROM items i
+              LEFT JOIN finished f ON f.id = i.run_id) a;
 END;
+$$;
+
+-- complete_runs: complete_items as this release calls it: it never waits on a job row
+-- another session holds (an operator's open transaction); such an item comes back
+-- busy = 1 and the engine retries it alone, so one locked row delays only its own job.
+CREATE OR REPLACE FUNCTION mjsched.complete_runs(p_items jsonb, p_now timestamptz DEFAULT NULL)
+RETURNS TABLE (run_id uuid, completed integer, busy integer)
+LANGUAGE sql AS $$
+    SELECT c.run_id, c.completed, c.busy FROM mjsched.complete_items(p_items, p_now, true) c
+$$;
+
+-- complete_job_runs: the completion as release 2 calls it: one row per item (completed
+-- 0/1), and it waits for a job row another session holds. Kept for engines of the
+-- previous release, and for complete_job_run.
+CREATE OR REPLACE FUNCTION mjsched.complete_job_runs(p_items jsonb, p_now timestamptz DEFAULT NULL)
+RETURNS TABLE (run_id uuid, completed integer)
+LANGUAGE sql AS $$
+    SELECT c.run_id, c.completed FROM mjsched.complete_items(p_items, p_now, false) c
 $$;
 
 -- complete_job_run: one run (finish + statistics + next run + release, fenced by token).
@@ -833,7 +878,8 @@ $$;
 -- start_manual_run: take the job's lock and start a manual run in one replay-safe call.
 -- The lock token derives from (p_request_id, job id): a retry with p_replay = true
 -- after a lost reply answers the run the lost call started (while it is still Running
--- under that lock) instead of being refused by its own lock. Outcomes: started | locked (a live lease holds the job) |
+-- under that lock) instead of being refused by its own lock. Outcomes: started | locked (a live lease holds the
+-- job, or another session holds its row: never waited for) |
 -- not_active (status is not Active and p_force is false) | not_found.
 CREATE OR REPLACE FUNCTION mjsched.start_manual_run(
     p_job_id uuid, p_request_id uuid, p_instance varchar, p_lease_seconds double precision,
@@ -853,9 +899,15 @@ BEGIN
         RAISE EXCEPTION 'request_id must not be NULL' USING ERRCODE = '22023';
     END IF;
     v_token := md5(p_request_id::text || p_job_id::text)::uuid;
-    SELECT * INTO v_job FROM mjsched.scheduled_job j WHERE j.id = p_job_id FOR NO KEY UPDATE;
+    -- SKIP LOCKED: a job row another session holds (an operator's open transaction, a
+    -- claim under way) answers 'locked' at once instead of making the caller wait.
+    SELECT * INTO v_job FROM mjsched.scheduled_job j WHERE j.id = p_job_id FOR NO KEY UPDATE SKIP LOCKED;
     IF NOT FOUND THEN
-        RETURN QUERY SELECT 'not_found'::varchar, NULL::uuid, NULL::uuid;
+        IF EXISTS (SELECT 1 FROM mjsched.scheduled_job j WHERE j.id = p_job_id) THEN
+            RETURN QUERY SELECT 'locked'::varchar, NULL::uuid, NULL::uuid;
+        ELSE
+            RETURN QUERY SELECT 'not_found'::varchar, NULL::uuid, NULL::uuid;
+        END IF;
         RETURN;
     END IF;
     IF p_replay AND v_job.lock_token = v_token THEN
@@ -1016,7 +1068,7 @@ $$;
 -- (this list itself stays callable: probe_permissions reads it as the caller).
 CREATE OR REPLACE FUNCTION mjsched.internal_routines() RETURNS text[]
 LANGUAGE sql IMMUTABLE AS $$
-    SELECT ARRAY['test_pause', 'claimable', 'claim_token', 'abandon_runs', 'renew_tokens',
+    SELECT ARRAY['test_pause', 'claimable', 'claim_token', 'abandon_runs', 'renew_tokens', 'complete_items',
                  'runs_of_tokens', 'take_over', 'expire_ended_jobs', 'claim_replay', 'claim_queued',
                  'claim_ticks', 'next_due_at', 'claim_counters']
 $$;

@@ -104,5 +104,5 @@ def test_faults_at_the_commit_boundary(pg_dsn: str, crud: Any, sql: Any, workdir
            fenced=sum(s.get("engine", {}).get("fenced_completions", 0) for s in stats[:-1]),
            figures=figures.line())
     assert faults.get("before", 0) > 100 and faults.get("after", 0) > 100, faults
-    assert by_statement.get("complete_job_runs", 0) > 0 and by_statement.get("claim_due_jobs", 0) > 0, by_statement
+    assert by_statement.get("complete_runs", 0) > 0 and by_statement.get("claim_due_jobs", 0) > 0, by_statement
     assert figures.by_status.get("Completed", 0) >= JOBS * SECONDS * 0.4, figures.line()

@@ -56,13 +56,13 @@ def test_replayed_completion_is_acknowledged(make_engine: Any) -> None:
 
 
 def test_lost_reply_of_a_completion_keeps_its_notification(make_engine: Any, sql: Any) -> None:
-    plan = FaultPlan(force_after={"complete_job_runs": 1})
+    plan = FaultPlan(force_after={"complete_runs": 1})
     recorder = Recorder()
     engine = make_engine(connection_factory=plan.connection_factory(), notifier=recorder)
     job_id = engine.create_job(name="notify-me", driver="python", cron="0 0 1 1 *", notify_on_success=True,
                                configuration={"callable": "os:getpid"})
     run = engine.execute_job(job_id)
-    assert plan.snapshot().get("after:complete_job_runs") == 1    # the fault did happen
+    assert plan.snapshot().get("after:complete_runs") == 1    # the fault did happen
     assert run.status is mjsched.RunStatus.COMPLETED               # and the database is right
     assert sql.one("SELECT success_count FROM mjsched.scheduled_job WHERE id = %s", (job_id,)) == 1
     assert engine.stats["fenced_completions"] == 0
