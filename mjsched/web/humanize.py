@@ -170,7 +170,7 @@ def bar_chart(runs: Sequence[tuple[str, float | int | None, str]], *, width: int
         return Markup('<p class="muted">No finished runs yet.</p>')
     top = max(ms for _, ms, _ in bars) or 1.0
     gap = 2.0
-    bar_w = max(1.0, (width - 40 - gap * len(bars)) / len(bars))
+    bar_w = min(24.0, max(1.0, (width - 40 - gap * len(bars)) / len(bars)))
     parts = [Markup('<svg class="chart" width="{w}" height="{h}" viewBox="0 0 {w} {h}" role="img" '
                     'aria-label="run durations">').format(w=width, h=height + 20)]
     parts.append(Markup('<text x="0" y="12" class="axis">{top}</text>').format(top=duration(top)))

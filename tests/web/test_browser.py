@@ -1,0 +1,230 @@
+"""The dashboard in a real headless Chromium (Selenium, /usr/bin/chromedriver) against a live
+server on loopback and the real PostgreSQL. Screenshots of each page go to
+tests/web/artifacts/ (ignored by git).
+
+Without Chromium these tests skip, unless MJSCHED_REQUIRE_BROWSER=1 (CI sets it through
+.ci/run, which installs the Debian packages chromium and chromium-driver): then a missing
+browser fails the run instead of hiding it.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+import mjsched
+from mjsched.web import DashboardThread, create_app
+from tests.support.pg import Sql
+
+from .conftest import shell_job
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or "/usr/bin/chromium"
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+ARTIFACTS = Path(__file__).parent / "artifacts"
+REQUIRE = os.environ.get("MJSCHED_REQUIRE_BROWSER") == "1"
+WAIT = 15.0     # seconds any one browser condition may take
+
+
+def _missing() -> str | None:
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        return "selenium is not installed (the 'test' extra)"
+    for path in (CHROMIUM, CHROMEDRIVER):
+        if not os.access(path, os.X_OK):
+            return f"{path} not found (apt-get install chromium chromium-driver)"
+    return None
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    why = _missing()
+    if why:
+        if REQUIRE:
+            pytest.fail(f"MJSCHED_REQUIRE_BROWSER=1 but {why}")
+        pytest.skip(why)
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    profile = tempfile.mkdtemp(prefix="mjsched-chromium-")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--no-first-run", "--window-size=1280,900", f"--user-data-dir={profile}"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(WAIT)
+    ARTIFACTS.mkdir(exist_ok=True)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+@pytest.fixture
+def live(engine: mjsched.SchedulingEngine) -> Iterator[Callable[..., str]]:
+    """Serve dashboards of the test database on 127.0.0.1 (a free port each); returns their URL."""
+    servers: list[tuple[DashboardThread, Any]] = []
+
+    def serve(**options: Any) -> str:
+        app = create_app(engine, **options)
+        server = DashboardThread(app, "127.0.0.1", 0).start()
+        servers.append((server, app))
+        return server.url
+
+    yield serve
+    for server, app in servers:
+        server.stop()
+        app.close()
+
+
+def wait_until(driver: Any, condition: Callable[[Any], Any], what: str, timeout: float = WAIT) -> Any:
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, timeout, poll_frequency=0.1).until(condition, message=f"waiting for {what}")
+
+
+def text_of(driver: Any, css: str) -> str:
+    from selenium.webdriver.common.by import By
+
+    elements = driver.find_elements(By.CSS_SELECTOR, css)
+    return " ".join(e.text for e in elements)
+
+
+def click_and_confirm(driver: Any, css: str) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as EC
+
+    driver.find_element(By.CSS_SELECTOR, css).click()
+    wait_until(driver, EC.alert_is_present(), "the confirmation")
+    driver.switch_to.alert.accept()
+
+
+def shot(driver: Any, name: str) -> None:
+    """A screenshot of the whole page (the window grown to the page's height, then restored)."""
+    height = int(driver.execute_script("return document.documentElement.scrollHeight"))
+    driver.set_window_size(1280, min(max(height, 600), 2400))
+    try:
+        driver.save_screenshot(str(ARTIFACTS / f"{name}.png"))
+    finally:
+        driver.set_window_size(1280, 900)
+
+
+def test_jobs_page_then_pause_a_job_and_see_its_status_change(browser: Any, live: Callable[..., str],
+                                                              engine: mjsched.SchedulingEngine) -> None:
+    from selenium.webdriver.common.by import By
+
+    job_id = shell_job(engine, "nightly-report", cron="30 2 * * *", timezone="Europe/Berlin")
+    shell_job(engine, "every-five", cron="*/5 * * * *")
+    engine.execute_job(job_id)
+    url = live()
+    browser.get(url + "/jobs")
+    assert "every day at 02:30 (Europe/Berlin)" in text_of(browser, f'tr[data-job="{job_id}"]')
+    assert "every 5 minutes" in text_of(browser, "#jobs")
+    shot(browser, "jobs")
+    browser.find_element(By.LINK_TEXT, "nightly-report").click()
+    wait_until(browser, lambda d: "nightly-report" in d.title, "the job page")
+    click_and_confirm(browser, 'button[data-action="pause"]')
+    wait_until(browser, lambda d: "nightly-report paused." in text_of(d, ".flash"), "the flash message")
+    assert text_of(browser, "#job-status") == "Paused"
+    assert engine.get_job(job_id).status.value == "Paused"
+    browser.get(url + "/jobs?status=Paused")
+    assert "nightly-report" in text_of(browser, "#jobs") and "every-five" not in text_of(browser, "#jobs")
+
+
+def test_edit_the_cron_see_the_preview_then_the_saved_schedule(browser: Any, live: Callable[..., str],
+                                                               engine: mjsched.SchedulingEngine) -> None:
+    from selenium.webdriver.common.by import By
+
+    job_id = shell_job(engine, "editable", cron="0 2 * * *")
+    browser.get(live() + f"/jobs/{job_id}")
+    cron = browser.find_element(By.ID, "edit-cron")
+    cron.clear()
+    cron.send_keys("61 * * * *")
+    wait_until(browser, lambda d: "61" in text_of(d, "#preview.bad"), "the preview to refuse minute 61")
+    cron.clear()
+    cron.send_keys("30 4 * * 1-5")
+    wait_until(browser, lambda d: "on weekdays at 04:30" in text_of(d, "#preview"), "the preview")
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#preview li")) == 5
+    assert all("04:30:00" in li.text for li in browser.find_elements(By.CSS_SELECTOR, "#preview li"))
+    shot(browser, "job-edit-preview")
+    click_and_confirm(browser, "#edit-save")
+    wait_until(browser, lambda d: "editable saved" in text_of(d, ".flash"), "the saved flash")
+    assert text_of(browser, "#schedule-cron") == "30 4 * * 1-5"
+    assert text_of(browser, "#schedule-words") == "on weekdays at 04:30"
+    assert "04:30:00" in text_of(browser, "#next-runs li")
+    assert engine.get_job(job_id).cron_expression == "30 4 * * 1-5"
+
+
+def test_trigger_a_run_and_see_it_appear_and_complete(browser: Any, live: Callable[..., str],
+                                                      engine: mjsched.SchedulingEngine) -> None:
+    job_id = shell_job(engine, "on-demand", ["sh", "-c", "sleep 1; echo done"], cron="0 0 1 1 *")
+    engine.start_polling()
+    url = live()
+    browser.get(url + f"/jobs/{job_id}")
+    click_and_confirm(browser, 'button[data-action="run"]')
+    wait_until(browser, lambda d: "Run of on-demand requested" in text_of(d, ".flash"), "the flash message")
+
+    def shows(status: str) -> Callable[[Any], bool]:
+        def check(d: Any) -> bool:
+            d.refresh()
+            return status in text_of(d, "tr[data-run]")
+        return check
+
+    wait_until(browser, shows("Running"), "the run to appear Running", timeout=20)
+    shot(browser, "job-running")
+    wait_until(browser, shows("Completed"), "the run to complete", timeout=20)
+    shot(browser, "job")
+    assert engine.list_runs(job_id)[0].status.value == "Completed"
+
+
+def test_a_failing_jobs_error_is_on_the_runs_page(browser: Any, live: Callable[..., str],
+                                                  engine: mjsched.SchedulingEngine) -> None:
+    job_id = shell_job(engine, "broken-export", ["sh", "-c", "echo 'relation \"orders\" does not exist' >&2; exit 2"])
+    engine.execute_job(job_id)
+    browser.get(live() + "/runs")
+    problems = text_of(browser, "#problems")
+    assert "broken-export" in problems and "Failed" in problems and "status 2" in problems
+    shot(browser, "runs")
+    browser.get(browser.current_url + "?status=Failed")
+    assert "broken-export" in text_of(browser, "#listing")
+
+
+def test_an_engine_goes_stale_after_it_is_killed(browser: Any, live: Callable[..., str], pg_dsn: str,
+                                                 sql: Sql) -> None:
+    code = textwrap.dedent(f"""
+        import sys, time, mjsched
+        engine = mjsched.SchedulingEngine({pg_dsn!r}, lease_timeout=2.0, instance_name="doomed-engine")
+        engine.start_polling()
+        print("polling", flush=True)
+        time.sleep(120)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "polling"
+        browser.get(live(stale_after=3.0) + "/engines")
+        assert text_of(browser, 'tr[data-engine="doomed-engine"] .engine-state') == "live"
+        shot(browser, "engines")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        killed_at = time.monotonic()
+        # the page refreshes itself every 5 s: no reload here
+        wait_until(browser, lambda d: text_of(d, 'tr[data-engine="doomed-engine"] .engine-state') == "stale",
+                   "the engine to show stale", timeout=20)
+        assert time.monotonic() - killed_at >= 2.0
+        shot(browser, "engines-stale")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
