@@ -29,7 +29,8 @@
 -- Also, in this database:
 --   * CONNECT is revoked from PUBLIC (a login of another installation on this server could
 --     otherwise connect here). Grant CONNECT to your application's own roles, or keep the
---     PostgreSQL default with  SET mjsched.keep_public_connect = on.
+--     PostgreSQL default with  SET mjsched.keep_public_connect = on  (which also grants it
+--     back after an earlier run revoked it).
 --   * The fixed-name role of earlier releases, mjsched_engine (shared by every database
 --     that ran the old grants.sql), loses its rights here unless it is the configured
 --     engine or admin role, or  SET mjsched.keep_legacy_role = on  (a migration window:
@@ -47,7 +48,7 @@ DECLARE
     -- mjsched.privileges.ENGINE_ROUTINES is the same list (a unit test compares them).
     c_engine_routines CONSTANT text[] := ARRAY[
         'acquire_job_lock', 'advance_job', 'begin_job_run', 'check_lease', 'check_test_clock',
-        'claim_due_jobs', 'complete_job_run', 'complete_job_runs', 'engines_holding_locks',
+        'claim_due_jobs', 'complete_job_run', 'complete_job_runs', 'complete_runs', 'engines_holding_locks',
         'enqueue_job_run', 'extend_job_leases', 'initialize_next_run', 'initialize_next_runs',
         'internal_routines', 'lease_interval', 'probe_permissions', 'register_engine',
         'release_engine_locks', 'release_job_lock', 'renew_leases', 'start_manual_run',
@@ -141,7 +142,9 @@ BEGIN
         END IF;
     END LOOP;
 
-    IF NOT v_keep_public THEN
+    IF v_keep_public THEN   -- declarative: on gives the PostgreSQL default back
+        EXECUTE format('GRANT CONNECT ON DATABASE %I TO PUBLIC', v_db);
+    ELSE
         EXECUTE format('REVOKE CONNECT ON DATABASE %I FROM PUBLIC', v_db);
     END IF;
 

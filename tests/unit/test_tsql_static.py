@@ -529,7 +529,9 @@ def test_inline_functions_are_probed_and_granted_with_select() -> None:
     grants = _code((SQL_DIR / "grants.sql").read_text(encoding="utf-8"))
     assert set(re.findall(r"(?i)GRANT SELECT ON OBJECT::mjsched\.(\w+) TO mjsched_engine", grants)) & inline == \
         {"internal_routines"}
-    assert re.search(r"(?i)GRANT EXECUTE ON SCHEMA::mjsched TO mjsched_engine", grants)
+    # each routine is granted to one role (no schema-wide EXECUTE since the engine/admin split)
+    assert re.search(r"(?i)REVOKE EXECUTE ON SCHEMA::mjsched FROM mjsched_engine", grants)
+    assert not re.search(r"(?i)GRANT EXECUTE ON SCHEMA::", grants)
 
 
 # -- the review of v3: replayed manual runs, releases, internal routines ---------------------------
@@ -575,7 +577,7 @@ def test_the_internal_routines_are_the_postgresql_ones_but_its_dialect_only_help
 def test_grants_deny_every_internal_routine_after_the_schema_grant() -> None:
     """grants.sql denies each routine mjsched.internal_routines() names -- EXECUTE on procedures
     and scalar functions, SELECT on inline table-valued functions (EXECUTE does not apply to
-    those) -- after GRANT EXECUTE ON SCHEMA, which the object-level DENY overrides. The DENYs
+    those) -- after the per-routine grants (which skip them; a DENY overrides a GRANT). The DENYs
     are generated from the list at run time, so this checks the generator: every listed name
     is a routine of a kind it handles, mapped to the permission that kind has."""
     names = _internal_routines()
@@ -583,7 +585,7 @@ def test_grants_deny_every_internal_routine_after_the_schema_grant() -> None:
     kinds = {name: _kind(name) for name in names}          # fails for a name no file defines
     assert set(kinds.values()) == {"P", "FN", "IF"}
     grants = " ".join(_code((SQL_DIR / "grants.sql").read_text(encoding="utf-8")).split())
-    schema_grant = grants.index("GRANT EXECUTE ON SCHEMA::mjsched TO mjsched_engine;")
+    schema_grant = grants.index("WHILE EXISTS (SELECT 1 FROM @v_routines)")   # the per-routine grants
     generator = re.search(
         r"(?i)INSERT INTO @v_internal \(name, permission\) "
         r"SELECT o\.name, CASE WHEN o\.type = 'IF' THEN N'SELECT' ELSE N'EXECUTE' END "
