@@ -583,6 +583,7 @@ def cmd_run(ctx: Context) -> int:
               "not polling", file=sys.stderr)
         return EXIT_OK
     engine = ctx.engine(long_running=True)
+    dashboard = start_dashboard(ctx, engine)
     exporter = None
     if settings["metrics.port"]:
         from .metrics import EngineMetrics
@@ -602,6 +603,8 @@ def cmd_run(ctx: Context) -> int:
         code = drain(engine, settings["shutdown_timeout"], stop)
     if exporter is not None:
         exporter.close()
+    if dashboard is not None:
+        dashboard.stop()
     return code
 
 
@@ -728,6 +731,48 @@ def drain(engine: Any, budget: float, stop: GracefulStop) -> int:
     return EXIT_OK
 
 
+def cmd_dashboard(ctx: Context) -> int:
+    """Serve the web dashboard until Ctrl-C/SIGTERM (needs the 'web' extra; README "Dashboard")."""
+    try:
+        from .web import auth_from_env, create_app, make_dashboard_server
+        from .web.security import check_bind, parse_bind
+    except ImportError as exc:
+        raise ConfigurationError("dashboard", None, f"needs the 'web' extra: pip install 'mjsched[web]' ({exc})") \
+            from None
+    host, port = parse_bind(ctx.args.bind)
+    auth = auth_from_env()
+    check_bind(host, auth)          # before anything is opened: a public bind needs auth
+    app = create_app(ctx.engine(), read_only=ctx.args.read_only, auth=auth,
+                     stale_after=float(ctx.settings["lease_timeout"]))
+    server = make_dashboard_server(app, host, port)
+    bound = server.server_address
+    ctx.emit(f"mjsched dashboard on http://{host if ':' not in host else '[' + host + ']'}:{bound[1]}/ "
+             f"({'read-only, ' if ctx.args.read_only else ''}{'auth on' if auth else 'no auth: loopback only'}); "
+             "Ctrl-C to stop")
+    try:
+        server.serve_forever(poll_interval=0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+        app.close()
+    return EXIT_OK
+
+
+def start_dashboard(ctx: Context, engine: Any) -> Any:
+    """``run --dashboard-port``: the dashboard of this engine in a thread of this process."""
+    port = getattr(ctx.args, "dashboard_port", None)
+    if port is None:
+        return None
+    try:
+        from .web import DashboardThread, auth_from_env, create_app
+    except ImportError as exc:
+        raise ConfigurationError("--dashboard-port", port, f"needs the 'web' extra: pip install 'mjsched[web]' "
+                                                           f"({exc})") from None
+    app = create_app(engine, auth=auth_from_env(), stale_after=float(ctx.settings["lease_timeout"]))
+    return DashboardThread(app, ctx.args.dashboard_host or "127.0.0.1", port).start()
+
+
 def cmd_demo(ctx: Context) -> int:
     from .demo import run_demo
 
@@ -783,6 +828,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--metrics-port", type=int, metavar="PORT",
                      help="serve Prometheus metrics on this port (needs mjsched[metrics])")
     run.add_argument("--metrics-host", metavar="ADDR", help="address for --metrics-port (default 127.0.0.1)")
+    run.add_argument("--dashboard-port", type=int, metavar="PORT",
+                     help="serve the web dashboard of this engine on this port (needs mjsched[web])")
+    run.add_argument("--dashboard-host", metavar="ADDR",
+                     help="address for --dashboard-port (default 127.0.0.1; any other needs MJSCHED_DASHBOARD_TOKEN "
+                          "or MJSCHED_DASHBOARD_USER/PASSWORD)")
 
     jobs = sub.add_parser("jobs", parents=[common], help="add, edit, list, show, pause, resume, remove, unlock, preview jobs",
                           description="Manage jobs. A JOB is an id, a unique name, or a unique id prefix.")
@@ -887,6 +937,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add(sub, "status", cmd_status, "engines seen, and how many jobs are due, running, queued, failing, abandoned")
     add(sub, "config", cmd_config, "the effective settings and where each comes from")
+    db = add(sub, "dashboard", cmd_dashboard, "serve the web dashboard (needs mjsched[web]); beyond loopback only "
+                                              "with MJSCHED_DASHBOARD_TOKEN or MJSCHED_DASHBOARD_USER/PASSWORD")
+    db.add_argument("--bind", default="127.0.0.1:8080", metavar="HOST:PORT", help="default 127.0.0.1:8080")
+    db.add_argument("--read-only", action="store_true", help="hide and refuse every action")
     dm = add(sub, "demo", cmd_demo, "a zero-setup tour: sample jobs, an engine, a live table of runs")
     dm.add_argument("--duration", type=float, metavar="SECONDS", help="stop after this long (default: Ctrl-C)")
     return parser
@@ -917,7 +971,7 @@ def flag_settings(args: argparse.Namespace) -> dict[str, tuple[Any, str]]:
 
 def setup_logging(verbosity: int, command: str | None) -> None:
     level = logging.WARNING
-    if command == "run" or verbosity >= 1:
+    if command in ("run", "dashboard") or verbosity >= 1:
         level = logging.INFO
     if verbosity >= 2:
         level = logging.DEBUG
