@@ -218,9 +218,9 @@ class Dashboard:
         status = _choice("status", request.args.get("status"), JOB_STATUSES)
         search = (request.args.get("q") or "").strip()[:200] or None
         page = _positive_page(request.args.get("page"))
-        data = self.reader.jobs(status=status, search=search, page=page)
-        return self._render(request, "jobs.html", nav="jobs", status=status, q=search or "",
-                            summary=self.reader.summary(), **data)
+        summary = self.reader.summary()
+        data = self.reader.jobs(status=status, search=search, page=page, now=summary["now"])
+        return self._render(request, "jobs.html", nav="jobs", status=status, q=search or "", summary=summary, **data)
 
     def on_job(self, request: Request, job_id: str, form: dict[str, str] | None = None,
                form_error: str | None = None, status_code: int = 200) -> Response:

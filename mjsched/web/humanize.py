@@ -142,8 +142,20 @@ def age(when: datetime | None, now: datetime) -> str:
     seconds = (now - when).total_seconds()
     if abs(seconds) < 1:
         return "just now"
-    words = span(seconds)
+    words = coarse(abs(seconds))
     return f"{words} ago" if seconds > 0 else f"in {words}"
+
+
+def coarse(seconds: float) -> str:
+    """A length of time to the unit that matters at a glance: ``42 s``, ``17 min``, ``3 h 5 min``, ``4 d 2 h``."""
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole} s"
+    if whole < 3600:
+        return f"{whole // 60} min"
+    if whole < 2 * 86400:
+        return f"{whole // 3600} h {whole % 3600 // 60} min"
+    return f"{whole // 86400} d {whole % 86400 // 3600} h"
 
 
 def sparkline(values: Sequence[float | int | None], *, width: int = 100, height: int = 20,

@@ -65,10 +65,9 @@ class Reader:
         return self._rows("summary")[0]
 
     # -- jobs ----------------------------------------------------------------------------
-    def jobs(self, *, status: str | None, search: str | None, page: int) -> dict[str, Any]:
+    def jobs(self, *, status: str | None, search: str | None, page: int, now: datetime) -> dict[str, Any]:
         rows = self._rows("jobs_page", status=status, search=like_pattern(search) if search else None,
                           limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE, recent=RECENT_RUNS)
-        now = self.summary()["now"]
         total = int(rows[0]["total"]) if rows else 0
         return {"jobs": [self._job_row(r, now) for r in rows], "now": now,
                 "page": Page(page, PAGE_SIZE, page * PAGE_SIZE < total, total)}

@@ -121,13 +121,34 @@ def shot(driver: Any, name: str) -> None:
         driver.set_window_size(1280, 900)
 
 
+def history(engine: mjsched.SchedulingEngine, sql: Sql) -> None:
+    """A few more jobs with weeks of runs (written as rows), so the page looks as it does in use."""
+    for name, cron, zone, fail_every, status in [
+            ("invoice-export", "0 6 * * 1-5", "Europe/Berlin", 4, "Active"),
+            ("cache-warmup", "*/15 * * * *", "UTC", 0, "Active"),
+            ("hourly-sync", "5 * * * *", "America/New_York", 9, "Active"),
+            ("weekly-cleanup", "0 3 * * 0", "UTC", 0, "Paused")]:
+        job_id = shell_job(engine, name, cron=cron, timezone=zone, status=status)
+        sql.run("""INSERT INTO mjsched.scheduled_job_run (scheduled_job_id, scheduled_for, status, success,
+                          error_message, started_at, completed_at, duration_ms, executed_by_instance)
+                   SELECT %(job)s, t, s, s = 'Completed', CASE WHEN s = 'Failed' THEN 'HTTP 503 from billing' END,
+                          t, t + d * interval '1 millisecond', d, 'worker-1'
+                     FROM generate_series(1, 30) g,
+                          LATERAL (SELECT now() - g * interval '1 hour' AS t,
+                                          (800 + 600 * sin(g / 3.0) + 40 * g)::bigint AS d,
+                                          CASE WHEN %(every)s > 0 AND g %% %(every)s = 1 THEN 'Failed'
+                                               ELSE 'Completed' END AS s) x""",
+                {"job": job_id, "every": fail_every})
+
+
 def test_jobs_page_then_pause_a_job_and_see_its_status_change(browser: Any, live: Callable[..., str],
-                                                              engine: mjsched.SchedulingEngine) -> None:
+                                                              engine: mjsched.SchedulingEngine, sql: Sql) -> None:
     from selenium.webdriver.common.by import By
 
     job_id = shell_job(engine, "nightly-report", cron="30 2 * * *", timezone="Europe/Berlin")
     shell_job(engine, "every-five", cron="*/5 * * * *")
     engine.execute_job(job_id)
+    history(engine, sql)
     url = live()
     browser.get(url + "/jobs")
     assert "every day at 02:30 (Europe/Berlin)" in text_of(browser, f'tr[data-job="{job_id}"]')

@@ -45,8 +45,11 @@ def test_durations_and_ages_read_naturally() -> None:
     assert duration(185_000) == "3 min 5 s"
     assert duration(2 * 3600_000 + 60_000) == "2 h 1 min"
     now = datetime(2026, 12, 4, 12, 0, tzinfo=timezone.utc)
-    assert age(now - timedelta(seconds=90), now) == "1 min 30 s ago"
-    assert age(now + timedelta(seconds=5), now) == "in 5.0 s"
+    assert age(now - timedelta(seconds=90), now) == "1 min ago"
+    assert age(now - timedelta(seconds=3599.9), now) == "59 min ago"
+    assert age(now + timedelta(seconds=5.5), now) == "in 5 s"
+    assert age(now - timedelta(hours=3, minutes=5), now) == "3 h 5 min ago"
+    assert age(now + timedelta(days=3, hours=2), now) == "in 3 d 2 h"
     assert age(None, now) == "never"
 
 
