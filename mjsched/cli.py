@@ -32,6 +32,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 UTC = timezone.utc
 _EPS = timedelta(microseconds=1)
 JOB_STATUSES = ("Pending", "Active", "Paused", "Disabled", "Expired")
+EMBEDDED_MOVED_EXIT_BOUND = 20.0   # seconds: `run` exits this soon after its embedded server moved
 RUN_STATUSES = ("Queued", "Running", "Completed", "Failed", "Timeout", "Cancelled", "Abandoned", "Skipped")
 
 
@@ -132,6 +133,30 @@ class Context:
             self.embedded = EmbeddedServer(self.settings["embedded.data_dir"], self.settings["embedded.user"],
                                            announce=lambda m: print(f"mjsched: {m}", file=sys.stderr, flush=True))
         return str(self.embedded.start())
+
+    def watch_embedded(self, stop: "GracefulStop") -> list[str]:
+        """For a long-running command on the embedded server: when another process restarted the
+        server on another port (the recorded one was taken), stop with a clear error (the list
+        gets the message), since this process's connections point at the old port. The stop is
+        bounded: the process exits within EMBEDDED_MOVED_EXIT_BOUND seconds whatever the close does."""
+        moved: list[str] = []
+        if self.embedded is None:
+            return moved
+
+        def on_moved(old: int, new: int) -> None:
+            moved.append(f"the embedded PostgreSQL moved from 127.0.0.1:{old} to 127.0.0.1:{new} (another mjsched "
+                         f"process restarted it while port {old} was taken); this process's connections point at "
+                         "the old port: start it again")
+            stop.request("the embedded PostgreSQL moved")
+
+            def bound() -> None:
+                os.write(2, f"mjsched: error: {moved[0]} (exiting: the stop took too long)\n".encode())
+                os._exit(EXIT_FAILED)
+            timer = threading.Timer(EMBEDDED_MOVED_EXIT_BOUND, bound)
+            timer.daemon = True
+            timer.start()
+        self.embedded.watch(on_moved)
+        return moved
 
     @property
     def on_embedded(self) -> bool:
@@ -597,14 +622,22 @@ def cmd_run(ctx: Context) -> int:
         engine.start_polling()
         log.info("mjsched %s running on %s; stop with SIGTERM or Ctrl-C (drain up to %gs)", __version__,
                  ctx.describe_database(), settings["shutdown_timeout"], extra={"action": "cli_running"})
+        moved = ctx.watch_embedded(stop)
         stop.wait()
-        log.info("received %s: stopping; waiting up to %gs for running jobs", stop.signal_name,
-                 settings["shutdown_timeout"], extra={"action": "cli_stopping"})
-        code = drain(engine, settings["shutdown_timeout"], stop)
+        if moved:    # its database is no longer where its connections point: nothing to drain into
+            log.error("%s", moved[0], extra={"action": "embedded_moved"})
+            drain(engine, 0.0, stop)
+            code = EXIT_FAILED
+        else:
+            log.info("received %s: stopping; waiting up to %gs for running jobs", stop.signal_name,
+                     settings["shutdown_timeout"], extra={"action": "cli_stopping"})
+            code = drain(engine, settings["shutdown_timeout"], stop)
     if exporter is not None:
         exporter.close()
     if dashboard is not None:
         dashboard.stop()
+    if moved:
+        print(f"mjsched: error: {moved[0]}", file=sys.stderr, flush=True)
     return code
 
 
@@ -628,6 +661,14 @@ class GracefulStop:
         self._seen_lock = threading.Lock()
         self._pipe: tuple[int, int] | None = None
         self._previous_wakeup_fd = -1
+
+    def request(self, reason: str) -> None:
+        """A stop that is no signal (the embedded server moved): it counts as the first signal."""
+        with self._seen_lock:
+            self._seen += 1
+        if not self.event.is_set():
+            self.signal_name = reason
+            self.event.set()
 
     def _count(self, signum: int) -> None:
         with self._seen_lock:

@@ -8,7 +8,12 @@ starts (or reuses) a PostgreSQL server whose files live in a per-user home:
   reachable by the unprivileged user the server must run as).
 * ``<home>/pg/data`` is the cluster, ``<home>/pg/server.log`` its log; the server
   listens on a unix socket in ``<home>/pg`` and on ``127.0.0.1:<port>``, a free
-  port chosen once and recorded in ``<home>/state.json``. The password of the
+  port chosen once (in 15432-29999, outside the kernel's ephemeral range, where
+  outgoing connections would take it now and then) and recorded in
+  ``<home>/state.json``; every later start uses it
+  again (a new one only when another program listens there, recorded in turn).
+  A long-running client (``mjsched run``, ``demo``) watches for that move and exits
+  with a clear error, since its connections point at the old port. The password of the
   ``mjsched`` role is in ``<home>/password`` (mode 0600); TCP connections need it,
   the socket (reachable only by the owner) does not.
 * As root, ``initdb`` and ``postgres`` refuse to run, so the server runs as an
@@ -44,6 +49,7 @@ import stat
 import subprocess
 import threading
 import time
+import zlib
 from dataclasses import dataclass
 from importlib import util as importlib_util
 from pathlib import Path
@@ -158,14 +164,44 @@ def find_binaries(env: dict[str, str] | None = None) -> list[Binaries]:
 
 
 # -- small helpers ----------------------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+PORT_BAND = (15432, 30000)   # where the embedded server's port is chosen (end exclusive)
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = (int(x) for x in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999     # Linux's default (IANA's is 49152-65535)
+
+
+def _free_port(home: Path | None = None, taken: int | None = None) -> int:
+    """A free port for the server, outside the kernel's ephemeral range.
+
+    A port in that range (what binding port 0 returns) is also handed to outgoing
+    connections as their source port, so a server recorded there found it "taken"
+    now and then and moved at a restart. The search starts at a point derived from the
+    home, so one home keeps to the same neighbourhood.
+    """
+    low, high = _ephemeral_range()
+    band = [p for p in range(*PORT_BAND) if not low <= p <= high and p != taken]
+    if band:
+        start = zlib.crc32(str(home or "").encode()) % len(band)
+        for i in range(min(len(band), 500)):
+            port = band[(start + i) % len(band)]
+            if _port_free(port) and not _port_answers(port, timeout=0.2):
+                return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:     # a crowded band: any free port
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
 def _port_free(port: int) -> bool:
+    """Whether a server could listen on ``port`` now. SO_REUSEADDR as PostgreSQL sets it: the
+    connections a stopped server closed linger in TIME_WAIT on its port, and without it the
+    recorded port looked taken after every restart (the port moved each time)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
@@ -354,6 +390,34 @@ class EmbeddedServer:
         return {"home": str(self.home), "data_dir": str(self.data), "running": port is not None,
                 "port": port or state.get("port"), "major": state.get("major"), "binaries": state.get("bindir"),
                 "source": state.get("source"), "user": state.get("user"), "log": str(self.logfile)}
+
+    def current_port(self) -> int | None:
+        """The port the cluster's postmaster listens on now, or None when it is not running."""
+        try:
+            lines = (self.data / "postmaster.pid").read_text().splitlines()
+            pid, port = int(lines[0]), int(lines[3])
+        except (OSError, ValueError, IndexError):
+            return None
+        return port if _pid_alive(pid) else None
+
+    def watch(self, on_moved: Callable[[int, int], None], interval: float = 2.0) -> threading.Event:
+        """Check every ``interval`` s that the server still listens where this process connects.
+
+        If another process restarted it on another port (the recorded one was taken by
+        then), ``on_moved(old, new)`` is called once, from the watch thread: this process's
+        connections point at a port that is closed, or someone else's. Set the returned
+        event to end the watch.
+        """
+        done = threading.Event()
+
+        def loop() -> None:
+            while not done.wait(interval):
+                now = self.current_port()
+                if self.port is not None and now is not None and now != self.port:
+                    on_moved(self.port, now)
+                    return
+        threading.Thread(target=loop, name="mjsched-embedded-watch", daemon=True).start()
+        return done
 
     def __enter__(self) -> str:
         return self.start()
@@ -596,8 +660,13 @@ class EmbeddedServer:
             self._initdb(binaries)
             state = {}
         port = state.get("port")
-        if not isinstance(port, int) or not _port_free(port):
-            port = _free_port()
+        if isinstance(port, int) and not _port_free(port):
+            moved_to = _free_port(self.home, taken=port)
+            self._announce(f"the embedded PostgreSQL's port {port} is taken by another program; it moves to "
+                           f"{moved_to} (recorded in {self.state_file})")
+            port = moved_to
+        elif not isinstance(port, int):
+            port = _free_port(self.home)
         for attempt in range(3):
             self._write_runtime_conf(port)
             started = time.monotonic()
@@ -607,7 +676,7 @@ class EmbeddedServer:
                 break
             tail = self._log_tail()
             if attempt < 2 and ("already in use" in tail or "could not bind" in tail):
-                port = _free_port()
+                port = _free_port(self.home, taken=port)
                 continue
             raise EmbeddedError(f"the embedded PostgreSQL did not start (pg_ctl exit {result.returncode}): "
                                 f"{(result.stderr or result.stdout).strip()[-400:]} | log: {tail}")

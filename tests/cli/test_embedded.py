@@ -5,6 +5,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -188,3 +189,56 @@ def test_wheel_binaries(home: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert int(result.stdout.strip()) == wheels[0].major
     wait_until(lambda: not running(home), timeout=10, message="server stopped")
+
+
+def test_the_port_is_kept_across_restarts(home: Path) -> None:
+    """A stopped server's connections linger in TIME_WAIT on its port; the next start uses the
+    recorded port all the same (it moved on every restart before)."""
+    ports = []
+    for _ in range(3):
+        server = EmbeddedServer(home)
+        dsn = server.start()
+        conn = psycopg2.connect(dsn)
+        with conn.cursor() as cur:
+            cur.execute("SELECT 1")
+        assert server.stop() is True      # a fast shutdown: the server closes the connection first
+        conn.close()
+        ports.append(server.port)
+    assert len(set(ports)) == 1, ports
+    assert json.loads((home / "state.json").read_text())["port"] == ports[0]
+    # outside the ephemeral range, where outgoing connections would take it as their source port
+    low, high = (int(x) for x in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    assert not low <= ports[0] <= high, (ports[0], low, high)
+
+
+def test_a_running_engine_whose_server_moved_exits_with_a_clear_error(home: Path, tmp_path: Path,
+                                                                     processes: list) -> None:
+    from tests.cli.test_signals import Watched
+
+    cli = Cli(tmp_path)
+    env = embedded_env(home)
+    run = Watched(cli.spawn("run", "--lease", "30", env=env))
+    processes.append(run.proc)
+    run.wait_line("polling started", timeout=120)
+    old = json.loads((home / "state.json").read_text())["port"]
+    # the server goes away behind the engine's back (fast shutdown of the postmaster) ...
+    pid = int((home / "pg" / "data" / "postmaster.pid").read_text().split()[0])
+    os.kill(pid, signal.SIGINT)
+    wait_until(lambda: not running(home), timeout=60, message="the server to stop")
+    # ... another program takes its port, and another mjsched command starts it again
+    squatter = socket.socket()
+    squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    squatter.bind(("127.0.0.1", old))
+    squatter.listen()
+    try:
+        restarted = cli("jobs", "list", env=env, timeout=120, expect=0)
+        assert f"port {old} is taken by another program" in restarted.stderr
+        new = json.loads((home / "state.json").read_text())["port"]
+        assert new != old and running(home)        # left running: the engine is still registered
+        code, took = run.signal_and_wait(0, timeout=60)   # signal 0: just wait for it to go
+    finally:
+        squatter.close()
+    assert code == 1, run.err
+    assert f"moved from 127.0.0.1:{old} to 127.0.0.1:{new}" in run.err
+    assert any(line.startswith("mjsched: error: the embedded PostgreSQL moved") for line in run.err.splitlines())
+    assert took < 30 and not running(home)      # and, the last user out, it stopped the server
