@@ -44,7 +44,7 @@ import threading
 import time
 import uuid
 from datetime import timezone
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import ConfigurationError
 from ..models import JobRun
@@ -62,6 +62,7 @@ BROKER_SCHEMES = {"redis", "rediss", "amqp", "amqps", "pyamqp", "librabbitmq", "
 RESULT_SUMMARY_CHARS = 500
 POLL_INTERVALS = (0.05, 0.1, 0.2, 0.3, 0.5)       # then 1 s between polls
 BACKEND_FAILURE_BUDGET = 30.0                      # seconds of failing polls before the run fails
+BACKEND_CALL_TIMEOUT = 10.0                        # one result-backend read or control call, at most
 DEFAULT_SEND_TIMEOUT = 10.0
 DEFAULT_UNREGISTERED_CHECK = 5.0
 
@@ -246,8 +247,13 @@ class CeleryJob(BaseScheduledJob):
                                     f"{configuration['app']!r} has none; set result_backend or use mode 'send'",
                              details)
         if mode == "wait":
-            state = self._state(app, task_id)
-            if state is not None and state != "PENDING":
+            timeout = float(configuration.get("send_timeout") or DEFAULT_SEND_TIMEOUT)
+            ok, meta = _bounded(lambda: app.backend.get_task_meta(task_id), timeout)
+            if not ok:
+                return JobResult(False, f"task {task_name} not sent: its result backend {_backend_shown(app)} "
+                                        f"{_why(meta, timeout)}", details)
+            state = meta.get("status", "PENDING")
+            if state != "PENDING":
                 # Sent before for this very run (an engine died after sending): do not send again.
                 context.logger.info("celery task %s [%s] already %s; not sent again", task_name, task_id, state)
                 details["sent_again"] = False
@@ -270,40 +276,21 @@ class CeleryJob(BaseScheduledJob):
             if configuration.get(key) is not None:
                 options[key] = configuration[key]
         timeout = float(configuration.get("send_timeout") or DEFAULT_SEND_TIMEOUT)
-        outcome: dict[str, Any] = {}
 
         def send() -> None:
-            try:
-                app.send_task(task_name, args=list(configuration.get("args", [])),
-                              kwargs=dict(configuration.get("kwargs", {})), task_id=task_id,
-                              headers={"mjsched_job_id": context.job.id, "mjsched_run_id": context.run.id},
-                              retry=True, retry_policy={"max_retries": 3, "interval_start": 0,
-                                                        "interval_step": 0.5, "interval_max": 1.0},
-                              **options)
-                outcome["ok"] = True
-            except Exception as exc:  # noqa: BLE001 - any broker error is this run's failure
-                outcome["error"] = exc
+            app.send_task(task_name, args=list(configuration.get("args", [])),
+                          kwargs=dict(configuration.get("kwargs", {})), task_id=task_id,
+                          headers={"mjsched_job_id": context.job.id, "mjsched_run_id": context.run.id},
+                          retry=True, retry_policy={"max_retries": 3, "interval_start": 0,
+                                                    "interval_step": 0.5, "interval_max": 1.0},
+                          **options)
 
-        thread = threading.Thread(target=send, name="mjsched-celery-send", daemon=True)
-        thread.start()
-        thread.join(timeout)
-        if thread.is_alive():
-            return (f"task {task_name} not sent: the broker did not accept the message within {timeout:g}s "
-                    f"({_broker_shown(app)})")
-        if "error" in outcome:
-            exc = outcome["error"]
-            return f"task {task_name} not sent: broker {_broker_shown(app)} refused or is unreachable: " \
-                   f"{type(exc).__name__}: {exc}"
+        ok, error = _bounded(send, timeout)
+        if not ok:
+            return f"task {task_name} not sent: broker {_broker_shown(app)} {_why(error, timeout)}"
         return None
 
     # -- waiting -------------------------------------------------------------------------
-    def _state(self, app: Any, task_id: str) -> str | None:
-        """The task's state in the result backend, or None when the backend cannot be read."""
-        try:
-            return str(app.AsyncResult(task_id).state)
-        except Exception:  # noqa: BLE001
-            return None
-
     def _wait(self, app: Any, context: ExecutionContext, task_name: str, task_id: str,
               details: dict[str, Any]) -> JobResult:
         configuration = context.job.configuration
@@ -317,17 +304,18 @@ class CeleryJob(BaseScheduledJob):
             if context.cancel_event.is_set():
                 return self._revoke(app, task_name, task_id, details, "the run was cancelled (max_runtime, "
                                                                       "cancel or shutdown)")
-            try:
-                meta = backend.get_task_meta(task_id)
+            ok, meta = _bounded(lambda: backend.get_task_meta(task_id), BACKEND_CALL_TIMEOUT)
+            if ok:
                 state = meta.get("status", "PENDING")
                 failing_since = None
-            except Exception as exc:  # noqa: BLE001 - the backend may fail in any way
+            else:
                 now = time.monotonic()
                 failing_since = failing_since or now
                 if now - failing_since >= BACKEND_FAILURE_BUDGET:
                     return JobResult(False, f"task {task_name} [{task_id}] sent, but its result backend "
                                             f"{_backend_shown(app)} could not be read for "
-                                            f"{BACKEND_FAILURE_BUDGET:g}s: {type(exc).__name__}: {exc}", details)
+                                            f"{BACKEND_FAILURE_BUDGET:g}s: {_why(meta, BACKEND_CALL_TIMEOUT)}",
+                                     details)
                 state = None
             if state == "SUCCESS":
                 details.update(state=state, result=_summary(meta.get("result")), worker=_worker(meta))
@@ -347,7 +335,7 @@ class CeleryJob(BaseScheduledJob):
                 checked = True
                 unknown = self._unregistered(app, task_name)
                 if unknown is not None:
-                    app.control.revoke(task_id)
+                    _bounded(lambda: app.control.revoke(task_id), BACKEND_CALL_TIMEOUT)
                     details.update(state="PENDING", workers=unknown)
                     return JobResult(False, f"task {task_name!r} is not registered on any worker that answered "
                                             f"({', '.join(unknown)}); the message was revoked", details)
@@ -369,14 +357,42 @@ class CeleryJob(BaseScheduledJob):
         return sorted(registered)
 
     def _revoke(self, app: Any, task_name: str, task_id: str, details: dict[str, Any], why: str) -> JobResult:
-        try:
-            app.control.revoke(task_id, terminate=True, signal="SIGTERM")
+        ok, error = _bounded(lambda: app.control.revoke(task_id, terminate=True, signal="SIGTERM"),
+                             BACKEND_CALL_TIMEOUT)
+        if ok:
             details.update(state="REVOKED", revoked=True)
             return JobResult(False, f"{why}: revoked celery task {task_name} [{task_id}] (terminate=True)", details)
-        except Exception as exc:  # noqa: BLE001
-            details.update(revoked=False)
-            return JobResult(False, f"{why}: could not revoke celery task {task_name} [{task_id}]: "
-                                    f"{type(exc).__name__}: {exc}", details)
+        details.update(revoked=False)
+        return JobResult(False, f"{why}: could not revoke celery task {task_name} [{task_id}]: "
+                                f"{_why(error, BACKEND_CALL_TIMEOUT)}", details)
+
+
+def _bounded(call: Callable[[], Any], timeout: float) -> tuple[bool, Any]:
+    """``(True, value)`` when ``call`` returned within ``timeout``, else ``(False, exception or None)``.
+
+    Celery and its clients retry connections for as long as their settings say (the user's
+    app's, which we do not change); a helper thread keeps the run's slot bounded whatever
+    they say. A call that outlives its bound finishes in the background, harmlessly."""
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = call()
+        except Exception as exc:  # noqa: BLE001 - any client error is the caller's to report
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, name="mjsched-celery-call", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if "value" in outcome:
+        return True, outcome["value"]
+    return False, outcome.get("error")
+
+
+def _why(error: Any, timeout: float) -> str:
+    if error is None:
+        return f"did not answer within {timeout:g}s"
+    return f"refused or is unreachable: {type(error).__name__}: {error}"
 
 
 def _worker(meta: dict[str, Any]) -> str | None:

@@ -19,6 +19,7 @@ from .conftest import AMQP_URL, Worker, worker_env
 pytestmark = pytest.mark.celery
 
 APP = "tests.celery.worker_app:app"
+REDIS_BROKER = "redis://127.0.0.1:6379/15"
 NEVER = "0 0 1 1 *"          # the runs here are manual
 
 
@@ -116,6 +117,16 @@ def test_an_unreachable_broker_is_a_failed_run_within_a_bound(make_engine: Any, 
     assert "task t.add not sent" in run.error_message and "127.0.0.1:1" in run.error_message
     assert "guest:guest" not in run.error_message
     assert elapsed < 12, elapsed
+
+
+def test_an_unreachable_result_backend_is_a_failed_run_within_a_bound(make_engine: Any, redis_up: None) -> None:
+    engine = make_engine()
+    started = time.monotonic()
+    run = engine.execute_job(job(engine, app=REDIS_BROKER, backend="redis://127.0.0.1:1/0", task="t.add",
+                                 args=[1, 1], send_timeout=5))
+    assert run.status is RunStatus.FAILED
+    assert "not sent: its result backend redis://127.0.0.1:1/0" in run.error_message, run.error_message
+    assert time.monotonic() - started < 10
 
 
 def test_bad_app_paths_are_typed_errors(make_engine: Any, redis_up: None) -> None:
