@@ -40,6 +40,8 @@ class _Item:
     delay: float = 0.0          # current backoff; 0 until its first failure
     not_before: float = 0.0     # monotonic time of its next try
     busy: bool = False          # its job row was held by another session at its last try
+    busy_since: float = 0.0     # when it first found its job row held (this spell)
+    busy_said: bool = False     # the deferral was logged
 
 
 class CompletionWriter:
@@ -206,6 +208,9 @@ class CompletionWriter:
             outcome = results.get(item.completion.run_id, False)
             if outcome is None and not self._stop.is_set() and item.give_up_at > now:   # busy: row held elsewhere
                 if not item.busy:
+                    item.busy_since = now
+                elif not item.busy_said and now - item.busy_since >= 1.0:   # not a row held for a moment
+                    item.busy_said = True
                     log.warning("completion of run %s (%s) deferred: another session holds its job's row (an "
                                 "open transaction?); retrying every %.1fs", item.completion.run_id,
                                 item.completion.status, self._busy_retry, extra={"action": "completion_deferred"})

@@ -42,6 +42,7 @@ class LeaseKeeper:
         self._start_lock = threading.Lock()
         self.renewals = 0
         self._busy: set[str] = set()     # tokens whose last renewal found their job row held
+        self._busy_said: set[str] = set()  # busy tokens already logged (two beats in a row)
         self.failures = 0
 
     def start(self) -> None:
@@ -94,10 +95,13 @@ class LeaseKeeper:
     def _note_busy(self, busy: set[str]) -> None:
         """A job row another session holds (an open admin transaction) defers only its own
         renewal, which the next beat retries; said once per run while it stays busy."""
-        for entry in self._registry.by_tokens(busy - self._busy):
+        # A row held for a moment (another engine's claim or completion of the same job) is
+        # normal: said only when it was already busy at the previous beat, once per spell.
+        for entry in self._registry.by_tokens((busy & self._busy) - self._busy_said):
             log.warning("Lease of run %s (job %r) not renewed this time: another session holds the job's row "
                         "(an open transaction?); retrying at the next beat", entry.run_id, entry.job.name,
                         extra={"action": "lease_renewal_deferred"})
+        self._busy_said = (self._busy_said & busy) | (busy & self._busy)
         self._busy = set(busy)
 
     def _note_stalled_completions(self) -> None:
