@@ -277,6 +277,9 @@ class Dashboard:
         if self.read_only:
             self._audit(request, action, job_id, "refused", "read-only dashboard")
             raise UserError(403, "Read-only", "This dashboard is read-only: actions are turned off.")
+        if not security.same_origin(request.headers.get("Origin"), request.host):
+            self._audit(request, action, job_id, "refused", f"cross-origin request from {request.headers.get('Origin')!r}")
+            raise UserError(403, "Forbidden", "A page of another site tried to change this dashboard.")
         if not security.csrf_ok(request.cookies.get(security.CSRF_COOKIE), request.form.get(security.CSRF_FIELD)):
             self._audit(request, action, job_id, "refused", "missing or wrong CSRF token")
             raise UserError(403, "Forbidden", "The form's security token is missing or stale: reload the page "

@@ -18,6 +18,7 @@ import os
 import secrets
 from dataclasses import dataclass
 from typing import Mapping, Union
+from urllib.parse import urlsplit
 
 from ..errors import ConfigurationError
 
@@ -153,3 +154,12 @@ def new_csrf_token() -> str:
 
 def csrf_ok(cookie: str | None, submitted: str | None) -> bool:
     return bool(cookie) and bool(submitted) and _same(str(cookie), str(submitted))
+
+
+def same_origin(origin: str | None, host: str) -> bool:
+    """False when the browser says the request comes from another site: the Origin header names
+    another host than the request's Host. Absent or ``null`` Origins are left to the CSRF token.
+    (Behind a proxy that rewrites Host, forward it, e.g. Werkzeug's ProxyFix with x_host=1.)"""
+    if not origin or origin == "null":
+        return True
+    return urlsplit(origin).netloc.lower() == (host or "").lower()

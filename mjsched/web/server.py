@@ -17,9 +17,35 @@ log = logging.getLogger("mjsched.web")
 
 
 def make_dashboard_server(app: Any, host: str = "127.0.0.1", port: int = 8080) -> BaseWSGIServer:
-    """A threaded server for ``app`` on host:port; beyond loopback only when the app has auth."""
-    security.check_bind(host, getattr(app, "auth", None))
-    return make_server(host, port, app, threaded=True)
+    """A threaded server for ``app`` on host:port; beyond loopback only when the app has auth.
+
+    Without auth (so on loopback) a request must name a loopback host in its Host header:
+    a web page whose DNS name was rebound to 127.0.0.1 cannot use the dashboard.
+    """
+    auth = getattr(app, "auth", None)
+    security.check_bind(host, auth)
+    served = app if auth is not None else LoopbackHostGuard(app)
+    return make_server(host, port, served, threaded=True)
+
+
+class LoopbackHostGuard:
+    """WSGI middleware: 421 for a Host header that is not a loopback name or address."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.auth = None
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+        host = environ.get("HTTP_HOST") or environ.get("SERVER_NAME") or ""
+        name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+        if not security.is_loopback(name.strip("[]")):
+            log.warning("refused a request for host %r (DNS rebinding?)", host[:100],
+                        extra={"action": "web_bad_host"})
+            body = b"421 Misdirected Request: this dashboard answers for 127.0.0.1 and localhost only\n"
+            start_response("421 Misdirected Request", [("Content-Type", "text/plain"),
+                                                       ("Content-Length", str(len(body)))])
+            return [body]
+        return self.app(environ, start_response)
 
 
 class DashboardThread:

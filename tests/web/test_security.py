@@ -147,3 +147,38 @@ def test_the_core_does_not_import_the_toolkit() -> None:
             "or m.startswith('mjsched.web')); print(bad); sys.exit(1 if bad else 0)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_post_from_another_origin_is_refused_even_with_the_token(engine: mjsched.SchedulingEngine,
+                                                                   client: Browserless) -> None:
+    job_id = shell_job(engine, "origin-checked")
+    token = client.csrf()
+    refused = client.post(f"/jobs/{job_id}/pause", {"csrf_token": token}, headers={"Origin": "https://evil.example"})
+    assert refused.status_code == 403 and engine.get_job(job_id).status.value == "Active"
+    same = client.post(f"/jobs/{job_id}/pause", {"csrf_token": token}, headers={"Origin": "http://localhost"})
+    assert same.status_code == 303 and engine.get_job(job_id).status.value == "Paused"
+
+
+def test_the_loopback_server_answers_loopback_host_names_only(engine: mjsched.SchedulingEngine) -> None:
+    """A page whose DNS name was rebound to 127.0.0.1 gets nothing from a dashboard without auth."""
+    import http.client
+
+    from mjsched.web import DashboardThread
+
+    app = create_app(engine)
+    server = DashboardThread(app, "127.0.0.1", 0).start()
+    try:
+        port = server.server.server_address[1]
+
+        def status(host: str) -> int:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            conn.request("GET", "/jobs", headers={"Host": host})
+            code = conn.getresponse().status
+            conn.close()
+            return code
+
+        assert status(f"127.0.0.1:{port}") == 200 and status(f"localhost:{port}") == 200
+        assert status(f"rebound.evil.example:{port}") == 421 and status("evil.example") == 421
+    finally:
+        server.stop()
+        app.close()
