@@ -483,9 +483,12 @@ class SchedulingEngine:
                     try:
                         started += self._start_claim(job, claim.run_id, claim.lock_token, claim.scheduled_for,
                                                      claim.from_queue, db_now)
-                    except SchedulerError as exc:
-                        log.error("could not start run of job %r: %s (its lease will lapse and be swept)",
-                                  job.name, exc, extra={"action": "dispatch_failed"})
+                    except Exception as exc:  # noqa: BLE001 - one row no engine can run must not fail the poll
+                        if isinstance(exc, SchedulerError) and not isinstance(exc, ConfigurationError):
+                            log.error("could not start run of job %r: %s (its lease will lapse and be swept)",
+                                      job.name, exc, extra={"action": "dispatch_failed"})
+                        else:   # the row itself: its schedule cannot be computed
+                            self._set_aside(job, claim.run_id, claim.lock_token, exc)
                 self._unanswered_claim = None
                 dispatched += started
                 if not any(c.run_id is None for c in batch.claims) or len(batch.claims) < free:
@@ -503,6 +506,40 @@ class SchedulingEngine:
                      self._registry.live_count(), self.max_concurrent_jobs, extra={"action": "poll"})
         return result, max(0.0, delay)
 
+    def _set_aside(self, job: Job, run_id: str | None, token: str, exc: BaseException) -> None:
+        """A claimed job whose schedule cannot be computed (a cron, a zone or an instant no
+        engine can use, written by plain SQL): its next_run_at is cleared, so no engine claims
+        it again until its definition changes (the start-up sweep passes it over, reported
+        once), and the claimed run ends Skipped with the reason. Logged once per job and reason."""
+        reason = f"{type(exc).__name__}: {exc}"
+        try:
+            self.backend.advance_job(job.id, token, None, release=run_id is None)
+        except SchedulerError as db_exc:
+            log.warning("job %r: could not set it aside (%s); its lease will lapse", job.name, db_exc)
+            return
+        if run_id is not None:
+            self._writer.submit(Completion(run_id, token, RunStatus.SKIPPED.value,
+                                           f"set aside: its schedule cannot be computed ({reason}); "
+                                           "fix the job's definition", None, None),
+                                lambda _ok: self._poller.wake())
+        if self._housekeeping.first_report(job):
+            log.error("job %r (%s) set aside: its schedule cannot be computed (%s); it will not run until its "
+                      "definition is fixed", job.name, job.id, reason,
+                      extra={"action": "job_set_aside", "job_id": job.id})
+
+    def _definition_refused(self, job: Job) -> str | None:
+        """Why no run of ``job`` can succeed on this engine (its driver is not installed here, or
+        the driver refuses its configuration), or None. Logged once per job and reason."""
+        try:
+            validation.check_runnable(job.driver, job.configuration)
+            return None
+        except Exception as exc:  # noqa: BLE001 - a plugin may raise anything from its validation
+            reason = f"not run: {type(exc).__name__}: {exc}; fix the job's driver or configuration"
+        if self._housekeeping.first_refusal(job, reason):
+            log.error("job %r (%s): %s (each tick is recorded Skipped until then)", job.name, job.id, reason,
+                      extra={"action": "job_refused", "job_id": job.id})
+        return reason
+
     def _start_claim(self, job: Job, run_id: str | None, token: str, scheduled_for: datetime | None,
                      from_queue: bool, db_now: datetime) -> int:
         if run_id is None:  # the tick already had a run: move the schedule past it, run nothing
@@ -514,6 +551,13 @@ class SchedulingEngine:
         # What next_run_at was at the claim: a due tick's claim serves it; for a queued run the
         # job's row read just after the claim is the closest there is.
         seen = scheduled_for if scheduled_for is not None and not from_queue else job.next_run_at
+        refused = self._definition_refused(job)
+        if refused is not None:   # no run of it can succeed: each tick is Skipped, reported once
+            nxt = None if from_queue else scheduling.next_run_after(job, scheduled_for, db_now, catch_up=False)
+            self._writer.submit(Completion(run_id, token, RunStatus.SKIPPED.value, refused, None, nxt,
+                                           guard=True, expected_next_run_at=seen),
+                                lambda _ok: self._poller.wake())
+            return 0
         plan = scheduling.TickPlan(run=True, catch_up=False, missed=0)
         if scheduled_for is not None and not from_queue:
             plan = scheduling.plan_tick(job, scheduled_for, db_now, self.max_catch_up_runs)
@@ -614,8 +658,8 @@ class SchedulingEngine:
             return None
         try:
             return scheduling.next_run_after(entry.job, entry.scheduled_for, self._clock.now(), entry.catch_up)
-        except SchedulerError as exc:
-            log.error("job %r: cannot compute its next run: %s", entry.job.name, exc)
+        except Exception as exc:  # noqa: BLE001 - the run's outcome is still recorded; its next claim sets it aside
+            log.error("job %r: cannot compute its next run: %s: %s", entry.job.name, type(exc).__name__, exc)
             return None
 
     def _completed(self, entry: InFlight, result: JobResult, driver: BaseScheduledJob | None,
@@ -798,16 +842,27 @@ class SchedulingEngine:
         for entry in self._registry.busy():
             if entry.job.concurrency_mode is not ConcurrencyMode.QUEUE or entry.manual or entry.catch_up:
                 continue
-            schedule = scheduling.schedule_of(entry.job)
-            base = entry.last_enqueued or entry.scheduled_for or db_now
-            tick = schedule.next_after(base)
-            while tick <= db_now:
-                if self.backend.enqueue_job_run(entry.job.id, tick):
+            try:
+                schedule = scheduling.schedule_of(entry.job)
+                base = entry.last_enqueued or entry.scheduled_for or db_now
+                tick = schedule.next_after(base)
+            except Exception as exc:  # noqa: BLE001 - no tick to keep for this job; the others go on
+                if self._housekeeping.first_report(entry.job):
+                    log.error("job %r: cannot compute the ticks to queue: %s: %s", entry.job.name,
+                              type(exc).__name__, exc, extra={"action": "bad_schedule"})
+                continue
+            pending: datetime | None = tick
+            while pending is not None and pending <= db_now:
+                if self.backend.enqueue_job_run(entry.job.id, pending):
                     log.info("job %r still running: tick %s kept as a Queued run", entry.job.name,
-                             tick.isoformat(), extra={"action": "queued"})
-                entry.last_enqueued = tick
-                tick = schedule.next_after(tick)
-            wait = min(wait, (tick - db_now).total_seconds() + 0.001)
+                             pending.isoformat(), extra={"action": "queued"})
+                entry.last_enqueued = pending
+                try:
+                    pending = schedule.next_after(pending)
+                except Exception:  # noqa: BLE001 - past the last instant there is: nothing more to queue
+                    pending = None
+            if pending is not None:
+                wait = min(wait, (pending - db_now).total_seconds() + 0.001)
         return wait
 
     # -- lifecycle -------------------------------------------------------------------------------

@@ -99,7 +99,10 @@ class Job:
         values["concurrency_mode"] = ConcurrencyMode(values["concurrency_mode"])
         values["missed_run_policy"] = MissedRunPolicy(values["missed_run_policy"])
         values["isolation"] = Isolation(values["isolation"]) if values["isolation"] else None
-        values["configuration"] = _json(values["configuration"]) or {}
+        try:
+            values["configuration"] = _json(values["configuration"]) or {}
+        except ValueError:   # not JSON (a row no rule checked): the engine refuses to run it, naming why
+            pass
         values["lock_token"] = str(values["lock_token"]) if values["lock_token"] else None
         values["run_immediately_if_never_run"] = bool(values["run_immediately_if_never_run"])
         values["notify_on_success"] = bool(values["notify_on_success"])

@@ -33,6 +33,7 @@ class Housekeeping:
         self._sweep_again = False         # jobs changed during it: sweep once more after it
         self._cursor: str | None = None
         self._reported: set[tuple[str, str, str]] = set()   # (job id, cron, zone) logged as unusable
+        self._refused: set[tuple[str, str, str]] = set()    # (job id, driver, reason) logged as not runnable
 
     def check_installed(self) -> None:
         have = set(self._backend.installed_versions())
@@ -108,6 +109,27 @@ class Housekeeping:
                   "%s (%s)", len(fresh), jobs[0].cron_expression, jobs[0].timezone, exc, names,
                   extra={"action": "bad_schedule"})
 
+    def first_report(self, job: Job | UnscheduledJob) -> bool:
+        """True the first time ``job`` is reported unusable with its present cron and zone: the
+        claim path (which sets it aside) and this sweep share the record, so it is said once."""
+        key = (job.id, job.cron_expression, job.timezone)
+        if key in self._reported:
+            return False
+        if len(self._reported) > 100_000:
+            self._reported.clear()
+        self._reported.add(key)
+        return True
+
+    def first_refusal(self, job: Job, reason: str) -> bool:
+        """True the first time ``job`` is refused for ``reason`` (its driver or configuration)."""
+        key = (job.id, job.driver, reason)
+        if key in self._refused:
+            return False
+        if len(self._refused) > 100_000:
+            self._refused.clear()
+        self._refused.add(key)
+        return True
+
     def probe_permissions(self) -> None:
         try:
             missing = self._backend.probe_permissions()
@@ -151,7 +173,7 @@ class Housekeeping:
         try:
             by_design = getattr(get_driver(driver), "high_frequency_by_design", False)
             gap = None if by_design else scheduling.schedule_gap(cron, zone, self._clock.now())
-        except SchedulerError:
+        except Exception:  # noqa: BLE001 - an unusable schedule is reported where it is scheduled
             gap = None
         if len(self._verdicts) > 10_000:
             self._verdicts.clear()

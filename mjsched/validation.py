@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import math
 import uuid
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Mapping
 
 from .cron import CronSchedule, resolve_timezone
@@ -74,6 +74,12 @@ def positive_int(field: str, value: Any, *, maximum: int = 10_000) -> int:
     return value
 
 
+# The instants a job row may hold, in both dialects' schemas too (001_schema.sql): no
+# infinities, no year 1, room for a zone's offset before datetime's year-9999 limit.
+EARLIEST = datetime(1900, 1, 1, tzinfo=timezone.utc)
+LATEST = datetime(9999, 12, 31, tzinfo=timezone.utc)
+
+
 def aware(field: str, value: Any) -> datetime | None:
     if value is None:
         return None
@@ -81,6 +87,12 @@ def aware(field: str, value: Any) -> datetime | None:
         raise ConfigurationError(field, value, "must be a datetime")
     if value.tzinfo is None or value.utcoffset() is None:
         raise ConfigurationError(field, value, "must be timezone-aware (naive datetimes are ambiguous)")
+    try:
+        inside = EARLIEST <= value <= LATEST
+    except OverflowError:   # an offset that takes it past what datetime can hold
+        inside = False
+    if not inside:
+        raise ConfigurationError(field, value, "must lie between 1900-01-01 00:00 and 9999-12-31 00:00 UTC")
     return value
 
 
@@ -162,6 +174,13 @@ def _validate_with(name: str, driver_cls: type, conf: dict[str, Any]) -> None:
         raise ConfigurationError("driver", name, f"driver could not be constructed: {type(exc).__name__}: {exc}") \
             from exc
     driver.validate_configuration(conf)
+
+
+def check_runnable(driver_name: str, conf: Any) -> None:
+    """What the API checks about a job's driver and configuration, for a row already stored
+    (plain SQL can write what job_fields would refuse): raises naming the field and value."""
+    driver_cls = get_driver(driver_name)   # raises UnknownDriver
+    _validate_with(driver_name, driver_cls, configuration(conf))
 
 
 def job_fields(fields: Mapping[str, Any], *, creating: bool,

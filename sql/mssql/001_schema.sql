@@ -34,10 +34,10 @@ BEGIN
             CONSTRAINT df_scheduled_job_type_isolation DEFAULT N'thread',
         default_max_runtime_seconds float NULL,
         CONSTRAINT pk_scheduled_job_type PRIMARY KEY (id),
-        CONSTRAINT uq_scheduled_job_type_name UNIQUE (name),
-        CONSTRAINT uq_scheduled_job_type_driver_class UNIQUE (driver_class),
-        CONSTRAINT ck_scheduled_job_type_isolation CHECK (isolation IN (N'thread', N'process'))
         -- default_max_runtime_seconds: see "What a row may hold" at the end of this file
+        CONSTRAINT ck_scheduled_job_type_isolation CHECK (isolation IN (N'thread', N'process')),
+        CONSTRAINT uq_scheduled_job_type_name UNIQUE (name),
+        CONSTRAINT uq_scheduled_job_type_driver_class UNIQUE (driver_class)
     );
 END;
 GO

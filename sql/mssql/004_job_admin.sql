@@ -24,6 +24,10 @@ SET CONCAT_NULL_YIELDS_NULL ON;
 SET NUMERIC_ROUNDABORT OFF;
 GO
 
+-- check_job_fields: the keys are job columns that can be set, each value converts to its
+-- column's type, and each value keeps the rules the API checks (mjsched/validation.py) and
+-- the table enforces (001_schema.sql, "What a row may hold"): the error names the field and
+-- the value (error 50022), before anything is written. The twin of the PostgreSQL function.
 CREATE OR ALTER PROCEDURE mjsched.check_job_fields
     @p_fields nvarchar(max)
 AS
@@ -31,6 +35,8 @@ BEGIN
     SET NOCOUNT ON;
     SET XACT_ABORT ON;
     DECLARE @v_key nvarchar(4000);
+    DECLARE @v_value nvarchar(max);
+    DECLARE @v_type int;
     IF @p_fields IS NULL OR ISJSON(@p_fields) = 0 OR LEFT(LTRIM(@p_fields), 1) <> N'{'
     BEGIN
         THROW 50022, N'fields must be a JSON object', 1;
@@ -40,6 +46,104 @@ BEGIN
     -- THROW takes an nvarchar(2048) message: the key (up to 4000 characters) is cut to fit.
     DECLARE @v_message nvarchar(2048) = CONCAT(N'fields.', LEFT(@v_key, 2000), N': not a job column that can be set');
     IF @v_key IS NOT NULL
+    BEGIN
+        THROW 50022, @v_message, 1;
+    END;
+    -- Each value on its own, so a value of the wrong type is named (not just "conversion failed").
+    SELECT TOP (1) @v_key = e.[key], @v_value = e.[value], @v_type = e.[type]
+      FROM OPENJSON(@p_fields) AS e
+     WHERE e.[type] <> 0
+       AND ((e.[key] COLLATE Latin1_General_BIN2 IN (N'start_at', N'end_at', N'next_run_at')
+             AND TRY_CONVERT(datetimeoffset, e.[value]) IS NULL)
+            OR (e.[key] COLLATE Latin1_General_BIN2 = N'max_runtime_seconds' AND TRY_CONVERT(float, e.[value]) IS NULL)
+            OR (e.[key] COLLATE Latin1_General_BIN2 = N'max_queued_runs' AND TRY_CONVERT(int, e.[value]) IS NULL)
+            OR (e.[key] COLLATE Latin1_General_BIN2 = N'job_type_id'
+                AND TRY_CONVERT(uniqueidentifier, e.[value]) IS NULL)
+            OR (e.[key] COLLATE Latin1_General_BIN2 IN (N'run_immediately_if_never_run', N'notify_on_success',
+                                                        N'notify_on_failure')
+                AND TRY_CONVERT(bit, e.[value]) IS NULL)
+            OR (e.[key] COLLATE Latin1_General_BIN2 = N'configuration' AND e.[type] <> 5))
+     ORDER BY e.[key];
+    SET @v_message = CONCAT(N'fields.', LEFT(@v_key, 200), N': ', LEFT(@v_value, 200),
+                            CASE WHEN @v_key = N'configuration' THEN N' must be a JSON object'
+                                 ELSE N' is not a valid value' END);
+    IF @v_key IS NOT NULL
+    BEGIN
+        THROW 50022, @v_message, 1;
+    END;
+    DECLARE @v_max_runtime float, @v_start datetimeoffset, @v_end datetimeoffset, @v_next datetimeoffset;
+    DECLARE @v_name nvarchar(max), @v_cron nvarchar(max), @v_zone nvarchar(max), @v_description nvarchar(max);
+    DECLARE @v_configuration nvarchar(max), @v_status nvarchar(max), @v_mode nvarchar(max);
+    DECLARE @v_policy nvarchar(max), @v_isolation nvarchar(max), @v_queued int;
+    SELECT @v_max_runtime = f.max_runtime_seconds, @v_start = f.start_at, @v_end = f.end_at,
+           @v_next = f.next_run_at, @v_name = f.name, @v_cron = f.cron_expression, @v_zone = f.timezone,
+           @v_description = f.description, @v_configuration = f.configuration, @v_status = f.status,
+           @v_mode = f.concurrency_mode, @v_policy = f.missed_run_policy, @v_isolation = f.isolation,
+           @v_queued = f.max_queued_runs
+      FROM OPENJSON(@p_fields) WITH (
+            max_runtime_seconds float '$.max_runtime_seconds',
+            start_at datetimeoffset '$.start_at',
+            end_at datetimeoffset '$.end_at',
+            next_run_at datetimeoffset '$.next_run_at',
+            name nvarchar(max) '$.name',
+            cron_expression nvarchar(max) '$.cron_expression',
+            timezone nvarchar(max) '$.timezone',
+            description nvarchar(max) '$.description',
+            configuration nvarchar(max) '$.configuration' AS JSON,
+            status nvarchar(max) '$.status',
+            concurrency_mode nvarchar(max) '$.concurrency_mode',
+            missed_run_policy nvarchar(max) '$.missed_run_policy',
+            isolation nvarchar(max) '$.isolation',
+            max_queued_runs int '$.max_queued_runs'
+      ) AS f;
+    SET @v_message = CASE
+        WHEN NOT (@v_max_runtime > 0 AND @v_max_runtime <= 31536000)
+            THEN CONCAT(N'fields.max_runtime_seconds: ', CONVERT(nvarchar(40), @v_max_runtime),
+                        N' must be a finite number of seconds in (0, 31536000] (one year)')
+        WHEN NOT (@v_start BETWEEN CAST(N'1900-01-01T00:00:00+00:00' AS datetimeoffset)
+                               AND CAST(N'9999-12-31T00:00:00+00:00' AS datetimeoffset))
+            THEN CONCAT(N'fields.start_at: ', CONVERT(nvarchar(40), @v_start, 127),
+                        N' must lie between 1900-01-01 00:00 and 9999-12-31 00:00 UTC')
+        WHEN NOT (@v_end BETWEEN CAST(N'1900-01-01T00:00:00+00:00' AS datetimeoffset)
+                             AND CAST(N'9999-12-31T00:00:00+00:00' AS datetimeoffset))
+            THEN CONCAT(N'fields.end_at: ', CONVERT(nvarchar(40), @v_end, 127),
+                        N' must lie between 1900-01-01 00:00 and 9999-12-31 00:00 UTC')
+        WHEN NOT (@v_next BETWEEN CAST(N'1900-01-01T00:00:00+00:00' AS datetimeoffset)
+                              AND CAST(N'9999-12-31T00:00:00+00:00' AS datetimeoffset))
+            THEN CONCAT(N'fields.next_run_at: ', CONVERT(nvarchar(40), @v_next, 127),
+                        N' must lie between 1900-01-01 00:00 and 9999-12-31 00:00 UTC')
+        WHEN @v_start >= @v_end
+            THEN CONCAT(N'fields.end_at: ', CONVERT(nvarchar(40), @v_end, 127), N' must be after start_at (',
+                        CONVERT(nvarchar(40), @v_start, 127), N')')
+        WHEN EXISTS (SELECT 1 FROM OPENJSON(@p_fields) AS e WHERE e.[key] COLLATE Latin1_General_BIN2 = N'name')
+             AND COALESCE(LEN(@v_name), 0) = 0
+            THEN CONCAT(N'fields.name: ', COALESCE(N'''' + @v_name + N'''', N'null'), N' must not be empty')
+        WHEN EXISTS (SELECT 1 FROM OPENJSON(@p_fields) AS e
+                      WHERE e.[key] COLLATE Latin1_General_BIN2 = N'cron_expression')
+             AND COALESCE(LEN(@v_cron), 0) = 0
+            THEN CONCAT(N'fields.cron_expression: ', COALESCE(N'''' + @v_cron + N'''', N'null'), N' must not be empty')
+        WHEN EXISTS (SELECT 1 FROM OPENJSON(@p_fields) AS e WHERE e.[key] COLLATE Latin1_General_BIN2 = N'timezone')
+             AND COALESCE(LEN(@v_zone), 0) = 0
+            THEN CONCAT(N'fields.timezone: ', COALESCE(N'''' + @v_zone + N'''', N'null'), N' must not be empty')
+        WHEN LEN(@v_description) > 100000
+            THEN CONCAT(N'fields.description: ', LEN(@v_description), N' characters long; at most 100000 allowed')
+        WHEN LEN(@v_configuration) > 1000000
+            THEN CONCAT(N'fields.configuration: ', LEN(@v_configuration), N' characters; at most 1000000 allowed')
+        WHEN @v_status NOT IN (N'Pending', N'Active', N'Paused', N'Disabled', N'Expired')
+            THEN CONCAT(N'fields.status: ''', LEFT(@v_status, 200),
+                        N''' must be one of Pending, Active, Paused, Disabled, Expired')
+        WHEN @v_mode NOT IN (N'Skip', N'Queue', N'Concurrent')
+            THEN CONCAT(N'fields.concurrency_mode: ''', LEFT(@v_mode, 200),
+                        N''' must be one of Skip, Queue, Concurrent')
+        WHEN @v_policy NOT IN (N'Skip', N'RunOnce', N'RunAll')
+            THEN CONCAT(N'fields.missed_run_policy: ''', LEFT(@v_policy, 200),
+                        N''' must be one of Skip, RunOnce, RunAll')
+        WHEN @v_isolation NOT IN (N'thread', N'process')
+            THEN CONCAT(N'fields.isolation: ''', LEFT(@v_isolation, 200), N''' must be thread or process')
+        WHEN @v_queued NOT BETWEEN 1 AND 1000
+            THEN CONCAT(N'fields.max_queued_runs: ', @v_queued, N' must be between 1 and 1000')
+    END;
+    IF @v_message IS NOT NULL
     BEGIN
         THROW 50022, @v_message, 1;
     END;

@@ -11,10 +11,10 @@ CREATE TABLE IF NOT EXISTS mjsched.scheduled_job_type (
     description                 text,
     isolation                   varchar(10) NOT NULL DEFAULT 'thread',
     default_max_runtime_seconds double precision,
-    CONSTRAINT uq_scheduled_job_type_name UNIQUE (name),
-    CONSTRAINT uq_scheduled_job_type_driver_class UNIQUE (driver_class),
-    CONSTRAINT ck_scheduled_job_type_isolation CHECK (isolation IN ('thread', 'process'))
     -- default_max_runtime_seconds: see "What a row may hold" at the end of this file
+    CONSTRAINT ck_scheduled_job_type_isolation CHECK (isolation IN ('thread', 'process')),
+    CONSTRAINT uq_scheduled_job_type_name UNIQUE (name),
+    CONSTRAINT uq_scheduled_job_type_driver_class UNIQUE (driver_class)
 );
 
 CREATE TABLE IF NOT EXISTS mjsched.scheduled_job (

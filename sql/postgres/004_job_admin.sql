@@ -5,10 +5,19 @@
 -- p_fields is a JSON object of column -> value; absent keys keep their default (insert)
 -- or their current value (update). Unknown keys are an error naming the key.
 
+-- check_job_fields: the keys are job columns that can be set, each value converts to its
+-- column's type, and each value keeps the rules the API checks (mjsched/validation.py) and
+-- the table enforces (001_schema.sql, "What a row may hold"): the error names the field and
+-- the value (SQLSTATE 22023), before anything is written. The EXECUTE-only engine role
+-- writes jobs through here, so it cannot store a NaN or 1e13 max_runtime, an infinite or
+-- year-1 instant, or an unknown status either.
 CREATE OR REPLACE FUNCTION mjsched.check_job_fields(p_fields jsonb) RETURNS void
-LANGUAGE plpgsql IMMUTABLE SECURITY DEFINER SET search_path = mjsched, pg_temp AS $$
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = mjsched, pg_temp AS $$
 #variable_conflict use_column
-DECLARE v_key text;
+DECLARE
+    v_key text;
+    v_value text;
+    r mjsched.scheduled_job;
 BEGIN
     IF p_fields IS NULL OR jsonb_typeof(p_fields) <> 'object' THEN
         RAISE EXCEPTION 'fields must be a JSON object' USING ERRCODE = '22023';
@@ -21,6 +30,77 @@ BEGIN
      LIMIT 1;
     IF v_key IS NOT NULL THEN
         RAISE EXCEPTION 'fields.%: not a job column that can be set', v_key USING ERRCODE = '22023';
+    END IF;
+    -- Each value on its own, so a value of the wrong type is named (not just "invalid input").
+    FOR v_key IN SELECT k FROM jsonb_object_keys(p_fields) k ORDER BY k LOOP
+        BEGIN
+            r := jsonb_populate_record(NULL::mjsched.scheduled_job, jsonb_build_object(v_key, p_fields -> v_key));
+        EXCEPTION WHEN data_exception THEN
+            RAISE EXCEPTION 'fields.%: % is not a valid value (%)', v_key, left(p_fields ->> v_key, 200), SQLERRM
+                USING ERRCODE = '22023';
+        END;
+    END LOOP;
+    r := jsonb_populate_record(NULL::mjsched.scheduled_job, p_fields);
+    IF r.max_runtime_seconds IS NOT NULL
+       AND NOT (r.max_runtime_seconds > 0 AND r.max_runtime_seconds <= 31536000) THEN
+        -- NaN compares greater than every number: "<= 31536000" refuses it
+        RAISE EXCEPTION 'fields.max_runtime_seconds: % must be a finite number of seconds in (0, 31536000] (one year)',
+            r.max_runtime_seconds USING ERRCODE = '22023';
+    END IF;
+    FOR v_key, v_value IN
+        SELECT f.k, f.t::text
+          FROM (VALUES ('start_at', r.start_at), ('end_at', r.end_at), ('next_run_at', r.next_run_at)) AS f (k, t)
+         WHERE NOT (f.t BETWEEN '1900-01-01 00:00:00+00' AND '9999-12-31 00:00:00+00')
+    LOOP
+        RAISE EXCEPTION 'fields.%: % must lie between 1900-01-01 00:00 and 9999-12-31 00:00 UTC', v_key, v_value
+            USING ERRCODE = '22023';
+    END LOOP;
+    IF r.start_at IS NOT NULL AND r.end_at IS NOT NULL AND r.start_at >= r.end_at THEN
+        RAISE EXCEPTION 'fields.end_at: % must be after start_at (%)', r.end_at, r.start_at USING ERRCODE = '22023';
+    END IF;
+    IF p_fields ? 'name' AND (r.name IS NULL OR length(btrim(r.name)) = 0) THEN
+        RAISE EXCEPTION 'fields.name: % must not be empty', coalesce(quote_literal(r.name), 'null')
+            USING ERRCODE = '22023';
+    END IF;
+    IF p_fields ? 'cron_expression' AND (r.cron_expression IS NULL OR length(btrim(r.cron_expression)) = 0) THEN
+        RAISE EXCEPTION 'fields.cron_expression: % must not be empty',
+            coalesce(quote_literal(r.cron_expression), 'null') USING ERRCODE = '22023';
+    END IF;
+    IF p_fields ? 'timezone' AND (r.timezone IS NULL OR length(btrim(r.timezone)) = 0) THEN
+        RAISE EXCEPTION 'fields.timezone: % must not be empty', coalesce(quote_literal(r.timezone), 'null')
+            USING ERRCODE = '22023';
+    END IF;
+    IF length(r.description) > 100000 THEN
+        RAISE EXCEPTION 'fields.description: % characters long; at most 100000 allowed', length(r.description)
+            USING ERRCODE = '22023';
+    END IF;
+    IF r.configuration IS NOT NULL AND jsonb_typeof(r.configuration) <> 'object' THEN
+        RAISE EXCEPTION 'fields.configuration: a JSON % must be a JSON object', jsonb_typeof(r.configuration)
+            USING ERRCODE = '22023';
+    END IF;
+    IF octet_length(r.configuration::text) > 1000000 THEN
+        RAISE EXCEPTION 'fields.configuration: % bytes; at most 1000000 allowed', octet_length(r.configuration::text)
+            USING ERRCODE = '22023';
+    END IF;
+    IF r.status NOT IN ('Pending', 'Active', 'Paused', 'Disabled', 'Expired') THEN
+        RAISE EXCEPTION 'fields.status: % must be one of Pending, Active, Paused, Disabled, Expired',
+            quote_literal(r.status) USING ERRCODE = '22023';
+    END IF;
+    IF r.concurrency_mode NOT IN ('Skip', 'Queue', 'Concurrent') THEN
+        RAISE EXCEPTION 'fields.concurrency_mode: % must be one of Skip, Queue, Concurrent',
+            quote_literal(r.concurrency_mode) USING ERRCODE = '22023';
+    END IF;
+    IF r.missed_run_policy NOT IN ('Skip', 'RunOnce', 'RunAll') THEN
+        RAISE EXCEPTION 'fields.missed_run_policy: % must be one of Skip, RunOnce, RunAll',
+            quote_literal(r.missed_run_policy) USING ERRCODE = '22023';
+    END IF;
+    IF r.isolation NOT IN ('thread', 'process') THEN
+        RAISE EXCEPTION 'fields.isolation: % must be thread or process', quote_literal(r.isolation)
+            USING ERRCODE = '22023';
+    END IF;
+    IF r.max_queued_runs NOT BETWEEN 1 AND 1000 THEN
+        RAISE EXCEPTION 'fields.max_queued_runs: % must be between 1 and 1000', r.max_queued_runs
+            USING ERRCODE = '22023';
     END IF;
 END;
 $$;

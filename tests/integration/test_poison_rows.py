@@ -1,0 +1,395 @@
+"""One poisoned job row must never stop the fleet (issue 12 items 1 and 2).
+
+* The admin procedures (insert_job/update_job) refuse what the API refuses, called by a
+  role that may only EXECUTE them, with an error naming the field and the value.
+* The schema refuses it from plain SQL (001_schema.sql, "What a row may hold").
+* An upgrade over rows an older release left sets them aside (Disabled, a Failed run
+  naming field and value, one WARNING from install()) instead of failing.
+* What the schema cannot judge (a cron, a zone, a driver, a configuration) is isolated by
+  the engine: start_polling() starts, polls never fail, healthy jobs run on time.
+* The poison table: for every column of the job row, the worst values plain SQL can
+  write, each refused or isolated, with five healthy per-second jobs counted beside them.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from typing import Any, Iterator
+
+import psycopg2
+import psycopg2.errors
+import pytest
+
+import mjsched
+from mjsched import sqlfiles
+from tests.support.pg import wait_for
+
+pytestmark = [pytest.mark.postgres, pytest.mark.timeout(120)]
+
+# The rules 001_schema.sql adds to scheduled_job (named ck_scheduled_job_<column>).
+RULES = ["max_runtime_seconds", "configuration", "name", "description", "cron_expression", "timezone", "start_at",
+         "end_at", "next_run_at", "last_run_at", "locked_at", "expected_completion_at", "created_at", "updated_at",
+         "run_count", "success_count", "failure_count", "last_duration_ms", "total_duration_ms"]
+
+BAD_NUMBERS = ["NaN", "Infinity", "-Infinity", 1e13, 0, -1]
+BAD_INSTANTS = ["-infinity", "infinity", "0001-01-01T00:00:00+00:00", "9999-12-31T12:00:00+00:00"]
+
+
+def per_second_job(engine: mjsched.SchedulingEngine, name: str, **fields: Any) -> str:
+    return engine.create_job(name=name, driver="python", cron="* * * * * *",
+                             configuration={"callable": "os:getpid"}, **fields)
+
+
+@pytest.fixture
+def executor_dsn(pg_dsn: str, sql: Any) -> Iterator[str]:
+    """A login that may only EXECUTE the admin procedures (SECURITY DEFINER), nothing else."""
+    name = f"mjsched_exec_{uuid.uuid4().hex[:10]}"
+    sql.run(f'CREATE ROLE "{name}" LOGIN')
+    sql.run(f'GRANT USAGE ON SCHEMA mjsched TO "{name}"')
+    sql.run(f'GRANT EXECUTE ON FUNCTION mjsched.insert_job(jsonb), mjsched.update_job(uuid, jsonb) TO "{name}"')
+    parsed = psycopg2.extensions.parse_dsn(pg_dsn)
+    yield f"postgresql://{name}@{parsed.get('host', '127.0.0.1')}:{parsed.get('port', '5432')}/{parsed['dbname']}"
+    sql.run(f'DROP OWNED BY "{name}"')
+    sql.run(f'DROP ROLE IF EXISTS "{name}"')
+
+
+def _bad_fields() -> list[tuple[str, Any]]:
+    return [("max_runtime_seconds", v) for v in BAD_NUMBERS] + \
+           [(f, v) for f in ("start_at", "end_at", "next_run_at") for v in BAD_INSTANTS]
+
+
+@pytest.mark.parametrize("field,value", _bad_fields(), ids=lambda v: str(v))
+def test_admin_procedures_refuse_what_the_api_refuses(field: str, value: Any, executor_dsn: str,
+                                                      make_engine: Any, sql: Any) -> None:
+    engine = make_engine()
+    job_id = per_second_job(engine, "target")
+    type_id = sql.one("SELECT job_type_id FROM mjsched.scheduled_job WHERE id = %s", (job_id,))
+    before = sql.rows("SELECT * FROM mjsched.scheduled_job")
+    conn = psycopg2.connect(executor_dsn)
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            assert sql.one("SELECT rolsuper FROM pg_roles WHERE rolname = current_user") is True
+            new = {"job_type_id": str(type_id), "name": "new", "cron_expression": "* * * * * *",
+                   "status": "Active", "configuration": {"callable": "os:getpid"}, field: value}
+            with pytest.raises(psycopg2.Error) as refused:
+                cur.execute("SELECT * FROM mjsched.insert_job(%s::jsonb)", (json.dumps(new),))
+            assert refused.value.pgcode == "22023", refused.value
+            shown = {1e13: "10000000000000"}.get(value, str(value)).split("T")[0].lstrip("0")
+            assert f"fields.{field}" in str(refused.value) and shown in str(refused.value), str(refused.value)
+            with pytest.raises(psycopg2.Error) as refused:
+                cur.execute("SELECT * FROM mjsched.update_job(%s::uuid, %s::jsonb)", (job_id, json.dumps({field: value})))
+            assert refused.value.pgcode == "22023" and f"fields.{field}" in str(refused.value), refused.value
+    finally:
+        conn.close()
+    assert sql.rows("SELECT * FROM mjsched.scheduled_job") == before
+
+
+def test_admin_procedures_still_accept_good_values(executor_dsn: str, make_engine: Any, sql: Any) -> None:
+    job_id = per_second_job(make_engine(), "target")
+    conn = psycopg2.connect(executor_dsn)
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT * FROM mjsched.update_job(%s::uuid, %s::jsonb)",
+                        (job_id, json.dumps({"max_runtime_seconds": 31536000, "start_at": "1900-01-01T00:00:00Z",
+                                             "end_at": "9999-12-31T00:00:00Z"})))
+            assert cur.fetchone() == (1,)
+    finally:
+        conn.close()
+    assert sql.one("SELECT max_runtime_seconds FROM mjsched.scheduled_job WHERE id = %s", (job_id,)) == 31536000
+
+
+# -- the poison table -----------------------------------------------------------------------------
+# (column, SET clause, admitted): admitted False = the schema must refuse it (the error must
+# name the column, or be a type error for a value that is not of the column's type);
+# admitted True = the row is accepted and the engine must isolate it.
+POISON: list[tuple[str, str, bool]] = [
+    ("id", "id = NULL", False),
+    ("job_type_id", "job_type_id = NULL", False),
+    ("job_type_id", "job_type_id = gen_random_uuid()", False),
+    ("job_type_id", "job_type_id = (SELECT id FROM mjsched.scheduled_job_type WHERE driver_class = 'no_such_driver')",
+     True),
+    ("name", "name = NULL", False),
+    ("name", "name = ''", False),
+    ("name", "name = '   '", False),
+    ("name", "name = repeat('n', 201)", False),
+    ("description", "description = repeat('d', 100001)", False),
+    ("cron_expression", "cron_expression = NULL", False),
+    ("cron_expression", "cron_expression = ''", False),
+    ("cron_expression", "cron_expression = repeat('*', 256)", False),
+    ("cron_expression", "cron_expression = 'not a cron'", True),
+    ("cron_expression", "cron_expression = '0 0 31 2 *'", True),
+    ("cron_expression", "cron_expression = 'not a cron either', next_run_at = now()", True),
+    ("timezone", "timezone = NULL", False),
+    ("timezone", "timezone = ''", False),
+    ("timezone", "timezone = repeat('z', 65)", False),
+    ("timezone", "timezone = 'Mars/Olympus_Mons'", True),
+    ("timezone", "timezone = 'Mars/Tharsis', next_run_at = now()", True),
+    ("timezone", "timezone = 'localtime', next_run_at = now()", True),
+    *[("start_at", f"start_at = '{v}'", False) for v in BAD_INSTANTS],
+    ("start_at", "start_at = '9999-06-01 00:00:00+00', cron_expression = '0 0 1 1 *'", True),
+    ("start_at", "start_at = '9999-12-30 00:00:00+00'", True),
+    *[("end_at", f"end_at = '{v}'", False) for v in BAD_INSTANTS],
+    ("end_at", "start_at = now(), end_at = now() - interval '1 day'", False),
+    ("status", "status = NULL", False),
+    ("status", "status = 'Bogus'", False),
+    ("configuration", "configuration = '[]'", False),
+    ("configuration", "configuration = '\"text\"'", False),
+    ("configuration", "configuration = 'null'", False),
+    ("configuration", "configuration = '42'", False),
+    ("configuration", "configuration = '{broken'", False),
+    ("configuration", "configuration = jsonb_build_object('x', repeat('c', 1000001))", False),
+    ("configuration", "configuration = '{}'", True),
+    ("configuration", "configuration = NULL", True),
+    ("configuration", "configuration = '{\"callable\": \"no_such_module_xyz:run\"}'", True),
+    ("owner", "owner = repeat('o', 256)", False),
+    ("concurrency_mode", "concurrency_mode = NULL", False),
+    ("concurrency_mode", "concurrency_mode = 'Bogus'", False),
+    ("missed_run_policy", "missed_run_policy = 'Bogus'", False),
+    ("run_immediately_if_never_run", "run_immediately_if_never_run = NULL", False),
+    *[("max_runtime_seconds", f"max_runtime_seconds = '{v}'", False) for v in BAD_NUMBERS],
+    ("max_runtime_seconds", "max_runtime_seconds = 1e308", False),
+    ("isolation", "isolation = 'Bogus'", False),
+    ("max_queued_runs", "max_queued_runs = 0", False),
+    ("max_queued_runs", "max_queued_runs = 2147483647", False),
+    ("max_queued_runs", "max_queued_runs = NULL", False),
+    ("notify_on_success", "notify_on_success = NULL", False),
+    ("notify_on_failure", "notify_on_failure = NULL", False),
+    ("notify_to", "notify_to = repeat('t', 1001)", False),
+    *[("next_run_at", f"next_run_at = '{v}'", False) for v in BAD_INSTANTS],
+    ("next_run_at", "next_run_at = '9999-12-30 00:00:00+00'", True),
+    ("next_run_at", "next_run_at = '1900-01-01 00:00:00+00'", True),
+    *[("last_run_at", f"last_run_at = '{v}'", False) for v in BAD_INSTANTS],
+    *[(c, f"{c} = {v}", False) for c in ("run_count", "success_count", "failure_count")
+      for v in (-1, 2147483647)],
+    *[(c, f"{c} = {v}", False) for c in ("last_duration_ms", "total_duration_ms")
+      for v in (-1, 9223372036854775807)],
+    ("lock_token", "lock_token = gen_random_uuid()", False),
+    ("expected_completion_at", "lock_token = gen_random_uuid(), expected_completion_at = '-infinity'", False),
+    ("expected_completion_at", "lock_token = gen_random_uuid(), expected_completion_at = 'infinity'", False),
+    ("expected_completion_at", "lock_token = gen_random_uuid(), expected_completion_at = '1900-01-01 00:00+00'",
+     True),
+    ("locked_at", "locked_at = '-infinity'", False),
+    ("locked_by_instance", "locked_by_instance = repeat('i', 256)", False),
+    ("created_at", "created_at = NULL", False),
+    ("created_at", "created_at = '-infinity'", False),
+    ("created_at", "created_at = '0001-01-01 00:00:00+00'", False),
+]
+# Rules about two columns, named after what they relate.
+CONSTRAINT_OF = {"end_at": "ck_scheduled_job_window", "lock_token": "ck_scheduled_job_lock"}
+# Errors that name no column: a value that is not of the column's type at all.
+TYPE_ERRORS = (psycopg2.errors.InvalidTextRepresentation, psycopg2.errors.NumericValueOutOfRange,
+               psycopg2.errors.StringDataRightTruncation)
+
+
+def test_every_column_of_the_job_row_is_covered(sql: Any) -> None:
+    columns = {r["column_name"] for r in sql.rows("SELECT column_name FROM information_schema.columns "
+                                                   "WHERE table_schema = 'mjsched' AND table_name = 'scheduled_job'")}
+    # updated_at: the trigger sets it on every UPDATE (its rule is tested by the upgrade test)
+    assert columns - {c for c, _, _ in POISON} == {"updated_at"}
+
+
+def test_poison_table(make_engine: Any, sql: Any, caplog: Any) -> None:
+    caplog.set_level(logging.INFO, logger="mjsched")
+    admin = make_engine()
+    sql.run("INSERT INTO mjsched.scheduled_job_type (name, driver_class) VALUES ('no_such_driver', 'no_such_driver')")
+    victim = per_second_job(admin, "refused-victim", status="Paused")
+    before = sql.rows("SELECT * FROM mjsched.scheduled_job WHERE id = %s", (victim,))
+    refused: list[str] = []
+    admitted: dict[str, str] = {}
+    admitted_how: dict[str, str] = {}
+    for n, (column, assignment, admit) in enumerate(POISON):
+        if not admit:
+            with pytest.raises(psycopg2.Error) as error:
+                sql.run(f"UPDATE mjsched.scheduled_job SET {assignment} WHERE id = %s", (victim,))
+            text = str(error.value)
+            named = column in text or CONSTRAINT_OF.get(column, "?") in text
+            assert named or isinstance(error.value, TYPE_ERRORS), (assignment, text)
+            refused.append(assignment)
+            continue
+        name = f"poison-{n}"
+        job_id = per_second_job(admin, name)
+        sql.run(f"UPDATE mjsched.scheduled_job SET {assignment} WHERE id = %s", (job_id,))
+        admitted[name] = job_id
+        admitted_how[name] = assignment
+    assert sql.rows("SELECT * FROM mjsched.scheduled_job WHERE id = %s", (victim,)) == before
+    healthy = {f"healthy-{i}": per_second_job(admin, f"healthy-{i}") for i in range(5)}
+
+    failed_polls: list[int] = []
+
+    class Watch:
+        def on_poll_failed(self) -> None:
+            failed_polls.append(1)
+
+    engine = make_engine(lease_timeout=5.0, max_poll_interval=0.5, max_concurrent_jobs=20)
+    engine.add_listener(Watch())
+    engine.start_polling()   # must not raise
+    try:
+        start = sql.one("SELECT now()")
+        window = 5
+
+        def on_time() -> dict[str, int]:
+            return {r["name"]: r["n"] for r in sql.rows(
+                """SELECT j.name, count(r.id) AS n FROM mjsched.scheduled_job j
+                     LEFT JOIN mjsched.scheduled_job_run r ON r.scheduled_job_id = j.id AND r.status = 'Completed'
+                      AND r.scheduled_for >= %s AND r.scheduled_for < %s + make_interval(secs => %s)
+                    WHERE j.name LIKE 'healthy-%%' GROUP BY j.name""", (start, start, window))}
+        try:
+            wait_for(lambda: all(n >= window for n in on_time().values()), timeout=window + 3, interval=0.2,
+                     message="every healthy job to run each tick of the window")
+        except AssertionError:
+            pass
+        counts = on_time()
+    finally:
+        engine.stop_polling(wait=True, max_wait=5)
+    assert len(counts) == 5 and all(n >= window - 1 for n in counts.values()), counts
+    assert failed_polls == []
+    # Each admitted poison row: nothing ran twice for it in a way that floods history, and
+    # it is reported at most once per kind of problem.
+    runs = {r["name"]: r for r in sql.rows(
+        """SELECT j.name, count(r.id) FILTER (WHERE r.status = 'Failed') AS failed,
+                  count(r.id) FILTER (WHERE r.status = 'Abandoned') AS abandoned
+             FROM mjsched.scheduled_job j LEFT JOIN mjsched.scheduled_job_run r ON r.scheduled_job_id = j.id
+            WHERE j.name LIKE 'poison-%%' GROUP BY j.name""")}
+    # Failure notifications are the outcome of Failed runs (a callable this process cannot
+    # import fails each run, as code that raises would): one per run by design, not a report.
+    problems = [r for r in caplog.records if r.levelno >= logging.WARNING and r.name != "mjsched.notify"
+                and getattr(r, "action", "") not in ("high_frequency", "missed_runs")]
+    for name in admitted:
+        mentions = [r.getMessage() for r in problems if name in r.getMessage()]
+        assert len(mentions) <= 1, (name, mentions)
+        assert runs[name]["abandoned"] == 0, (name, runs[name])
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR and "poll" in r.getMessage().lower()
+                and "failed" in r.getMessage().lower()]
+    assert len(refused) + len(admitted) == len(POISON)
+    outcome = {r["name"]: r for r in sql.rows(
+        """SELECT j.name, j.next_run_at, array_agg(DISTINCT r.status) FILTER (WHERE r.id IS NOT NULL) AS statuses,
+                  count(r.id) AS runs, min(r.error_message) AS message
+             FROM mjsched.scheduled_job j LEFT JOIN mjsched.scheduled_job_run r ON r.scheduled_job_id = j.id
+            WHERE j.name LIKE 'poison-%%' GROUP BY j.name, j.next_run_at""")}
+    for name, assignment in admitted_how.items():
+        got = outcome[name]
+        if "next_run_at = now()" in assignment:   # claimed, its schedule unusable: set aside once
+            assert (got["statuses"], got["runs"], got["next_run_at"]) == (["Skipped"], 1, None), (assignment, got)
+            assert got["message"].startswith("set aside"), got
+        elif "no_such_driver" in assignment or assignment in ("configuration = '{}'", "configuration = NULL"):
+            assert got["statuses"] == ["Skipped"] and got["message"].startswith("not run"), (assignment, got)
+
+
+# -- start-up -------------------------------------------------------------------------------------
+
+def test_start_polling_starts_beside_unschedulable_jobs(make_engine: Any, sql: Any, caplog: Any) -> None:
+    """Rows no rule of this release would let in (an older schema, a dialect without it):
+    a year-1 or -infinity start, an invalid cron, a schedule whose next tick is past year 9999."""
+    caplog.set_level(logging.INFO, logger="mjsched")
+    admin = make_engine()
+    healthy = per_second_job(admin, "healthy")
+    bad = {name: per_second_job(admin, name) for name in ("year-one", "minus-infinity", "bad-cron", "past-9999")}
+    sql.run("ALTER TABLE mjsched.scheduled_job DROP CONSTRAINT IF EXISTS ck_scheduled_job_start_at")
+    sql.run("UPDATE mjsched.scheduled_job SET start_at = '0001-01-01', next_run_at = NULL WHERE id = %s",
+            (bad["year-one"],))
+    sql.run("UPDATE mjsched.scheduled_job SET start_at = '-infinity', next_run_at = NULL WHERE id = %s",
+            (bad["minus-infinity"],))
+    sql.run("UPDATE mjsched.scheduled_job SET cron_expression = 'every tuesday' WHERE id = %s", (bad["bad-cron"],))
+    sql.run("UPDATE mjsched.scheduled_job SET start_at = '9999-12-30', cron_expression = '0 0 1 1 *' "
+            "WHERE id = %s", (bad["past-9999"],))
+    engine = make_engine(lease_timeout=5.0, max_poll_interval=0.5)
+    engine.start_polling()
+    try:
+        wait_for(lambda: len(engine.list_runs(healthy, status="Completed")) >= 2, timeout=10,
+                 message="the healthy job to run twice")
+        engine.dispatch_due_jobs()   # polls by hand too: none raises
+    finally:
+        engine.stop_polling(wait=True, max_wait=5)
+    for name in bad:
+        mentions = [r for r in caplog.records if r.levelno >= logging.WARNING and name in r.getMessage()
+                    and getattr(r, "action", "") != "high_frequency"]
+        assert len(mentions) == 1, (name, [r.getMessage() for r in mentions])
+
+
+# -- upgrade --------------------------------------------------------------------------------------
+
+def _reapply_schema(sql: Any) -> None:
+    """What a new release does: 001_schema.sql changed, so install() applies it (and all after it) again."""
+    sql.run("UPDATE mjsched.schema_version SET checksum = 'older release' WHERE name = '001_schema'")
+
+
+def test_upgrade_sets_aside_rows_an_older_release_left(make_engine: Any, sql: Any, caplog: Any) -> None:
+    engine = make_engine()
+    healthy = per_second_job(engine, "healthy")
+    rows = {name: per_second_job(engine, name) for name in ("nan", "huge", "minus-infinity", "year-one", "two")}
+    for rule in RULES:
+        sql.run(f"ALTER TABLE mjsched.scheduled_job DROP CONSTRAINT IF EXISTS ck_scheduled_job_{rule}")
+    sql.run("ALTER TABLE mjsched.scheduled_job DROP CONSTRAINT IF EXISTS ck_scheduled_job_max_runtime")
+    sql.run("ALTER TABLE mjsched.scheduled_job_type DROP CONSTRAINT IF EXISTS "
+            "ck_scheduled_job_type_default_max_runtime_seconds")
+    sql.run("UPDATE mjsched.scheduled_job SET max_runtime_seconds = 'NaN' WHERE id = %s", (rows["nan"],))
+    sql.run("UPDATE mjsched.scheduled_job SET max_runtime_seconds = 1e13 WHERE id = %s", (rows["huge"],))
+    sql.run("UPDATE mjsched.scheduled_job SET start_at = '-infinity' WHERE id = %s", (rows["minus-infinity"],))
+    sql.run("UPDATE mjsched.scheduled_job SET next_run_at = '0001-01-01' WHERE id = %s", (rows["year-one"],))
+    sql.run("UPDATE mjsched.scheduled_job SET end_at = 'infinity', run_count = -5 WHERE id = %s", (rows["two"],))
+    next_run = sql.one("SELECT next_run_at FROM mjsched.scheduled_job WHERE id = %s", (healthy,))
+    _reapply_schema(sql)
+    caplog.set_level(logging.INFO, logger="mjsched")
+    applied = make_engine().install()
+    assert "001_schema" in applied
+
+    jobs = {r["name"]: r for r in sql.rows("SELECT * FROM mjsched.scheduled_job")}
+    assert jobs["healthy"]["status"] == "Active" and jobs["healthy"]["next_run_at"] == next_run
+    for name in rows:
+        assert jobs[name]["status"] == "Disabled", name
+    assert jobs["nan"]["max_runtime_seconds"] is None and jobs["huge"]["max_runtime_seconds"] is None
+    assert jobs["minus-infinity"]["start_at"] is None and jobs["year-one"]["next_run_at"] is None
+    assert jobs["two"]["end_at"] is None and jobs["two"]["run_count"] == 0
+    runs = sql.rows("""SELECT j.name, r.status, r.error_message FROM mjsched.scheduled_job_run r
+                         JOIN mjsched.scheduled_job j ON j.id = r.scheduled_job_id ORDER BY j.name, r.error_message""")
+    expected = {("nan", "max_runtime_seconds = NaN"), ("huge", "max_runtime_seconds = 10000000000000"),
+                ("minus-infinity", "start_at = -infinity"), ("year-one", "next_run_at = 0001-01-01"),
+                ("two", "end_at = infinity"), ("two", "run_count = -5")}
+    assert len(runs) == len(expected) and all(r["status"] == "Failed" for r in runs), runs
+    for name, fragment in expected:
+        assert any(r["name"] == name and fragment in r["error_message"] for r in runs), (name, fragment, runs)
+    warnings = [r.getMessage() for r in caplog.records if getattr(r, "action", "") == "job_set_aside"]
+    assert len(warnings) == len(expected), warnings
+    assert sql.one("SELECT count(*) FROM pg_constraint WHERE NOT convalidated") == 0
+    assert {r["conname"] for r in sql.rows("SELECT conname FROM pg_constraint WHERE contype = 'c'")} >= \
+        {f"ck_scheduled_job_{rule}" for rule in RULES}
+
+    # Reported once: the next upgrade finds nothing more to set aside, and says nothing.
+    caplog.clear()
+    _reapply_schema(sql)
+    assert "001_schema" in make_engine().install()
+    assert sql.one("SELECT count(*) FROM mjsched.scheduled_job_run") == len(expected)
+    assert [r for r in caplog.records if getattr(r, "action", "") == "job_set_aside"] == []
+
+
+def test_upgrade_with_engines_polling_beside_it(make_engine: Any, sql: Any) -> None:
+    """The set-aside runs under install()'s table locks while an engine polls healthy jobs."""
+    admin = make_engine()
+    healthy = per_second_job(admin, "healthy")
+    bad = per_second_job(admin, "bad")
+    sql.run("ALTER TABLE mjsched.scheduled_job DROP CONSTRAINT ck_scheduled_job_max_runtime_seconds")
+    sql.run("UPDATE mjsched.scheduled_job SET max_runtime_seconds = 'Infinity' WHERE id = %s", (bad,))
+    engine = make_engine(lease_timeout=5.0, max_poll_interval=0.5)
+    engine.start_polling()
+    try:
+        wait_for(lambda: engine.list_runs(healthy, status="Completed"), timeout=10, message="a healthy run")
+        _reapply_schema(sql)
+        assert "001_schema" in make_engine().install()
+        done = len(engine.list_runs(healthy, status="Completed", limit=1000))
+        wait_for(lambda: len(engine.list_runs(healthy, status="Completed", limit=1000)) >= done + 2, timeout=10,
+                 message="the healthy job to go on running after the upgrade")
+    finally:
+        engine.stop_polling(wait=True, max_wait=5)
+    assert sql.one("SELECT status FROM mjsched.scheduled_job WHERE id = %s", (bad,)) == "Disabled"
+
+
+def test_scripts_name_each_rule_after_its_column() -> None:
+    """The set-aside derives the column from the rule's name (T-SQL) or key (PostgreSQL)."""
+    for dialect in ("postgres", "mssql"):
+        text = sqlfiles.script(dialect, "001_schema.sql")
+        for rule in RULES:
+            assert f"ck_scheduled_job_{rule}" in text, (dialect, rule)
