@@ -71,7 +71,7 @@ POSTGRES: dict[str, str] = {
         SELECT {JOB_COLUMNS}, j.description, j.owner, j.configuration, j.concurrency_mode,
                j.missed_run_policy, j.start_at, j.end_at, j.isolation, j.max_queued_runs,
                j.notify_on_success, j.notify_on_failure, j.notify_to, j.total_duration_ms,
-               j.created_at, j.updated_at, (j.lock_token IS NOT NULL) AS locked
+               j.created_at, j.updated_at, (j.expected_completion_at IS NOT NULL) AS locked
           FROM mjsched.scheduled_job j
           JOIN mjsched.scheduled_job_type t ON t.id = j.job_type_id
          WHERE j.id = %(job_id)s::uuid""",

@@ -232,3 +232,26 @@ def test_allowed_drivers_accepts_names_and_a_comma_separated_string() -> None:
         finally:
             engine.close()
     assert mjsched.SchedulingEngine("postgresql://nobody@127.0.0.1:1/none").allowed_drivers is None
+
+
+def test_the_dashboard_reads_jobs_as_the_admin_role(pg_dsn: str, logins: Logins, make_engine: Any) -> None:
+    """The dashboard's job page asked `lock_token IS NOT NULL` (a token column the roles may not
+    read): it now asks the lease column, which the schema ties to the token."""
+    pytest.importorskip("werkzeug", reason="the 'web' extra is not installed")
+    from werkzeug.test import Client
+
+    from mjsched.web import create_app
+
+    apply_grants(pg_dsn)
+    job_id = make_engine().create_job(**job_fields("shown"))
+    admin = make_engine(dsn=logins.login(admin_role(pg_dsn), "web"))
+    app = create_app(admin, read_only=True)
+    try:
+        for url in ("/jobs", f"/jobs/{job_id}"):
+            response = Client(app).get(url)
+            assert response.status_code == 200, (url, response.get_data(as_text=True)[:1000])
+            assert "shown" in response.get_data(as_text=True)
+    finally:
+        close = getattr(app, "close", None)
+        if callable(close):
+            close()
