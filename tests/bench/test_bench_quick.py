@@ -19,7 +19,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 BOUND_SECONDS = 90
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow, pytest.mark.timeout(BOUND_SECONDS + 30)]
+pytestmark = [pytest.mark.postgres, pytest.mark.slow, pytest.mark.bench, pytest.mark.timeout(BOUND_SECONDS + 30)]
 
 TABLES = {
     "throughput": "### throughput: no-op executions",
