@@ -32,6 +32,9 @@ log = logging.getLogger("mjsched.web")
 FLASH_COOKIE = "mjsched_flash"
 STATIC_FILES = frozenset({"dashboard.css", "dashboard.js"})
 EDITABLE = ("cron", "timezone", "status", "max_runtime")
+DB_SLOTS_SHARED = 2      # concurrent requests on an engine the application shares with the dashboard
+DB_SLOTS_OWNED = 4       # on the dashboard's own engine (create_app(dsn))
+DB_SLOT_WAIT = 10.0      # seconds a request waits for a slot before a "busy" page
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self' data:; "
                                "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
@@ -89,7 +92,9 @@ class Dashboard:
         self.auth = auth
         self.stale_after = float(stale_after)
         self._owns_engine = owns_engine
-        self._lock = threading.Lock()
+        # At most this many requests use the database at once: an engine shared with the dashboard
+        # keeps the rest of its connection pool for its poller, heartbeats and completions.
+        self._db_slots = threading.BoundedSemaphore(DB_SLOTS_OWNED if owns_engine else DB_SLOTS_SHARED)
         self.templates = Environment(loader=PackageLoader("mjsched.web", "templates"),
                                      autoescape=select_autoescape(default=True, default_for_string=True))
         self.templates.filters.update(duration=humanize.duration, span=humanize.span, age_from=humanize.age)
@@ -127,7 +132,15 @@ class Dashboard:
                 request.user = user  # type: ignore[attr-defined]
             adapter = self.url_map.bind_to_environ(request.environ)
             endpoint, args = adapter.match()
-            response = getattr(self, f"on_{endpoint}")(request, **args)
+            if endpoint == "static":
+                response = self.on_static(request, **args)
+            else:
+                if not self._db_slots.acquire(timeout=DB_SLOT_WAIT):
+                    raise UserError(503, "Busy", "Too many dashboard requests at once; try again in a moment.")
+                try:
+                    response = getattr(self, f"on_{endpoint}")(request, **args)
+                finally:
+                    self._db_slots.release()
         except UserError as exc:
             response = self._error_page(request, exc.status, exc.title, exc.message)
         except JobNotFound as exc:

@@ -115,3 +115,45 @@ def test_an_unreachable_database_is_an_error_page_without_the_password() -> None
         app.close()
     assert response.status_code == 503 and "PW-never-shown" not in html and "Traceback" not in html
     assert "did not answer" in html
+
+
+def test_a_shared_engine_lends_the_dashboard_two_connections_at_most(engine: mjsched.SchedulingEngine) -> None:
+    """Eight pages at once through an engine the application shares: its pool never gives the
+    dashboard more than two connections, so polls, heartbeats and completions keep theirs."""
+    import threading
+    import time
+
+    for i in range(30):
+        shell_job(engine, f"load-{i}")
+    app = create_app(engine)
+    seen: list[int] = []
+    backend = engine.backend
+    original = backend._rows  # type: ignore[attr-defined]
+    inside = 0
+    lock = threading.Lock()
+
+    def counting(*args: object, **kwargs: object) -> object:
+        nonlocal inside
+        with lock:
+            inside += 1
+            seen.append(inside)
+        try:
+            time.sleep(0.05)        # widen each read so that unbounded requests would overlap
+            return original(*args, **kwargs)
+        finally:
+            with lock:
+                inside -= 1
+
+    backend._rows = counting  # type: ignore[attr-defined]
+    try:
+        results: list[int] = []
+        threads = [threading.Thread(target=lambda: results.append(Browserless(app).get("/jobs").status_code))
+                   for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+    finally:
+        backend._rows = original  # type: ignore[attr-defined]
+        app.close()
+    assert results == [200] * 8 and max(seen) <= 2, (results, max(seen))
