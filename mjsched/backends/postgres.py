@@ -110,7 +110,8 @@ class PostgresBackend(Backend):
         # install() may wait for engines' row locks and runs long scripts: its own, longer bound
         self.install_timeout = max(self.call_timeout, statement_timeout + 5.0)
         self._statement_timeout_ms = int(statement_timeout * 1000)
-        self._kwargs = _utc_opts(dsn, connect_timeout, int(min(statement_timeout, self.call_timeout) * 1000),
+        # the server cancels a slow statement (a lock wait) before the watchdog would abandon it
+        self._kwargs = _utc_opts(dsn, connect_timeout, int(min(statement_timeout, 0.8 * self.call_timeout) * 1000),
                                  self.call_timeout)
         self._watchdog = CallWatchdog()
         if connection_factory is not None:

@@ -24,9 +24,13 @@
 -- counterpart of FOR NO KEY UPDATE; a run insert's foreign-key check reads the job row
 -- with a shared lock, which an update lock admits), then touches the runs. READPAST
 -- (SKIP LOCKED) is used only on the first rows a statement locks (candidate jobs of a
--- claim or a sweep, the held jobs of renew_leases): a row skipped there is handled by a
--- later call (renew_leases answers its tokens busy), and no READPAST on a second row can
--- hide an inversion. Several job rows locked without READPAST are
+-- claim or a sweep, the held jobs of renew_leases and complete_runs): a row skipped there
+-- is handled by a later call (renew_leases answers its tokens busy, complete_runs its items
+-- busy), and no READPAST on a second row can hide an inversion. The one second-row
+-- READPAST: a claim or a sweep locks the lapsed runs it takes over with READPAST after
+-- their jobs, and a job with a run it could not lock (an outsider's open transaction) is
+-- left wholly unchanged, so the skip can never leave a run under a freed lock; a lapsed
+-- Concurrent tick run (no job lock) is skipped alone. Several job rows locked without READPAST are
 -- locked in id order: their ids are collected first, then locked by one statement that
 -- seeks them from a table variable keyed on id (OPTION (FORCE ORDER, LOOP JOIN)). SQL
 -- Server takes row locks in the order its plan reads the rows and offers no statement
@@ -682,6 +686,7 @@ BEGIN
     DECLARE @v_own_transaction bit = CASE WHEN @@TRANCOUNT = 0 THEN 1 ELSE 0 END;
     DECLARE @v_old nvarchar(max);
     DECLARE @v_candidates TABLE (id uniqueidentifier NOT NULL PRIMARY KEY, lock_token uniqueidentifier NULL);
+    DECLARE @v_run_locks TABLE (id uniqueidentifier NOT NULL PRIMARY KEY);
     DECLARE @v_taken TABLE (job_id uniqueidentifier NOT NULL PRIMARY KEY, lock_token uniqueidentifier NOT NULL,
                             lease_until datetimeoffset NOT NULL);
     DECLARE @v_started TABLE (job_id uniqueidentifier NOT NULL, run_id uniqueidentifier NOT NULL,
@@ -701,6 +706,22 @@ BEGIN
         IF EXISTS (SELECT 1 FROM @v_candidates)
         BEGIN
             EXEC mjsched.test_pause @p_point = N'claim_due_jobs:queued_jobs_locked';
+            -- A lapsed run another session holds (an operator's open transaction) is not
+            -- waited for: the runs of the lapsed tokens are locked here with READPAST (their job
+            -- rows are ours, so only an outsider can hold them), and a candidate with a run that
+            -- could not be locked is dropped, left as it is for a later claim. Which runs exist
+            -- is read without honouring locks (a held run would block a plain read).
+            INSERT INTO @v_run_locks (id)
+            SELECT r.id
+              FROM @v_candidates AS c
+              JOIN mjsched.scheduled_job_run AS r WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+                ON r.lock_token = c.lock_token
+             WHERE r.status = N'Running';
+            DELETE c
+              FROM @v_candidates AS c
+             WHERE EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS h WITH (READUNCOMMITTED)
+                            WHERE h.lock_token = c.lock_token AND h.status = N'Running'
+                              AND NOT EXISTS (SELECT 1 FROM @v_run_locks AS k WHERE k.id = h.id));
             SET @v_old = (SELECT c.lock_token AS id FROM @v_candidates AS c WHERE c.lock_token IS NOT NULL
                              FOR JSON PATH);
             IF @v_old IS NOT NULL
@@ -778,6 +799,7 @@ BEGIN
     DECLARE @v_own_transaction bit = CASE WHEN @@TRANCOUNT = 0 THEN 1 ELSE 0 END;
     DECLARE @v_old nvarchar(max);
     DECLARE @v_candidates TABLE (id uniqueidentifier NOT NULL PRIMARY KEY, lock_token uniqueidentifier NULL);
+    DECLARE @v_run_locks TABLE (id uniqueidentifier NOT NULL PRIMARY KEY);
     DECLARE @v_taken TABLE (job_id uniqueidentifier NOT NULL PRIMARY KEY, lock_token uniqueidentifier NOT NULL,
                             next_run_at datetimeoffset NULL, lease_until datetimeoffset NOT NULL);
     DECLARE @v_inserted TABLE (run_id uniqueidentifier NOT NULL, job_id uniqueidentifier NOT NULL);
@@ -798,6 +820,22 @@ BEGIN
         IF EXISTS (SELECT 1 FROM @v_candidates)
         BEGIN
             EXEC mjsched.test_pause @p_point = N'claim_due_jobs:due_jobs_locked';
+            -- A lapsed run another session holds (an operator's open transaction) is not
+            -- waited for: the runs of the lapsed tokens are locked here with READPAST (their job
+            -- rows are ours, so only an outsider can hold them), and a candidate with a run that
+            -- could not be locked is dropped, left as it is for a later claim. Which runs exist
+            -- is read without honouring locks (a held run would block a plain read).
+            INSERT INTO @v_run_locks (id)
+            SELECT r.id
+              FROM @v_candidates AS c
+              JOIN mjsched.scheduled_job_run AS r WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+                ON r.lock_token = c.lock_token
+             WHERE r.status = N'Running';
+            DELETE c
+              FROM @v_candidates AS c
+             WHERE EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS h WITH (READUNCOMMITTED)
+                            WHERE h.lock_token = c.lock_token AND h.status = N'Running'
+                              AND NOT EXISTS (SELECT 1 FROM @v_run_locks AS k WHERE k.id = h.id));
             SET @v_old = (SELECT c.lock_token AS id FROM @v_candidates AS c WHERE c.lock_token IS NOT NULL
                              FOR JSON PATH);
             IF @v_old IS NOT NULL
@@ -1280,6 +1318,7 @@ BEGIN
     DECLARE @v_expired int = 0;
     DECLARE @v_runs nvarchar(max);
     DECLARE @v_lapsed TABLE (id uniqueidentifier NOT NULL PRIMARY KEY, lock_token uniqueidentifier NOT NULL);
+    DECLARE @v_run_locks TABLE (id uniqueidentifier NOT NULL PRIMARY KEY);
     DECLARE @v_ids TABLE (id uniqueidentifier NOT NULL PRIMARY KEY);
     DECLARE @v_freed_ids TABLE (id uniqueidentifier NOT NULL);
     BEGIN TRY
@@ -1290,6 +1329,20 @@ BEGIN
           FROM mjsched.scheduled_job AS j WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
          WHERE j.lock_token IS NOT NULL AND j.expected_completion_at < @v_now;
         EXEC mjsched.test_pause @p_point = N'sweep_expired_leases:lapsed_locks_locked';
+        -- A lapsed run another session holds is not waited for: the runs of the lapsed tokens
+        -- are locked with READPAST (their job rows are ours, so only an outsider can hold
+        -- them), and a job with a run that could not be locked is left for a later sweep.
+        INSERT INTO @v_run_locks (id)
+        SELECT r.id
+          FROM @v_lapsed AS l
+          JOIN mjsched.scheduled_job_run AS r WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+            ON r.lock_token = l.lock_token
+         WHERE r.status = N'Running';
+        DELETE l
+          FROM @v_lapsed AS l
+         WHERE EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS h WITH (READUNCOMMITTED)
+                        WHERE h.lock_token = l.lock_token AND h.status = N'Running'
+                          AND NOT EXISTS (SELECT 1 FROM @v_run_locks AS k WHERE k.id = h.id));
         SET @v_runs = (SELECT r.id
                          FROM @v_lapsed AS l
                          JOIN mjsched.scheduled_job_run AS r WITH (READCOMMITTEDLOCK) ON r.lock_token = l.lock_token
@@ -1314,9 +1367,12 @@ BEGIN
          WHERE j.id IN (SELECT r.scheduled_job_id FROM mjsched.scheduled_job_run AS r
                          WHERE r.status = N'Running' AND r.lease_expires_at < @v_now);
         EXEC mjsched.test_pause @p_point = N'sweep_expired_leases:lapsed_runs_locked';
+        -- (READPAST: a lapsed run another session holds is skipped; it holds no job lock, so
+        -- nothing else changes for it, and a later sweep abandons it)
         SET @v_runs = (SELECT r.id
                          FROM @v_ids AS i
-                         JOIN mjsched.scheduled_job_run AS r WITH (READCOMMITTEDLOCK) ON r.scheduled_job_id = i.id
+                         JOIN mjsched.scheduled_job_run AS r WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+                           ON r.scheduled_job_id = i.id
                          JOIN mjsched.scheduled_job AS j ON j.id = r.scheduled_job_id
                         WHERE r.status = N'Running' AND r.lease_expires_at < @v_now
                           AND EXISTS (SELECT j.lock_token EXCEPT SELECT r.lock_token)

@@ -17,9 +17,14 @@
 -- Lock order. Job rows before run rows, always. A procedure that changes runs first
 -- locks the rows of their jobs (FOR NO KEY UPDATE: run inserts, whose foreign-key
 -- check takes KEY SHARE, are not blocked), then touches the runs. SKIP LOCKED is used
--- only on the first rows a statement locks (candidate jobs of a claim or a sweep): a
--- row skipped there is handled by a later call, and no SKIP LOCKED on a second row can
--- hide an inversion. Several job rows locked without SKIP LOCKED are locked in id order.
+-- only on the first rows a statement locks (candidate jobs of a claim or a sweep, the
+-- held jobs of renew_leases and complete_runs): a row skipped there is handled by a later
+-- call, and no SKIP LOCKED on a second row can hide an inversion. The one second-row SKIP
+-- LOCKED: a claim or a sweep locks the lapsed runs it takes over SKIP LOCKED after their
+-- jobs, and a job with a run it could not lock (an outsider's open transaction) is left
+-- wholly unchanged, so the skip can never leave a run under a freed lock; a lapsed
+-- Concurrent tick run (no job lock) is skipped alone. Several job rows locked without
+-- SKIP LOCKED are locked in id order.
 --
 -- Takeover. Whoever frees or takes a lapsed lock (claim, acquire, start_manual_run,
 -- sweep, release_engine_locks, force_unlock_job) abandons the Running runs of the old
@@ -430,6 +435,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_ids uuid[];
     v_old uuid[];
+    v_locked uuid[];
 BEGIN
     SELECT coalesce(array_agg(c.id), '{}'), coalesce(array_agg(c.lock_token) FILTER (WHERE c.lock_token IS NOT NULL), '{}')
       INTO v_ids, v_old
@@ -442,6 +448,25 @@ BEGIN
         RETURN;
     END IF;
     PERFORM mjsched.test_pause('claim_due_jobs:queued_jobs_locked');
+    -- A lapsed run another session holds (an operator's open transaction) is not waited
+    -- for: the runs of the lapsed tokens are locked here, SKIP LOCKED (only an outsider can
+    -- hold them: their job rows are ours), and a job with a run that could not be locked is
+    -- left as it is for a later claim.
+    IF cardinality(v_old) > 0 THEN
+        v_locked := ARRAY(SELECT r.id FROM mjsched.scheduled_job_run r
+                           WHERE r.lock_token = ANY (v_old) AND r.status = 'Running'
+                             FOR NO KEY UPDATE SKIP LOCKED);
+        SELECT coalesce(array_agg(j.id), '{}'), coalesce(array_agg(j.lock_token) FILTER (WHERE j.lock_token IS NOT NULL), '{}')
+          INTO v_ids, v_old
+          FROM mjsched.scheduled_job j
+         WHERE j.id = ANY (v_ids)
+           AND NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run h
+                            WHERE h.scheduled_job_id = j.id AND h.lock_token = j.lock_token
+                              AND h.status = 'Running' AND NOT (h.id = ANY (v_locked)));
+        IF cardinality(v_ids) = 0 THEN
+            RETURN;
+        END IF;
+    END IF;
     PERFORM mjsched.take_over(v_old, p_now);
     RETURN QUERY
     WITH taken AS (
@@ -481,6 +506,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_ids uuid[];
     v_old uuid[];
+    v_locked uuid[];
 BEGIN
     SELECT coalesce(array_agg(c.id), '{}'), coalesce(array_agg(c.lock_token) FILTER (WHERE c.lock_token IS NOT NULL), '{}')
       INTO v_ids, v_old
@@ -496,6 +522,25 @@ BEGIN
         RETURN;
     END IF;
     PERFORM mjsched.test_pause('claim_due_jobs:due_jobs_locked');
+    -- A lapsed run another session holds (an operator's open transaction) is not waited
+    -- for: the runs of the lapsed tokens are locked here, SKIP LOCKED (only an outsider can
+    -- hold them: their job rows are ours), and a job with a run that could not be locked is
+    -- left as it is for a later claim.
+    IF cardinality(v_old) > 0 THEN
+        v_locked := ARRAY(SELECT r.id FROM mjsched.scheduled_job_run r
+                           WHERE r.lock_token = ANY (v_old) AND r.status = 'Running'
+                             FOR NO KEY UPDATE SKIP LOCKED);
+        SELECT coalesce(array_agg(j.id), '{}'), coalesce(array_agg(j.lock_token) FILTER (WHERE j.lock_token IS NOT NULL), '{}')
+          INTO v_ids, v_old
+          FROM mjsched.scheduled_job j
+         WHERE j.id = ANY (v_ids)
+           AND NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run h
+                            WHERE h.scheduled_job_id = j.id AND h.lock_token = j.lock_token
+                              AND h.status = 'Running' AND NOT (h.id = ANY (v_locked)));
+        IF cardinality(v_ids) = 0 THEN
+            RETURN;
+        END IF;
+    END IF;
     PERFORM mjsched.take_over(v_old, p_now);
     RETURN QUERY
     WITH taken AS (
@@ -734,6 +779,7 @@ DECLARE
                               '(engine {engine} stopped renewing it)';
     v_ids uuid[];
     v_tokens uuid[];
+    v_locked uuid[];
     v_swept integer;
     v_freed integer;
 BEGIN
@@ -744,6 +790,16 @@ BEGIN
              WHERE j.lock_token IS NOT NULL AND j.expected_completion_at < v_now
                FOR NO KEY UPDATE SKIP LOCKED) s;
     PERFORM mjsched.test_pause('sweep_expired_leases:lapsed_locks_locked');
+    -- A lapsed run another session holds is not waited for: its job is left for a later sweep.
+    v_locked := ARRAY(SELECT r.id FROM mjsched.scheduled_job_run r
+                       WHERE r.lock_token = ANY (v_tokens) AND r.status = 'Running'
+                         FOR NO KEY UPDATE SKIP LOCKED);
+    SELECT coalesce(array_agg(j.id), '{}'), coalesce(array_agg(j.lock_token), '{}') INTO v_ids, v_tokens
+      FROM mjsched.scheduled_job j
+     WHERE j.id = ANY (v_ids)
+       AND NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run h
+                        WHERE h.scheduled_job_id = j.id AND h.lock_token = j.lock_token
+                          AND h.status = 'Running' AND NOT (h.id = ANY (v_locked)));
     v_swept := mjsched.abandon_runs(mjsched.runs_of_tokens(v_tokens), v_now, v_reason);
     UPDATE mjsched.scheduled_job j
        SET lock_token = NULL, locked_at = NULL, locked_by_instance = NULL, expected_completion_at = NULL
@@ -757,12 +813,15 @@ BEGIN
                              WHERE r.status = 'Running' AND r.lease_expires_at < v_now)
                FOR NO KEY UPDATE SKIP LOCKED) s;
     PERFORM mjsched.test_pause('sweep_expired_leases:lapsed_runs_locked');
+    -- (a lapsed run another session holds is skipped: it holds no job lock, so nothing else
+    -- changes for it, and a later sweep abandons it)
     v_swept := v_swept + mjsched.abandon_runs(ARRAY(
         SELECT r.id FROM mjsched.scheduled_job_run r
           JOIN mjsched.scheduled_job j ON j.id = r.scheduled_job_id
          WHERE r.scheduled_job_id = ANY (v_ids) AND r.status = 'Running' AND r.lease_expires_at < v_now
            AND j.lock_token IS DISTINCT FROM r.lock_token
-         ORDER BY r.id), v_now, v_reason);
+         ORDER BY r.id
+           FOR NO KEY UPDATE OF r SKIP LOCKED), v_now, v_reason);
 
     RETURN QUERY SELECT v_swept, v_freed, mjsched.expire_ended_jobs(v_now);
 END;

@@ -182,3 +182,40 @@ def test_deleting_a_job_mid_run_is_logged_as_a_deletion(
              message="the deletion logged")
     assert not any("handed off" in r.getMessage() for r in caplog.records)
     drivers.gate(f"doomed-{tag}").set()
+
+
+def test_claims_and_sweeps_go_around_a_lapsed_run_another_session_holds(
+        pg_dsn: str, backend: PostgresBackend, sql: Sql) -> None:
+    """An operator holds FOR UPDATE on a Running run whose lease lapsed. A claim takes the
+    other due job at once and leaves the held one; a sweep returns at once; once the
+    lock is released the next claim takes the held job over (its run Abandoned, counted
+    once). On the previous commit both waited on the row until statement_timeout, and the
+    claim failed with every other job of its batch."""
+    type_id = backend.ensure_job_type("python")
+    held, free = [backend.insert_job({"job_type_id": type_id, "name": n, "cron_expression": "0 0 1 1 *",
+                                      "status": "Active", "configuration": {"callable": "os:getpid"}})
+                  for n in ("held", "free")]
+    sql.run("UPDATE mjsched.scheduled_job SET next_run_at = now() - interval '1 second' WHERE id = %s", (held,))
+    (old,) = backend.claim_due_jobs("old", 1, 0.2).claims
+    wait_for(lambda: sql.one("SELECT expected_completion_at < now() FROM mjsched.scheduled_job WHERE id = %s",
+                             (held,)), timeout=5, message="the lease lapsing")
+    sql.run("UPDATE mjsched.scheduled_job SET next_run_at = now() - interval '1 second'")
+    admin = psycopg2.connect(pg_dsn)
+    try:
+        with admin.cursor() as cur:
+            cur.execute("SELECT id FROM mjsched.scheduled_job_run WHERE id = %s FOR UPDATE", (old.run_id,))
+        started = time.monotonic()
+        swept = backend.sweep_expired_leases()
+        claims = backend.claim_due_jobs("new", 5, 60).claims
+        took = time.monotonic() - started
+        assert took < 2.0, took
+        assert (swept.swept, swept.locks_freed) == (0, 0)
+        assert [c.job_id for c in claims] == [free]
+        assert sql.one("SELECT status FROM mjsched.scheduled_job_run WHERE id = %s", (old.run_id,)) == "Running"
+    finally:
+        admin.rollback()
+        admin.close()
+    claims = backend.claim_due_jobs("new", 5, 60).claims
+    assert [c.job_id for c in claims] == [held]
+    assert sql.one("SELECT status FROM mjsched.scheduled_job_run WHERE id = %s", (old.run_id,)) == "Abandoned"
+    assert sql.one("SELECT failure_count FROM mjsched.scheduled_job WHERE id = %s", (held,)) == 1

@@ -372,17 +372,27 @@ def test_no_readpast_on_a_run_row_a_procedure_locks_or_must_see() -> None:
     """READPAST only on the first rows a statement locks: a skipped run row behind a locked
     job could hide an inversion (issue 11 item 1: the sweep skipped a run the renewal held and
     freed its job anyway). Run rows are skipped only by the claims' choice of candidates
-    (Queued-run checks) and by next_due_at, which is advisory."""
-    allowed = {"claim_queued": 1, "claim_ticks": 1, "next_due_at": 1}
+    (Queued-run checks), by next_due_at, which is advisory, and (issue 12 item 4) where a
+    claim or a sweep locks the lapsed runs it takes over: there a job with a run it could
+    not lock is dropped whole, before any takeover, so its lock is never freed over it."""
+    allowed = {"claim_queued": 2, "claim_ticks": 2, "next_due_at": 1, "sweep_expired_leases": 2}
     for batch in split_batches(_PROCEDURES.read_text(encoding="utf-8")):
         head = re.search(r"(?i)CREATE\s+OR\s+ALTER\s+(?:PROCEDURE|FUNCTION)\s+mjsched\.(\w+)", batch)
         if not head:
             continue
         skipping = [h for h in _RUN_HINTS.findall(_code(batch)) if "READPAST" in h.upper()]
         assert len(skipping) == allowed.get(head.group(1), 0), (head.group(1), skipping)
-    sweep = _routine("sweep_expired_leases")
-    assert _RUN_HINTS.findall(" ".join(sweep.split())) and \
-        all("READPAST" not in h.upper() for h in _RUN_HINTS.findall(" ".join(sweep.split())))
+    for name, table, takeover in (("claim_queued", "@v_candidates", "take_over"),
+                                  ("claim_ticks", "@v_candidates", "take_over"),
+                                  ("sweep_expired_leases", "@v_lapsed", "abandon_runs")):
+        code = " ".join(_code(_routine(name)).split())
+        locked = code.index("INSERT INTO @v_run_locks (id) SELECT r.id")
+        assert "WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)" in code[locked:locked + 300], name
+        drop = re.compile(rf"DELETE \w+ FROM {table} AS \w+ WHERE EXISTS \(SELECT 1 FROM mjsched\.scheduled_job_run "
+                          r"AS h WITH \(READUNCOMMITTED\) WHERE h\.lock_token = \w+\.lock_token AND h\.status = "
+                          r"N'Running' AND NOT EXISTS \(SELECT 1 FROM @v_run_locks").search(code, locked)
+        assert drop is not None, name
+        assert drop.start() < code.index(f"mjsched.{takeover}", locked), name   # dropped before any takeover
 
 
 def test_every_takeover_goes_through_abandon_runs() -> None:
