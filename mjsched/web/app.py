@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable
 from urllib.parse import quote, unquote
 
 from jinja2 import Environment, PackageLoader, select_autoescape
-from werkzeug.exceptions import BadRequest, Forbidden, HTTPException, MethodNotAllowed, NotFound, Unauthorized
+from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound
 from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 

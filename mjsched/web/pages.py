@@ -12,7 +12,6 @@ from typing import Any, Sequence
 
 from ..backends.base import Backend
 from ..cron import next_run_times
-from ..errors import SchedulerError
 from ..redaction import redact, redact_text
 from . import humanize
 from .queries import QUERIES
@@ -173,7 +172,4 @@ class Reader:
     # -- the one write that is not an engine method ---------------------------------------------
     def request_run(self, job_id: str) -> bool:
         """Make the job due now, if it is Active and not held by a live run (module doc)."""
-        try:
-            return bool(self._rows("request_run", job_id=job_id))
-        except SchedulerError:
-            raise
+        return bool(self._rows("request_run", job_id=job_id))

@@ -10,7 +10,6 @@ import pytest
 import mjsched
 from mjsched.errors import ConfigurationError
 from mjsched.web import BasicAuth, TokenAuth, auth_from_env, create_app, make_dashboard_server
-from tests.support import pg
 from tests.support.pg import Sql
 
 from .conftest import Browserless, shell_job
