@@ -90,8 +90,11 @@ def test_a_renewal_that_extended_nothing_is_a_violation(arena: Arena) -> None:
 
 
 def test_forced_pauses_catch_a_renewal_that_locks_runs_before_jobs(arena: Arena) -> None:
-    """The inverted renewal parked between its run and job updates while the sweep runs:
-    the round must report a violation (I2/I5) or a deadlock (I7), never pass."""
+    """The inverted renewal parked between its run and job updates while an operator's
+    unlock runs: the round must report a violation (I2/I5) or a deadlock (I7), never pass.
+    (The partner was the sweep until issue 12 item 4: a sweep now leaves alone a job whose
+    lapsed run another session holds, so it no longer meets the inversion; force_unlock_job
+    still locks the job, then waits for its run.)"""
     if not arena.has("test_pause"):
         pytest.skip("no mjsched.test_pause hook in this schema: forced pauses need it")
     arena.rows(INVERTED_RENEWAL + " SELECT 1 AS installed")
@@ -99,8 +102,9 @@ def test_forced_pauses_catch_a_renewal_that_locks_runs_before_jobs(arena: Arena)
     job = _held(now)
     state = State(now, [job])
     renew = Call("renew", "extend_job_leases", ([job.token], LEASE, A, now), renews=(job.token,))
-    sweep = Call("sweep", "sweep_expired_leases", (now,))
-    result = arena.pause_round(state, renew, "extend_job_leases:runs_renewed", sweep, 7_339_999)
+    unlock = Call("unlock", "force_unlock_job", (job.id, "self-check: operator unlock", now),
+                  moves=tuple(t for t in [job.token] + [r.token for r in job.runs] if t))
+    result = arena.pause_round(state, renew, "extend_job_leases:runs_renewed", unlock, 7_339_999)
     caught = [v.inv for v in result.violations] + [o.sqlstate for o in result.outcomes if o.sqlstate == DEADLOCK]
-    print(f"\ninverted renewal parked, sweep {result.note}: caught {caught}")
+    print(f"\ninverted renewal parked, unlock {result.note}: caught {caught}")
     assert result.note != "not reached" and caught, (result.note, result.violations, result.outcomes)
