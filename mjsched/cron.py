@@ -282,15 +282,19 @@ class CronSchedule:
     def iter_after(self, after: datetime) -> Iterator[datetime]:
         """Fire instants strictly after ``after``, in UTC, strictly increasing."""
         last = _require_aware(after, "after")
-        local = last.astimezone(self.zone)
-        wall = local.replace(tzinfo=None)
-        if self.is_interval and local.fold == 0:
-            # Inside the first pass of a repeated hour, earlier wall times still
-            # fire again in the second pass: start the wall clock that far back.
-            wall -= max(timedelta(0), (local.utcoffset() or timedelta(0))
-                        - (local.replace(fold=1).utcoffset() or timedelta(0)))
-        it = copy.copy(self._template)   # croniter's expansion of the expression, done once
-        it.set_current(wall.replace(microsecond=0) - timedelta(seconds=1), force=True)
+        try:
+            local = last.astimezone(self.zone)
+            wall = local.replace(tzinfo=None)
+            if self.is_interval and local.fold == 0:
+                # Inside the first pass of a repeated hour, earlier wall times still
+                # fire again in the second pass: start the wall clock that far back.
+                wall -= max(timedelta(0), (local.utcoffset() or timedelta(0))
+                            - (local.replace(fold=1).utcoffset() or timedelta(0)))
+            it = copy.copy(self._template)   # croniter's expansion of the expression, done once
+            it.set_current(wall.replace(microsecond=0) - timedelta(seconds=1), force=True)
+        except (OverflowError, ValueError):   # an instant at the edge of what datetime holds (year 1)
+            raise ConfigurationError("after", after, f"is outside the range cron {self.expression!r} "
+                                                     f"({self.timezone}) can be computed from") from None
         pending: datetime | None = None
         while True:
             try:

@@ -107,7 +107,7 @@ def first_due(schedule: CronSchedule, now: datetime, *, start_at: datetime | Non
     if run_immediately and never_ran:
         return max(now, start_at) if start_at else now
     after = now
-    if start_at is not None and start_at - _EPSILON > after:
+    if start_at is not None and start_at > after + _EPSILON:   # (a year-1 start_at cannot lose a microsecond)
         after = start_at - _EPSILON
     return schedule.next_after(after)
 

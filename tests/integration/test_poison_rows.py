@@ -283,24 +283,27 @@ def test_poison_table(make_engine: Any, sql: Any, caplog: Any) -> None:
 
 def test_start_polling_starts_beside_unschedulable_jobs(make_engine: Any, sql: Any, caplog: Any) -> None:
     """Rows no rule of this release would let in (an older schema, a dialect without it):
-    a year-1 or -infinity start, an invalid cron, a schedule whose next tick is past year 9999."""
+    a year-1 or -infinity start (a window that opened long ago: they run), a +infinity
+    start, an invalid cron, a schedule whose next tick is past year 9999 (reported once)."""
     caplog.set_level(logging.INFO, logger="mjsched")
     admin = make_engine()
     healthy = per_second_job(admin, "healthy")
-    bad = {name: per_second_job(admin, name) for name in ("year-one", "minus-infinity", "bad-cron", "past-9999")}
+    runs = {name: per_second_job(admin, name) for name in ("year-one", "minus-infinity")}
+    bad = {name: per_second_job(admin, name) for name in ("plus-infinity", "bad-cron", "past-9999")}
     sql.run("ALTER TABLE mjsched.scheduled_job DROP CONSTRAINT IF EXISTS ck_scheduled_job_start_at")
-    sql.run("UPDATE mjsched.scheduled_job SET start_at = '0001-01-01', next_run_at = NULL WHERE id = %s",
-            (bad["year-one"],))
-    sql.run("UPDATE mjsched.scheduled_job SET start_at = '-infinity', next_run_at = NULL WHERE id = %s",
-            (bad["minus-infinity"],))
+    for name, start in (("year-one", "0001-01-01"), ("minus-infinity", "-infinity")):
+        sql.run("UPDATE mjsched.scheduled_job SET start_at = %s, next_run_at = NULL WHERE id = %s", (start, runs[name]))
+    sql.run("UPDATE mjsched.scheduled_job SET start_at = 'infinity', next_run_at = NULL WHERE id = %s",
+            (bad["plus-infinity"],))
     sql.run("UPDATE mjsched.scheduled_job SET cron_expression = 'every tuesday' WHERE id = %s", (bad["bad-cron"],))
     sql.run("UPDATE mjsched.scheduled_job SET start_at = '9999-12-30', cron_expression = '0 0 1 1 *' "
             "WHERE id = %s", (bad["past-9999"],))
     engine = make_engine(lease_timeout=5.0, max_poll_interval=0.5)
     engine.start_polling()
     try:
-        wait_for(lambda: len(engine.list_runs(healthy, status="Completed")) >= 2, timeout=10,
-                 message="the healthy job to run twice")
+        for job in (healthy, *runs.values()):
+            wait_for(lambda: len(engine.list_runs(job, status="Completed")) >= 2, timeout=10,
+                     message="the healthy job and those with an ancient start to run twice")
         engine.dispatch_due_jobs()   # polls by hand too: none raises
     finally:
         engine.stop_polling(wait=True, max_wait=5)
@@ -308,6 +311,7 @@ def test_start_polling_starts_beside_unschedulable_jobs(make_engine: Any, sql: A
         mentions = [r for r in caplog.records if r.levelno >= logging.WARNING and name in r.getMessage()
                     and getattr(r, "action", "") != "high_frequency"]
         assert len(mentions) == 1, (name, [r.getMessage() for r in mentions])
+        assert sql.one("SELECT next_run_at FROM mjsched.scheduled_job WHERE id = %s", (bad[name],)) is None
 
 
 # -- upgrade --------------------------------------------------------------------------------------
