@@ -1575,6 +1575,7 @@ BEGIN
     DECLARE @v_run uniqueidentifier;
     DECLARE @v_taken TABLE (lease_until datetimeoffset NOT NULL);
     DECLARE @v_begun TABLE (run_id uniqueidentifier NOT NULL);
+    DECLARE @v_run_locks TABLE (id uniqueidentifier NOT NULL PRIMARY KEY);
     BEGIN TRY
         EXEC mjsched.check_lease @p_lease_seconds = @p_lease_seconds;
         IF @p_request_id IS NULL
@@ -1611,6 +1612,25 @@ BEGIN
         IF @v_outcome = N'start'
         BEGIN
             EXEC mjsched.test_pause @p_point = N'start_manual_run:job_locked';
+            IF @v_old IS NOT NULL
+            BEGIN
+                -- the lapsed holder's runs, READPAST: one another session holds (an operator's
+                -- open transaction) answers 'locked' at once; nothing is changed. Which runs
+                -- exist is read without honouring locks (a held run would block a plain read).
+                INSERT INTO @v_run_locks (id)
+                SELECT r.id
+                  FROM mjsched.scheduled_job_run AS r WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+                 WHERE r.lock_token = @v_old AND r.status = N'Running';
+                IF EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS h WITH (READUNCOMMITTED)
+                            WHERE h.lock_token = @v_old AND h.status = N'Running'
+                              AND NOT EXISTS (SELECT 1 FROM @v_run_locks AS k WHERE k.id = h.id))
+                BEGIN
+                    SET @v_outcome = N'locked';
+                END;
+            END;
+        END;
+        IF @v_outcome = N'start'
+        BEGIN
             IF @v_old IS NOT NULL
             BEGIN
                 SET @v_old_json = (SELECT @v_old AS id FOR JSON PATH);

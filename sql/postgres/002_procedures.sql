@@ -951,6 +951,7 @@ DECLARE
     v_token uuid;
     v_job mjsched.scheduled_job;
     v_run uuid;
+    v_locked uuid[];
 BEGIN
     PERFORM mjsched.check_test_clock(p_now);
     PERFORM mjsched.check_lease(p_lease_seconds);
@@ -987,6 +988,17 @@ BEGIN
     END IF;
     PERFORM mjsched.test_pause('start_manual_run:job_locked');
     IF v_job.lock_token IS NOT NULL THEN
+        -- the lapsed holder's runs, SKIP LOCKED: one another session holds (an operator's
+        -- open transaction) answers 'locked' at once; nothing is changed
+        v_locked := ARRAY(SELECT r.id FROM mjsched.scheduled_job_run r
+                           WHERE r.lock_token = v_job.lock_token AND r.status = 'Running'
+                             FOR NO KEY UPDATE SKIP LOCKED);
+        IF EXISTS (SELECT 1 FROM mjsched.scheduled_job_run h
+                    WHERE h.lock_token = v_job.lock_token AND h.status = 'Running'
+                      AND NOT (h.id = ANY (v_locked))) THEN
+            RETURN QUERY SELECT 'locked'::varchar, NULL::uuid, NULL::uuid;
+            RETURN;
+        END IF;
         PERFORM mjsched.take_over(ARRAY[v_job.lock_token], v_now);
     END IF;
     UPDATE mjsched.scheduled_job j

@@ -219,3 +219,29 @@ def test_claims_and_sweeps_go_around_a_lapsed_run_another_session_holds(
     assert [c.job_id for c in claims] == [held]
     assert sql.one("SELECT status FROM mjsched.scheduled_job_run WHERE id = %s", (old.run_id,)) == "Abandoned"
     assert sql.one("SELECT failure_count FROM mjsched.scheduled_job WHERE id = %s", (held,)) == 1
+
+
+def test_a_manual_start_never_waits_on_a_lapsed_run_another_session_holds(
+        pg_dsn: str, backend: PostgresBackend, sql: Sql) -> None:
+    """start_manual_run over a lapsed lease whose run an operator holds answers 'locked' at
+    once and changes nothing; after the release it takes the job over."""
+    type_id = backend.ensure_job_type("python")
+    job = backend.insert_job({"job_type_id": type_id, "name": "m", "cron_expression": "0 0 1 1 *",
+                              "status": "Active", "configuration": {"callable": "os:getpid"}})
+    sql.run("UPDATE mjsched.scheduled_job SET next_run_at = now() - interval '1 second'")
+    (old,) = backend.claim_due_jobs("old", 1, 0.2).claims
+    wait_for(lambda: sql.one("SELECT expected_completion_at < now() FROM mjsched.scheduled_job WHERE id = %s",
+                             (job,)), timeout=5, message="the lease lapsing")
+    admin = psycopg2.connect(pg_dsn)
+    try:
+        with admin.cursor() as cur:
+            cur.execute("SELECT id FROM mjsched.scheduled_job_run WHERE id = %s FOR UPDATE", (old.run_id,))
+        started = time.monotonic()
+        assert backend.start_manual_run(job, str(uuid.uuid4()), "e", 60).outcome == "locked"
+        assert time.monotonic() - started < 2.0
+        assert sql.one("SELECT lock_token::text FROM mjsched.scheduled_job WHERE id = %s", (job,)) == old.lock_token
+    finally:
+        admin.rollback()
+        admin.close()
+    assert backend.start_manual_run(job, str(uuid.uuid4()), "e", 60).outcome == "started"
+    assert sql.one("SELECT status FROM mjsched.scheduled_job_run WHERE id = %s", (old.run_id,)) == "Abandoned"
