@@ -26,6 +26,7 @@ from ..redaction import redact_text
 from ..version import __version__
 from . import humanize, security
 from .pages import JOB_STATUSES, RUN_STATUSES, Reader
+from .queries import QUERIES
 
 log = logging.getLogger("mjsched.web")
 
@@ -82,10 +83,9 @@ class Dashboard:
 
     def __init__(self, engine: SchedulingEngine, *, owns_engine: bool, read_only: bool,
                  auth: security.Auth | None, stale_after: float) -> None:
-        if engine.backend.dialect != "postgres":
+        if engine.backend.dialect not in QUERIES:
             raise ConfigurationError("dsn_or_engine", engine.backend.dialect,
-                                     "the dashboard reads PostgreSQL only for now (SQL Server: see "
-                                     "mjsched/web/queries.py)")
+                                     f"the dashboard reads {', '.join(sorted(QUERIES))} databases")
         self.engine = engine
         self.reader = Reader(engine.backend)
         self.read_only = read_only

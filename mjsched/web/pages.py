@@ -6,6 +6,7 @@ are masked here (``mjsched.redaction``), before anything reaches a template.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Sequence
@@ -24,8 +25,43 @@ RECENT_RUNS = 20          # the jobs page's success rate and sparkline are over 
 
 
 def like_pattern(text: str) -> str:
-    """A case-insensitive substring pattern for ILIKE, with the user's ``%``/``_`` taken literally."""
-    return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    """A substring pattern for ILIKE / LIKE ... ESCAPE '\\', with the user's ``%``, ``_`` (and SQL
+    Server's ``[``) taken literally."""
+    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_").replace("[", "\\[")
+    return "%" + escaped + "%"
+
+
+_NAMED = re.compile(r"%\((\w+)\)s")
+
+
+def positional(query: str, params: dict[str, Any]) -> tuple[str, list[Any]]:
+    """``%(name)s`` placeholders as pyodbc's ``?``, with the values in the order they appear."""
+    values: list[Any] = []
+
+    def one(match: re.Match[str]) -> str:
+        values.append(params[match.group(1)])
+        return "?"
+
+    return _NAMED.sub(one, query), values
+
+
+def fold_recent(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """SQL Server's jobs page (one row per recent run, oldest first within a job) folded into
+    PostgreSQL's shape: one row per job with its recent runs as lists."""
+    jobs: dict[Any, dict[str, Any]] = {}
+    for row in rows:
+        key = str(row["id"])
+        job = jobs.get(key)
+        if job is None:
+            job = {k: v for k, v in row.items() if not k.startswith("run_")}
+            job.update(statuses=[], durations=[], completed=[], errors=[])
+            jobs[key] = job
+        if row.get("run_status") is not None:
+            job["statuses"].append(row["run_status"])
+            job["durations"].append(row["run_duration_ms"])
+            job["completed"].append(row["run_completed_at"])
+            job["errors"].append(row["run_error"])
+    return list(jobs.values())
 
 
 def seconds(value: Any) -> float | None:
@@ -58,7 +94,10 @@ class Reader:
         self.sql = QUERIES[backend.dialect]
 
     def _rows(self, name: str, **params: Any) -> list[dict[str, Any]]:
-        return self.backend._rows(f"dashboard {name}", self.sql[name], params)  # type: ignore[attr-defined]
+        if self.backend.dialect == "postgres":
+            return self.backend._rows(f"dashboard {name}", self.sql[name], params)  # type: ignore[attr-defined]
+        query, values = positional(self.sql[name], params)
+        return self.backend._rows(f"dashboard {name}", query, values)  # type: ignore[attr-defined]
 
     def summary(self) -> dict[str, Any]:
         return self._rows("summary")[0]
@@ -67,6 +106,8 @@ class Reader:
     def jobs(self, *, status: str | None, search: str | None, page: int, now: datetime) -> dict[str, Any]:
         rows = self._rows("jobs_page", status=status, search=like_pattern(search) if search else None,
                           limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE, recent=RECENT_RUNS)
+        if self.backend.dialect != "postgres":
+            rows = fold_recent(rows)
         total = int(rows[0]["total"]) if rows else 0
         return {"jobs": [self._job_row(r, now) for r in rows], "now": now,
                 "page": Page(page, PAGE_SIZE, page * PAGE_SIZE < total, total)}
@@ -172,4 +213,5 @@ class Reader:
     # -- the one write that is not an engine method ---------------------------------------------
     def request_run(self, job_id: str) -> bool:
         """Make the job due now, if it is Active and not held by a live run (module doc)."""
-        return bool(self._rows("request_run", job_id=job_id))
+        rows = self._rows("request_run", job_id=job_id)
+        return bool(rows and rows[0].get("updated"))

@@ -15,11 +15,13 @@ their plans on 10,000 jobs and 5 M runs):
 * ``request_run``: make an Active, unlocked job due now (database clock), through the
   ``update_job`` procedure the engine role may call, and wake the engines (NOTIFY).
 
-PostgreSQL only for now. The SQL Server twins are the same statements with ``TOP``/
-``OFFSET ... FETCH`` for ``LIMIT``/``OFFSET``, ``SYSDATETIMEOFFSET()`` for ``now()``,
-``OUTER APPLY`` for ``LEFT JOIN LATERAL``, ``STRING_AGG``/a second query for the arrays,
-and no NOTIFY (engines poll); ``create_app`` refuses a SQL Server engine with a clear
-error until they are written and tested against a real server.
+SQL Server: the T-SQL twins below (``MSSQL``), the same names, columns and indexes:
+``TOP``/``OFFSET ... FETCH`` for ``LIMIT``/``OFFSET``, ``SYSDATETIMEOFFSET()`` for ``now()``,
+``OUTER APPLY`` for ``LEFT JOIN LATERAL`` (the jobs page then returns one row per recent run,
+folded by ``pages.fold_recent``), durations as seconds (``DATEDIFF_BIG``), and no NOTIFY
+(engines poll). They are checked statically (tests/web/test_queries.py: sqlglot, T-SQL
+dialect, and the same names as the PostgreSQL set) and run by tests/web/test_dialects.py
+where a SQL Server is given; there is none on this project's machines.
 """
 from __future__ import annotations
 
@@ -150,4 +152,123 @@ POSTGRES: dict[str, str] = {
            AND (j.expected_completion_at IS NULL OR j.expected_completion_at < now())""",
 }
 
-QUERIES: dict[str, dict[str, str]] = {"postgres": POSTGRES}
+MSSQL_JOB_COLUMNS = JOB_COLUMNS
+MSSQL_RUN_COLUMNS = RUN_COLUMNS
+
+MSSQL: dict[str, str] = {
+    "db_now": "SELECT SYSDATETIMEOFFSET() AS now;",
+
+    "summary": """
+        SELECT (SELECT COUNT(*) FROM mjsched.scheduled_job) AS jobs,
+               (SELECT COUNT(*) FROM mjsched.scheduled_job WHERE status = N'Active') AS active,
+               (SELECT COUNT(*) FROM mjsched.scheduled_job WHERE status = N'Paused') AS paused,
+               (SELECT COUNT(*) FROM mjsched.scheduled_job_run WHERE status = N'Running') AS running,
+               (SELECT COUNT(*) FROM mjsched.scheduled_job_run WHERE status = N'Queued') AS queued,
+               SYSDATETIMEOFFSET() AS now;""",
+
+    "jobs_page": f"""
+        WITH page AS (
+            SELECT {MSSQL_JOB_COLUMNS}, COUNT(*) OVER () AS total
+              FROM mjsched.scheduled_job AS j
+              JOIN mjsched.scheduled_job_type AS t ON t.id = j.job_type_id
+             WHERE (CAST(%(status)s AS nvarchar(20)) IS NULL OR j.status = CAST(%(status)s AS nvarchar(20)))
+               AND (CAST(%(search)s AS nvarchar(450)) IS NULL
+                    OR j.name LIKE CAST(%(search)s AS nvarchar(450)) ESCAPE '\\'
+                    OR t.driver_class LIKE CAST(%(search)s AS nvarchar(450)) ESCAPE '\\')
+             ORDER BY j.name, j.id
+            OFFSET %(offset)s ROWS FETCH NEXT %(limit)s ROWS ONLY
+        )
+        SELECT p.*, x.status AS run_status, x.duration_ms AS run_duration_ms, x.started_at AS run_started_at,
+               x.completed_at AS run_completed_at, LEFT(x.error_message, 300) AS run_error
+          FROM page AS p
+          OUTER APPLY (SELECT TOP (%(recent)s) r.status, r.duration_ms, r.started_at, r.completed_at, r.error_message
+                         FROM mjsched.scheduled_job_run AS r
+                        WHERE r.scheduled_job_id = p.id AND r.started_at IS NOT NULL
+                        ORDER BY r.started_at DESC) AS x
+         ORDER BY p.name, p.id, x.started_at;""",
+
+    "job": f"""
+        SELECT {MSSQL_JOB_COLUMNS}, j.description, j.owner, j.configuration, j.concurrency_mode,
+               j.missed_run_policy, j.start_at, j.end_at, j.isolation, j.max_queued_runs,
+               j.notify_on_success, j.notify_on_failure, j.notify_to, j.total_duration_ms,
+               j.created_at, j.updated_at,
+               CAST(CASE WHEN j.expected_completion_at IS NOT NULL THEN 1 ELSE 0 END AS bit) AS locked
+          FROM mjsched.scheduled_job AS j
+          JOIN mjsched.scheduled_job_type AS t ON t.id = j.job_type_id
+         WHERE j.id = CAST(%(job_id)s AS uniqueidentifier);""",
+
+    "job_runs": f"""
+        SELECT {MSSQL_RUN_COLUMNS}
+          FROM mjsched.scheduled_job_run AS r
+         WHERE r.scheduled_job_id = CAST(%(job_id)s AS uniqueidentifier)
+           AND (CAST(%(status)s AS nvarchar(20)) IS NULL OR r.status = CAST(%(status)s AS nvarchar(20)))
+         ORDER BY r.started_at DESC, r.id DESC
+        OFFSET %(offset)s ROWS FETCH NEXT %(limit)s ROWS ONLY;""",
+
+    "job_durations": """
+        SELECT TOP (%(limit)s) r.started_at, r.duration_ms, r.status
+          FROM mjsched.scheduled_job_run AS r
+         WHERE r.scheduled_job_id = CAST(%(job_id)s AS uniqueidentifier) AND r.started_at IS NOT NULL
+           AND r.duration_ms IS NOT NULL
+         ORDER BY r.started_at DESC;""",
+
+    "runs_running": f"""
+        SELECT TOP (%(limit)s) {MSSQL_RUN_COLUMNS}, j.name AS job_name, j.max_runtime_seconds,
+               DATEDIFF_BIG(millisecond, r.started_at, SYSDATETIMEOFFSET()) / 1000.0 AS elapsed,
+               DATEDIFF_BIG(millisecond, SYSDATETIMEOFFSET(), r.lease_expires_at) / 1000.0 AS lease_left
+          FROM mjsched.scheduled_job_run AS r
+          JOIN mjsched.scheduled_job AS j ON j.id = r.scheduled_job_id
+         WHERE r.status = N'Running'
+         ORDER BY r.started_at DESC;""",
+
+    "runs_by_status": f"""
+        SELECT {MSSQL_RUN_COLUMNS}, j.name AS job_name
+          FROM mjsched.scheduled_job_run AS r
+          JOIN mjsched.scheduled_job AS j ON j.id = r.scheduled_job_id
+         WHERE r.status = CAST(%(status)s AS nvarchar(20))
+         ORDER BY r.started_at DESC, r.id DESC
+        OFFSET %(offset)s ROWS FETCH NEXT %(limit)s ROWS ONLY;""",
+
+    "runs_queued": f"""
+        SELECT {MSSQL_RUN_COLUMNS}, j.name AS job_name
+          FROM mjsched.scheduled_job_run AS r
+          JOIN mjsched.scheduled_job AS j ON j.id = r.scheduled_job_id
+         WHERE r.status = N'Queued'
+         ORDER BY r.queued_at, r.id
+        OFFSET %(offset)s ROWS FETCH NEXT %(limit)s ROWS ONLY;""",
+
+    "runs_problems": f"""
+        SELECT TOP (%(limit)s) x.*, j.name AS job_name
+          FROM (SELECT * FROM (SELECT TOP (%(limit)s) {MSSQL_RUN_COLUMNS} FROM mjsched.scheduled_job_run AS r
+                                WHERE r.status = N'Failed' ORDER BY r.started_at DESC) AS failed
+                UNION ALL
+                SELECT * FROM (SELECT TOP (%(limit)s) {MSSQL_RUN_COLUMNS} FROM mjsched.scheduled_job_run AS r
+                                WHERE r.status = N'Timeout' ORDER BY r.started_at DESC) AS timed_out
+                UNION ALL
+                SELECT * FROM (SELECT TOP (%(limit)s) {MSSQL_RUN_COLUMNS} FROM mjsched.scheduled_job_run AS r
+                                WHERE r.status = N'Abandoned' ORDER BY r.started_at DESC) AS abandoned) AS x
+          JOIN mjsched.scheduled_job AS j ON j.id = x.scheduled_job_id
+         ORDER BY CASE WHEN x.started_at IS NULL THEN 1 ELSE 0 END, x.started_at DESC;""",
+
+    "engines": """
+        SELECT e.instance, e.host, e.pid, e.version, e.started_at, e.last_seen_at, e.stopped_at,
+               DATEDIFF_BIG(millisecond, e.last_seen_at, SYSDATETIMEOFFSET()) / 1000.0 AS silent_for,
+               (SELECT COUNT(*) FROM mjsched.scheduled_job_run AS r
+                 WHERE r.status = N'Running' AND r.executed_by_instance = e.instance) AS in_flight
+          FROM mjsched.engine_instance AS e
+         WHERE e.stopped_at IS NULL OR e.stopped_at > DATEADD(hour, -24, SYSDATETIMEOFFSET())
+         ORDER BY CASE WHEN e.stopped_at IS NULL THEN 0 ELSE 1 END, e.started_at DESC;""",
+
+    "request_run": """
+        DECLARE @v_job uniqueidentifier = CAST(%(job_id)s AS uniqueidentifier);
+        DECLARE @v_now datetimeoffset = SYSDATETIMEOFFSET();
+        DECLARE @v_fields nvarchar(100) = CONCAT(N'{"next_run_at": "', CONVERT(nvarchar(40), @v_now, 127), N'"}');
+        IF EXISTS (SELECT 1 FROM mjsched.scheduled_job AS j
+                    WHERE j.id = @v_job AND j.status = N'Active'
+                      AND (j.expected_completion_at IS NULL OR j.expected_completion_at < @v_now))
+        BEGIN
+            EXEC mjsched.update_job @p_job_id = @v_job, @p_fields = @v_fields;
+        END;""",
+}
+
+QUERIES: dict[str, dict[str, str]] = {"postgres": POSTGRES, "mssql": MSSQL}
