@@ -24,6 +24,7 @@ import pytest
 
 import mjsched
 from mjsched import sqlfiles
+from tests.support import roles
 from tests.support.pg import wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(120)]
@@ -85,6 +86,30 @@ def test_admin_procedures_refuse_what_the_api_refuses(field: str, value: Any, ex
     finally:
         conn.close()
     assert sql.rows("SELECT * FROM mjsched.scheduled_job") == before
+
+
+def test_the_grants_admin_role_is_refused_too(pg_dsn: str, make_engine: Any, sql: Any) -> None:
+    """The roles sql/postgres/grants.sql creates: its admin role (may define jobs) gets the
+    same refusals through update_job. (Its engine role may not call insert_job/update_job.)"""
+    job_id = per_second_job(make_engine(), "target")
+    roles.apply_grants(pg_dsn)
+    logins = roles.Logins(pg_dsn)
+    try:
+        conn = psycopg2.connect(logins.login(roles.admin_role(pg_dsn), "mjsched_adm"))
+        conn.autocommit = True
+        try:
+            with conn.cursor() as cur:
+                for field, value in _bad_fields():
+                    with pytest.raises(psycopg2.Error) as refused:
+                        cur.execute("SELECT * FROM mjsched.update_job(%s::uuid, %s::jsonb)",
+                                    (job_id, json.dumps({field: value})))
+                    assert refused.value.pgcode == "22023" and f"fields.{field}" in str(refused.value), \
+                        refused.value
+        finally:
+            conn.close()
+    finally:
+        logins.drop()
+    assert sql.one("SELECT max_runtime_seconds FROM mjsched.scheduled_job WHERE id = %s", (job_id,)) is None
 
 
 def test_admin_procedures_still_accept_good_values(executor_dsn: str, make_engine: Any, sql: Any) -> None:
