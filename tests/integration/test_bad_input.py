@@ -90,8 +90,6 @@ API = [
         "configuration.timeout"),
     Bad("python-callable-missing", create(driver="python", configuration={}), ConfigurationError,
         "configuration.callable"),
-    Bad("python-callable-not-importable", create(driver="python", configuration={"callable": "os:no_such_thing"}),
-        ConfigurationError, "configuration.callable"),
     Bad("python-callable-malformed", create(driver="python", configuration={"callable": "os.path; rm -rf /"}),
         ConfigurationError, "configuration.callable"),
     Bad("http-url-scheme", create(driver="http", configuration={"url": "ftp://example.com/"}), ConfigurationError,
@@ -209,6 +207,21 @@ def test_api_rejects_bad_input(case: Bad, engine: Any, existing: str, sql: Any, 
     assert len(str(error)) < 2000, "the message repeats a huge value"
     assert counts(sql) == before, "something was written"
     assert stored(sql, existing) == row, "the job was changed"
+
+
+def test_a_python_callable_is_imported_where_it_runs_not_where_it_is_written(engine: Any, sql: Any) -> None:
+    """create_job checks the form of ``pkg.module:function`` only (the engines' hosts, not the
+    writer, must import it); execute_job in a process that cannot import it refuses before any
+    run is recorded, naming the field, the module and the fix."""
+    job_id = engine.create_job(name="not-importable-here", driver="python", cron="0 0 1 1 *",
+                               configuration={"callable": "mjsched_no_such_module:work"})
+    before = counts(sql)
+    with pytest.raises(ConfigurationError) as info:
+        engine.execute_job(job_id)
+    assert info.value.field == "configuration.callable"
+    assert "mjsched_no_such_module" in str(info.value) and "PYTHONPATH" in str(info.value)
+    assert counts(sql) == before
+    assert engine.get_job(job_id).locked_by_instance is None
 
 
 METACHARACTERS = [
