@@ -33,7 +33,9 @@ pytestmark = [pytest.mark.celery, pytest.mark.slow]
 JOBS = int(os.environ.get("MJSCHED_CELERY_CLUSTER_JOBS", "10"))
 SECONDS = float(os.environ.get("MJSCHED_CELERY_CLUSTER_SECONDS", "16"))
 LEASE = 5.0
-WORK = 0.2          # seconds each task sleeps: a worker killed at random is likely mid-task
+# seconds each task sleeps (a worker killed at random is likely mid-task), sized so that the two
+# workers' four slots keep up (about 2 task-seconds a second): backlog is not what is measured
+WORK = min(0.2, 2.0 / JOBS)
 
 
 def start_engine(name: str, dsn: str, workdir: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -135,8 +137,15 @@ def test_three_engines_two_workers_every_tick_executed_once(broker: str, pg_dsn:
     (tmp_path / "summary.json").write_text(json.dumps(summary))
     assert {i for i, n in counts.items() if n > 1} == set(), "a task id executed more than once"
     assert set(counts) <= set(expected), "a task executed that no run stands for"
-    for job_id in job_ids:                                      # one run per tick, and no gap beyond the lease
-        ticks = sorted(r.scheduled_for for r in runs if r.scheduled_job_id == job_id and r.scheduled_for)
+    for job_id in job_ids:
+        # One run per tick; a tick is only left out while the job's previous run was still open (the
+        # Skip policy: a 'wait' run holds its job; the killed engine's run holds it until its lease ends).
+        mine = sorted((r for r in runs if r.scheduled_job_id == job_id and r.scheduled_for),
+                      key=lambda r: r.scheduled_for)
+        ticks = [r.scheduled_for for r in mine]
         assert len(ticks) == len(set(ticks)), f"job {job_id}: a tick has two runs"
-        gaps = [(b - a).total_seconds() for a, b in zip(ticks, ticks[1:])]
-        assert max(gaps, default=0) <= LEASE + 4, f"job {job_id}: ticks lost, gaps {gaps}"
+        for a, b in zip(mine, mine[1:]):
+            held = ((a.completed_at - a.scheduled_for).total_seconds() if a.completed_at else LEASE + 4)
+            gap = (b.scheduled_for - a.scheduled_for).total_seconds()
+            assert gap <= held + 3, f"job {job_id}: ticks lost after {a.scheduled_for} ({a.status.value}, " \
+                                    f"open {held:.1f} s): next tick run {gap:g} s later"

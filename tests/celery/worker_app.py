@@ -29,8 +29,10 @@ app.conf.update(
     result_extended=True,
     worker_prefetch_multiplier=1,
     broker_connection_retry_on_startup=True,
-    # a worker killed with -9 has its unacknowledged messages redelivered after 5 s
-    broker_transport_options={"visibility_timeout": 5},
+    # Redis: a worker killed with -9 has its unacknowledged messages redelivered after 5 s (kombu's
+    # sweep for them runs every interval x throttle seconds: 10 x 10 by default, 1 s here)
+    broker_transport_options={"visibility_timeout": 5, "unacked_restore_interval": 1,
+                              "unacked_restore_throttle": 1},
     mjsched_guard_url=COUNTERS,
     worker_hijack_root_logger=False,
 )
