@@ -96,10 +96,10 @@ def wait_until(driver: Any, condition: Callable[[Any], Any], what: str, timeout:
 
 
 def text_of(driver: Any, css: str) -> str:
-    from selenium.webdriver.common.by import By
-
-    elements = driver.find_elements(By.CSS_SELECTOR, css)
-    return " ".join(e.text for e in elements)
+    """The visible text of the elements matching ``css``, read in one script call: the live
+    pages replace their content while they refresh, so element handles can go stale between calls."""
+    return str(driver.execute_script(
+        "return Array.from(document.querySelectorAll(arguments[0])).map(e => e.innerText.trim()).join(' ');", css))
 
 
 def click_and_confirm(driver: Any, css: str) -> None:
@@ -177,8 +177,8 @@ def test_edit_the_cron_see_the_preview_then_the_saved_schedule(browser: Any, liv
     cron.clear()
     cron.send_keys("30 4 * * 1-5")
     wait_until(browser, lambda d: "on weekdays at 04:30" in text_of(d, "#preview"), "the preview")
-    assert len(browser.find_elements(By.CSS_SELECTOR, "#preview li")) == 5
-    assert all("04:30:00" in li.text for li in browser.find_elements(By.CSS_SELECTOR, "#preview li"))
+    times = browser.execute_script("return Array.from(document.querySelectorAll('#preview li')).map(e => e.innerText);")
+    assert len(times) == 5 and all("04:30:00" in t for t in times), times
     shot(browser, "job-edit-preview")
     click_and_confirm(browser, "#edit-save")
     wait_until(browser, lambda d: "editable saved" in text_of(d, ".flash"), "the saved flash")
