@@ -483,12 +483,11 @@ class SchedulingEngine:
                     try:
                         started += self._start_claim(job, claim.run_id, claim.lock_token, claim.scheduled_for,
                                                      claim.from_queue, db_now)
-                    except Exception as exc:  # noqa: BLE001 - one row no engine can run must not fail the poll
-                        if isinstance(exc, SchedulerError) and not isinstance(exc, ConfigurationError):
-                            log.error("could not start run of job %r: %s (its lease will lapse and be swept)",
-                                      job.name, exc, extra={"action": "dispatch_failed"})
-                        else:   # the row itself: its schedule cannot be computed
-                            self._set_aside(job, claim.run_id, claim.lock_token, exc)
+                    except scheduling.UnusableSchedule as exc:   # the row itself: before any run started
+                        self._set_aside(job, claim.run_id, claim.lock_token, exc.cause)
+                    except SchedulerError as exc:
+                        log.error("could not start run of job %r: %s (its lease will lapse and be swept)",
+                                  job.name, exc, extra={"action": "dispatch_failed"})
                 self._unanswered_claim = None
                 dispatched += started
                 if not any(c.run_id is None for c in batch.claims) or len(batch.claims) < free:
@@ -543,7 +542,7 @@ class SchedulingEngine:
     def _start_claim(self, job: Job, run_id: str | None, token: str, scheduled_for: datetime | None,
                      from_queue: bool, db_now: datetime) -> int:
         if run_id is None:  # the tick already had a run: move the schedule past it, run nothing
-            nxt = scheduling.next_run_after(job, scheduled_for, db_now, catch_up=False)
+            nxt = scheduling.computed(scheduling.next_run_after, job, scheduled_for, db_now, catch_up=False)
             self.backend.advance_job(job.id, token, nxt, release=True)
             log.warning("job %r: tick %s already has a run; advanced to %s", job.name, scheduled_for, nxt,
                         extra={"action": "tick_already_served"})
@@ -553,24 +552,27 @@ class SchedulingEngine:
         seen = scheduled_for if scheduled_for is not None and not from_queue else job.next_run_at
         refused = self._definition_refused(job)
         if refused is not None:   # no run of it can succeed: each tick is Skipped, reported once
-            nxt = None if from_queue else scheduling.next_run_after(job, scheduled_for, db_now, catch_up=False)
+            nxt = None if from_queue else scheduling.computed(scheduling.next_run_after, job, scheduled_for,
+                                                              db_now, catch_up=False)
             self._writer.submit(Completion(run_id, token, RunStatus.SKIPPED.value, refused, None, nxt,
                                            guard=True, expected_next_run_at=seen),
                                 lambda _ok: self._poller.wake())
             return 0
         plan = scheduling.TickPlan(run=True, catch_up=False, missed=0)
         if scheduled_for is not None and not from_queue:
-            plan = scheduling.plan_tick(job, scheduled_for, db_now, self.max_catch_up_runs)
+            plan = scheduling.computed(scheduling.plan_tick, job, scheduled_for, db_now,
+                                       self.max_catch_up_runs)
         if plan.note:
             log.warning("job %r: %s", job.name, plan.note, extra={"action": "missed_runs"})
         if not plan.run:
-            nxt = scheduling.next_run_after(job, scheduled_for, db_now, catch_up=False)
+            nxt = scheduling.computed(scheduling.next_run_after, job, scheduled_for, db_now, catch_up=False)
             self._writer.submit(Completion(run_id, token, RunStatus.SKIPPED.value, plan.note, {"missed": plan.missed},
                                            nxt, guard=True, expected_next_run_at=seen),
                                 lambda _ok: self._poller.wake())
             return 0
         if job.concurrency_mode is ConcurrencyMode.CONCURRENT and not from_queue:
-            nxt = scheduling.next_run_after(job, scheduled_for, db_now, catch_up=plan.catch_up)
+            nxt = scheduling.computed(scheduling.next_run_after, job, scheduled_for, db_now,
+                                      catch_up=plan.catch_up)
             self.backend.advance_job(job.id, token, nxt, release=True)
         entry = self._new_entry(job, run_id, token, scheduled_for, manual=False, catch_up=plan.catch_up)
         entry.seen_next_run_at = seen

@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Any, Callable, Protocol, TypeVar
 
 from .cron import CronSchedule
 from .errors import ConfigurationError
@@ -41,8 +41,27 @@ from .models import Job, MissedRunPolicy
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
 HIGH_FREQUENCY_THRESHOLD = timedelta(minutes=5)
 _EPSILON = timedelta(microseconds=1)
+
+
+class UnusableSchedule(Exception):
+    """A job row's schedule cannot be computed from what is stored (a cron, a zone or an
+    instant no engine can use, written by plain SQL); ``cause`` is what was raised."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(f"{type(cause).__name__}: {cause}")
+        self.cause = cause
+
+
+def computed(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)``, any exception it raises turned into ``UnusableSchedule``:
+    callers tell a bad row (set it aside) from their own failures (which must propagate)."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - whatever a row's values make the computation raise
+        raise UnusableSchedule(exc) from exc
 
 
 def _aware(field: str, value: object) -> datetime:

@@ -81,7 +81,8 @@ def test_admin_procedures_refuse_what_the_api_refuses(field: str, value: Any, ex
             shown = {1e13: "10000000000000"}.get(value, str(value)).split("T")[0].lstrip("0")
             assert f"fields.{field}" in str(refused.value) and shown in str(refused.value), str(refused.value)
             with pytest.raises(psycopg2.Error) as refused:
-                cur.execute("SELECT * FROM mjsched.update_job(%s::uuid, %s::jsonb)", (job_id, json.dumps({field: value})))
+                cur.execute("SELECT * FROM mjsched.update_job(%s::uuid, %s::jsonb)",
+                            (job_id, json.dumps({field: value})))
             assert refused.value.pgcode == "22023" and f"fields.{field}" in str(refused.value), refused.value
     finally:
         conn.close()
