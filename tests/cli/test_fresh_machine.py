@@ -73,3 +73,14 @@ def test_mjsched_on_postgresql_never_imports_pyodbc(no_odbc: dict[str, str], pg_
                             text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "modules: []" in result.stdout, result.stdout
+
+
+def test_the_readme_test_command_is_what_ci_runs() -> None:
+    """CI runs "the test command written in README.md": the two must not drift apart."""
+    readme = (REPO / "README.md").read_text()
+    ci = (REPO / ".ci" / "run").read_text()
+    commands = [line.split("&&", 1)[1].strip() for line in readme.splitlines()
+                if line.startswith("pip install -e '.[test]' && ")]
+    assert commands, "README.md has no `pip install -e '.[test]' && ...` test command"
+    assert len(set(commands)) == 1, commands           # the Two commands and Tests sections agree
+    assert commands[0] in ci, (commands[0], ".ci/run")
