@@ -21,7 +21,7 @@ from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
 from ..engine import SchedulingEngine
-from ..errors import ConfigurationError, JobNotFound, SchedulerError
+from ..errors import ConfigurationError, DatabaseError, JobNotFound, SchedulerError, SchemaNotInstalled
 from ..redaction import redact_text
 from ..version import __version__
 from . import humanize, security
@@ -128,7 +128,7 @@ class Dashboard:
             if self.auth is not None:
                 user = self.auth.check(request.headers.get("Authorization"))
                 if user is None:
-                    return self._unauthorized(request)
+                    return self._finish(request, self._unauthorized(request))
                 request.user = user  # type: ignore[attr-defined]
             adapter = self.url_map.bind_to_environ(request.environ)
             endpoint, args = adapter.match()
@@ -151,11 +151,13 @@ class Dashboard:
             response = self._error_page(request, 404, "Not found", "There is no page at this address.")
         except HTTPException as exc:
             response = self._error_page(request, exc.code or 400, exc.name, exc.description or "")
-        except SchedulerError as exc:
+        except (DatabaseError, SchemaNotInstalled) as exc:
             log.warning("dashboard request %s %s failed: %s", request.method, request.path, exc,
                         extra={"action": "web_error"})
             response = self._error_page(request, 503, "The scheduler's database did not answer",
                                         redact_text(str(exc)))
+        except SchedulerError as exc:      # bad input the engine refused: the message names field and value
+            response = self._error_page(request, 400, "Refused", redact_text(str(exc)))
         except Exception:  # noqa: BLE001 - a page, never a traceback; the log has the details
             incident = uuid.uuid4().hex[:10]
             log.exception("dashboard request %s %s failed (incident %s)", request.method, request.path, incident,

@@ -181,3 +181,13 @@ def test_the_loopback_server_answers_loopback_host_names_only(engine: mjsched.Sc
     finally:
         server.stop()
         app.close()
+
+
+def test_the_sign_in_page_carries_the_security_headers(engine: mjsched.SchedulingEngine) -> None:
+    app = create_app(engine, auth="token:s3cret-token-123")
+    try:
+        response = Browserless(app).get("/jobs")
+    finally:
+        app.close()
+    assert response.status_code == 401 and response.headers["X-Frame-Options"] == "DENY"
+    assert "frame-ancestors 'none'" in response.headers["Content-Security-Policy"]
