@@ -257,7 +257,9 @@ class SchedulingEngine:
                 return
             self._housekeeping.check_installed()
             self._release_previous_engines()
-            self.backend.register_engine(self.instance_name, socket.gethostname(), os.getpid(), __version__)
+            self.backend.register_engine(self.instance_name, socket.gethostname(), os.getpid(), __version__,
+                                         heartbeat_seconds=self.max_poll_interval,
+                                         max_concurrent_jobs=self.max_concurrent_jobs)
             swept = self.backend.sweep_expired_leases()
             if swept.swept or swept.locks_freed:
                 log.warning("start-up: cleared %d stale lock(s) and abandoned %d run(s) whose lease had expired",

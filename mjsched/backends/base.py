@@ -262,7 +262,10 @@ class Backend(abc.ABC):
         are skipped, not waited for. Returns how many were set (0 for no items)."""
 
     @abc.abstractmethod
-    def register_engine(self, instance: str, host: str, pid: int, version: str) -> None: ...
+    def register_engine(self, instance: str, host: str, pid: int, version: str,
+                        heartbeat_seconds: float | None = None, max_concurrent_jobs: int | None = None) -> None:
+        """Record a live engine. ``heartbeat_seconds`` is its poll bound: each claim refreshes
+        its ``last_seen_at``, so status can call it stale after a few of them."""
 
     @abc.abstractmethod
     def unregister_engine(self, instance: str) -> None: ...

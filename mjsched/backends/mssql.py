@@ -361,8 +361,10 @@ class MssqlBackend(Backend):
         payload = json.dumps([{"job_id": job_id, "next_run_at": to_param(when)} for job_id, when in items])
         return int(self._scalar("initialize_next_runs", items=payload) or 0)
 
-    def register_engine(self, instance: str, host: str, pid: int, version: str) -> None:
-        self._call("register_engine", instance=instance, host=host, pid=pid, version=version)
+    def register_engine(self, instance: str, host: str, pid: int, version: str,
+                        heartbeat_seconds: float | None = None, max_concurrent_jobs: int | None = None) -> None:
+        self._call("register_engine", instance=instance, host=host, pid=pid, version=version,
+                   heartbeat_seconds=heartbeat_seconds, max_concurrent_jobs=max_concurrent_jobs)
 
     def unregister_engine(self, instance: str) -> None:
         self._call("unregister_engine", instance=instance)
@@ -484,11 +486,17 @@ class MssqlBackend(Backend):
 
     def status_summary(self) -> dict[str, Any]:
         engines = self._rows("status", """
-            SELECT instance, host, pid, version, started_at, last_seen_at,
-                   DATEDIFF_BIG(millisecond, last_seen_at, SYSDATETIMEOFFSET()) AS silent_for_ms
-              FROM mjsched.engine_instance WHERE stopped_at IS NULL ORDER BY started_at;""")
+            SELECT e.instance, e.host, e.pid, e.version, e.started_at, e.last_seen_at,
+                   DATEDIFF_BIG(millisecond, e.last_seen_at, SYSDATETIMEOFFSET()) AS silent_for_ms,
+                   e.heartbeat_seconds, e.max_concurrent_jobs,
+                   (SELECT COUNT(*) FROM mjsched.scheduled_job_run AS r
+                     WHERE r.status = N'Running' AND r.executed_by_instance = e.instance) AS running
+              FROM mjsched.engine_instance AS e WHERE e.stopped_at IS NULL ORDER BY e.started_at;""")
         for e in engines:
             e["silent_for"] = timedelta(milliseconds=int(e.pop("silent_for_ms") or 0))
+        running = self._rows("status", """
+            SELECT executed_by_instance AS instance, COUNT(*) AS runs
+              FROM mjsched.scheduled_job_run WHERE status = N'Running' GROUP BY executed_by_instance;""")
         counts = self._rows("status", """
             SELECT (SELECT COUNT(*) FROM mjsched.scheduled_job WHERE status = N'Active') AS active_jobs,
                    (SELECT COUNT(*) FROM mjsched.scheduled_job
@@ -504,7 +512,7 @@ class MssqlBackend(Backend):
                    (SELECT COUNT(*) FROM mjsched.scheduled_job_run
                      WHERE status = N'Abandoned'
                        AND completed_at > DATEADD(hour, -24, SYSDATETIMEOFFSET())) AS abandoned_24h;""")
-        return {"engines": engines, **counts[0]}
+        return {"engines": engines, "running_by_instance": {r["instance"]: r["runs"] for r in running}, **counts[0]}
 
     # -- change feed -----------------------------------------------------------------------
     def listener(self) -> Listener | None:

@@ -349,9 +349,10 @@ class PostgresBackend(Backend):
         return int(self._scalar("initialize_next_runs",
                                 "SELECT initialized FROM mjsched.initialize_next_runs(%s::jsonb)", (payload,)) or 0)
 
-    def register_engine(self, instance: str, host: str, pid: int, version: str) -> None:
-        self._rows("register_engine", "SELECT * FROM mjsched.register_engine(%s, %s, %s, %s)",
-                   (instance, host, pid, version))
+    def register_engine(self, instance: str, host: str, pid: int, version: str,
+                        heartbeat_seconds: float | None = None, max_concurrent_jobs: int | None = None) -> None:
+        self._rows("register_engine", "SELECT * FROM mjsched.register_engine(%s, %s, %s, %s, %s, %s)",
+                   (instance, host, pid, version, heartbeat_seconds, max_concurrent_jobs))
 
     def unregister_engine(self, instance: str) -> None:
         self._rows("unregister_engine", "SELECT * FROM mjsched.unregister_engine(%s)", (instance,))
@@ -471,9 +472,14 @@ class PostgresBackend(Backend):
 
     def status_summary(self) -> dict[str, Any]:
         engines = self._rows("status", """
-            SELECT instance, host, pid, version, started_at, last_seen_at,
-                   (now() - last_seen_at) AS silent_for
-              FROM mjsched.engine_instance WHERE stopped_at IS NULL ORDER BY started_at""")
+            SELECT e.instance, e.host, e.pid, e.version, e.started_at, e.last_seen_at,
+                   (now() - e.last_seen_at) AS silent_for, e.heartbeat_seconds, e.max_concurrent_jobs,
+                   (SELECT count(*) FROM mjsched.scheduled_job_run r
+                     WHERE r.status = 'Running' AND r.executed_by_instance = e.instance) AS running
+              FROM mjsched.engine_instance e WHERE e.stopped_at IS NULL ORDER BY e.started_at""")
+        running = self._rows("status", """
+            SELECT executed_by_instance AS instance, count(*) AS runs
+              FROM mjsched.scheduled_job_run WHERE status = 'Running' GROUP BY executed_by_instance""")
         counts = self._rows("status", """
             SELECT (SELECT count(*) FROM mjsched.scheduled_job WHERE status = 'Active') AS active_jobs,
                    (SELECT count(*) FROM mjsched.scheduled_job
@@ -488,7 +494,7 @@ class PostgresBackend(Backend):
                          WHERE last.status <> 'Completed')) AS failing,
                    (SELECT count(*) FROM mjsched.scheduled_job_run
                      WHERE status = 'Abandoned' AND completed_at > now() - interval '24 hours') AS abandoned_24h""")
-        return {"engines": engines, **counts[0]}
+        return {"engines": engines, "running_by_instance": {r["instance"]: r["runs"] for r in running}, **counts[0]}
 
     # -- change feed -----------------------------------------------------------------------
     def listener(self) -> Listener:

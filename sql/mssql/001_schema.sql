@@ -254,8 +254,20 @@ BEGIN
         last_seen_at datetimeoffset NOT NULL
             CONSTRAINT df_engine_instance_last_seen_at DEFAULT SYSDATETIMEOFFSET(),
         stopped_at   datetimeoffset NULL,
+        heartbeat_seconds   float NULL,   -- the engine's poll bound: it is seen at least this often
+        max_concurrent_jobs int NULL,
         CONSTRAINT pk_engine_instance PRIMARY KEY (instance)
     );
+END;
+-- Added after the first release: engines refresh last_seen_at at every poll (at most once a
+-- second), so `mjsched status` calls an engine stale after a few heartbeats, not a lease.
+IF COL_LENGTH(N'mjsched.engine_instance', N'heartbeat_seconds') IS NULL
+BEGIN
+    ALTER TABLE mjsched.engine_instance ADD heartbeat_seconds float NULL;
+END;
+IF COL_LENGTH(N'mjsched.engine_instance', N'max_concurrent_jobs') IS NULL
+BEGIN
+    ALTER TABLE mjsched.engine_instance ADD max_concurrent_jobs int NULL;
 END;
 GO
 

@@ -992,6 +992,10 @@ BEGIN
         END;
 
         BEGIN TRANSACTION;
+        -- Every poll is the engine's heartbeat in the registry (at most one write a second). The
+        -- engine's own row comes first, before any job row, as in renew_tokens: one order.
+        UPDATE mjsched.engine_instance SET last_seen_at = @v_now
+         WHERE instance = @p_instance AND last_seen_at < DATEADD(second, -1, @v_now);
         IF @p_replay = 1 AND @p_claim_id IS NOT NULL
         BEGIN
             INSERT INTO #mjsched_claimed (job_id, run_id, lock_token, scheduled_for, from_queue)
@@ -1827,25 +1831,37 @@ CREATE OR ALTER PROCEDURE mjsched.register_engine
     @p_instance nvarchar(255),
     @p_host nvarchar(255),
     @p_pid int,
-    @p_version nvarchar(50)
+    @p_version nvarchar(50),
+    @p_heartbeat_seconds float = NULL,
+    @p_max_concurrent_jobs int = NULL
 AS
 BEGIN
     SET NOCOUNT ON;
     SET XACT_ABORT ON;
     DECLARE @v_now datetimeoffset = SYSDATETIMEOFFSET();
     DECLARE @v_rows int;
+    DECLARE @v_message nvarchar(200);
     BEGIN TRY
+        IF @p_heartbeat_seconds IS NOT NULL AND NOT (@p_heartbeat_seconds > 0 AND @p_heartbeat_seconds <= 86400)
+        BEGIN
+            SET @v_message = CONCAT(N'heartbeat_seconds=', CONVERT(nvarchar(40), @p_heartbeat_seconds),
+                                    N' must be in (0, 86400]');
+            THROW 50022, @v_message, 1;
+        END;
         BEGIN TRANSACTION;
         UPDATE e
            SET host = @p_host, pid = @p_pid, version = @p_version,
-               started_at = @v_now, last_seen_at = @v_now, stopped_at = NULL
+               started_at = @v_now, last_seen_at = @v_now, stopped_at = NULL,
+               heartbeat_seconds = @p_heartbeat_seconds, max_concurrent_jobs = @p_max_concurrent_jobs
           FROM mjsched.engine_instance AS e WITH (UPDLOCK, SERIALIZABLE)
          WHERE e.instance = @p_instance;
         SET @v_rows = @@ROWCOUNT;
         IF @v_rows = 0
         BEGIN
-            INSERT INTO mjsched.engine_instance (instance, host, pid, version, started_at, last_seen_at, stopped_at)
-            VALUES (@p_instance, @p_host, @p_pid, @p_version, @v_now, @v_now, NULL);
+            INSERT INTO mjsched.engine_instance (instance, host, pid, version, started_at, last_seen_at, stopped_at,
+                                                 heartbeat_seconds, max_concurrent_jobs)
+            VALUES (@p_instance, @p_host, @p_pid, @p_version, @v_now, @v_now, NULL,
+                    @p_heartbeat_seconds, @p_max_concurrent_jobs);
         END;
         COMMIT TRANSACTION;
     END TRY

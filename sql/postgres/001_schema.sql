@@ -123,8 +123,14 @@ CREATE TABLE IF NOT EXISTS mjsched.engine_instance (
     version      varchar(50) NOT NULL,
     started_at   timestamptz NOT NULL DEFAULT now(),
     last_seen_at timestamptz NOT NULL DEFAULT now(),
-    stopped_at   timestamptz
+    stopped_at   timestamptz,
+    heartbeat_seconds   double precision,   -- the engine's poll bound: it is seen at least this often
+    max_concurrent_jobs integer
 );
+-- Added after the first release: engines refresh last_seen_at at every poll (at most once a
+-- second), so `mjsched status` calls an engine stale after a few heartbeats, not a lease.
+ALTER TABLE mjsched.engine_instance ADD COLUMN IF NOT EXISTS heartbeat_seconds double precision;
+ALTER TABLE mjsched.engine_instance ADD COLUMN IF NOT EXISTS max_concurrent_jobs integer;
 
 -- A change to what defines a schedule (by anyone, through any client) clears
 -- next_run_at unless the writer set it, so an engine recomputes it; every change

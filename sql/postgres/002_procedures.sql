@@ -378,6 +378,10 @@ BEGIN
     IF p_max_jobs IS NULL OR p_max_jobs < 0 OR p_max_jobs > 10000 THEN
         RAISE EXCEPTION 'max_jobs=% must be between 0 and 10000', p_max_jobs USING ERRCODE = '22023';
     END IF;
+    -- Every poll is the engine's heartbeat in the registry (at most one write a second). The
+    -- engine's own row comes first, before any job row, as in renew_tokens: one order.
+    UPDATE mjsched.engine_instance SET last_seen_at = v_now
+     WHERE instance = p_instance AND last_seen_at < v_now - interval '1 second';
 
     IF p_replay AND p_claim_id IS NOT NULL THEN
         RETURN QUERY SELECT c.*, v_now, NULL::timestamptz, NULL::integer, NULL::integer
@@ -1105,17 +1109,28 @@ END;
 $$;
 
 -- register_engine / unregister_engine: the table of live engines behind `mjsched status`.
+-- p_heartbeat_seconds is the engine's poll bound: every claim_due_jobs refreshes
+-- last_seen_at, so a live engine is seen at least that often and status can call it stale
+-- after a few of them. The two trailing parameters are optional: the previous release calls
+-- the four-parameter form, which these defaults still answer (hence the DROP of the old one).
+DROP FUNCTION IF EXISTS mjsched.register_engine(varchar, varchar, integer, varchar);
 CREATE OR REPLACE FUNCTION mjsched.register_engine(
-    p_instance varchar, p_host varchar, p_pid integer, p_version varchar)
+    p_instance varchar, p_host varchar, p_pid integer, p_version varchar,
+    p_heartbeat_seconds double precision DEFAULT NULL, p_max_concurrent_jobs integer DEFAULT NULL)
 RETURNS TABLE (registered integer)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 BEGIN
-    INSERT INTO mjsched.engine_instance (instance, host, pid, version, started_at, last_seen_at, stopped_at)
-    VALUES (p_instance, p_host, p_pid, p_version, now(), now(), NULL)
+    IF p_heartbeat_seconds IS NOT NULL AND NOT (p_heartbeat_seconds > 0 AND p_heartbeat_seconds <= 86400) THEN
+        RAISE EXCEPTION 'heartbeat_seconds=% must be in (0, 86400]', p_heartbeat_seconds USING ERRCODE = '22023';
+    END IF;
+    INSERT INTO mjsched.engine_instance (instance, host, pid, version, started_at, last_seen_at, stopped_at,
+                                         heartbeat_seconds, max_concurrent_jobs)
+    VALUES (p_instance, p_host, p_pid, p_version, now(), now(), NULL, p_heartbeat_seconds, p_max_concurrent_jobs)
     ON CONFLICT (instance) DO UPDATE
        SET host = EXCLUDED.host, pid = EXCLUDED.pid, version = EXCLUDED.version,
-           started_at = now(), last_seen_at = now(), stopped_at = NULL;
+           started_at = now(), last_seen_at = now(), stopped_at = NULL,
+           heartbeat_seconds = EXCLUDED.heartbeat_seconds, max_concurrent_jobs = EXCLUDED.max_concurrent_jobs;
     RETURN QUERY SELECT 1;
 END;
 $$;
