@@ -1842,10 +1842,10 @@ BEGIN
     DECLARE @v_rows int;
     DECLARE @v_message nvarchar(200);
     BEGIN TRY
-        IF @p_heartbeat_seconds IS NOT NULL AND NOT (@p_heartbeat_seconds > 0 AND @p_heartbeat_seconds <= 86400)
+        SET @v_message = CONCAT(N'heartbeat_seconds=', COALESCE(CONVERT(nvarchar(40), @p_heartbeat_seconds), N'NULL'),
+                                N' must be in (0, 86400]');
+        IF @p_heartbeat_seconds <= 0 OR @p_heartbeat_seconds > 86400   -- NULL (not given) passes
         BEGIN
-            SET @v_message = CONCAT(N'heartbeat_seconds=', CONVERT(nvarchar(40), @p_heartbeat_seconds),
-                                    N' must be in (0, 86400]');
             THROW 50022, @v_message, 1;
         END;
         BEGIN TRANSACTION;
