@@ -561,28 +561,42 @@ def follow_runs(ctx: Context, engine: Any, job_id: str | None) -> int:
 
 def cmd_status(ctx: Context) -> int:
     engine = ctx.engine()
+    from .liveness import LIVE, engine_state, silent_seconds
+
     summary = dict(engine.backend.status_summary())
     engines = summary.pop("engines", [])
-    stale_after = ctx.settings["lease_timeout"]
+    by_instance = summary.pop("running_by_instance", {}) or {}
     for e in engines:
-        silent = e.get("silent_for")
-        e["silent_seconds"] = silent.total_seconds() if hasattr(silent, "total_seconds") else silent
-        e["stale"] = bool(e["silent_seconds"] is not None and e["silent_seconds"] > stale_after)
+        e["silent_seconds"] = silent_seconds(e)
+        e["state"] = engine_state(e, lease_seconds=ctx.settings["lease_timeout"])
+        e["stale"] = e["state"] != LIVE
+    live = {e["instance"] for e in engines if e["state"] == LIVE}
+    # Running runs whose engine is not live: left to lapse (the sweep makes them Abandoned).
+    orphaned = {instance: runs for instance, runs in by_instance.items() if instance not in live}
+    summary["orphaned_running"] = sum(orphaned.values())
     if ctx.json:
-        ctx.emit_json({"database": ctx.describe_database(), "engines": engines, "counts": summary})
+        ctx.emit_json({"database": ctx.describe_database(), "engines": engines, "counts": summary,
+                       "orphaned_running_by_instance": orphaned})
         return EXIT_OK
     ctx.emit(f"database: {ctx.describe_database()}")
     ctx.emit("")
     if engines:
-        ctx.emit(f"engines ({len(engines)} running)")
-        ctx.emit(table(["INSTANCE", "HOST", "PID", "VERSION", "STARTED (UTC)", "LAST SEEN"],
+        ctx.emit(f"engines ({sum(e['state'] == LIVE for e in engines)} live of {len(engines)} registered)")
+        ctx.emit(table(["INSTANCE", "HOST", "PID", "VERSION", "STARTED (UTC)", "LAST SEEN", "STATE", "RUNNING", "CAP"],
                        [[e["instance"], e["host"], e["pid"], e["version"], ts(e["started_at"]),
-                         ago(e["silent_seconds"]) + (" (stale?)" if e["stale"] else "")] for e in engines]))
+                         ago(e["silent_seconds"]), e["state"], e.get("running", "-"),
+                         e.get("max_concurrent_jobs") or "-"] for e in engines]))
     else:
         ctx.emit("engines: none running (start one with `mjsched run`)")
+    if orphaned:
+        ctx.emit("")
+        ctx.emit(f"orphaned: {summary['orphaned_running']} Running run(s) of engines that are not live "
+                 f"({', '.join(f'{i} ({n})' for i, n in sorted(orphaned.items(), key=lambda kv: str(kv[0])))}); "
+                 "they end Abandoned when their lease lapses, or now with `mjsched jobs unlock JOB`")
     ctx.emit("")
     labels = [("active_jobs", "active jobs"), ("due", "due now"), ("running", "running"), ("queued", "queued"),
-              ("failing", "failing (last run not Completed)"), ("abandoned_24h", "abandoned (24 h)")]
+              ("failing", "failing (last run not Completed)"), ("abandoned_24h", "abandoned (24 h)"),
+              ("orphaned_running", "orphaned (running, engine not live)")]
     width = max(len(label) for _, label in labels)
     for key, label in labels:
         if key in summary:

@@ -13,6 +13,7 @@ from typing import Any, Sequence
 
 from ..backends.base import Backend
 from ..cron import next_run_times
+from ..liveness import engine_state
 from ..redaction import redact, redact_text
 from . import humanize
 from .queries import QUERIES
@@ -201,12 +202,9 @@ class Reader:
         for r in self._rows("engines"):
             row = dict(r)
             row["silent_s"] = seconds(r["silent_for"])
-            if r["stopped_at"] is not None:
-                row["state"] = "stopped"
-            elif row["silent_s"] is not None and row["silent_s"] > stale_after:
-                row["state"] = "stale"
-            else:
-                row["state"] = "live"
+            # mjsched.liveness: stale after 3 missed polls; dead at once if its pid is gone from
+            # this host; ``stale_after`` only for engines that record no poll bound (older ones).
+            row["state"] = engine_state({**row, "silent_for": row["silent_s"]}, lease_seconds=stale_after)
             out.append(row)
         return out
 

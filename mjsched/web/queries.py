@@ -137,7 +137,7 @@ POSTGRES: dict[str, str] = {
 
     "engines": """
         SELECT e.instance, e.host, e.pid, e.version, e.started_at, e.last_seen_at, e.stopped_at,
-               now() - e.last_seen_at AS silent_for,
+               now() - e.last_seen_at AS silent_for, e.heartbeat_seconds, e.max_concurrent_jobs,
                (SELECT count(*) FROM mjsched.scheduled_job_run r
                  WHERE r.status = 'Running' AND r.executed_by_instance = e.instance) AS in_flight
           FROM mjsched.engine_instance e
@@ -253,6 +253,7 @@ MSSQL: dict[str, str] = {
     "engines": """
         SELECT e.instance, e.host, e.pid, e.version, e.started_at, e.last_seen_at, e.stopped_at,
                DATEDIFF_BIG(millisecond, e.last_seen_at, SYSDATETIMEOFFSET()) / 1000.0 AS silent_for,
+               e.heartbeat_seconds, e.max_concurrent_jobs,
                (SELECT COUNT(*) FROM mjsched.scheduled_job_run AS r
                  WHERE r.status = N'Running' AND r.executed_by_instance = e.instance) AS in_flight
           FROM mjsched.engine_instance AS e

@@ -84,9 +84,11 @@ def test_runs_page_shows_running_runs_with_lease_left_and_recent_problems(engine
 
 
 def test_engines_page_tells_live_from_stale(engine: mjsched.SchedulingEngine, sql: Sql) -> None:
-    sql.run("""INSERT INTO mjsched.engine_instance (instance, host, pid, version, last_seen_at)
-               VALUES ('fresh-1', 'host-a', 11, '1.0', now()),
-                      ('silent-1', 'host-b', 22, '1.0', now() - interval '10 minutes')""")
+    sql.run("""INSERT INTO mjsched.engine_instance (instance, host, pid, version, last_seen_at, heartbeat_seconds)
+               VALUES ('fresh-1', 'host-a', 11, '1.0', now(), NULL),
+                      ('silent-1', 'host-b', 22, '1.0', now() - interval '10 minutes', NULL),
+                      ('polls-2s', 'host-b', 23, '1.0', now() - interval '4 seconds', 2),
+                      ('missed-3', 'host-b', 24, '1.0', now() - interval '7 seconds', 2)""")
     sql.run("""INSERT INTO mjsched.engine_instance (instance, host, pid, version, stopped_at)
                VALUES ('gone-1', 'host-c', 33, '1.0', now() - interval '1 hour')""")
     app = create_app(engine, stale_after=120)
@@ -95,7 +97,9 @@ def test_engines_page_tells_live_from_stale(engine: mjsched.SchedulingEngine, sq
     finally:
         app.close()
     states = dict(re.findall(r'<tr data-engine="([^"]+)">.*?<span class="badge e-\w+">(\w+)</span>', html, re.S))
-    assert states == {"fresh-1": "live", "silent-1": "stale", "gone-1": "stopped"}
+    # without a recorded poll bound (an older engine) stale_after decides; with one, 3 missed polls
+    assert states == {"fresh-1": "live", "silent-1": "stale", "gone-1": "stopped", "polls-2s": "live",
+                      "missed-3": "stale"}
 
 
 def test_errors_are_pages_never_tracebacks(client: Browserless) -> None:
