@@ -17,22 +17,34 @@
 ``mjsched_leases_lost_total``          counter    runs whose lease was taken over while running
 ``mjsched_fenced_completions_total``   counter    completions refused because the lease had moved on
 ``mjsched_engine_info``                info       instance name and version
+``mjsched_job_last_success_timestamp_seconds{job}``  gauge  when each job last completed (any engine)
 =====================================  =========  ==================================================
 
-Counters come from the engine's own events, not from scanning the run table, so a
-scrape costs no database work: this
-module subscribes with ``engine.add_listener(self)``.
+Counters come from the engine's own events, not from scanning the run table: this module
+subscribes with ``engine.add_listener(self)``. The per-job gauge reads the jobs table (its
+``last_success_at`` column, kept by every completion, whichever engine ran it) at most once
+every ``JOB_METRICS_TTL`` seconds, so "nightly-report has not succeeded in 26 h" is
+``time() - mjsched_job_last_success_timestamp_seconds{job="nightly-report"} > 26*3600``
+(take ``max by (job)`` across engines). It is one series per job: with many thousands of
+jobs pass ``job_metrics=False`` and export it from one place only.
+
+An application that embeds the engine serves the same metrics with
+``mjsched.metrics.start_http_server(engine, 9464)`` (a thread of its own) or mounts
+``mjsched.metrics.make_wsgi_app(engine)`` in its WSGI stack.
 """
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterator
+import threading
+import time
+from typing import Any, Callable, Iterable, Iterator
 
 from .errors import ConfigurationError
 from .version import __version__
 
 log = logging.getLogger(__name__)
 
+JOB_METRICS_TTL = 15.0   # seconds between two reads of the jobs table for the per-job gauge
 DURATION_BUCKETS = (0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, float("inf"))
 
 
@@ -48,7 +60,7 @@ def _client() -> Any:
 class EngineMetrics:
     """Prometheus metrics of one ``SchedulingEngine``; ``serve(port)`` exposes them."""
 
-    def __init__(self, engine: Any, registry: Any = None) -> None:
+    def __init__(self, engine: Any, registry: Any = None, *, job_metrics: bool = True) -> None:
         pc = _client()
         self._pc = pc
         self.engine = engine
@@ -74,6 +86,8 @@ class EngineMetrics:
         pc.Info("mjsched_engine", "The engine", registry=r).info({"instance": str(engine.instance_name),
                                                                     "version": __version__})
         r.register(_StatsCollector(engine, pc))
+        if job_metrics:
+            r.register(_JobCollector(engine.list_jobs))
         self._server: Any = None
         self._thread: Any = None
         self._attach()
@@ -112,6 +126,10 @@ class EngineMetrics:
     def render(self) -> bytes:
         return bytes(self._pc.generate_latest(self.registry))
 
+    def wsgi_app(self) -> Callable[..., Iterable[bytes]]:
+        """A WSGI application answering Prometheus scrapes (mount it under /metrics)."""
+        return self._pc.make_wsgi_app(self.registry)
+
     def close(self) -> None:
         if self._server is not None:
             self._server.shutdown()
@@ -143,3 +161,58 @@ class _StatsCollector:
         stats = dict(getattr(self._engine, "stats", {}) or {})
         for key, doc in self.NAMES.items():
             yield CounterMetricFamily(f"mjsched_{key}", doc, value=float(stats.get(key, 0) or 0))
+
+
+class _JobCollector:
+    """``mjsched_job_last_success_timestamp_seconds{job}`` from the jobs table, cached for
+    ``JOB_METRICS_TTL`` seconds (a scrape every few seconds must not read 10,000 rows each time)."""
+
+    def __init__(self, list_jobs: Callable[[], list[Any]], ttl: float | None = None) -> None:
+        self._list_jobs = list_jobs
+        self._ttl = ttl
+        self._lock = threading.Lock()
+        self._read_at = float("-inf")
+        self._values: list[tuple[str, float]] = []
+
+    def describe(self) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        yield GaugeMetricFamily("mjsched_job_last_success_timestamp_seconds",
+                                "When the job's newest Completed run ended (Unix time)", labels=["job"])
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        family = GaugeMetricFamily("mjsched_job_last_success_timestamp_seconds",
+                                   "When the job's newest Completed run ended (Unix time)", labels=["job"])
+        for name, value in self._current():
+            family.add_metric([name], value)
+        yield family
+
+    def _current(self) -> list[tuple[str, float]]:
+        with self._lock:
+            ttl = JOB_METRICS_TTL if self._ttl is None else self._ttl
+            if time.monotonic() - self._read_at >= ttl:
+                try:
+                    jobs = self._list_jobs()
+                except Exception as exc:  # noqa: BLE001 - a scrape must answer; the last values stand
+                    log.warning("metrics: could not read the jobs for the per-job gauge: %s", exc,
+                                extra={"action": "metrics_jobs_failed"})
+                else:
+                    self._values = [(j.name, j.last_success_at.timestamp()) for j in jobs
+                                    if getattr(j, "last_success_at", None) is not None]
+                    self._read_at = time.monotonic()
+            return list(self._values)
+
+
+def start_http_server(engine: Any, port: int, host: str = "127.0.0.1", *, job_metrics: bool = True) -> EngineMetrics:
+    """Serve the engine's metrics on ``http://host:port/metrics`` from a daemon thread; the
+    supported way for an application that embeds the engine. ``close()`` the result to stop."""
+    metrics = EngineMetrics(engine, job_metrics=job_metrics)
+    metrics.serve(port, host)
+    return metrics
+
+
+def make_wsgi_app(engine: Any, *, job_metrics: bool = True) -> Callable[..., Iterable[bytes]]:
+    """The engine's metrics as a WSGI application, to mount in an existing WSGI app."""
+    return EngineMetrics(engine, job_metrics=job_metrics).wsgi_app()

@@ -89,6 +89,7 @@ class Job:
     expected_completion_at: datetime | None
     created_at: datetime
     updated_at: datetime
+    last_success_at: datetime | None = None   # the newest Completed run's end (for "no success in 26 h")
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> "Job":

@@ -76,6 +76,7 @@ BEGIN
         notify_to                    nvarchar(1000) NULL,
         next_run_at                  datetimeoffset NULL,
         last_run_at                  datetimeoffset NULL,
+        last_success_at              datetimeoffset NULL,
         run_count                    int NOT NULL
             CONSTRAINT df_scheduled_job_run_count DEFAULT 0,
         success_count                int NOT NULL
@@ -269,6 +270,24 @@ IF COL_LENGTH(N'mjsched.engine_instance', N'max_concurrent_jobs') IS NULL
 BEGIN
     ALTER TABLE mjsched.engine_instance ADD max_concurrent_jobs int NULL;
 END;
+-- Added after the first release: when the job last completed, kept by the completion itself
+-- (metrics alert on "no success in 26 h" without scanning the history).
+IF COL_LENGTH(N'mjsched.scheduled_job', N'last_success_at') IS NULL
+BEGIN
+    ALTER TABLE mjsched.scheduled_job ADD last_success_at datetimeoffset NULL;
+END;
+GO
+
+-- An upgrade fills last_success_at from the history (only where it is still empty, so a
+-- re-run changes nothing); its own batch, since the column may be new in the one above.
+UPDATE j
+   SET last_success_at = s.completed_at
+  FROM mjsched.scheduled_job AS j
+  JOIN (SELECT scheduled_job_id, MAX(completed_at) AS completed_at
+          FROM mjsched.scheduled_job_run
+         WHERE status = N'Completed'
+         GROUP BY scheduled_job_id) AS s ON s.scheduled_job_id = j.id
+ WHERE j.last_success_at IS NULL;
 GO
 
 -- A change to what defines a schedule (by anyone, through any client) clears

@@ -1174,6 +1174,7 @@ BEGIN
                total_duration_ms = j.total_duration_ms + p.total_ms,
                last_duration_ms = COALESCE(NULLIF(p.last_ms, -1), j.last_duration_ms),
                last_run_at = CASE WHEN p.runs > 0 THEN @v_now ELSE j.last_run_at END,
+               last_success_at = CASE WHEN p.ok > 0 THEN @v_now ELSE j.last_success_at END,
                next_run_at = CASE WHEN h.holds = 1 THEN COALESCE(h.next_run_at, j.next_run_at)
                                   ELSE j.next_run_at END,
                locked_at = CASE WHEN h.holds = 1 THEN NULL ELSE j.locked_at END,

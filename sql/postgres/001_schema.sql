@@ -40,6 +40,7 @@ CREATE TABLE IF NOT EXISTS mjsched.scheduled_job (
     notify_to                    varchar(1000),
     next_run_at                  timestamptz,
     last_run_at                  timestamptz,
+    last_success_at              timestamptz,
     run_count                    integer NOT NULL DEFAULT 0,
     success_count                integer NOT NULL DEFAULT 0,
     failure_count                integer NOT NULL DEFAULT 0,
@@ -67,6 +68,23 @@ CREATE TABLE IF NOT EXISTS mjsched.scheduled_job (
 );
 
 -- The due scan: an index range scan on (status, next_run_at), so a poll costs O(due jobs).
+-- Added after the first release: when the job last completed, kept by the completion itself
+-- (metrics alert on "no success in 26 h" without scanning the history). An upgrade fills it
+-- from the history once, when it adds the column.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM information_schema.columns
+                    WHERE table_schema = 'mjsched' AND table_name = 'scheduled_job'
+                      AND column_name = 'last_success_at') THEN
+        ALTER TABLE mjsched.scheduled_job ADD COLUMN last_success_at timestamptz;
+        UPDATE mjsched.scheduled_job j SET last_success_at = s.at
+          FROM (SELECT scheduled_job_id, max(completed_at) AS at FROM mjsched.scheduled_job_run
+                 WHERE status = 'Completed' GROUP BY scheduled_job_id) s
+         WHERE s.scheduled_job_id = j.id;
+    END IF;
+END;
+$$;
+
 CREATE INDEX IF NOT EXISTS ix_scheduled_job_due
     ON mjsched.scheduled_job (status, next_run_at);
 -- Jobs whose schedule must be (re)computed by an engine (inserted or edited by SQL).

@@ -704,6 +704,7 @@ BEGIN
                total_duration_ms = j.total_duration_ms + p.total_ms,
                last_duration_ms = coalesce(p.last_ms, j.last_duration_ms),
                last_run_at = CASE WHEN p.runs > 0 THEN v_now ELSE j.last_run_at END,
+               last_success_at = CASE WHEN p.ok > 0 THEN v_now ELSE j.last_success_at END,
                next_run_at = CASE WHEN j.lock_token = ANY (p.tokens)
                                    AND p.next_run_at IS NOT NULL
                                    AND (NOT p.guard OR p.expected IS NOT DISTINCT FROM j.next_run_at)
