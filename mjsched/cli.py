@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, NoReturn, Sequence
 
 from . import config as config_mod
+from .logfmt import JsonLinesFormatter
 from .redaction import RedactingFilter, redact, redact_text
 from .errors import ConfigurationError, JobNotActive, JobNotFound, LockNotAcquired, SchedulerError
 from .version import __version__
@@ -831,7 +832,15 @@ def start_dashboard(ctx: Context, engine: Any) -> Any:
 def cmd_demo(ctx: Context) -> int:
     from .demo import run_demo
 
+    if ctx.json:
+        raise UsageError("demo prints a live table for people and has no --json; "
+                         "script against `mjsched runs --json` or `mjsched status --json`")
+
     return run_demo(ctx, ctx.args.duration)
+
+
+# Commands whose output is their log (long-running): with --json it is one JSON object a line.
+LOGGING_COMMANDS = ("run", "dashboard")
 
 
 # -- the parser -------------------------------------------------------------------------------------------
@@ -1024,14 +1033,17 @@ def flag_settings(args: argparse.Namespace) -> dict[str, tuple[Any, str]]:
     return out
 
 
-def setup_logging(verbosity: int, command: str | None) -> None:
+def setup_logging(verbosity: int, command: str | None, json_lines: bool = False) -> None:
     level = logging.WARNING
     if command in ("run", "dashboard") or verbosity >= 1:
         level = logging.INFO
     if verbosity >= 2:
         level = logging.DEBUG
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+    if json_lines and command in LOGGING_COMMANDS:   # their output is their log: --json makes it JSON lines
+        handler.setFormatter(JsonLinesFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
     handler.addFilter(RedactingFilter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
@@ -1052,7 +1064,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for directory in reversed(getattr(args, "app_dir", None) or []):
         sys.path.insert(0, str(Path(directory).expanduser().resolve()))
     if args.command != "demo":
-        setup_logging(verbosity, args.command)
+        setup_logging(verbosity, args.command, json_lines=bool(getattr(args, "json", False)))
     else:
         args.verbose = verbosity
     ctx: Context | None = None

@@ -87,3 +87,4 @@ class RedactingFilter(logging.Filter):
         elif record.exc_text:
             record.exc_text = redact_text(record.exc_text)
         return True
+
