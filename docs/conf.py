@@ -15,12 +15,13 @@ from mjsched.version import __version__  # noqa: E402
 project = "mjsched"
 author = "the mjsched developers"
 release = version = __version__
-extensions = ["myst_parser", "sphinx.ext.autodoc", "sphinx.ext.napoleon", "sphinx.ext.viewcode"]
+extensions = ["myst_parser", "sphinx.ext.autodoc", "sphinx.ext.napoleon", "sphinx.ext.viewcode", "sphinxcontrib.mermaid"]
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
 root_doc = "index"
 exclude_patterns = ["_build"]
 myst_heading_anchors = 4
 myst_enable_extensions = ["colon_fence"]
+myst_fence_as_directive = ["mermaid"]   # ```mermaid blocks render as diagrams (sphinxcontrib-mermaid)
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
 autodoc_default_options = {"members": True, "show-inheritance": True}
