@@ -94,6 +94,9 @@ BEGIN
             CONSTRAINT df_scheduled_job_created_at DEFAULT SYSDATETIMEOFFSET(),
         updated_at                   datetimeoffset NOT NULL
             CONSTRAINT df_scheduled_job_updated_at DEFAULT SYSDATETIMEOFFSET(),
+        high_frequency_ok            bit NOT NULL   -- the job's opt-out of the high-frequency warning
+            CONSTRAINT df_scheduled_job_high_frequency_ok DEFAULT 0,
+        frequency_warned             nvarchar(322) NULL,   -- the schedule last warned for: cron + N' | ' + timezone
         CONSTRAINT pk_scheduled_job PRIMARY KEY (id),
         CONSTRAINT fk_scheduled_job_job_type FOREIGN KEY (job_type_id)
             REFERENCES mjsched.scheduled_job_type (id),
@@ -275,6 +278,18 @@ END;
 IF COL_LENGTH(N'mjsched.scheduled_job', N'last_success_at') IS NULL
 BEGIN
     ALTER TABLE mjsched.scheduled_job ADD last_success_at datetimeoffset NULL;
+END;
+-- Added after the first release: the high-frequency warning is said once per job and schedule
+-- ever (an engine records the schedule it warned for through note_frequency_warned), and a job
+-- may opt out of it.
+IF COL_LENGTH(N'mjsched.scheduled_job', N'high_frequency_ok') IS NULL
+BEGIN
+    ALTER TABLE mjsched.scheduled_job ADD high_frequency_ok bit NOT NULL
+        CONSTRAINT df_scheduled_job_high_frequency_ok DEFAULT 0;
+END;
+IF COL_LENGTH(N'mjsched.scheduled_job', N'frequency_warned') IS NULL
+BEGIN
+    ALTER TABLE mjsched.scheduled_job ADD frequency_warned nvarchar(322) NULL;
 END;
 GO
 

@@ -1954,7 +1954,7 @@ BEGIN
                    (N'complete_job_runs'), (N'complete_runs'), (N'delete_job'), (N'engines_holding_locks'), (N'enqueue_job_run'), (N'ensure_job_type'),
                    (N'expire_ended_jobs'), (N'extend_job_leases'), (N'force_unlock_job'),
                    (N'initialize_next_run'), (N'initialize_next_runs'), (N'insert_job'), (N'internal_routines'),
-                   (N'lease_interval'), (N'next_due_at'), (N'probe_permissions'), (N'register_engine'),
+                   (N'lease_interval'), (N'next_due_at'), (N'note_frequency_warned'), (N'probe_permissions'), (N'register_engine'),
                    (N'release_engine_locks'), (N'release_job_lock'), (N'renew_leases'), (N'renew_tokens'),
                    (N'start_manual_run'), (N'sweep_expired_leases'), (N'take_over'), (N'test_pause'),
                    (N'unregister_engine'), (N'update_job')) AS r (name)

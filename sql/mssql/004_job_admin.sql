@@ -42,7 +42,7 @@ BEGIN
         THROW 50022, N'fields must be a JSON object', 1;
     END;
     SELECT TOP (1) @v_key = e.[key] FROM OPENJSON(@p_fields) AS e
-     WHERE e.[key] COLLATE Latin1_General_BIN2 NOT IN (N'job_type_id', N'name', N'description', N'cron_expression', N'timezone', N'start_at', N'end_at', N'status', N'configuration', N'owner', N'concurrency_mode', N'missed_run_policy', N'run_immediately_if_never_run', N'max_runtime_seconds', N'isolation', N'max_queued_runs', N'notify_on_success', N'notify_on_failure', N'notify_to', N'next_run_at');
+     WHERE e.[key] COLLATE Latin1_General_BIN2 NOT IN (N'job_type_id', N'name', N'description', N'cron_expression', N'timezone', N'start_at', N'end_at', N'status', N'configuration', N'owner', N'concurrency_mode', N'missed_run_policy', N'run_immediately_if_never_run', N'max_runtime_seconds', N'isolation', N'max_queued_runs', N'notify_on_success', N'notify_on_failure', N'notify_to', N'next_run_at', N'high_frequency_ok');
     -- THROW takes an nvarchar(2048) message: the key (up to 4000 characters) is cut to fit.
     DECLARE @v_message nvarchar(2048) = CONCAT(N'fields.', LEFT(@v_key, 2000), N': not a job column that can be set');
     IF @v_key IS NOT NULL
@@ -60,7 +60,7 @@ BEGIN
             OR (e.[key] COLLATE Latin1_General_BIN2 = N'job_type_id'
                 AND TRY_CONVERT(uniqueidentifier, e.[value]) IS NULL)
             OR (e.[key] COLLATE Latin1_General_BIN2 IN (N'run_immediately_if_never_run', N'notify_on_success',
-                                                        N'notify_on_failure')
+                                                        N'notify_on_failure', N'high_frequency_ok')
                 AND TRY_CONVERT(bit, e.[value]) IS NULL)
             OR (e.[key] COLLATE Latin1_General_BIN2 = N'configuration' AND e.[type] <> 5))
      ORDER BY e.[key];
@@ -181,7 +181,7 @@ BEGIN
     DECLARE @v_keys TABLE (name nvarchar(4000) COLLATE Latin1_General_BIN2 NOT NULL);
     INSERT INTO @v_keys (name) SELECT e.[key] COLLATE Latin1_General_BIN2 FROM OPENJSON(@p_fields) AS e;
     DECLARE @v_ids TABLE (id uniqueidentifier NOT NULL);
-    INSERT INTO mjsched.scheduled_job (job_type_id, name, description, cron_expression, timezone, start_at, end_at, status, configuration, owner, concurrency_mode, missed_run_policy, run_immediately_if_never_run, max_runtime_seconds, isolation, max_queued_runs, notify_on_success, notify_on_failure, notify_to, next_run_at)
+    INSERT INTO mjsched.scheduled_job (job_type_id, name, description, cron_expression, timezone, start_at, end_at, status, configuration, owner, concurrency_mode, missed_run_policy, run_immediately_if_never_run, max_runtime_seconds, isolation, max_queued_runs, notify_on_success, notify_on_failure, notify_to, next_run_at, high_frequency_ok)
     OUTPUT inserted.id INTO @v_ids
     SELECT
                f.job_type_id,
@@ -203,7 +203,8 @@ BEGIN
                CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'notify_on_success') THEN f.notify_on_success ELSE 0 END,
                CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'notify_on_failure') THEN f.notify_on_failure ELSE 1 END,
                f.notify_to,
-               f.next_run_at
+               f.next_run_at,
+               CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'high_frequency_ok') THEN COALESCE(f.high_frequency_ok, 0) ELSE 0 END
       FROM OPENJSON(@p_fields) WITH (
             job_type_id uniqueidentifier '$.job_type_id',
             name nvarchar(200) '$.name',
@@ -224,7 +225,8 @@ BEGIN
             notify_on_success bit '$.notify_on_success',
             notify_on_failure bit '$.notify_on_failure',
             notify_to nvarchar(1000) '$.notify_to',
-            next_run_at datetimeoffset '$.next_run_at'
+            next_run_at datetimeoffset '$.next_run_at',
+            high_frequency_ok bit '$.high_frequency_ok'
       ) AS f;
     SELECT i.id AS job_id FROM @v_ids AS i;
 END;
@@ -262,7 +264,8 @@ BEGIN
            notify_on_success = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'notify_on_success') THEN f.notify_on_success ELSE j.notify_on_success END,
            notify_on_failure = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'notify_on_failure') THEN f.notify_on_failure ELSE j.notify_on_failure END,
            notify_to = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'notify_to') THEN f.notify_to ELSE j.notify_to END,
-           next_run_at = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'next_run_at') THEN f.next_run_at ELSE j.next_run_at END
+           next_run_at = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'next_run_at') THEN f.next_run_at ELSE j.next_run_at END,
+           high_frequency_ok = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'high_frequency_ok') THEN COALESCE(f.high_frequency_ok, 0) ELSE j.high_frequency_ok END
     OUTPUT inserted.id INTO @v_ids
       FROM mjsched.scheduled_job AS j
      CROSS JOIN OPENJSON(@p_fields) WITH (
@@ -285,7 +288,8 @@ BEGIN
             notify_on_success bit '$.notify_on_success',
             notify_on_failure bit '$.notify_on_failure',
             notify_to nvarchar(1000) '$.notify_to',
-            next_run_at datetimeoffset '$.next_run_at'
+            next_run_at datetimeoffset '$.next_run_at',
+            high_frequency_ok bit '$.high_frequency_ok'
       ) AS f
      WHERE j.id = @p_job_id;
     SELECT COUNT(*) AS updated FROM @v_ids;
@@ -341,5 +345,44 @@ BEGIN
       JOIN @v_items AS i ON i.job_id = j.id
      WHERE j.next_run_at IS NULL AND j.status = N'Active';
     SELECT COUNT(*) AS initialized FROM @v_initialized;
+END;
+GO
+
+-- note_frequency_warned: an engine remembers that it warned about a job's high frequency, so
+-- the warning is said once per job and schedule ever, whichever engine starts. @p_items is a
+-- JSON array of {"job_id", "schedule"}, schedule being cron_expression + N' | ' + timezone as
+-- the engine read them (mjsched/startup.py, frequency_key). A job whose schedule changed since
+-- is left alone (its new schedule is warned about once more), and rows locked elsewhere are
+-- skipped, never waited for (READPAST): a warning said twice is better than a poll that waits.
+-- Returns how many jobs were marked. The twin of the PostgreSQL function.
+CREATE OR ALTER PROCEDURE mjsched.note_frequency_warned
+    @p_items nvarchar(max)
+AS
+BEGIN
+    SET NOCOUNT ON;
+    SET XACT_ABORT ON;
+    IF @p_items IS NULL OR ISJSON(@p_items) = 0 OR LEFT(LTRIM(@p_items), 1) <> N'['
+    BEGIN
+        THROW 50022, N'items must be a JSON array', 1;
+    END;
+    DECLARE @v_items TABLE (job_id uniqueidentifier NOT NULL PRIMARY KEY, schedule nvarchar(322) NOT NULL);
+    INSERT INTO @v_items (job_id, schedule)
+    SELECT i.job_id, MIN(i.schedule)
+      FROM OPENJSON(@p_items) WITH (
+            job_id uniqueidentifier '$.job_id',
+            schedule nvarchar(322) '$.schedule'
+      ) AS i
+     WHERE i.job_id IS NOT NULL AND i.schedule IS NOT NULL
+     GROUP BY i.job_id;
+    DECLARE @v_noted TABLE (id uniqueidentifier NOT NULL);
+    UPDATE j
+       SET frequency_warned = i.schedule
+    OUTPUT inserted.id INTO @v_noted
+      FROM mjsched.scheduled_job AS j WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+      JOIN @v_items AS i ON i.job_id = j.id
+     WHERE i.schedule COLLATE Latin1_General_BIN2 = CONCAT(j.cron_expression, N' | ', j.timezone) COLLATE Latin1_General_BIN2
+       AND (j.frequency_warned IS NULL
+            OR j.frequency_warned COLLATE Latin1_General_BIN2 <> i.schedule COLLATE Latin1_General_BIN2);
+    SELECT COUNT(*) AS noted FROM @v_noted;
 END;
 GO

@@ -91,7 +91,7 @@ VALUES (N'acquire_job_lock'), (N'advance_job'), (N'begin_job_run'), (N'check_lea
        (N'engines_holding_locks'), (N'enqueue_job_run'), (N'extend_job_leases'), (N'initialize_next_run'),
        (N'initialize_next_runs'), (N'internal_routines'), (N'lease_interval'), (N'probe_permissions'),
        (N'register_engine'), (N'release_engine_locks'), (N'release_job_lock'), (N'renew_leases'),
-       (N'start_manual_run'), (N'sweep_expired_leases'), (N'unregister_engine');
+       (N'start_manual_run'), (N'sweep_expired_leases'), (N'unregister_engine'), (N'note_frequency_warned');
 INSERT INTO @v_routines (name, permission, grantee, other)
 SELECT o.name, CASE WHEN o.type = 'IF' THEN N'SELECT' ELSE N'EXECUTE' END,
        CASE WHEN e.name IS NULL THEN N'mjsched_admin' ELSE N'mjsched_engine' END,

@@ -52,6 +52,8 @@ CREATE TABLE IF NOT EXISTS mjsched.scheduled_job (
     expected_completion_at       timestamptz,
     created_at                   timestamptz NOT NULL DEFAULT now(),
     updated_at                   timestamptz NOT NULL DEFAULT now(),
+    high_frequency_ok            boolean NOT NULL DEFAULT false,   -- the job's opt-out of the high-frequency warning
+    frequency_warned             varchar(322),   -- the schedule last warned for: cron || ' | ' || timezone (255 + 3 + 64)
     CONSTRAINT ck_scheduled_job_status
         CHECK (status IN ('Pending', 'Active', 'Paused', 'Disabled', 'Expired')),
     CONSTRAINT ck_scheduled_job_concurrency_mode
@@ -149,6 +151,11 @@ CREATE TABLE IF NOT EXISTS mjsched.engine_instance (
 -- second), so `mjsched status` calls an engine stale after a few heartbeats, not a lease.
 ALTER TABLE mjsched.engine_instance ADD COLUMN IF NOT EXISTS heartbeat_seconds double precision;
 ALTER TABLE mjsched.engine_instance ADD COLUMN IF NOT EXISTS max_concurrent_jobs integer;
+-- Added after the first release: the high-frequency warning is said once per job and schedule
+-- ever (an engine records the schedule it warned for through note_frequency_warned), and a job
+-- may opt out of it.
+ALTER TABLE mjsched.scheduled_job ADD COLUMN IF NOT EXISTS high_frequency_ok boolean NOT NULL DEFAULT false;
+ALTER TABLE mjsched.scheduled_job ADD COLUMN IF NOT EXISTS frequency_warned varchar(322);
 
 -- A change to what defines a schedule (by anyone, through any client) clears
 -- next_run_at unless the writer set it, so an engine recomputes it; every change

@@ -26,7 +26,7 @@ BEGIN
      WHERE k NOT IN ('job_type_id', 'name', 'description', 'cron_expression', 'timezone', 'start_at',
                      'end_at', 'status', 'configuration', 'owner', 'concurrency_mode', 'missed_run_policy',
                      'run_immediately_if_never_run', 'max_runtime_seconds', 'isolation', 'max_queued_runs',
-                     'notify_on_success', 'notify_on_failure', 'notify_to', 'next_run_at')
+                     'notify_on_success', 'notify_on_failure', 'notify_to', 'next_run_at', 'high_frequency_ok')
      LIMIT 1;
     IF v_key IS NOT NULL THEN
         RAISE EXCEPTION 'fields.%: not a job column that can be set', v_key USING ERRCODE = '22023';
@@ -133,7 +133,7 @@ BEGIN
            (job_type_id, name, description, cron_expression, timezone, start_at, end_at, status,
             configuration, owner, concurrency_mode, missed_run_policy, run_immediately_if_never_run,
             max_runtime_seconds, isolation, max_queued_runs, notify_on_success, notify_on_failure,
-            notify_to, next_run_at)
+            notify_to, next_run_at, high_frequency_ok)
     VALUES (r.job_type_id, r.name, r.description, r.cron_expression,
             CASE WHEN p_fields ? 'timezone' THEN r.timezone ELSE 'UTC' END,
             r.start_at, r.end_at,
@@ -146,7 +146,8 @@ BEGIN
             coalesce(r.max_queued_runs, 5),
             coalesce(r.notify_on_success, false),
             coalesce(r.notify_on_failure, true),
-            r.notify_to, r.next_run_at)
+            r.notify_to, r.next_run_at,
+            coalesce(r.high_frequency_ok, false))
     RETURNING j.id;
 END;
 $$;
@@ -187,7 +188,9 @@ BEGIN
         notify_on_failure = CASE WHEN p_fields ? 'notify_on_failure' THEN r.notify_on_failure
                                  ELSE j.notify_on_failure END,
         notify_to = CASE WHEN p_fields ? 'notify_to' THEN r.notify_to ELSE j.notify_to END,
-        next_run_at = CASE WHEN p_fields ? 'next_run_at' THEN r.next_run_at ELSE j.next_run_at END
+        next_run_at = CASE WHEN p_fields ? 'next_run_at' THEN r.next_run_at ELSE j.next_run_at END,
+        high_frequency_ok = CASE WHEN p_fields ? 'high_frequency_ok' THEN coalesce(r.high_frequency_ok, false)
+                                 ELSE j.high_frequency_ok END
      WHERE j.id = p_job_id;
     GET DIAGNOSTICS v_rows = ROW_COUNT;
     RETURN QUERY SELECT v_rows;
@@ -248,9 +251,49 @@ BEGIN
 END;
 $$;
 
+-- note_frequency_warned: an engine remembers that it warned about a job's high frequency, so
+-- the warning is said once per job and schedule ever, whichever engine starts. p_items is a
+-- JSON array of {"job_id", "schedule"}, schedule being cron_expression || ' | ' || timezone as
+-- the engine read them (mjsched/startup.py, frequency_key). A job whose schedule changed since
+-- is left alone (its new schedule is warned about once more), and rows locked elsewhere are
+-- skipped, never waited for: a warning said twice is better than a poll that waits. Returns
+-- how many jobs were marked.
+CREATE OR REPLACE FUNCTION mjsched.note_frequency_warned(p_items jsonb)
+RETURNS TABLE (noted integer)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = mjsched, pg_temp AS $$
+#variable_conflict use_column
+DECLARE v_rows integer;
+BEGIN
+    IF p_items IS NULL OR jsonb_typeof(p_items) <> 'array' THEN
+        RAISE EXCEPTION 'items must be a JSON array' USING ERRCODE = '22023';
+    END IF;
+    WITH items AS MATERIALIZED (
+        SELECT i.job_id, min(i.schedule) AS schedule
+          FROM jsonb_to_recordset(p_items) AS i (job_id uuid, schedule varchar(322))
+         WHERE i.job_id IS NOT NULL AND i.schedule IS NOT NULL
+         GROUP BY i.job_id
+    ), locked AS MATERIALIZED (
+        SELECT j.id, j.cron_expression, j.timezone, j.frequency_warned
+          FROM mjsched.scheduled_job j
+         WHERE j.id = ANY (ARRAY(SELECT items.job_id FROM items))
+         ORDER BY j.id
+           FOR UPDATE OF j SKIP LOCKED
+    )
+    UPDATE mjsched.scheduled_job j
+       SET frequency_warned = items.schedule
+      FROM locked JOIN items ON items.job_id = locked.id
+     WHERE j.id = locked.id
+       AND items.schedule = locked.cron_expression || ' | ' || locked.timezone
+       AND locked.frequency_warned IS DISTINCT FROM items.schedule;
+    GET DIAGNOSTICS v_rows = ROW_COUNT;
+    RETURN QUERY SELECT v_rows;
+END;
+$$;
+
 REVOKE ALL ON FUNCTION mjsched.check_job_fields(jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION mjsched.ensure_job_type(varchar, varchar, double precision) FROM PUBLIC;
 REVOKE ALL ON FUNCTION mjsched.insert_job(jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION mjsched.update_job(uuid, jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION mjsched.delete_job(uuid) FROM PUBLIC;
 REVOKE ALL ON FUNCTION mjsched.initialize_next_runs(jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION mjsched.note_frequency_warned(jsonb) FROM PUBLIC;

@@ -52,7 +52,7 @@ DECLARE
         'enqueue_job_run', 'extend_job_leases', 'initialize_next_run', 'initialize_next_runs',
         'internal_routines', 'lease_interval', 'probe_permissions', 'register_engine',
         'release_engine_locks', 'release_job_lock', 'renew_leases', 'start_manual_run',
-        'sweep_expired_leases', 'unregister_engine'];
+        'sweep_expired_leases', 'unregister_engine', 'note_frequency_warned'];
     c_legacy CONSTANT text := 'mjsched_engine';
     v_db text := current_database();
     v_engine text := nullif(btrim(current_setting('mjsched.engine_role', true)), '');
