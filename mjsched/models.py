@@ -90,6 +90,8 @@ class Job:
     created_at: datetime
     updated_at: datetime
     last_success_at: datetime | None = None   # the newest Completed run's end (for "no success in 26 h")
+    high_frequency_ok: bool = False           # the job's opt-out of the high-frequency warning
+    frequency_warned: str | None = None       # the schedule last warned for ("cron | timezone")
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> "Job":
@@ -108,6 +110,7 @@ class Job:
         values["run_immediately_if_never_run"] = bool(values["run_immediately_if_never_run"])
         values["notify_on_success"] = bool(values["notify_on_success"])
         values["notify_on_failure"] = bool(values["notify_on_failure"])
+        values["high_frequency_ok"] = bool(values["high_frequency_ok"])
         if values["max_runtime_seconds"] is not None:
             values["max_runtime_seconds"] = float(values["max_runtime_seconds"])
         return cls(**values)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Sequence
 
 from . import scheduling, sqlfiles
@@ -22,13 +22,24 @@ log = logging.getLogger("mjsched.engine")
 RESCHEDULE_PAGE = 2_000
 # Seconds of rescheduling per poll; the poller comes straight back for the rest.
 RESCHEDULE_BUDGET_SECONDS = 0.5
+# Jobs per note_frequency_warned call (one statement each; the start-up query hands over at
+# most 1,000 jobs per schedule).
+NOTE_PAGE = 1_000
+
+
+def frequency_key(cron: str, zone: str) -> str:
+    """The schedule a high-frequency warning is remembered for (scheduled_job.frequency_warned;
+    note_frequency_warned and the start-up query build the same text): a new cron or
+    timezone is a new schedule, warned about once more."""
+    return f"{cron} | {zone}"
 
 
 class Housekeeping:
     def __init__(self, backend: Backend, clock: DbClock) -> None:
         self._backend = backend
         self._clock = clock
-        self._verdicts: dict[tuple[str, str, str], bool] = {}   # (cron, zone, driver) -> warned
+        self._verdicts: dict[tuple[str, str, str], timedelta | None] = {}   # (cron, zone, driver) -> gap
+        self._warned: set[tuple[str, str]] = set()   # (job id, schedule key) warned about by this process
         self._sweeping = False            # a reschedule sweep is under way, at ids after _cursor
         self._sweep_again = False         # jobs changed during it: sweep once more after it
         self._cursor: str | None = None
@@ -149,37 +160,68 @@ class Housekeeping:
                      "only the engine role (README, \"Trust model\")", extra={"action": "probe_role", "role": "all"})
 
     def warn_high_frequency(self, jobs: Sequence[Job | UnscheduledJob]) -> None:
-        """Warn about jobs firing more often than every five minutes (once per schedule
-        per process), unless their driver is high-frequency by design. Cheap enough for
-        the claim path: verdicts are cached per (cron, zone, driver)."""
+        """Warn about jobs firing more often than every five minutes, once per job and schedule
+        ever: jobs that opted out (high_frequency_ok) or were warned for their present schedule
+        (frequency_warned, kept in the database) are passed over, and a warning is recorded.
+        Driver classes that are high-frequency by design are never warned about. Cheap enough
+        for the claim path: verdicts are cached per (cron, zone, driver)."""
+        groups: dict[tuple[str, str, str], list[Job | UnscheduledJob]] = {}
         for job in jobs:
-            self._check_schedule(job.cron_expression, job.timezone, job.driver, job.name, 1)
+            key = frequency_key(job.cron_expression, job.timezone)
+            if job.high_frequency_ok or job.frequency_warned == key or (job.id, key) in self._warned:
+                continue
+            groups.setdefault((job.cron_expression, job.timezone, job.driver), []).append(job)
+        for (cron, zone, driver), members in groups.items():
+            if self._check_schedule(cron, zone, driver, members[0].name, len(members)):
+                self._note_warned([(j.id, frequency_key(cron, zone)) for j in members])
 
     def warn_high_frequency_at_start(self) -> None:
-        """The start-up check, over distinct schedules: no job is loaded into memory."""
+        """The start-up check, over distinct schedules of jobs not warned for them yet (the
+        query leaves out the others): no job is loaded into memory."""
         try:
             schedules = self._backend.active_schedules()
         except SchedulerError as exc:
             log.warning("high-frequency check skipped: %s", exc)
             return
         for row in schedules:
-            self._check_schedule(row["cron_expression"], row["timezone"], row["driver"], row["example"],
-                                 int(row["jobs"]))
+            cron, zone = row["cron_expression"], row["timezone"]
+            if self._check_schedule(cron, zone, row["driver"], row["example"], int(row["jobs"])):
+                key = frequency_key(cron, zone)
+                self._note_warned([(str(i).lower(), key) for i in row.get("job_ids") or ()])
 
-    def _check_schedule(self, cron: str, zone: str, driver: str, example: str, jobs: int) -> None:
+    def _note_warned(self, items: list[tuple[str, str]]) -> None:
+        """Remember warnings, in this process and in the database (pages of NOTE_PAGE jobs); a
+        failure costs a repeated warning at a later start, never the poll."""
+        if len(self._warned) > 100_000:
+            self._warned.clear()
+        self._warned.update(items)
+        for start in range(0, len(items), NOTE_PAGE):
+            try:
+                self._backend.note_frequency_warned(items[start:start + NOTE_PAGE])
+            except Exception as exc:  # noqa: BLE001 - a warning not recorded is said again later
+                log.debug("could not record the high-frequency warning of %d job(s): %s",
+                          len(items[start:start + NOTE_PAGE]), exc)
+                return
+
+    def _check_schedule(self, cron: str, zone: str, driver: str, example: str, jobs: int) -> bool:
+        """Warn when the schedule is high-frequency (and its driver not so by design); True when
+        it was warned about."""
         key = (cron, zone, driver)
-        if key in self._verdicts:
-            return
-        try:
-            by_design = getattr(get_driver(driver), "high_frequency_by_design", False)
-            gap = None if by_design else scheduling.schedule_gap(cron, zone, self._clock.now())
-        except Exception:  # noqa: BLE001 - an unusable schedule is reported where it is scheduled
-            gap = None
-        if len(self._verdicts) > 10_000:
-            self._verdicts.clear()
-        self._verdicts[key] = gap is not None
-        if gap is not None:
-            others = f" (and {jobs - 1} other job(s) with this schedule)" if jobs > 1 else ""
-            log.warning("job %r%s (cron %r, %s) fires every %s, more often than every 5 minutes; each run is a "
-                        "database round trip and a history row. This is a recommendation, not a block.",
-                        example, others, cron, zone, gap, extra={"action": "high_frequency"})
+        if key not in self._verdicts:
+            try:
+                by_design = getattr(get_driver(driver), "high_frequency_by_design", False)
+                gap = None if by_design else scheduling.schedule_gap(cron, zone, self._clock.now())
+            except Exception:  # noqa: BLE001 - an unusable schedule is reported where it is scheduled
+                gap = None
+            if len(self._verdicts) > 10_000:
+                self._verdicts.clear()
+            self._verdicts[key] = gap
+        gap = self._verdicts[key]
+        if gap is None:
+            return False
+        others = f" (and {jobs - 1} other job(s) with this schedule)" if jobs > 1 else ""
+        log.warning("job %r%s (cron %r, %s) fires every %s, more often than every 5 minutes; each run is a "
+                    "database round trip and a history row. This is a recommendation, not a block. Said once "
+                    "per job and schedule; create or update the job with high_frequency_ok=True to silence it.",
+                    example, others, cron, zone, gap, extra={"action": "high_frequency"})
+        return True

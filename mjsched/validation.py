@@ -199,7 +199,7 @@ def job_fields(fields: Mapping[str, Any], *, creating: bool,
     allowed = {"name", "driver", "cron", "timezone", "configuration", "description", "owner",
                "concurrency_mode", "missed_run_policy", "run_immediately_if_never_run", "max_runtime",
                "isolation", "max_queued_runs", "start_at", "end_at", "notify_on_success",
-               "notify_on_failure", "notify_to", "status"}
+               "notify_on_failure", "notify_to", "status", "high_frequency_ok"}
     for key in fields:
         if key not in allowed:
             raise ConfigurationError(key, fields[key], f"unknown job field; known: {', '.join(sorted(allowed))}")
@@ -251,7 +251,7 @@ def job_fields(fields: Mapping[str, Any], *, creating: bool,
         out["max_runtime_seconds"] = positive_number("max_runtime", fields["max_runtime"])
     if "max_queued_runs" in fields:
         out["max_queued_runs"] = positive_int("max_queued_runs", fields["max_queued_runs"], maximum=1000)
-    for key in ("run_immediately_if_never_run", "notify_on_success", "notify_on_failure"):
+    for key in ("run_immediately_if_never_run", "notify_on_success", "notify_on_failure", "high_frequency_ok"):
         if key in fields:
             out[key] = flag(key, fields[key])
 

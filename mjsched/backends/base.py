@@ -85,12 +85,14 @@ class UnscheduledJob:
     run_immediately_if_never_run: bool
     last_run_at: datetime | None
     run_count: int
+    high_frequency_ok: bool = False       # the job's opt-out of the high-frequency warning
+    frequency_warned: str | None = None   # the schedule last warned for ("cron | timezone")
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> "UnscheduledJob":
         return cls(str(row["id"]).lower(), row["name"], row["driver"], row["cron_expression"], row["timezone"],
                    row["start_at"], bool(row["run_immediately_if_never_run"]), row["last_run_at"],
-                   int(row["run_count"]))
+                   int(row["run_count"]), bool(row.get("high_frequency_ok")), row.get("frequency_warned"))
 
 
 class Listener(abc.ABC):
@@ -305,8 +307,15 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def active_schedules(self) -> list[dict[str, Any]]:
-        """Distinct (cron_expression, timezone, driver) of Active jobs, with ``example``
-        (a job name) and ``jobs`` (how many share it): start-up checks without loading jobs."""
+        """Distinct (cron_expression, timezone, driver) of Active jobs not yet warned about for
+        their present schedule and not opted out (high_frequency_ok), with ``example`` (a job
+        name), ``jobs`` (how many share it) and ``job_ids`` (the first 1,000 of them, to record
+        the warning): start-up checks without loading jobs."""
+
+    def note_frequency_warned(self, items: Sequence[tuple[str, str]]) -> int:
+        """Record (job id, schedule key) high-frequency warnings (note_frequency_warned); how
+        many were marked. A backend without the procedure records nothing."""
+        return 0
 
     @abc.abstractmethod
     def list_runs(self, job_id: str | None = None, status: str | None = None,

@@ -451,7 +451,8 @@ class MssqlBackend(Backend):
             SET NOCOUNT ON;
             DECLARE @limit int = ?, @after uniqueidentifier = ?;
             SELECT TOP (@limit) j.id, j.name, t.driver_class AS driver, j.cron_expression, j.timezone, j.start_at,
-                   j.run_immediately_if_never_run, j.last_run_at, j.run_count
+                   j.run_immediately_if_never_run, j.last_run_at, j.run_count, j.high_frequency_ok,
+                   j.frequency_warned
               FROM mjsched.scheduled_job AS j JOIN mjsched.scheduled_job_type AS t ON t.id = j.job_type_id
              WHERE j.status = N'Active' AND j.next_run_at IS NULL AND (@after IS NULL OR j.id > @after)
              ORDER BY j.id
@@ -459,12 +460,29 @@ class MssqlBackend(Backend):
         return [UnscheduledJob.from_row(r) for r in rows]
 
     def active_schedules(self) -> list[dict[str, Any]]:
-        return self._rows("active_schedules", """
-            SELECT j.cron_expression, j.timezone, t.driver_class AS driver, MIN(j.name) AS example,
-                   COUNT(*) AS jobs
-              FROM mjsched.scheduled_job AS j JOIN mjsched.scheduled_job_type AS t ON t.id = j.job_type_id
-             WHERE j.status = N'Active'
-             GROUP BY j.cron_expression, j.timezone, t.driver_class;""")
+        rows = self._rows("active_schedules", """
+            SELECT s.cron_expression, s.timezone, s.driver, MIN(s.name) AS example, COUNT(*) AS jobs,
+                   STRING_AGG(CASE WHEN s.nth <= 1000 THEN CAST(CONVERT(nvarchar(36), s.id) AS nvarchar(max)) END,
+                              N',') AS job_ids
+              FROM (SELECT j.id, j.name, j.cron_expression, j.timezone, t.driver_class AS driver,
+                           ROW_NUMBER() OVER (PARTITION BY j.cron_expression, j.timezone, t.driver_class
+                                              ORDER BY j.id) AS nth
+                      FROM mjsched.scheduled_job AS j
+                      JOIN mjsched.scheduled_job_type AS t ON t.id = j.job_type_id
+                     WHERE j.status = N'Active' AND j.high_frequency_ok = 0
+                       AND (j.frequency_warned IS NULL
+                            OR j.frequency_warned COLLATE Latin1_General_BIN2
+                               <> CONCAT(j.cron_expression, N' | ', j.timezone) COLLATE Latin1_General_BIN2)) AS s
+             GROUP BY s.cron_expression, s.timezone, s.driver;""")
+        for row in rows:
+            row["job_ids"] = [i.lower() for i in (row.get("job_ids") or "").split(",") if i]
+        return rows
+
+    def note_frequency_warned(self, items: Sequence[tuple[str, str]]) -> int:
+        if not items:
+            return 0
+        payload = json.dumps([{"job_id": job_id, "schedule": key} for job_id, key in items])
+        return int(self._scalar("note_frequency_warned", items=payload) or 0)
 
     def list_runs(self, job_id: str | None = None, status: str | None = None, limit: int = 100) -> list[JobRun]:
         rows = self._rows("list_runs", f"""

@@ -30,7 +30,7 @@ JOB_COLUMNS = (
     "job_type_id", "name", "description", "cron_expression", "timezone", "start_at", "end_at",
     "status", "configuration", "owner", "concurrency_mode", "missed_run_policy",
     "run_immediately_if_never_run", "max_runtime_seconds", "isolation", "max_queued_runs",
-    "notify_on_success", "notify_on_failure", "notify_to", "next_run_at",
+    "notify_on_success", "notify_on_failure", "notify_to", "next_run_at", "high_frequency_ok",
 )
 _JOB_SELECT = """
 SELECT j.*, t.driver_class AS driver

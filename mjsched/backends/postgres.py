@@ -38,7 +38,7 @@ JOB_COLUMNS = (
     "job_type_id", "name", "description", "cron_expression", "timezone", "start_at", "end_at",
     "status", "configuration", "owner", "concurrency_mode", "missed_run_policy",
     "run_immediately_if_never_run", "max_runtime_seconds", "isolation", "max_queued_runs",
-    "notify_on_success", "notify_on_failure", "notify_to", "next_run_at",
+    "notify_on_success", "notify_on_failure", "notify_to", "next_run_at", "high_frequency_ok",
 )
 _JOB_SELECT = """
 SELECT j.*, t.driver_class AS driver
@@ -438,7 +438,8 @@ class PostgresBackend(Backend):
     def unscheduled_jobs(self, limit: int = 500, after: str | None = None) -> list[UnscheduledJob]:
         rows = self._rows("unscheduled_jobs", """
             SELECT j.id, j.name, t.driver_class AS driver, j.cron_expression, j.timezone, j.start_at,
-                   j.run_immediately_if_never_run, j.last_run_at, j.run_count
+                   j.run_immediately_if_never_run, j.last_run_at, j.run_count, j.high_frequency_ok,
+                   j.frequency_warned
               FROM mjsched.scheduled_job j JOIN mjsched.scheduled_job_type t ON t.id = j.job_type_id
              WHERE j.status = 'Active' AND j.next_run_at IS NULL
                AND (%(after)s::uuid IS NULL OR j.id > %(after)s::uuid)
@@ -448,10 +449,18 @@ class PostgresBackend(Backend):
     def active_schedules(self) -> list[dict[str, Any]]:
         return self._rows("active_schedules", """
             SELECT j.cron_expression, j.timezone, t.driver_class AS driver, min(j.name) AS example,
-                   count(*) AS jobs
+                   count(*) AS jobs, (array_agg(j.id::text ORDER BY j.id))[1:1000] AS job_ids
               FROM mjsched.scheduled_job j JOIN mjsched.scheduled_job_type t ON t.id = j.job_type_id
-             WHERE j.status = 'Active'
+             WHERE j.status = 'Active' AND NOT j.high_frequency_ok
+               AND j.frequency_warned IS DISTINCT FROM j.cron_expression || ' | ' || j.timezone
              GROUP BY j.cron_expression, j.timezone, t.driver_class""")
+
+    def note_frequency_warned(self, items: Sequence[tuple[str, str]]) -> int:
+        if not items:
+            return 0
+        payload = json.dumps([{"job_id": job_id, "schedule": key} for job_id, key in items])
+        return int(self._scalar("note_frequency_warned",
+                                "SELECT noted FROM mjsched.note_frequency_warned(%s::jsonb)", (payload,)) or 0)
 
     def list_runs(self, job_id: str | None = None, status: str | None = None, limit: int = 100) -> list[JobRun]:
         rows = self._rows("list_runs", f"""
