@@ -284,7 +284,7 @@ def cmd_jobs_add(ctx: Context) -> int:
     fields: dict[str, Any] = {
         "concurrency_mode": a.concurrency_mode, "missed_run_policy": a.missed_run_policy, "status": a.status,
         "run_immediately_if_never_run": a.run_immediately, "notify_on_success": a.notify_on_success,
-        "notify_on_failure": a.notify_on_failure,
+        "notify_on_failure": a.notify_on_failure, "high_frequency_ok": a.high_frequency_ok,
     }
     optional = {"description": a.description, "owner": a.owner, "notify_to": a.notify_to,
                 "max_runtime": a.max_runtime, "max_queued_runs": a.max_queued_runs, "isolation": a.isolation,
@@ -329,7 +329,8 @@ def cmd_jobs_edit(ctx: Context) -> int:
              "max_runtime": a.max_runtime, "max_queued_runs": a.max_queued_runs, "isolation": a.isolation,
              "start_at": parse_instant("--start-at", a.start_at, zone),
              "end_at": parse_instant("--end-at", a.end_at, zone), "status": a.status, "notify_to": a.notify_to,
-             "notify_on_success": a.notify_on_success, "notify_on_failure": a.notify_on_failure}
+             "notify_on_success": a.notify_on_success, "notify_on_failure": a.notify_on_failure,
+             "high_frequency_ok": a.high_frequency_ok}
     fields = {k: v for k, v in given.items() if v is not None}
     for flag, key in (("clear_max_runtime", "max_runtime"), ("clear_start_at", "start_at"),
                       ("clear_end_at", "end_at")):
@@ -927,6 +928,8 @@ def build_parser() -> argparse.ArgumentParser:
     ja.add_argument("--notify-on-failure", action=argparse.BooleanOptionalAction, default=True,
                     help="notify when a run fails (default on)")
     ja.add_argument("--notify-to", metavar="ADDRESSES", help="comma-separated e-mail recipients")
+    ja.add_argument("--high-frequency-ok", action=argparse.BooleanOptionalAction, default=False,
+                    help="no warning that the job fires more often than every 5 minutes (default off)")
     ja.add_argument("--check-import", action="store_true",
                     help="also import a python job's callable here (by default only its form is checked: the "
                          "engines' hosts, not this shell, must be able to import it)")
@@ -956,6 +959,8 @@ def build_parser() -> argparse.ArgumentParser:
     je.add_argument("--notify-on-success", action=argparse.BooleanOptionalAction, default=None)
     je.add_argument("--notify-on-failure", action=argparse.BooleanOptionalAction, default=None)
     je.add_argument("--notify-to", metavar="ADDRESSES")
+    je.add_argument("--high-frequency-ok", action=argparse.BooleanOptionalAction, default=None,
+                    help="silence (or, with --no-, restore) the high-frequency warning of the job")
     je.add_argument("--check-import", action="store_true", help="as for jobs add")
 
     jl = add(jsub, "list", cmd_jobs_list, "list jobs (Disabled ones only with --all or --status Disabled)")
