@@ -14,7 +14,7 @@ import pytest
 import mjsched
 from mjsched.backends.base import Completion
 from mjsched.backends.postgres import PostgresBackend
-from mjsched.completion import CompletionWriter
+from mjsched.engine.completions import CompletionWriter
 from tests.support import drivers
 from tests.support.pg import wait_for
 

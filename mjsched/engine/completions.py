@@ -23,8 +23,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from .backends.base import Backend, Completion
-from .errors import ConfigurationError, SchedulerError
+from ..backends.base import Backend, Completion
+from ..errors import ConfigurationError, SchedulerError
 
 log = logging.getLogger(__name__)
 

@@ -7,13 +7,13 @@ import time
 from datetime import datetime, timedelta
 from typing import Sequence
 
-from . import scheduling, sqlfiles
-from .backends.base import Backend, UnscheduledJob
-from .clock import DbClock
-from .drivers.registry import get_driver
-from .errors import SchedulerError, SchemaNotInstalled
-from .models import Job
-from .privileges import split_missing
+from .. import scheduling, sqlfiles
+from ..backends.base import Backend, UnscheduledJob
+from ..clock import DbClock
+from ..drivers.registry import get_driver
+from ..errors import SchedulerError, SchemaNotInstalled
+from ..models import Job
+from ..privileges import split_missing
 
 log = logging.getLogger("mjsched.engine")
 

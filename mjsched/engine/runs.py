@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Callable
 
-from .models import Job
+from ..models import Job
 
 log = logging.getLogger(__name__)
 

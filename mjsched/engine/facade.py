@@ -19,24 +19,24 @@ from datetime import datetime
 from functools import partial
 from typing import Any, Iterable
 
-from . import scheduling, validation
+from .. import scheduling, validation
 from .background import BackgroundTasks
-from .backends.base import Backend, Completion, Listener, SweepResult, open_backend
-from .backends.watchdog import call_timeout_for_lease
-from .clock import DbClock
-from .completion import CompletionWriter
-from .cron import CronSchedule
-from .dispatch import InFlight, InFlightRegistry, State, WorkerPool
-from .drivers.base import BaseScheduledJob, ExecutionContext, JobResult
-from .drivers.registry import allowed_driver_names, get_driver
-from .errors import ConfigurationError, JobNotActive, JobNotFound, LockNotAcquired, SchedulerError
-from .execution import effective_max_runtime, failure, run_driver
-from .heartbeat import LeaseKeeper
-from .models import ConcurrencyMode, DispatchResult, Job, JobRun, JobStatus, RunStatus
-from .notify import LoggingNotifier, Notifier, safe_notify
+from ..backends.base import Backend, Completion, Listener, SweepResult, open_backend
+from ..backends.watchdog import call_timeout_for_lease
+from ..clock import DbClock
+from .completions import CompletionWriter
+from ..cron import CronSchedule
+from .runs import InFlight, InFlightRegistry, State, WorkerPool
+from ..drivers.base import BaseScheduledJob, ExecutionContext, JobResult
+from ..drivers.registry import allowed_driver_names, get_driver
+from ..errors import ConfigurationError, JobNotActive, JobNotFound, LockNotAcquired, SchedulerError
+from ..execution import effective_max_runtime, failure, run_driver
+from .leases import LeaseKeeper
+from ..models import ConcurrencyMode, DispatchResult, Job, JobRun, JobStatus, RunStatus
+from ..notify import LoggingNotifier, Notifier, safe_notify
 from .poller import Poller
-from .startup import Housekeeping
-from .version import __version__
+from .housekeeping import Housekeeping
+from ..version import __version__
 
 log = logging.getLogger(__name__)
 

@@ -15,9 +15,9 @@ import threading
 import time
 from typing import Callable
 
-from .backends.base import Backend
-from .dispatch import InFlight, InFlightRegistry, State
-from .errors import SchedulerError
+from ..backends.base import Backend
+from .runs import InFlight, InFlightRegistry, State
+from ..errors import SchedulerError
 
 log = logging.getLogger(__name__)
 

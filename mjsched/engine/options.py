@@ -1,0 +1,63 @@
+"""EngineOptions: the engine's tuning, validated once, frozen afterwards.
+
+``SchedulingEngine(...)`` builds one from its keyword arguments; the CLI's config
+builds the same object from its layers (file, environment, flags), so a rule such as
+"the heartbeat renews at least three times per lease" is written here only.
+"""
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from typing import Iterable
+
+from .. import validation
+from ..drivers.registry import allowed_driver_names
+from ..errors import ConfigurationError
+
+# A lease must survive two missed renewals: the heartbeat renews at least this often per lease.
+RENEWALS_PER_LEASE = 3
+MAX_CATCH_UP_RUNS_LIMIT = 100_000
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """``max_concurrent_jobs`` is a hard cap on runs executing in this engine;
+    ``lease_timeout`` (seconds) is how long a claimed run stays ours without a heartbeat."""
+
+    max_concurrent_jobs: int = 5
+    lease_timeout: float = 600.0
+    instance_name: str | None = None          # None: "<host>-<pid>"
+    min_poll_interval: float = 0.005
+    max_poll_interval: float = 10.0
+    max_catch_up_runs: int = 100
+    heartbeat_interval: float | None = None   # None: a quarter of the lease
+    completion_batch_window: float = 0.002
+    allowed_drivers: Iterable[str] | str | frozenset[str] | None = None   # None: every driver
+
+    def __post_init__(self) -> None:
+        def keep(name: str, value: object) -> None:
+            object.__setattr__(self, name, value)
+        keep("max_concurrent_jobs", validation.positive_int("max_concurrent_jobs", self.max_concurrent_jobs))
+        # Drivers this engine runs (None: all); a job of another driver ends Failed here (README "Trust model").
+        keep("allowed_drivers", allowed_driver_names(self.allowed_drivers))
+        keep("lease_timeout", _seconds("lease_timeout", self.lease_timeout))
+        keep("max_poll_interval", _seconds("max_poll_interval", self.max_poll_interval))
+        keep("min_poll_interval", _seconds("min_poll_interval", self.min_poll_interval))
+        if self.min_poll_interval > self.max_poll_interval:
+            raise ConfigurationError("min_poll_interval", self.min_poll_interval,
+                                     "must not exceed max_poll_interval")
+        keep("max_catch_up_runs", validation.positive_int("max_catch_up_runs", self.max_catch_up_runs,
+                                                          maximum=MAX_CATCH_UP_RUNS_LIMIT))
+        if self.heartbeat_interval is not None:
+            validation.positive_number("heartbeat_interval", self.heartbeat_interval, optional=False)
+            bound = self.lease_timeout / RENEWALS_PER_LEASE
+            if self.heartbeat_interval > bound:
+                raise ConfigurationError("heartbeat_interval", self.heartbeat_interval,
+                                         f"must renew at least three times per lease (<= {bound:g})")
+        keep("instance_name", validation.text("instance_name", self.instance_name, limit=255)
+             or f"{socket.gethostname()}-{os.getpid()}")
+
+
+def _seconds(name: str, value: object) -> float:
+    return float(validation.positive_number(name, value, optional=False) or 0)
