@@ -173,6 +173,11 @@ class Claim:
     db_now: datetime
     from_queue: bool = False
 
+    @property
+    def is_tick(self) -> bool:
+        """A due tick's claim (its run serves ``scheduled_for``), not a queued run's claim."""
+        return self.scheduled_for is not None and not self.from_queue
+
 
 @dataclass(frozen=True)
 class ClaimBatch:
