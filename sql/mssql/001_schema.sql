@@ -362,6 +362,7 @@ INSERT INTO @v_drop (table_name, constraint_name) VALUES
         (N'scheduled_job', N'ck_scheduled_job_end_at'),
         (N'scheduled_job', N'ck_scheduled_job_next_run_at'),
         (N'scheduled_job', N'ck_scheduled_job_last_run_at'),
+        (N'scheduled_job', N'ck_scheduled_job_last_success_at'),
         (N'scheduled_job', N'ck_scheduled_job_locked_at'),
         (N'scheduled_job', N'ck_scheduled_job_expected_completion_at'),
         (N'scheduled_job', N'ck_scheduled_job_created_at'),
@@ -426,6 +427,10 @@ ALTER TABLE mjsched.scheduled_job WITH NOCHECK ADD
 ALTER TABLE mjsched.scheduled_job WITH NOCHECK ADD
     CONSTRAINT ck_scheduled_job_last_run_at
         CHECK (last_run_at IS NULL OR last_run_at BETWEEN CAST(N'1900-01-01T00:00:00+00:00' AS datetimeoffset)
+               AND CAST(N'9999-12-31T00:00:00+00:00' AS datetimeoffset));
+ALTER TABLE mjsched.scheduled_job WITH NOCHECK ADD
+    CONSTRAINT ck_scheduled_job_last_success_at
+        CHECK (last_success_at IS NULL OR last_success_at BETWEEN CAST(N'1900-01-01T00:00:00+00:00' AS datetimeoffset)
                AND CAST(N'9999-12-31T00:00:00+00:00' AS datetimeoffset));
 ALTER TABLE mjsched.scheduled_job WITH NOCHECK ADD
     CONSTRAINT ck_scheduled_job_locked_at

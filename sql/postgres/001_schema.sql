@@ -219,6 +219,7 @@ ALTER TABLE mjsched.scheduled_job
     DROP CONSTRAINT IF EXISTS ck_scheduled_job_end_at,
     DROP CONSTRAINT IF EXISTS ck_scheduled_job_next_run_at,
     DROP CONSTRAINT IF EXISTS ck_scheduled_job_last_run_at,
+    DROP CONSTRAINT IF EXISTS ck_scheduled_job_last_success_at,
     DROP CONSTRAINT IF EXISTS ck_scheduled_job_locked_at,
     DROP CONSTRAINT IF EXISTS ck_scheduled_job_expected_completion_at,
     DROP CONSTRAINT IF EXISTS ck_scheduled_job_created_at,
@@ -248,6 +249,9 @@ ALTER TABLE mjsched.scheduled_job
     ADD CONSTRAINT ck_scheduled_job_last_run_at
         CHECK (last_run_at IS NULL
                OR last_run_at BETWEEN '1900-01-01 00:00:00+00' AND '9999-12-31 00:00:00+00') NOT VALID,
+    ADD CONSTRAINT ck_scheduled_job_last_success_at
+        CHECK (last_success_at IS NULL
+               OR last_success_at BETWEEN '1900-01-01 00:00:00+00' AND '9999-12-31 00:00:00+00') NOT VALID,
     ADD CONSTRAINT ck_scheduled_job_locked_at
         CHECK (locked_at IS NULL OR locked_at BETWEEN '1900-01-01 00:00:00+00' AND '9999-12-31 00:00:00+00') NOT VALID,
     ADD CONSTRAINT ck_scheduled_job_expected_completion_at

@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.timeout(120)]
 
 # The rules 001_schema.sql adds to scheduled_job (named ck_scheduled_job_<column>).
 RULES = ["max_runtime_seconds", "configuration", "name", "description", "cron_expression", "timezone", "start_at",
-         "end_at", "next_run_at", "last_run_at", "locked_at", "expected_completion_at", "created_at", "updated_at",
+         "end_at", "next_run_at", "last_run_at", "last_success_at", "locked_at", "expected_completion_at", "created_at", "updated_at",
          "run_count", "success_count", "failure_count", "last_duration_ms", "total_duration_ms"]
 
 BAD_NUMBERS = ["NaN", "Infinity", "-Infinity", 1e13, 0, -1]
@@ -189,6 +189,10 @@ POISON: list[tuple[str, str, bool]] = [
     ("next_run_at", "next_run_at = '9999-12-30 00:00:00+00'", True),
     ("next_run_at", "next_run_at = '1900-01-01 00:00:00+00'", True),
     *[("last_run_at", f"last_run_at = '{v}'", False) for v in BAD_INSTANTS],
+    *[("last_success_at", f"last_success_at = '{v}'", False) for v in BAD_INSTANTS],
+    ("high_frequency_ok", "high_frequency_ok = NULL", False),
+    ("frequency_warned", "frequency_warned = repeat('f', 323)", False),
+    ("frequency_warned", "frequency_warned = 'not a schedule at all'", True),
     *[(c, f"{c} = {v}", False) for c in ("run_count", "success_count", "failure_count")
       for v in (-1, 2147483647)],
     *[(c, f"{c} = {v}", False) for c in ("last_duration_ms", "total_duration_ms")
