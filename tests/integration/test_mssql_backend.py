@@ -21,6 +21,7 @@ import os
 import socket
 import struct
 import time
+import types
 import uuid
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -160,6 +161,18 @@ def test_deadlocks_and_lost_connections_are_retried_nothing_else() -> None:
     assert not is_transient(ValueError("not a database error"))
 
 
+class _CompatibilityCursor:
+    """The fake's cursor: pyodbc's ``cursor.connection`` is the connection (install() sets its
+    query ``timeout``); everything else is the fake's."""
+
+    def __init__(self, fake: _CompatibilityOnly) -> None:
+        self._fake = fake
+        self.connection = types.SimpleNamespace(timeout=0)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._fake, name)
+
+
 class _CompatibilityOnly:
     """A pool whose one cursor answers the compatibility query and records every statement."""
 
@@ -173,8 +186,8 @@ class _CompatibilityOnly:
     def connection(self) -> Iterator[Any]:
         yield self
 
-    def cursor(self) -> _CompatibilityOnly:
-        return self
+    def cursor(self) -> _CompatibilityCursor:
+        return _CompatibilityCursor(self)
 
     def execute(self, sql: str, *params: Any) -> None:
         self.statements.append(sql)
