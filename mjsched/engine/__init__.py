@@ -3,12 +3,15 @@
 What lives here, one concern a module:
   facade.py        SchedulingEngine: job CRUD, start/stop polling, execute_job, close
   options.py       EngineOptions: the engine's tuning, validated once (the CLI builds it too)
+  dispatch.py      Dispatcher: one poll (sweep cadence, schedule refresh, claim and replay with a
+                   PendingClaim, starting claims, Queue-mode enqueue, the next delay), the stop gate
   runs.py          Run, the registry of runs in flight, the capped worker pool
   lifecycle.py     RunLifecycle: a run's transitions (start, finish, time out, lose its
                    lease, hand back) and what follows them (completion, notification)
   leases.py        LeaseKeeper: the heartbeat thread, max_runtime, stalled completions
   completions.py   CompletionWriter: batched, retried completion writes
-  housekeeping.py  start-up checks, scheduling of unscheduled jobs, high-frequency warning
+  housekeeping.py  start-up checks (schema, gone engines of this host), scheduling of unscheduled
+                   jobs, the permission probe, the high-frequency warning
   changes.py       ChangeFeed: the LISTEN thread that wakes the dispatcher
   listeners.py     EngineListener: the typed observer protocol
   poller.py        Poller: the thread that calls the dispatcher and sleeps
@@ -18,7 +21,8 @@ May import: the core modules of ``mjsched`` (models, errors, backends, drivers, 
 validation, execution, notify, clock, cron, ...). Never ``mjsched.cli`` or ``mjsched.web``
 (tests/unit/test_import_graph.py checks it).
 """
-from .facade import SchedulingEngine, process_alive
+from .facade import SchedulingEngine
+from .housekeeping import process_alive
 from .listeners import EngineListener
 from .options import EngineOptions
 

@@ -1,8 +1,10 @@
-"""Start-up and housekeeping steps: install check, schedules for new jobs, the
+"""Start-up and housekeeping steps: install check, locks of gone engines of this host, schedules for new jobs, the
 permission probe and the high-frequency warning. Each warns; none crashes the engine."""
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import time
 from datetime import datetime, timedelta
 from typing import Sequence
@@ -32,6 +34,19 @@ def frequency_key(cron: str, zone: str) -> str:
     note_frequency_warned and the start-up query build the same text): a new cron or
     timezone is a new schedule, warned about once more."""
     return f"{cron} | {zone}"
+
+
+def process_alive(pid: int) -> bool:
+    """True when a process with this pid exists on this host (signal 0 probes, sends nothing)."""
+    if pid <= 0:
+        return True     # 0 and negatives name process groups: nothing to probe
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True     # it exists, owned by someone else (or cannot be probed: assume alive)
+    return True
 
 
 class Housekeeping:
@@ -225,3 +240,30 @@ class Housekeeping:
                     "per job and schedule; create or update the job with high_frequency_ok=True to silence it.",
                     example, others, cron, zone, gap, extra={"action": "high_frequency"})
         return True
+
+    def release_previous_engines(self, instance_name: str) -> None:
+        """Locks left by an earlier engine of this host whose process is gone (or by this
+        instance name after its clean stop) are released now, fenced, instead of blocking
+        their jobs for the rest of a lease. Engines of this process are never touched."""
+        host = socket.gethostname()
+        try:
+            holders = self._backend.engines_holding_locks(host)
+        except SchedulerError as exc:
+            log.warning("start-up: could not list engines of this host holding locks (%s)", exc)
+            return
+        for holder in holders:
+            instance, pid = str(holder["instance"]), int(holder["pid"])
+            if pid == os.getpid():
+                continue
+            stopped_cleanly = holder.get("stopped_at") is not None and instance == instance_name
+            if process_alive(pid) and not stopped_cleanly:
+                continue
+            reason = (f"Abandoned: engine {instance} (pid {pid} on {host}) is gone; "
+                      f"released at start-up by {instance_name}")
+            try:
+                runs, locks = self._backend.release_engine_locks(instance, reason)
+            except SchedulerError as exc:
+                log.warning("start-up: could not release the locks of engine %s (%s)", instance, exc)
+                continue
+            log.warning("start-up: engine %s (pid %d on this host) is gone: released %d lock(s), abandoned %d "
+                        "run(s)", instance, pid, locks, runs, extra={"action": "previous_engine_released"})

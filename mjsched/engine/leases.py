@@ -16,15 +16,15 @@ import time
 from typing import Callable
 
 from ..backends.base import Backend
-from .runs import InFlight, InFlightRegistry, State
+from .runs import Run, RunRegistry, State
 from ..errors import SchedulerError
 
 log = logging.getLogger(__name__)
 
 
 class LeaseKeeper:
-    def __init__(self, backend: Backend, registry: InFlightRegistry, *, instance: str, lease_seconds: float,
-                 on_timeout: Callable[[InFlight], None], on_lost: Callable[[InFlight], None],
+    def __init__(self, backend: Backend, registry: RunRegistry, *, instance: str, lease_seconds: float,
+                 on_timeout: Callable[[Run], None], on_lost: Callable[[Run], None],
                  interval: float | None = None, completion_window: float | None = None) -> None:
         self._backend = backend
         self._registry = registry

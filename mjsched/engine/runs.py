@@ -1,4 +1,4 @@
-"""In-flight runs and the capped thread pool that executes them.
+"""Runs in flight: the Run record, its registry, and the capped thread pool that executes them.
 
 The cap is hard: a slot is taken under a lock before a run is submitted and
 given back the moment the driver returns, times out or loses its lease. A
@@ -31,7 +31,14 @@ class State(enum.Enum):
 
 
 @dataclass(eq=False)
-class InFlight:
+class Run:
+    """One claimed (or manual) run this engine is responsible for, from claim to completion.
+
+    ``state``, ``thread_alive`` and ``completing_since`` change only in the registry's
+    transitions, under its lock; the fields the dispatcher and the facade adjust
+    (``renew``, ``last_enqueued``) change only through the methods below, under this run's
+    own lock. Everything else is fixed at the claim.
+    """
     job: Job
     run_id: str
     token: str
@@ -39,6 +46,7 @@ class InFlight:
     manual: bool = False
     catch_up: bool = False
     deadline: float | None = None              # time.monotonic() past which the run times out
+    seen_next_run_at: datetime | None = None   # the job's next_run_at when claimed (completion's guard)
     cancel_event: threading.Event = field(default_factory=threading.Event)
     started: float = field(default_factory=time.monotonic)
     state: State = State.RUNNING
@@ -46,23 +54,40 @@ class InFlight:
     last_enqueued: datetime | None = None      # Queue mode: newest tick kept as a Queued run
     renew: bool = True                         # False: left to lapse (stop_polling gave up on it)
     completing_since: float | None = None      # time.monotonic() when its completion was handed over
-    seen_next_run_at: datetime | None = None   # the job's next_run_at when claimed (completion's guard)
     context: Any = None
     notified: threading.Event = field(default_factory=threading.Event)   # its notification is out (or none)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def keep_lease(self) -> None:
+        """Renew its lease again (polling restarted, or the engine closes and hands it back)."""
+        with self._lock:
+            self.renew = True
+
+    def cancel(self, *, keep_lease: bool) -> None:
+        """Ask the driver to stop; ``keep_lease`` False lets its lease lapse, so another
+        engine can take the job over once it expires."""
+        with self._lock:
+            self.renew = keep_lease
+        self.cancel_event.set()
+
+    def note_enqueued(self, tick: datetime) -> None:
+        """Queue mode: ``tick`` is kept as a Queued run; the next one to keep comes after it."""
+        with self._lock:
+            self.last_enqueued = tick
 
 
-class InFlightRegistry:
+class RunRegistry:
     """Every run this engine is responsible for, keyed by run id."""
 
     def __init__(self, on_slot_freed: Callable[[], None] = lambda: None) -> None:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
-        self._entries: dict[str, InFlight] = {}
+        self._entries: dict[str, Run] = {}
         self._leaked: set[str] = set()
         self._on_slot_freed = on_slot_freed
         self.leaked_total = 0
 
-    def add(self, entry: InFlight) -> None:
+    def add(self, entry: Run) -> None:
         with self._lock:
             self._entries[entry.run_id] = entry
 
@@ -71,7 +96,7 @@ class InFlightRegistry:
         with self._lock:
             return sum(1 for e in self._entries.values() if e.state is State.RUNNING and not e.manual)
 
-    def snapshot(self) -> list[InFlight]:
+    def snapshot(self) -> list[Run]:
         with self._lock:
             return list(self._entries.values())
 
@@ -85,14 +110,14 @@ class InFlightRegistry:
                              e.state is State.COMPLETING and (
                                  oldest is None or e.completing_since is None or e.completing_since >= oldest)))})
 
-    def stalled_completions(self, completion_window: float) -> list[InFlight]:
+    def stalled_completions(self, completion_window: float) -> list[Run]:
         """Completing runs whose completion has not landed within ``completion_window`` seconds."""
         oldest = time.monotonic() - completion_window
         with self._lock:
             return [e for e in self._entries.values() if e.state is State.COMPLETING
                     and e.completing_since is not None and e.completing_since < oldest]
 
-    def transition(self, entry: InFlight, new: State, *, only_from: tuple[State, ...] = (State.RUNNING,)) -> bool:
+    def transition(self, entry: Run, new: State, *, only_from: tuple[State, ...] = (State.RUNNING,)) -> bool:
         """Move ``entry`` to ``new`` if it is still in one of ``only_from``; True when it moved."""
         with self._lock:
             if entry.state not in only_from or self._entries.get(entry.run_id) is not entry:
@@ -109,20 +134,20 @@ class InFlightRegistry:
             self._on_slot_freed()
         return True
 
-    def thread_done(self, entry: InFlight) -> None:
+    def thread_done(self, entry: Run) -> None:
         with self._lock:
             entry.thread_alive = False
             self._leaked.discard(entry.run_id)
             self._changed.notify_all()
 
-    def remove(self, entry: InFlight) -> None:
+    def remove(self, entry: Run) -> None:
         """Forget ``entry`` (identity-checked: a newer entry under the same id stays)."""
         with self._lock:
             if self._entries.get(entry.run_id) is entry:
                 del self._entries[entry.run_id]
             self._changed.notify_all()
 
-    def by_tokens(self, tokens: set[str]) -> list[InFlight]:
+    def by_tokens(self, tokens: set[str]) -> list[Run]:
         with self._lock:
             return [e for e in self._entries.values() if e.token in tokens]
 
@@ -138,12 +163,12 @@ class InFlightRegistry:
                 lambda: not any(e.state in (State.RUNNING, State.COMPLETING) for e in self._entries.values()),
                 timeout)
 
-    def wait_gone(self, entry: InFlight, timeout: float | None) -> bool:
+    def wait_gone(self, entry: Run, timeout: float | None) -> bool:
         """Wait until ``entry`` left the registry (its completion was written)."""
         with self._lock:
             return self._changed.wait_for(lambda: self._entries.get(entry.run_id) is not entry, timeout)
 
-    def busy(self) -> list[InFlight]:
+    def busy(self) -> list[Run]:
         with self._lock:
             return [e for e in self._entries.values() if e.state in (State.RUNNING, State.COMPLETING)]
 

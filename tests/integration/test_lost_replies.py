@@ -62,17 +62,17 @@ def test_a_replay_never_starts_a_run_twice(make_engine: Callable[..., Any], sql:
     replays the claim and starts only the run not yet started."""
     engine = make_engine(max_concurrent_jobs=5)
     jobs = due_jobs(engine, sql, 2)
-    original = engine._start_claim
+    original = engine._dispatcher.start_claim
     started: list[str] = []
 
     def start_then_die(job: Any, *args: Any) -> int:
         started.append(job.id)
         original(job, *args)
         raise RuntimeError("the poll dies after starting one run")
-    monkeypatch.setattr(engine, "_start_claim", start_then_die)
+    monkeypatch.setattr(engine._dispatcher, "start_claim", start_then_die)
     with pytest.raises(RuntimeError):
         engine.dispatch_due_jobs()
-    monkeypatch.setattr(engine, "_start_claim", original)
+    monkeypatch.setattr(engine._dispatcher, "start_claim", original)
     assert len(started) == 1
     assert engine.dispatch_due_jobs().dispatched == 1       # the other job only
     wait_for(lambda: completed(sql) == 2, message="both runs to complete")

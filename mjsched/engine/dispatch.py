@@ -1,0 +1,351 @@
+"""The dispatcher: one poll, start to end, and the gate that stops new runs.
+
+A poll sweeps expired leases (at most once per ``sweep_interval`` from the background
+loop), gives unscheduled jobs a next run, claims up to the free slots, starts a run per
+claim, keeps Queue-mode ticks of running jobs as Queued runs, and returns how long the
+loop may sleep. A claim whose reply was lost is asked again under its id as a replay
+(``PendingClaim``), and what was already started from it is not started twice.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Callable
+
+from .. import scheduling, validation
+from ..backends.base import Backend, Completion, SweepResult
+from ..clock import DbClock
+from ..errors import SchedulerError
+from ..models import Claim, ClaimBatch, ConcurrencyMode, DispatchResult, Job, RunStatus
+from .background import BackgroundTasks
+from .completions import CompletionWriter
+from .housekeeping import Housekeeping
+from .leases import LeaseKeeper
+from .lifecycle import RunLifecycle
+from .options import EngineOptions
+from .runs import RunRegistry
+
+log = logging.getLogger("mjsched.engine")
+
+SCHEDULE_REFRESH_SECONDS = 5.0   # unscheduled jobs are looked for at least this often
+SWEEP_INTERVAL_SECONDS = 1.0     # the background loop sweeps at most this often (or per quarter lease):
+                                 # a busy engine polls many times a second and a sweep per poll is waste
+# A claim that only advanced ticks already served (run-less claims) leaves its slots free: claim
+# again in the same poll, at most this many times, so a backlog of served ticks never starves runs.
+MAX_CLAIM_ROUNDS = 4
+DUE_MARGIN_SECONDS = 0.001       # wake just after the next due instant, not just before it
+
+
+@dataclass
+class PendingClaim:
+    """A claim under way: its id, and the runs (or run-less ticks) already started from it.
+    Kept when the claim raised, since it may have committed: the next poll replays it."""
+
+    claim_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    handled: set[str] = field(default_factory=set)
+
+    def first_time(self, claim: Claim) -> bool:
+        """True once per run (or run-less tick) of this claim: a replay never starts one twice."""
+        key = claim.run_id or claim.job_id
+        if key in self.handled:
+            return False
+        self.handled.add(key)
+        return True
+
+
+class Dispatcher:
+    def __init__(self, *, backend: Backend, options: EngineOptions, registry: RunRegistry,
+                 lifecycle: RunLifecycle, writer: CompletionWriter, keeper: LeaseKeeper,
+                 housekeeping: Housekeeping, clock: DbClock, side_work: BackgroundTasks,
+                 stats: dict[str, int], wake: Callable[[], None]) -> None:
+        self._backend = backend
+        self._options = options
+        self._registry = registry
+        self._lifecycle = lifecycle
+        self._writer = writer
+        self._keeper = keeper
+        self._housekeeping = housekeeping
+        self._clock = clock
+        self._side_work = side_work
+        self._stats = stats
+        self._wake = wake
+        self._lock = threading.Lock()            # one poll at a time
+        self._accepting = True                   # False once stop_polling began: no new dispatches
+        self._accept_lock = threading.Lock()     # a claim becomes a run only while accepting, under this lock
+        self._pending: PendingClaim | None = None   # a claim whose reply or handling failed
+        self._schedule_dirty = True
+        self._schedule_more = False     # a reschedule sweep has pages left: poll again at once
+        self._schedule_checked = 0.0
+        self._last_sweep = 0.0
+
+    # -- the loop's entry points --------------------------------------------------------------
+    def poll(self) -> tuple[DispatchResult, float]:
+        """The background loop's poll: sweeps only when the sweep interval has passed."""
+        due = time.monotonic() - self._last_sweep >= min(SWEEP_INTERVAL_SECONDS, self._options.lease_timeout / 4)
+        return self.dispatch(sweep=due)
+
+    def job_changed(self) -> None:
+        self._schedule_dirty = True
+
+    def schedule_unscheduled(self) -> None:
+        """Reschedule for at most a short budget; while pages are left, wake the poller so
+        the rest (and the jobs now due) come at the next poll, not at the next idle one."""
+        changed, self._schedule_dirty = self._schedule_dirty, False
+        self._schedule_checked = time.monotonic()
+        self._schedule_more = self._housekeeping.schedule_unscheduled(restart=changed)
+        if self._schedule_more:
+            self._wake()
+
+    def dispatch(self, sweep: bool) -> tuple[DispatchResult, float]:
+        """One poll: sweep, claim up to the free slots, start runs; (result, seconds to sleep)."""
+        with self._lock:
+            if not self._accepting:
+                return DispatchResult(), self._options.max_poll_interval
+            # a completion whose job row was just released lands before a sweep or claim takes the job over
+            self._writer.retry_busy_now()
+            swept = self._sweep() if sweep else SweepResult()
+            if self._schedule_dirty or self._schedule_more or \
+                    time.monotonic() - self._schedule_checked > SCHEDULE_REFRESH_SECONDS:
+                self.schedule_unscheduled()
+            dispatched, free, batch, db_now = self._claim_rounds()
+            delay = self._options.max_poll_interval
+            if batch.next_due_at is not None:
+                delay = min(delay, (batch.next_due_at - db_now).total_seconds() + DUE_MARGIN_SECONDS)
+            delay = min(delay, self._enqueue_queue_ticks(db_now))
+            result = DispatchResult(swept=swept.swept, dispatched=dispatched, locked_out=batch.locked_out,
+                                    skipped_at_capacity=batch.due_left if free == 0 or
+                                    len(batch.claims) >= free else 0)
+        if dispatched or swept.swept or result.skipped_at_capacity:
+            log.info("poll: swept=%d, dispatched=%d, locked_out=%d, skipped_at_capacity=%d, inflight=%d/%d",
+                     result.swept, result.dispatched, result.locked_out, result.skipped_at_capacity,
+                     self._registry.live_count(), self._options.max_concurrent_jobs, extra={"action": "poll"})
+        return result, max(0.0, delay)
+
+    def _sweep(self) -> SweepResult:
+        swept = self._backend.sweep_expired_leases()
+        self._last_sweep = time.monotonic()
+        if swept.swept and self._registry.busy():
+            self._keeper.renew()   # learn at once which of our own runs were abandoned
+        return swept
+
+    # -- claims -------------------------------------------------------------------------------
+    def _claim_rounds(self) -> tuple[int, int, ClaimBatch, datetime]:
+        """Claim and start, again while a round only advanced served ticks and filled no slot."""
+        dispatched = 0
+        for _ in range(MAX_CLAIM_ROUNDS):
+            free = max(0, self._options.max_concurrent_jobs - self._registry.live_count())
+            batch, db_now = self._claim(free)
+            dispatched += self._start_claims(batch, db_now)
+            self._pending = None
+            if not any(c.run_id is None for c in batch.claims) or len(batch.claims) < free:
+                break
+        return dispatched, free, batch, db_now
+
+    def _claim(self, free: int) -> tuple[ClaimBatch, datetime]:
+        # A claim that raised may have committed: call again under its id, as a replay.
+        replay = self._pending is not None
+        if self._pending is None:
+            self._pending = PendingClaim()
+        claim_id = self._pending.claim_id
+        batch = self._backend.claim_due_jobs(self._options.instance_name, free, self._options.lease_timeout,
+                                             claim_id=claim_id, replay=replay)
+        if replay:
+            log.warning("claim %s had failed; asked again as a replay: %d claim(s) answered",
+                        claim_id, len(batch.claims), extra={"action": "claim_replayed"})
+        self._clock.observe(batch.db_now)
+        return batch, batch.db_now or self._clock.now()
+
+    def _start_claims(self, batch: ClaimBatch, db_now: datetime) -> int:
+        assert self._pending is not None
+        jobs = {j.id: j for j in self._backend.get_jobs({c.job_id for c in batch.claims})} if batch.claims else {}
+        self._housekeeping.warn_high_frequency(list(jobs.values()))
+        started = 0
+        for claim in batch.claims:
+            job = jobs.get(claim.job_id)
+            if job is None or not self._pending.first_time(claim):   # started before a replay of its claim
+                continue
+            try:
+                started += self.start_claim(job, claim, db_now)
+            except scheduling.UnusableSchedule as exc:   # the row itself: before any run started
+                self._set_aside(job, claim.run_id, claim.lock_token, exc.cause)
+            except SchedulerError as exc:
+                log.error("could not start run of job %r: %s (its lease will lapse and be swept)",
+                          job.name, exc, extra={"action": "dispatch_failed"})
+        return started
+
+    def start_claim(self, job: Job, claim: Claim, db_now: datetime) -> int:
+        """Start the run of one claim (1), or settle a claim that runs nothing (0)."""
+        run_id, token, scheduled_for = claim.run_id, claim.lock_token, claim.scheduled_for
+        if run_id is None:  # the tick already had a run: move the schedule past it, run nothing
+            nxt = scheduling.computed(scheduling.next_run_after, job, scheduled_for, db_now, catch_up=False)
+            self._backend.advance_job(job.id, token, nxt, release=True)
+            log.warning("job %r: tick %s already has a run; advanced to %s", job.name, scheduled_for, nxt,
+                        extra={"action": "tick_already_served"})
+            return 0
+        # What next_run_at was at the claim: a due tick's claim serves it; for a queued run the
+        # job's row read just after the claim is the closest there is.
+        seen = scheduled_for if claim.is_tick else job.next_run_at
+        refused = self._definition_refused(job)
+        if refused is not None:   # no run of it can succeed: each tick is Skipped, reported once
+            nxt = None if claim.from_queue else scheduling.computed(scheduling.next_run_after, job, scheduled_for,
+                                                                    db_now, catch_up=False)
+            self._skip(Completion(run_id, token, RunStatus.SKIPPED.value, refused, None, nxt,
+                                  guard=True, expected_next_run_at=seen))
+            return 0
+        plan = scheduling.TickPlan(run=True, catch_up=False, missed=0)
+        if claim.is_tick:
+            plan = scheduling.computed(scheduling.plan_tick, job, scheduled_for, db_now,
+                                       self._options.max_catch_up_runs)
+        if plan.note:
+            log.warning("job %r: %s", job.name, plan.note, extra={"action": "missed_runs"})
+        if not plan.run:
+            nxt = scheduling.computed(scheduling.next_run_after, job, scheduled_for, db_now, catch_up=False)
+            self._skip(Completion(run_id, token, RunStatus.SKIPPED.value, plan.note, {"missed": plan.missed},
+                                  nxt, guard=True, expected_next_run_at=seen))
+            return 0
+        if job.concurrency_mode is ConcurrencyMode.CONCURRENT and not claim.from_queue:
+            nxt = scheduling.computed(scheduling.next_run_after, job, scheduled_for, db_now,
+                                      catch_up=plan.catch_up)
+            self._backend.advance_job(job.id, token, nxt, release=True)
+        run = self._lifecycle.new_run(job, run_id, token, scheduled_for, manual=False, catch_up=plan.catch_up,
+                                      seen_next_run_at=seen)
+        if scheduled_for is not None:
+            # Only ticks that come due while this run runs are queued: those before the claim were
+            # missed (a tick's claim) or were queued or refused already (a queued run's claim).
+            run.note_enqueued(max(scheduled_for, db_now))
+        with self._accept_lock:
+            accepted = self._accepting
+            if accepted:
+                self._registry.add(run)
+        if not accepted:   # stop_polling() began while this claim was in the database: hand it back
+            self._hand_back(job.id, run_id, token, job.name)
+            return 0
+        self._lifecycle.watch(run)         # also when polled by hand (dispatch_due_jobs without start_polling)
+        self._lifecycle.submit(run)
+        self._stats["dispatched"] += 1
+        return 1
+
+    def _skip(self, completion: Completion) -> None:
+        """A claimed run that will not execute: recorded Skipped, then the loop polls again."""
+        self._writer.submit(completion, lambda _ok: self._wake())
+
+    def _set_aside(self, job: Job, run_id: str | None, token: str, exc: BaseException) -> None:
+        """A claimed job whose schedule cannot be computed (a cron, a zone or an instant no
+        engine can use, written by plain SQL): its next_run_at is cleared, so no engine claims
+        it again until its definition changes (the start-up sweep passes it over, reported
+        once), and the claimed run ends Skipped with the reason. Logged once per job and reason."""
+        reason = f"{type(exc).__name__}: {exc}"
+        try:
+            self._backend.advance_job(job.id, token, None, release=run_id is None)
+        except SchedulerError as db_exc:
+            log.warning("job %r: could not set it aside (%s); its lease will lapse", job.name, db_exc)
+            return
+        if run_id is not None:
+            self._skip(Completion(run_id, token, RunStatus.SKIPPED.value,
+                                  f"set aside: its schedule cannot be computed ({reason}); "
+                                  "fix the job's definition", None, None))
+        if self._housekeeping.first_report(job):
+            log.error("job %r (%s) set aside: its schedule cannot be computed (%s); it will not run until its "
+                      "definition is fixed", job.name, job.id, reason,
+                      extra={"action": "job_set_aside", "job_id": job.id})
+
+    def _definition_refused(self, job: Job) -> str | None:
+        """Why no run of ``job`` can succeed on this engine (its driver is not installed here, or
+        the driver refuses its configuration), or None. Logged once per job and reason."""
+        try:
+            validation.check_runnable(job.driver, job.configuration)
+            return None
+        except Exception as exc:  # noqa: BLE001 - a plugin may raise anything from its validation
+            reason = f"not run: {type(exc).__name__}: {exc}; fix the job's driver or configuration"
+        if self._housekeeping.first_refusal(job, reason):
+            log.error("job %r (%s): %s (each tick is recorded Skipped until then)", job.name, job.id, reason,
+                      extra={"action": "job_refused", "job_id": job.id})
+        return reason
+
+    # -- queue mode ---------------------------------------------------------------------------
+    def _enqueue_queue_ticks(self, db_now: datetime) -> float:
+        """Keep ticks of our running Queue-mode jobs as Queued runs; return seconds to the next one."""
+        wait = self._options.max_poll_interval
+        for run in self._registry.busy():
+            if run.job.concurrency_mode is not ConcurrencyMode.QUEUE or run.manual or run.catch_up:
+                continue
+            try:
+                schedule = scheduling.schedule_of(run.job)
+                base = run.last_enqueued or run.scheduled_for or db_now
+                tick = schedule.next_after(base)
+            except Exception as exc:  # noqa: BLE001 - no tick to keep for this job; the others go on
+                if self._housekeeping.first_report(run.job):
+                    log.error("job %r: cannot compute the ticks to queue: %s: %s", run.job.name,
+                              type(exc).__name__, exc, extra={"action": "bad_schedule"})
+                continue
+            pending: datetime | None = tick
+            while pending is not None and pending <= db_now:
+                if self._backend.enqueue_job_run(run.job.id, pending):
+                    log.info("job %r still running: tick %s kept as a Queued run", run.job.name,
+                             pending.isoformat(), extra={"action": "queued"})
+                run.note_enqueued(pending)
+                try:
+                    pending = schedule.next_after(pending)
+                except Exception:  # noqa: BLE001 - past the last instant there is: nothing more to queue
+                    pending = None
+            if pending is not None:
+                wait = min(wait, (pending - db_now).total_seconds() + DUE_MARGIN_SECONDS)
+        return wait
+
+    # -- the gate -----------------------------------------------------------------------------
+    def open_gate(self) -> None:
+        with self._accept_lock:
+            self._accepting = True
+
+    def close_gate(self, wait: bool, timeout: float | None) -> None:
+        """From here on no claim becomes a run of this engine. With ``wait``, a poll under
+        way finishes first (within ``timeout``), so its runs are drained like the others;
+        a poll still in the database after that hands its claims back when it returns."""
+        got = self._lock.acquire(timeout=-1 if timeout is None else timeout) if wait \
+            else self._lock.acquire(blocking=False)
+        try:
+            with self._accept_lock:
+                self._accepting = False
+            unanswered = None
+            if got:   # no poll under way owns it
+                unanswered, self._pending = self._pending, None
+        finally:
+            if got:
+                self._lock.release()
+        if unanswered is not None:   # in the background: the database just failed and may be slow
+            self._side_work.submit(self._hand_back_unanswered, unanswered)
+
+    def _hand_back_unanswered(self, pending: PendingClaim) -> None:
+        """The last claim raised and may have committed: replay it once more and hand back
+        what it took, so those jobs do not wait out a lease for an engine that stopped."""
+        try:
+            batch = self._backend.claim_due_jobs(self._options.instance_name, 0, self._options.lease_timeout,
+                                                 claim_id=pending.claim_id, replay=True)
+        except SchedulerError as exc:
+            log.warning("could not replay claim %s at stop (%s); its jobs wait out their lease",
+                        pending.claim_id, exc)
+            return
+        for claim in batch.claims:
+            if (claim.run_id or claim.job_id) not in pending.handled:
+                self._hand_back(claim.job_id, claim.run_id, claim.lock_token)
+
+    def _hand_back(self, job_id: str, run_id: str | None, token: str, name: str | None = None) -> None:
+        """A claim this engine will not run: its run ends Skipped unstarted (which releases the
+        lock, leaves the schedule alone and counts in no statistic), or a run-less claim just
+        lets the lock go; both through the procedures, fenced by the claim's token."""
+        name = name or job_id
+        if run_id is None:
+            try:
+                self._backend.release_job_lock(job_id, token)
+            except SchedulerError as exc:
+                log.warning("could not release job %r (%s); its lease will lapse", name, exc)
+            return
+        log.warning("job %r: claimed as the engine stopped; run %s recorded Skipped, not started",
+                    name, run_id, extra={"action": "claim_handed_back"})
+        self._writer.submit(Completion(run_id, token, RunStatus.SKIPPED.value,
+                                       "the engine stopped before this run could start", None, None),
+                            lambda _ok: None)

@@ -1,0 +1,62 @@
+"""The engine's typed parts (issue 13): EngineOptions validated once and frozen, the
+listener protocol that refuses a misspelled hook, the dispatcher's PendingClaim."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import pytest
+
+from mjsched.engine import EngineOptions
+from mjsched.engine.dispatch import PendingClaim
+from mjsched.errors import ConfigurationError
+from mjsched.models import Claim, DispatchResult
+
+
+def test_a_misspelled_listener_hook_is_refused_at_add_listener(make_engine: Callable[..., Any]) -> None:
+    """Before: getattr(listener, event) found no ``on_pol`` and the hook was silently never called."""
+    engine = make_engine()
+
+    class Typo:
+        def on_pol(self, result: DispatchResult) -> None: ...
+
+    with pytest.raises(ConfigurationError, match="on_pol"):
+        engine.add_listener(Typo())
+    with pytest.raises(ConfigurationError, match="none of"):
+        engine.add_listener(object())
+
+
+def test_a_listener_hears_each_poll(make_engine: Callable[..., Any]) -> None:
+    engine = make_engine()
+    heard: list[DispatchResult] = []
+
+    class Polls:
+        def on_poll(self, result: DispatchResult) -> None:
+            heard.append(result)
+
+    engine.add_listener(Polls())
+    result = engine.dispatch_due_jobs()
+    assert heard == [result]
+
+
+def test_engine_options_are_validated_once_and_frozen(make_engine: Callable[..., Any]) -> None:
+    with pytest.raises(ConfigurationError, match="heartbeat_interval"):
+        EngineOptions(lease_timeout=30, heartbeat_interval=11)
+    with pytest.raises(ConfigurationError, match="min_poll_interval"):
+        EngineOptions(min_poll_interval=2, max_poll_interval=1)
+    options = EngineOptions(max_concurrent_jobs=3, lease_timeout=30, instance_name="parts-1",
+                            allowed_drivers="python")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        options.lease_timeout = 1      # type: ignore[misc]
+    engine = make_engine(options=options)
+    assert (engine.max_concurrent_jobs, engine.lease_timeout, engine.instance_name) == (3, 30.0, "parts-1")
+    assert engine.allowed_drivers == frozenset({"python"})
+
+
+def test_a_pending_claim_starts_each_run_once() -> None:
+    from datetime import datetime, timezone
+    now = datetime.now(timezone.utc)
+    pending = PendingClaim()
+    run, tick = Claim("job-1", "run-1", "t", now, now), Claim("job-2", None, "t", now, now)
+    assert [pending.first_time(c) for c in (run, tick, run, tick)] == [True, True, False, False]
+    assert pending.handled == {"run-1", "job-2"}
