@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from mjsched import ConfigurationError
-from mjsched.config import load
+from mjsched.cli.config import load
 from tests.cli.conftest import Cli, clean_env
 
 

