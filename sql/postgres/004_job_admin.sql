@@ -254,7 +254,7 @@ $$;
 -- note_frequency_warned: an engine remembers that it warned about a job's high frequency, so
 -- the warning is said once per job and schedule ever, whichever engine starts. p_items is a
 -- JSON array of {"job_id", "schedule"}, schedule being cron_expression || ' | ' || timezone as
--- the engine read them (mjsched/startup.py, frequency_key). A job whose schedule changed since
+-- the engine read them (mjsched/engine/housekeeping.py, frequency_key). A job whose schedule changed since
 -- is left alone (its new schedule is warned about once more), and rows locked elsewhere are
 -- skipped, never waited for: a warning said twice is better than a poll that waits. Returns
 -- how many jobs were marked.
