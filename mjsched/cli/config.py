@@ -54,6 +54,7 @@ from typing import Any, Callable, Mapping
 
 from .. import validation
 from ..backends.base import redact
+from ..engine.options import EngineOptions
 from ..errors import ConfigurationError
 from ..notify import CompositeNotifier, LoggingNotifier, Notifier, SmtpNotifier, WebhookNotifier, split_addresses
 
@@ -291,18 +292,18 @@ class Settings:
         source = self.sources.get(key)
         return source if source and source != "default" else key
 
-    def engine_options(self) -> dict[str, Any]:
-        """Keyword arguments for ``SchedulingEngine`` (besides the DSN)."""
-        lo, hi = self.values["min_poll_interval"], self.values["max_poll_interval"]
-        if lo > hi:
-            raise ConfigurationError(self._where("min_poll_interval"), lo,
-                                     f"must not exceed max_poll_interval ({hi:g})")
-        return {"max_concurrent_jobs": self.values["max_concurrent_jobs"],
-                "lease_timeout": self.values["lease_timeout"],
-                "instance_name": self.values["instance_name"],
-                "min_poll_interval": lo, "max_poll_interval": hi,
-                "allowed_drivers": self.values["allowed_drivers"],
-                "notifier": self.build_notifier()}
+    def engine_options(self) -> EngineOptions:
+        """The engine's tuning from these settings, validated by EngineOptions itself (the
+        rules are written there once); an error names the flag, variable or file key it came from."""
+        try:
+            return EngineOptions(max_concurrent_jobs=self.values["max_concurrent_jobs"],
+                                 lease_timeout=self.values["lease_timeout"],
+                                 instance_name=self.values["instance_name"],
+                                 min_poll_interval=self.values["min_poll_interval"],
+                                 max_poll_interval=self.values["max_poll_interval"],
+                                 allowed_drivers=self.values["allowed_drivers"])
+        except ConfigurationError as exc:
+            raise ConfigurationError(self._where(exc.field), exc.value, exc.reason) from None
 
     def describe(self) -> list[dict[str, Any]]:
         """Every key, its effective value (secrets hidden) and where it came from."""
@@ -432,7 +433,5 @@ def load(flags: Mapping[str, tuple[Any, str]] | None = None, *, config_file: str
         values[name] = raw if label == "default" else key.check(label, raw)
         sources[name] = label
     settings = Settings(values, sources, path)
-    if values["min_poll_interval"] > values["max_poll_interval"]:
-        raise ConfigurationError(settings._where("min_poll_interval"), values["min_poll_interval"],
-                                 f"must not exceed max_poll_interval ({values['max_poll_interval']:g})")
+    settings.engine_options()   # the engine's own rules across keys (min <= max poll, ...), named by source
     return settings

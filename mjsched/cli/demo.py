@@ -90,7 +90,7 @@ def _summary_line(run: Any) -> str:
 
 
 def run_demo(ctx: Any, duration: float | None) -> int:
-    from .commands import EXIT_OK, GracefulStop, clip, drain, duration as fmt_ms, table
+    from .terminal import EXIT_OK, GracefulStop, clip, drain, duration as fmt_ms, table
 
     if duration is not None and not (0 < duration <= 86_400):
         from ..errors import ConfigurationError

@@ -46,7 +46,7 @@ class EngineOptions:
         keep("min_poll_interval", _seconds("min_poll_interval", self.min_poll_interval))
         if self.min_poll_interval > self.max_poll_interval:
             raise ConfigurationError("min_poll_interval", self.min_poll_interval,
-                                     "must not exceed max_poll_interval")
+                                     f"must not exceed max_poll_interval ({self.max_poll_interval:g})")
         keep("max_catch_up_runs", validation.positive_int("max_catch_up_runs", self.max_catch_up_runs,
                                                           maximum=MAX_CATCH_UP_RUNS_LIMIT))
         if self.heartbeat_interval is not None:

@@ -16,7 +16,7 @@ from tests.cli.conftest import Cli, clean_env
 def test_config_file_env_and_flag(tmp_path: Path) -> None:
     (tmp_path / "mjsched.toml").write_text('[scheduled_jobs]\nallowed_drivers = ["python", "http"]\n')
     s = load({}, env={}, cwd=tmp_path)
-    assert s["allowed_drivers"] == ["http", "python"] and s.engine_options()["allowed_drivers"] == ["http", "python"]
+    assert s["allowed_drivers"] == ["http", "python"] and s.engine_options().allowed_drivers == frozenset({"http", "python"})
     assert load({}, env={"MJSCHED_ALLOWED_DRIVERS": "sql, shell"}, cwd=tmp_path)["allowed_drivers"] == ["shell", "sql"]
     flags = {"allowed_drivers": ("python", "--allowed-drivers")}
     assert load(flags, env={"MJSCHED_ALLOWED_DRIVERS": "sql"}, cwd=tmp_path)["allowed_drivers"] == ["python"]

@@ -144,6 +144,6 @@ def test_describe_hides_secrets(tmp_path: Path) -> None:
 
 def test_engine_options(tmp_path: Path) -> None:
     s = load({"lease_timeout": (30.0, "--lease")}, env={"MJSCHED_INSTANCE_NAME": "w7"}, cwd=tmp_path)
-    options = s.engine_options()
-    assert options["lease_timeout"] == 30.0 and options["instance_name"] == "w7"
-    assert options["max_concurrent_jobs"] == 5 and isinstance(options["notifier"], LoggingNotifier)
+    options = s.engine_options()      # the engine's own EngineOptions, validated there
+    assert options.lease_timeout == 30.0 and options.instance_name == "w7"
+    assert options.max_concurrent_jobs == 5 and isinstance(s.build_notifier(), LoggingNotifier)
