@@ -5,7 +5,6 @@ odd yields a failed result; nothing escapes to the caller.
 """
 from __future__ import annotations
 
-import json
 import logging
 import traceback
 from typing import Any
@@ -14,10 +13,10 @@ from .drivers.base import BaseScheduledJob, ExecutionContext, JobResult
 from .drivers.registry import get_driver, refusal
 from .models import Isolation, Job
 from .redaction import redact, redact_text
+from .results import MAX_ERROR_CHARS, normalise, safe_text, scrub  # noqa: F401  (used here and re-exported)
 
 log = logging.getLogger(__name__)
 
-MAX_ERROR_CHARS = 8000
 
 
 def effective_isolation(job: Job, driver_cls: type[BaseScheduledJob] | None) -> Isolation:
@@ -60,55 +59,6 @@ def run_driver(context: ExecutionContext,
         if isinstance(exc, KeyboardInterrupt):
             raise
         return failure(exc), driver
-
-
-def scrub(value: Any) -> Any:
-    """``value`` without NUL characters, which neither dialect stores in text or JSON
-    (a completion carrying one would be refused on every retry)."""
-    if isinstance(value, str):
-        return value.replace("\x00", "") if "\x00" in value else value
-    if isinstance(value, dict):
-        return {scrub(k): scrub(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [scrub(v) for v in value]
-    return value
-
-
-def safe_text(value: Any) -> str:
-    """``str(value)``, even for an object whose ``__str__`` raises."""
-    try:
-        return str(value)
-    except Exception:  # noqa: BLE001 - a driver's exception may be broken in any way
-        try:
-            return object.__repr__(value)
-        except Exception:  # noqa: BLE001
-            return "<unprintable>"
-
-
-def normalise(raw: Any) -> JobResult:
-    if raw is None:
-        return JobResult(success=True)
-    if isinstance(raw, JobResult):
-        result = raw
-    elif isinstance(raw, dict):
-        result = JobResult(success=True, details=raw)
-    else:
-        return JobResult(success=False,
-                         error_message=f"driver returned {type(raw).__name__}, expected a JobResult, dict or None")
-    if result.details is not None:
-        try:
-            details = json.loads(json.dumps(result.details, default=str, allow_nan=False))   # no JSON has NaN
-        except (TypeError, ValueError) as exc:
-            details = {"unserialisable_details": repr(result.details)[:2000], "error": str(exc)}
-        if not isinstance(details, dict):
-            details = {"value": details}
-        result = JobResult(result.success, result.error_message, redact(scrub(details)))
-    if result.error_message is not None:
-        message = redact_text(scrub(safe_text(result.error_message)))
-        if len(message) > MAX_ERROR_CHARS:
-            message = message[:MAX_ERROR_CHARS] + "..."
-        result = JobResult(result.success, message, result.details)
-    return result
 
 
 def failure(exc: BaseException) -> JobResult:

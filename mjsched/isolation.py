@@ -410,7 +410,7 @@ def _child_main(fd: int) -> None:
     context = ExecutionContext(job=job, run=run, cancel_event=cancel, heartbeat=heartbeat,
                                logger=logging.getLogger(f"mjsched.job.{job.driver}"))
     try:
-        from .execution import normalise
+        from .results import normalise
 
         result = normalise(load_driver(payload["driver"])().execute(context))
         message: tuple[str, dict[str, Any]] = ("result", dataclasses.asdict(result))

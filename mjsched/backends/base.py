@@ -344,28 +344,6 @@ class Backend(abc.ABC):
 BackendFactory = Callable[[str], Backend]
 
 
-def open_backend(dsn: str, **options: Any) -> Backend:
-    """The backend for ``dsn``: ``postgresql://`` / ``postgres://`` or ``mssql://`` / ODBC."""
-    from ..errors import ConfigurationError
-
-    if not isinstance(dsn, str) or not dsn.strip():
-        raise ConfigurationError("dsn", dsn, "a database URL is required (postgresql://... or mssql://...)")
-    lowered = dsn.strip().lower()
-    if lowered.startswith(("postgresql://", "postgres://")) or (
-            "=" in lowered and "driver=" not in lowered and ("dbname=" in lowered or "host=" in lowered)):
-        from .postgres import PostgresBackend
-
-        return PostgresBackend(dsn, **options)
-    if lowered.startswith("mssql://") or "driver=" in lowered:
-        try:
-            from .mssql import MssqlBackend  # type: ignore[import-not-found]
-        except ImportError as exc:
-            raise ConfigurationError("dsn", "mssql://...", "the SQL Server backend is not available: "
-                                     f"{exc}") from exc
-        return MssqlBackend(dsn, **options)
-    raise ConfigurationError("dsn", redact(dsn), "unsupported scheme; use postgresql:// or mssql://")
-
-
 def redact(dsn: str) -> str:
     """``dsn`` with any password replaced by ***, safe for logs and error messages."""
     import re

@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, TypeVar
 
 from ..models import Job, JobRun
 
@@ -89,3 +89,15 @@ class BaseScheduledJob:
             priority="Normal" if result.success else "High",
             metadata={"job_id": job.id, "run_id": run.id, "driver": job.driver},
         )
+
+
+_Driver = TypeVar("_Driver", bound=type[BaseScheduledJob])
+
+
+def driver_named(name: str) -> Callable[[_Driver], _Driver]:
+    """Class decorator of the built-in drivers: their name (``driver_name``); the registry
+    registers them under it (drivers/builtin.py lists them), so no driver module imports it."""
+    def decorate(cls: _Driver) -> _Driver:
+        cls.driver_name = name
+        return cls
+    return decorate

@@ -1,6 +1,18 @@
-"""Imports the built-in drivers so that their ``@register_driver`` decorators run."""
+"""The built-in drivers, by name. The registry registers them at its first use; the driver
+modules themselves never import the registry (no import cycle)."""
 from __future__ import annotations
 
-from . import celery, http, python, shell, sql  # noqa: F401  (celery imports Celery lazily)
+from .base import BaseScheduledJob
+from .celery import CeleryJob
+from .http import HttpJob
+from .python import PythonJob
+from .shell import ShellJob
+from .sql import SqlJob
 
-__all__ = ["celery", "http", "python", "shell", "sql"]
+BUILTIN: dict[str, type[BaseScheduledJob]] = {
+    "celery": CeleryJob,
+    "http": HttpJob,
+    "python": PythonJob,
+    "shell": ShellJob,
+    "sql": SqlJob,
+}

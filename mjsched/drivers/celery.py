@@ -49,7 +49,7 @@ from typing import Any, Callable
 from ..errors import ConfigurationError
 from ..models import JobRun
 from .base import BaseScheduledJob, ExecutionContext, JobResult
-from .registry import register_driver
+from .base import driver_named
 
 TASK_ID_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_DNS, "celery.mjsched")   # fixed: ids stay stable across releases
 MODES = ("wait", "send")
@@ -203,7 +203,7 @@ def _summary(value: Any) -> str:
     return text if len(text) <= RESULT_SUMMARY_CHARS else text[:RESULT_SUMMARY_CHARS] + "..."
 
 
-@register_driver("celery")
+@driver_named("celery")
 class CeleryJob(BaseScheduledJob):
     """Send one Celery task per run; see the module docstring."""
 

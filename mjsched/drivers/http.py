@@ -33,7 +33,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import ConfigurationError
 from .base import BaseScheduledJob, ExecutionContext, JobResult
-from .registry import register_driver
+from .base import driver_named
 
 TAIL_BYTES = 4096
 MAX_READ_BYTES = 16 * 1024 * 1024   # stop reading a runaway body; the tail is what we keep
@@ -91,7 +91,7 @@ def build_request(configuration: dict[str, Any]) -> urllib.request.Request:
     return urllib.request.Request(configuration["url"], data=data, headers=headers, method=method)
 
 
-@register_driver("http")
+@driver_named("http")
 class HttpJob(BaseScheduledJob):
     """Send one HTTP request; see the module docstring for the configuration."""
 

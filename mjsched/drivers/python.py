@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 from ..errors import ConfigurationError
 from .base import BaseScheduledJob, ExecutionContext, JobResult
-from .registry import register_driver
+from .base import driver_named
 
 TRACEBACK_TAIL = 2000
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
@@ -89,7 +89,7 @@ def _json_safe(value: Any) -> Any:
     return json.loads(json.dumps(value, default=repr))
 
 
-@register_driver("python")
+@driver_named("python")
 class PythonJob(BaseScheduledJob):
     """Call a Python function; see the module docstring for the configuration."""
 

@@ -15,6 +15,7 @@ ENTRY_POINT_GROUP = "mjsched.drivers"
 _registry: dict[str, type[BaseScheduledJob]] = {}
 _lock = threading.Lock()
 _entry_points_loaded = False
+_builtin_registered = False
 
 D = TypeVar("D", bound=type[BaseScheduledJob])
 
@@ -35,6 +36,18 @@ def register_driver(name: str) -> Callable[[D], D]:
     return decorate
 
 
+def _register_builtin() -> None:
+    """At the first lookup, the built-in drivers join the registry (as their import once did)."""
+    global _builtin_registered
+    if _builtin_registered:
+        return
+    from .builtin import BUILTIN
+
+    for name, cls in BUILTIN.items():
+        register_driver(name)(cls)
+    _builtin_registered = True
+
+
 def _load_entry_points() -> None:
     global _entry_points_loaded
     if _entry_points_loaded:
@@ -53,7 +66,7 @@ def _load_entry_points() -> None:
 
 def get_driver(name: str) -> type[BaseScheduledJob]:
     """The driver class registered under ``name``; raises ``UnknownDriver``."""
-    from . import builtin  # noqa: F401  (registers the built-in drivers)
+    _register_builtin()
 
     cls = _registry.get(name)
     if cls is None:
@@ -65,7 +78,7 @@ def get_driver(name: str) -> type[BaseScheduledJob]:
 
 
 def registered_drivers() -> list[str]:
-    from . import builtin  # noqa: F401
+    _register_builtin()
 
     _load_entry_points()
     return sorted(_registry)

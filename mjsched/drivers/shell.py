@@ -32,7 +32,7 @@ from typing import IO, Any
 
 from ..errors import ConfigurationError
 from .base import BaseScheduledJob, ExecutionContext, JobResult
-from .registry import register_driver
+from .base import driver_named
 
 TAIL_BYTES = 4096
 KILL_GRACE = 2.0
@@ -76,7 +76,7 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-@register_driver("shell")
+@driver_named("shell")
 class ShellJob(BaseScheduledJob):
     """Run an external command; see the module docstring for the configuration."""
 

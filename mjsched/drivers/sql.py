@@ -25,7 +25,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import ConfigurationError
 from .base import BaseScheduledJob, ExecutionContext, JobResult
-from .registry import register_driver
+from .base import driver_named
 
 MAX_ROWS = 20
 CONNECT_TIMEOUT = 10
@@ -65,7 +65,7 @@ def _json_safe(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str))
 
 
-@register_driver("sql")
+@driver_named("sql")
 class SqlJob(BaseScheduledJob):
     """Run one SQL statement in a transaction; see the module docstring."""
 

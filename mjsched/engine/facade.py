@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import Any, Iterable
 
 from .. import scheduling, validation
-from ..backends.base import Backend, open_backend
+from ..backends import Backend, open_backend
 from ..backends.watchdog import call_timeout_for_lease
 from ..clock import DbClock
 from ..cron import CronSchedule

@@ -36,7 +36,7 @@ if mssql.odbc_unavailable():     # no ODBC driver manager (libodbc.so.2): this w
 
 import pyodbc  # noqa: E402
 
-from mjsched.backends.base import open_backend  # noqa: E402
+from mjsched.backends import open_backend  # noqa: E402
 from mjsched.backends.mssql import MssqlBackend, split_batches  # noqa: E402
 from mjsched.backends.odbc import (  # noqa: E402
     _datetimeoffset,

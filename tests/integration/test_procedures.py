@@ -13,7 +13,8 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from mjsched.backends.base import Backend, Completion, open_backend
+from mjsched.backends import open_backend
+from mjsched.backends.base import Backend, Completion
 from mjsched.errors import ConfigurationError
 from tests.support.db import Db
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol, Sequence
 
-from mjsched.backends.base import Backend, open_backend
+from mjsched.backends import open_backend
+from mjsched.backends.base import Backend
 
 
 class _Conn(Protocol):
