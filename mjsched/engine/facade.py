@@ -7,7 +7,6 @@ the completion writer and the change feed together (see the package docstring).
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import logging
 import os
 import socket
@@ -15,16 +14,14 @@ import threading
 import time
 import uuid
 import weakref
-from datetime import datetime
 from typing import Any, Iterable
 
-from .. import scheduling, validation
+from .. import validation
 from ..backends import Backend, open_backend
 from ..backends.watchdog import call_timeout_for_lease
 from ..clock import DbClock
-from ..cron import CronSchedule
 from ..drivers.registry import get_driver
-from ..errors import ConfigurationError, JobNotActive, JobNotFound, LockNotAcquired, SchedulerError
+from ..errors import ConfigurationError, JobNotActive, JobNotFound, LockNotAcquired
 from ..models import DispatchResult, Job, JobRun, JobStatus, RunStatus
 from ..notify import LoggingNotifier, Notifier
 from ..version import __version__
@@ -33,6 +30,7 @@ from .changes import ChangeFeed
 from .completions import CompletionWriter
 from .dispatch import Dispatcher
 from .housekeeping import Housekeeping
+from .jobs import changed_job_values, new_job_values
 from .leases import LeaseKeeper
 from .lifecycle import RunLifecycle
 from .listeners import EngineListener, Listeners
@@ -42,7 +40,6 @@ from .runs import RunRegistry, WorkerPool
 
 log = logging.getLogger("mjsched.engine")
 
-SET_ASIDE_BY = "mjsched install"   # executed_by_instance of the Failed run a schema upgrade records
 MANUAL_NOTIFY_WAIT_SECONDS = 5.0    # execute_job waits at most this long for its run's notification
 CLOSE_GRACE_SECONDS = 5.0   # close(): how long cancelled runs may take to return and be recorded
 
@@ -137,37 +134,16 @@ class SchedulingEngine:
         if applied:
             log.info("installed mjsched schema scripts: %s", ", ".join(applied), extra={"action": "install"})
         if "001_schema" in applied:
-            self._report_set_aside(started)
+            self._housekeeping.report_set_aside(started)
         return applied
-
-    def _report_set_aside(self, since: datetime) -> None:
-        """Log, once (at the install that did it), each job the schema upgrade set aside:
-        a row breaking a rule of 001_schema.sql is Disabled and gets a Failed run saying why."""
-        try:
-            runs = self.backend.list_runs(None, RunStatus.FAILED.value, 1000)
-        except SchedulerError as exc:
-            log.warning("could not list the jobs the upgrade set aside: %s", exc)
-            return
-        for run in runs:
-            if run.executed_by_instance == SET_ASIDE_BY and run.started_at is not None and run.started_at >= since:
-                log.warning("job %s: %s", run.scheduled_job_id, run.error_message,
-                            extra={"action": "job_set_aside", "job_id": run.scheduled_job_id})
 
     # -- jobs --------------------------------------------------------------------------
     def create_job(self, name: str, driver: str, cron: str, timezone: str = "UTC",
                    configuration: dict[str, Any] | None = None, **fields: Any) -> str:
         """Validate everything, then insert the job; returns its id (a UUID string)."""
-        values = validation.job_fields({"name": name, "driver": driver, "cron": cron, "timezone": timezone,
-                                        "configuration": configuration, **fields}, creating=True)
-        driver_name = values.pop("driver")
-        driver_cls = get_driver(driver_name)
-        values["job_type_id"] = self.backend.ensure_job_type(driver_name, driver_cls.isolation,
-                                                             driver_cls.default_max_runtime)
-        if values["status"] == JobStatus.ACTIVE.value:
-            schedule = CronSchedule.parse(values["cron_expression"], values["timezone"])
-            values["next_run_at"] = scheduling.first_due(
-                schedule, self.backend.db_now(), start_at=values.get("start_at"),
-                run_immediately=values.get("run_immediately_if_never_run", False), never_ran=True)
+        values, driver_name = new_job_values(self.backend, {"name": name, "driver": driver, "cron": cron,
+                                                            "timezone": timezone, "configuration": configuration,
+                                                            **fields})
         job_id = self.backend.insert_job(values)
         log.info("created job %r (%s), driver %s, cron %r %s", values["name"], job_id, driver_name,
                  values["cron_expression"], values["timezone"], extra={"action": "job_created"})
@@ -187,22 +163,7 @@ class SchedulingEngine:
     def update_job(self, job_id: str, **fields: Any) -> Job:
         """Change fields of a job; a new schedule takes effect from its next tick."""
         current = self.get_job(job_id)
-        values = validation.job_fields(fields, creating=False, current=dataclasses.asdict(current))
-        if "driver" in values:
-            driver_cls = get_driver(values["driver"])
-            values["job_type_id"] = self.backend.ensure_job_type(values["driver"], driver_cls.isolation,
-                                                                 driver_cls.default_max_runtime)
-            del values["driver"]
-        status = values.get("status", current.status.value)
-        reschedule = any(k in values for k in ("cron_expression", "timezone", "start_at")) or (
-            status == JobStatus.ACTIVE.value and current.status is not JobStatus.ACTIVE)
-        if reschedule and status == JobStatus.ACTIVE.value:
-            schedule = CronSchedule.parse(values.get("cron_expression", current.cron_expression),
-                                          values.get("timezone", current.timezone))
-            values["next_run_at"] = scheduling.first_due(
-                schedule, self.backend.db_now(), start_at=values.get("start_at", current.start_at),
-                run_immediately=values.get("run_immediately_if_never_run", current.run_immediately_if_never_run),
-                never_ran=current.last_run_at is None and current.run_count == 0)
+        values = changed_job_values(self.backend, current, fields)
         if not self.backend.update_job(current.id, values):
             raise JobNotFound(job_id)
         self.on_job_changed()
@@ -296,20 +257,8 @@ class SchedulingEngine:
                             len(still), ", ".join(f"{e.job.name}/{e.run_id}" for e in still),
                             extra={"action": "stopped_with_inflight"})
             self._poller.join(left(at_least=0.5))
-            self._unregister(left(at_least=0.5))
+            self._housekeeping.unregister(self.instance_name, left(at_least=0.5))
             log.info("polling stopped after %.2fs", time.monotonic() - started, extra={"action": "polling_stopped"})
-
-    def _unregister(self, timeout: float | None) -> None:
-        """Mark this engine stopped in the registry, best effort: a slow database never
-        holds stop_polling() past its bound (the call finishes in the background)."""
-        def go() -> None:
-            try:
-                self.backend.unregister_engine(self.instance_name)
-            except SchedulerError as exc:
-                log.warning("could not mark engine %s stopped: %s", self.instance_name, exc)
-        worker = threading.Thread(target=go, name="mjsched-unregister", daemon=True)
-        worker.start()
-        worker.join(timeout)
 
     @property
     def inflight(self) -> int:

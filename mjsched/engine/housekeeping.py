@@ -1,10 +1,12 @@
-"""Start-up and housekeeping steps: install check, locks of gone engines of this host, schedules for new jobs, the
-permission probe and the high-frequency warning. Each warns; none crashes the engine."""
+"""Start-up and housekeeping steps: install check, the set-aside report of an upgrade, locks of
+gone engines of this host, marking this engine stopped, schedules for new jobs, the permission
+probe and the high-frequency warning. Each warns; none crashes the engine."""
 from __future__ import annotations
 
 import logging
 import os
 import socket
+import threading
 import time
 from datetime import datetime, timedelta
 from typing import Sequence
@@ -14,7 +16,7 @@ from ..backends.base import Backend, UnscheduledJob
 from ..clock import DbClock
 from ..drivers.registry import get_driver
 from ..errors import SchedulerError, SchemaNotInstalled
-from ..models import Job
+from ..models import Job, RunStatus
 from ..privileges import split_missing
 
 log = logging.getLogger("mjsched.engine")
@@ -27,6 +29,7 @@ RESCHEDULE_BUDGET_SECONDS = 0.5
 # Jobs per note_frequency_warned call (one statement each; the start-up query hands over at
 # most 1,000 jobs per schedule).
 NOTE_PAGE = 1_000
+SET_ASIDE_BY = "mjsched install"   # executed_by_instance of the Failed run a schema upgrade records
 
 
 def frequency_key(cron: str, zone: str) -> str:
@@ -267,3 +270,28 @@ class Housekeeping:
                 continue
             log.warning("start-up: engine %s (pid %d on this host) is gone: released %d lock(s), abandoned %d "
                         "run(s)", instance, pid, locks, runs, extra={"action": "previous_engine_released"})
+
+    def report_set_aside(self, since: datetime) -> None:
+        """Log, once (at the install that did it), each job the schema upgrade set aside:
+        a row breaking a rule of 001_schema.sql is Disabled and gets a Failed run saying why."""
+        try:
+            runs = self._backend.list_runs(None, RunStatus.FAILED.value, 1000)
+        except SchedulerError as exc:
+            log.warning("could not list the jobs the upgrade set aside: %s", exc)
+            return
+        for run in runs:
+            if run.executed_by_instance == SET_ASIDE_BY and run.started_at is not None and run.started_at >= since:
+                log.warning("job %s: %s", run.scheduled_job_id, run.error_message,
+                            extra={"action": "job_set_aside", "job_id": run.scheduled_job_id})
+
+    def unregister(self, instance_name: str, timeout: float | None) -> None:
+        """Mark this engine stopped in the registry, best effort: a slow database never
+        holds stop_polling() past its bound (the call finishes in the background)."""
+        def go() -> None:
+            try:
+                self._backend.unregister_engine(instance_name)
+            except SchedulerError as exc:
+                log.warning("could not mark engine %s stopped: %s", instance_name, exc)
+        worker = threading.Thread(target=go, name="mjsched-unregister", daemon=True)
+        worker.start()
+        worker.join(timeout)
