@@ -1,6 +1,11 @@
 """mjsched: cron-scheduled jobs out of a SQL database, safely, on one server or many.
 
-Public names only; see README.md for the API.
+Public names only; see README.md for the API and its "Architecture" section for the layout:
+the core modules here (models, errors, cron, scheduling, validation, execution, isolation,
+results, notify, metrics, ...), the engine (``mjsched.engine``), the gateways
+(``mjsched.backends``), the drivers (``mjsched.drivers``), and the operator tooling the core
+never imports (``mjsched.cli``, ``mjsched.web``). No import cycles at any level
+(tests/unit/test_import_graph.py).
 """
 from .cron import next_run_times
 from .drivers import BaseScheduledJob, ExecutionContext, JobResult, Notification, register_driver
