@@ -41,6 +41,7 @@ from .runs import RunRegistry, WorkerPool
 log = logging.getLogger("mjsched.engine")
 
 MANUAL_NOTIFY_WAIT_SECONDS = 5.0    # execute_job waits at most this long for its run's notification
+MANUAL_START_BUSY_SECONDS = 2.0     # execute_job asks again this long while the job's row is only busy
 CLOSE_GRACE_SECONDS = 5.0   # close(): how long cancelled runs may take to return and be recorded
 
 # Engines not closed yet: at interpreter exit each is closed, so what it holds is handed back.
@@ -312,8 +313,7 @@ class SchedulingEngine:
             raise ConfigurationError("force", force, "must be True or False")
         # What this process cannot run (an import path it lacks) is refused before a run is recorded.
         get_driver(job.driver)().check_can_run(job.configuration)
-        start = self.backend.start_manual_run(job.id, str(uuid.uuid4()), self.instance_name, self.lease_timeout,
-                                              force=force)
+        start = self._start_manual_run(job, force)
         if start.outcome == "not_found":
             raise JobNotFound(job.id)
         if start.outcome == "not_active":
@@ -336,6 +336,25 @@ class SchedulingEngine:
         if run is None:
             raise JobNotFound(job.id)
         return run
+
+    def _start_manual_run(self, job: Job, force: bool) -> Any:
+        """start_manual_run, asked again for a moment while the job's row is only *busy*: it
+        answers 'locked' at once, without waiting, when another session holds the row, which
+        an engine's claim or completion does for milliseconds. A job a run holds (a lock with a
+        holder) is refused at once."""
+        request = str(uuid.uuid4())
+        deadline = time.monotonic() + MANUAL_START_BUSY_SECONDS
+        delay = 0.01
+        while True:
+            start = self.backend.start_manual_run(job.id, request, self.instance_name, self.lease_timeout,
+                                                  force=force)
+            if start.outcome != "locked" or time.monotonic() >= deadline:
+                return start
+            current = self.backend.get_job(job.id)
+            if current is None or current.locked_by_instance is not None:
+                return start
+            time.sleep(delay)
+            delay = min(delay * 2, 0.2)
 
     def unlock_job(self, job_id: str) -> bool:
         """Operator override: free the job's lock whoever holds it. The run that held it ends

@@ -245,3 +245,24 @@ def test_a_manual_start_never_waits_on_a_lapsed_run_another_session_holds(
         admin.close()
     assert backend.start_manual_run(job, str(uuid.uuid4()), "e", 60).outcome == "started"
     assert sql.one("SELECT status FROM mjsched.scheduled_job_run WHERE id = %s", (old.run_id,)) == "Abandoned"
+
+
+@pytest.mark.postgres
+def test_execute_job_waits_a_moment_for_a_row_that_is_only_busy(make_engine: Callable[..., Any], sql: Any,
+                                                                 pg_dsn: str) -> None:
+    """start_manual_run answers 'locked' at once when another session holds the job's row; a
+    claim or completion holds it for milliseconds, so execute_job asks again for a moment
+    instead of failing (a job a run holds is still refused at once)."""
+    engine = make_engine()
+    job = engine.create_job("busy-row", "shell", "0 3 * * *", configuration={"command": ["true"]})
+    holder = psycopg2.connect(pg_dsn)
+    cur = holder.cursor()
+    cur.execute("SELECT 1 FROM mjsched.scheduled_job WHERE id = %s FOR UPDATE", (job,))
+    release = threading.Timer(0.3, holder.rollback)
+    release.start()
+    try:
+        run = engine.execute_job(job)
+    finally:
+        release.cancel()
+        holder.close()
+    assert run.status.value == "Completed"
