@@ -268,14 +268,7 @@ def measure_pgqueuer(server_dsn: str, jobs: int, processes: int = 1, batch: int 
         common.log_progress(f"peers: pgqueuer, {processes} worker process(es), {jobs} jobs")
         _child(["--worker", "pgqueuer-setup", "--dsn", db.dsn, "--jobs", str(jobs)])
         procs = [_spawn(["--worker", "pgqueuer", "--dsn", db.dsn, "--batch", str(batch)]) for _ in range(processes)]
-        workers = []
-        for p in procs:
-            out, err = p.communicate(timeout=900)
-            found = [json.loads(x[len("RESULT "):]) for x in out.splitlines() if x.startswith("RESULT ")]
-            if not found:
-                raise RuntimeError(f"pgqueuer worker failed (exit {p.returncode}):\n{err[-3000:]}")
-            workers.extend(found)
-        return pgqueuer_result(db.dsn, jobs, processes, batch, workers)
+        return pgqueuer_result(db.dsn, jobs, processes, batch, _results("pgqueuer", procs))
 
 
 # -- driver -------------------------------------------------------------------------------------
@@ -297,6 +290,18 @@ def _spawn(args: Sequence[str]) -> subprocess.Popen[str]:
                             stderr=subprocess.PIPE, text=True, cwd=common.REPO_ROOT, env=env)
 
 
+def _results(peer: str, procs: list[subprocess.Popen[str]]) -> list[dict[str, Any]]:
+    """The RESULT line of each worker process (bounded wait); a worker without one is an error."""
+    workers = []
+    for p in procs:
+        out, err = p.communicate(timeout=900)
+        found = [json.loads(x[len("RESULT "):]) for x in out.splitlines() if x.startswith("RESULT ")]
+        if not found:
+            raise RuntimeError(f"{peer} worker failed (exit {p.returncode}):\n{err[-3000:]}")
+        workers.extend(found)
+    return workers
+
+
 def measure_apscheduler(server_dsn: str, jobs: int, threads: int = 20) -> dict[str, Any]:
     with common.BenchDatabase(server_dsn, "aps", schema=False) as db:
         common.log_progress(f"peers: APScheduler, {jobs} jobs")
@@ -309,14 +314,7 @@ def measure_procrastinate(server_dsn: str, jobs: int, processes: int = 1, concur
         _child(["--worker", "procrastinate-setup", "--dsn", db.dsn, "--jobs", str(jobs)])
         procs = [_spawn(["--worker", "procrastinate", "--dsn", db.dsn, "--concurrency", str(concurrency)])
                  for _ in range(processes)]
-        workers = []
-        for p in procs:
-            out, err = p.communicate(timeout=900)
-            found = [json.loads(x[len("RESULT "):]) for x in out.splitlines() if x.startswith("RESULT ")]
-            if not found:
-                raise RuntimeError(f"procrastinate worker failed (exit {p.returncode}):\n{err[-3000:]}")
-            workers.extend(found)
-        return procrastinate_result(db.dsn, jobs, processes, concurrency, workers)
+        return procrastinate_result(db.dsn, jobs, processes, concurrency, _results("procrastinate", procs))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
