@@ -151,6 +151,31 @@ class Backend(abc.ABC):
     dialect: str = ""
 
     # -- schema ------------------------------------------------------------------
+    def _readable(self, table: str, alias: str | None = None) -> str:
+        """``alias.*``, or the columns of ``table`` this role may read when it may not read all
+        of them: grants.sql keeps lock_token from the roles (a token is the right to complete or
+        release a run; an engine learns its own from the procedures that hand them out).
+        Asked once per table (``_column_privileges``), then cached."""
+        cache: dict[str, list[str] | None] = self.__dict__.setdefault("_column_lists", {})
+        prefix = f"{alias}." if alias else ""
+        if table not in cache:
+            rows = self._column_privileges(table)
+            if not rows:
+                return prefix + "*"      # not installed: the query fails as it always did
+            cache[table] = None if all(r["readable"] for r in rows) else [r["name"] for r in rows if r["readable"]]
+        names = cache[table]
+        if names is None:
+            return prefix + "*"
+        return ", ".join(prefix + self._quote_identifier(n) for n in names)
+
+    def _column_privileges(self, table: str) -> list[dict[str, Any]]:
+        """Rows (name, readable) for each column of ``mjsched.<table>``, in table order."""
+        raise NotImplementedError
+
+    @staticmethod
+    def _quote_identifier(name: str) -> str:
+        return '"' + name.replace('"', '""') + '"'
+
     @abc.abstractmethod
     def install(self) -> list[str]:
         """Apply the missing versioned scripts under a database-wide lock; return their names."""

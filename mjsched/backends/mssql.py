@@ -93,7 +93,6 @@ class MssqlBackend(Backend):
         self._retry_attempts = retry_attempts
         self._retry_max_delay = retry_max_delay
         self._pool = odbc_pool(self._connect, max_size=pool_size)
-        self._column_lists: dict[str, list[str] | None] = {}   # table -> readable columns (None: all)
 
     @property
     def where(self) -> str:
@@ -404,27 +403,18 @@ class MssqlBackend(Backend):
     def delete_job(self, job_id: str) -> bool:
         return bool(self._scalar("delete_job", job_id=job_id))
 
-    def _readable(self, table: str, alias: str | None = None) -> str:
-        """``alias.*``, or the columns of ``table`` this user may read when it may not read all of
-        them: grants.sql denies lock_token to the roles (a token is the right to complete or release
-        a run; an engine learns its own from the procedures that hand them out)."""
-        prefix = f"{alias}." if alias else ""
-        if table not in self._column_lists:
-            rows = self._rows("columns", """
-                SET NOCOUNT ON;
-                SELECT c.name AS name,
-                       HAS_PERMS_BY_NAME(CONCAT(N'mjsched.', ?), N'OBJECT', N'SELECT', c.name, N'COLUMN') AS readable
-                  FROM sys.columns AS c
-                 WHERE c.object_id = OBJECT_ID(CONCAT(N'mjsched.', ?))
-                 ORDER BY c.column_id;""", (table, table))
-            if not rows:
-                return prefix + "*"      # not installed: the query fails as it always did
-            self._column_lists[table] = None if all(r["readable"] for r in rows) else \
-                [r["name"] for r in rows if r["readable"]]
-        names = self._column_lists[table]
-        if names is None:
-            return prefix + "*"
-        return ", ".join(prefix + "[" + n.replace("]", "]]") + "]" for n in names)
+    def _column_privileges(self, table: str) -> list[dict[str, Any]]:
+        return self._rows("columns", """
+            SET NOCOUNT ON;
+            SELECT c.name AS name,
+                   HAS_PERMS_BY_NAME(CONCAT(N'mjsched.', ?), N'OBJECT', N'SELECT', c.name, N'COLUMN') AS readable
+              FROM sys.columns AS c
+             WHERE c.object_id = OBJECT_ID(CONCAT(N'mjsched.', ?))
+             ORDER BY c.column_id;""", (table, table))
+
+    @staticmethod
+    def _quote_identifier(name: str) -> str:
+        return "[" + name.replace("]", "]]") + "]"
 
     def _job_select(self) -> str:
         return _JOB_SELECT.replace("j.*", self._readable("scheduled_job", "j"), 1)

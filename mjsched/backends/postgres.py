@@ -117,7 +117,6 @@ class PostgresBackend(Backend):
         if connection_factory is not None:
             self._kwargs["connection_factory"] = connection_factory
         self._pool: ConnectionPool[Any] = ConnectionPool(self._connect, _broken_after, max_size=pool_size)
-        self._column_lists: dict[str, list[str] | None] = {}   # table -> readable columns (None: all)
         self._retry_attempts = retry_attempts
         self._retry_max_delay = retry_max_delay
         try:
@@ -397,25 +396,12 @@ class PostgresBackend(Backend):
     def delete_job(self, job_id: str) -> bool:
         return bool(self._scalar("delete_job", "SELECT deleted FROM mjsched.delete_job(%s::uuid)", (job_id,)))
 
-    def _readable(self, table: str, alias: str | None = None) -> str:
-        """``alias.*``, or the columns of ``table`` this role may read when it may not read all of
-        them: grants.sql keeps lock_token to the owner (a token is the right to complete or release
-        a run; an engine learns its own from the procedures that hand them out)."""
-        prefix = f"{alias}." if alias else ""
-        if table not in self._column_lists:
-            rows = self._rows("columns", """
-                SELECT a.attname AS name, has_column_privilege(a.attrelid, a.attnum, 'SELECT') AS readable
-                  FROM pg_attribute a
-                 WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped
-                 ORDER BY a.attnum""", (f"mjsched.{table}",))
-            if not rows:
-                return prefix + "*"      # not installed: the query fails as it always did
-            self._column_lists[table] = None if all(r["readable"] for r in rows) else \
-                [r["name"] for r in rows if r["readable"]]
-        names = self._column_lists[table]
-        if names is None:
-            return prefix + "*"
-        return ", ".join(prefix + '"' + n.replace('"', '""') + '"' for n in names)
+    def _column_privileges(self, table: str) -> list[dict[str, Any]]:
+        return self._rows("columns", """
+            SELECT a.attname AS name, has_column_privilege(a.attrelid, a.attnum, 'SELECT') AS readable
+              FROM pg_attribute a
+             WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped
+             ORDER BY a.attnum""", (f"mjsched.{table}",))
 
     def _job_select(self) -> str:
         return _JOB_SELECT.replace("j.*", self._readable("scheduled_job", "j"), 1)
