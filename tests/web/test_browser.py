@@ -222,29 +222,45 @@ def test_a_failing_jobs_error_is_on_the_runs_page(browser: Any, live: Callable[.
     assert "broken-export" in text_of(browser, "#listing")
 
 
-def test_a_killed_engine_shows_dead(browser: Any, live: Callable[..., str], pg_dsn: str,
-                                                 sql: Sql) -> None:
-    code = textwrap.dedent(f"""
-        import sys, time, mjsched
-        engine = mjsched.SchedulingEngine({pg_dsn!r}, lease_timeout=4.0, instance_name="doomed-engine")
-        engine.start_polling()
-        print("polling", flush=True)
-        time.sleep(120)
-    """)
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    try:
+def test_a_killed_engine_goes_stale_or_dead(browser: Any, live: Callable[..., str], pg_dsn: str,
+                                           sql: Sql) -> None:
+    """Two engines killed with SIGKILL: one that registered under another host name goes stale
+    after three missed polls (the dashboard cannot see its pid), one of this host shows dead."""
+    def spawn(name: str, host: str | None) -> subprocess.Popen[str]:
+        fake_host = f"socket.gethostname = lambda: {host!r}" if host else ""
+        code = textwrap.dedent(f"""
+            import socket, sys, time, mjsched
+            {fake_host}
+            engine = mjsched.SchedulingEngine({pg_dsn!r}, lease_timeout=4.0, max_poll_interval=1.0,
+                                              instance_name={name!r})
+            engine.start_polling()
+            print("polling", flush=True)
+            time.sleep(120)
+        """)
+        proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
         assert proc.stdout is not None and proc.stdout.readline().strip() == "polling"
-        browser.get(live(stale_after=5.0) + "/engines")   # heartbeats every 1 s
-        assert text_of(browser, 'tr[data-engine="doomed-engine"] .engine-state') == "live"
+        return proc
+
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        procs = [spawn("far-engine", "another-host"), spawn("near-engine", None)]
+        browser.get(live(stale_after=60.0) + "/engines")   # each polls at least every 1 s
+        state = lambda d, name: text_of(d, f'tr[data-engine="{name}"] .engine-state')  # noqa: E731
+        assert state(browser, "far-engine") == "live" and state(browser, "near-engine") == "live"
         shot(browser, "engines")
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
-        # the page refreshes itself every 5 s: no reload here. Its process is gone from this
-        # host, so it is dead at once (an engine of another host goes stale after 3 missed polls).
-        wait_until(browser, lambda d: text_of(d, 'tr[data-engine="doomed-engine"] .engine-state') == "dead",
-                   "the engine to show dead", timeout=20)
-        shot(browser, "engines-dead")
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+        for proc in procs:
+            proc.send_signal(signal.SIGKILL)
             proc.wait(10)
+        killed_at = time.monotonic()
+        # the page refreshes itself every 5 s: no reload here
+        wait_until(browser, lambda d: state(d, "near-engine") == "dead", "this host's engine to show dead",
+                   timeout=20)
+        wait_until(browser, lambda d: state(d, "far-engine") == "stale", "the other host's engine to go stale",
+                   timeout=20)
+        assert time.monotonic() - killed_at >= 3.0     # stale only once silent for 3 polls (5 s at least)
+        shot(browser, "engines-stale")
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
