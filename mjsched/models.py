@@ -154,12 +154,13 @@ class JobRun:
 
 @dataclass(frozen=True)
 class DispatchResult:
-    """What one poll did (the reference's four counters)."""
+    """What one poll did (the reference's four counters, and the runs it started)."""
 
     swept: int = 0
     dispatched: int = 0
     locked_out: int = 0
     skipped_at_capacity: int = 0
+    run_ids: tuple[str, ...] = ()   # the runs this poll handed to the pool, in claim order
 
 
 @dataclass(frozen=True)

@@ -474,13 +474,16 @@ def cmd_runs(ctx: Context) -> int:
     if not runs:
         ctx.emit("no runs")
         return EXIT_OK
-    names = {j.id: j.name for j in engine.list_jobs()}
-    ctx.emit(table(["RUN", "JOB", "STATUS", "SCHEDULED FOR (UTC)", "STARTED (UTC)", "DURATION", "BY", "ERROR"],
-                   [[r.id[:8], clip(names.get(r.scheduled_job_id, r.scheduled_job_id[:8]), 28), r.status.value,
-                     ts(r.scheduled_for) if r.scheduled_for else "manual", ts(r.started_at),
-                     duration(r.duration_ms), clip(r.executed_by_instance, 24), clip(r.error_message, 50)]
-                    for r in runs]))
+    ctx.emit(runs_table(runs, {j.id: j.name for j in engine.list_jobs()}))
     return EXIT_OK
+
+
+def runs_table(runs: list[Any], names: dict[str, str]) -> str:
+    return table(["RUN", "JOB", "STATUS", "SCHEDULED FOR (UTC)", "STARTED (UTC)", "DURATION", "BY", "ERROR"],
+                 [[r.id[:8], clip(names.get(r.scheduled_job_id, r.scheduled_job_id[:8]), 28), r.status.value,
+                   ts(r.scheduled_for) if r.scheduled_for else "manual", ts(r.started_at),
+                   duration(r.duration_ms), clip(r.executed_by_instance, 24), clip(r.error_message, 50)]
+                  for r in runs])
 
 
 def follow_runs(ctx: Context, engine: Any, job_id: str | None) -> int:
@@ -574,6 +577,10 @@ def cmd_run(ctx: Context) -> int:
         print(f"mjsched: scheduled jobs are disabled (enabled = false, from {settings.label('enabled')}); "
               "not polling", file=sys.stderr)
         return EXIT_OK
+    if ctx.args.once:
+        return run_once(ctx)
+    if ctx.args.timeout is not None:
+        raise UsageError("--timeout goes with --once (a polling engine stops on SIGINT/SIGTERM)")
     engine = ctx.engine(long_running=True)
     dashboard = start_dashboard(ctx, engine)
     exporter = None
@@ -606,6 +613,21 @@ def cmd_run(ctx: Context) -> int:
     if moved:
         print(f"mjsched: error: {moved[0]}", file=sys.stderr, flush=True)
     return code
+
+
+def run_once(ctx: Context) -> int:
+    """``run --once``: one pass over what is due now, wait for those runs; exit 1 unless every
+    one of them Completed within --timeout (a run still going then is handed back Cancelled)."""
+    engine = ctx.engine(long_running=True)   # the runs' completions get the engine's patient retries
+    runs = engine.run_due_jobs(timeout=ctx.args.timeout)
+    ok = all(r.status.value == "Completed" for r in runs)
+    if ctx.json:
+        ctx.emit_json({"runs": runs, "ok": ok})
+    elif runs:
+        ctx.emit(runs_table(runs, {j.id: j.name for j in engine.list_jobs()}))
+    else:
+        ctx.emit("nothing was due")
+    return EXIT_OK if ok else EXIT_FAILED
 
 
 def cmd_dashboard(ctx: Context) -> int:
@@ -700,6 +722,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = add(sub, "run", cmd_run, "run an engine: poll until SIGINT/SIGTERM, then drain running jobs "
                                    "(bounded) and exit 0")
+    run.add_argument("--once", action="store_true",
+                     help="run what is due now (claiming again as slots free up), wait for those runs and exit: "
+                          "0 if all Completed, else 1 (for system cron and scripts)")
+    run.add_argument("--timeout", type=float, metavar="SECONDS",
+                     help="with --once: wait at most this long for the runs (default: no bound)")
     run.add_argument("--max-concurrent-jobs", type=int, metavar="N", help="hard cap on runs at once (default 5)")
     run.add_argument("--lease", type=float, metavar="SECONDS", help="lease of a claimed run (default 600)")
     run.add_argument("--min-poll-interval", type=float, metavar="SECONDS")

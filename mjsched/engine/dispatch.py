@@ -111,14 +111,15 @@ class Dispatcher:
             if self._schedule_dirty or self._schedule_more or \
                     time.monotonic() - self._schedule_checked > SCHEDULE_REFRESH_SECONDS:
                 self.schedule_unscheduled()
-            dispatched, free, batch, db_now = self._claim_rounds()
+            started, free, batch, db_now = self._claim_rounds()
+            dispatched = len(started)
             delay = self._options.max_poll_interval
             if batch.next_due_at is not None:
                 delay = min(delay, (batch.next_due_at - db_now).total_seconds() + DUE_MARGIN_SECONDS)
             delay = min(delay, self._enqueue_queue_ticks(db_now))
             result = DispatchResult(swept=swept.swept, dispatched=dispatched, locked_out=batch.locked_out,
                                     skipped_at_capacity=batch.due_left if free == 0 or
-                                    len(batch.claims) >= free else 0)
+                                    len(batch.claims) >= free else 0, run_ids=tuple(started))
         if dispatched or swept.swept or result.skipped_at_capacity:
             log.info("poll: swept=%d, dispatched=%d, locked_out=%d, skipped_at_capacity=%d, inflight=%d/%d",
                      result.swept, result.dispatched, result.locked_out, result.skipped_at_capacity,
@@ -133,17 +134,18 @@ class Dispatcher:
         return swept
 
     # -- claims -------------------------------------------------------------------------------
-    def _claim_rounds(self) -> tuple[int, int, ClaimBatch, datetime]:
-        """Claim and start, again while a round only advanced served ticks and filled no slot."""
-        dispatched = 0
+    def _claim_rounds(self) -> tuple[list[str], int, ClaimBatch, datetime]:
+        """Claim and start, again while a round only advanced served ticks and filled no slot;
+        returns the ids of the runs started."""
+        started: list[str] = []
         for _ in range(MAX_CLAIM_ROUNDS):
             free = max(0, self._options.max_concurrent_jobs - self._registry.live_count())
             batch, db_now = self._claim(free)
-            dispatched += self._start_claims(batch, db_now)
+            started += self._start_claims(batch, db_now)
             self._pending = None
             if not any(c.run_id is None for c in batch.claims) or len(batch.claims) < free:
                 break
-        return dispatched, free, batch, db_now
+        return started, free, batch, db_now
 
     def _claim(self, free: int) -> tuple[ClaimBatch, datetime]:
         # A claim that raised may have committed: call again under its id, as a replay.
@@ -159,17 +161,18 @@ class Dispatcher:
         self._clock.observe(batch.db_now)
         return batch, batch.db_now or self._clock.now()
 
-    def _start_claims(self, batch: ClaimBatch, db_now: datetime) -> int:
+    def _start_claims(self, batch: ClaimBatch, db_now: datetime) -> list[str]:
         assert self._pending is not None
         jobs = {j.id: j for j in self._backend.get_jobs({c.job_id for c in batch.claims})} if batch.claims else {}
         self._housekeeping.warn_high_frequency(list(jobs.values()))
-        started = 0
+        started: list[str] = []
         for claim in batch.claims:
             job = jobs.get(claim.job_id)
             if job is None or not self._pending.first_time(claim):   # started before a replay of its claim
                 continue
             try:
-                started += self.start_claim(job, claim, db_now)
+                if self.start_claim(job, claim, db_now) and claim.run_id is not None:
+                    started.append(claim.run_id)
             except scheduling.UnusableSchedule as exc:   # the row itself: before any run started
                 self._set_aside(job, claim.run_id, claim.lock_token, exc.cause)
             except SchedulerError as exc:

@@ -34,6 +34,7 @@ from .jobs import changed_job_values, new_job_values
 from .leases import LeaseKeeper
 from .lifecycle import RunLifecycle
 from .listeners import EngineListener, Listeners
+from .once import DuePass, check_timeout
 from .options import EngineOptions
 from .poller import Poller
 from .runs import RunRegistry, WorkerPool
@@ -123,6 +124,8 @@ class SchedulingEngine:
                                       lifecycle=self._runs, writer=self._writer, keeper=self._keeper,
                                       housekeeping=self._housekeeping, clock=self._clock,
                                       side_work=self._side_work, stats=self.stats, wake=lambda: self._poller.wake())
+        self._due_pass = DuePass(dispatch=lambda sweep: self._observed_dispatch(sweep)[0], registry=self._registry,
+                                 backend=self.backend, side_work=self._side_work, cap=self.max_concurrent_jobs)
         self._poller = Poller(self._poll, min_interval=self.min_poll_interval,
                               max_interval=self.max_poll_interval)
         self._changes = ChangeFeed(self.backend, self.on_job_changed)
@@ -286,6 +289,15 @@ class SchedulingEngine:
     def dispatch_due_jobs(self) -> DispatchResult:
         """One poll, by hand: sweep, claim up to the free slots, hand runs to the pool."""
         return self._observed_dispatch(sweep=True)[0]
+
+    def run_due_jobs(self, timeout: float | None = None) -> list[JobRun]:
+        """Claim everything due now (pass after pass while slots free up), wait for those runs
+        within ``timeout`` seconds (None: no bound) and return them; for scripts and system cron.
+        Not while polling: the loop would start runs this call does not wait for."""
+        timeout = check_timeout(timeout)
+        if self._polling:
+            raise ConfigurationError("run_due_jobs", "while polling", "stop_polling() first, or let the loop run")
+        return self._due_pass.run(timeout)
 
     def _poll(self) -> float:
         """The poll loop's call: the dispatcher decides whether this poll sweeps."""

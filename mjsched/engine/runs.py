@@ -16,7 +16,7 @@ import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from ..models import Job
 
@@ -167,6 +167,19 @@ class RunRegistry:
         """Wait until ``entry`` left the registry (its completion was written)."""
         with self._lock:
             return self._changed.wait_for(lambda: self._entries.get(entry.run_id) is not entry, timeout)
+
+    def wait_all_gone(self, run_ids: Iterable[str], timeout: float | None) -> bool:
+        """Wait until none of ``run_ids`` is in the registry (each completion written, or lost)."""
+        ids = set(run_ids)
+        with self._lock:
+            return self._changed.wait_for(lambda: not ids & self._entries.keys(), timeout)
+
+    def wait_free_slot(self, cap: int, timeout: float | None) -> bool:
+        """Wait until fewer than ``cap`` runs hold a slot; False on timeout."""
+        with self._lock:
+            return self._changed.wait_for(
+                lambda: sum(1 for e in self._entries.values() if e.state is State.RUNNING and not e.manual) < cap,
+                timeout)
 
     def busy(self) -> list[Run]:
         with self._lock:
