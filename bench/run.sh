@@ -10,7 +10,10 @@ started=$(date +%s)
 echo "# mjsched benchmarks ($( [[ " ${args[*]-} " == *" --quick "* ]] && echo quick || echo full ))"
 "$PY" -m bench.common machine "${args[@]}"
 status=0
-for name in throughput ceiling peers scaling latency; do
+names=(throughput ceiling peers scaling latency)
+# idle (60 s) and burst (100,000 jobs) only in a full run; tests/bench runs their quick forms
+[[ " ${args[*]-} " == *" --quick "* ]] || names+=(idle burst)
+for name in "${names[@]}"; do
     t=$(date +%s)
     if ! "$PY" -m "bench.$name" "${args[@]}"; then
         echo "bench.$name FAILED" >&2
