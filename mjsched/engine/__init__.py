@@ -2,6 +2,8 @@
 
 What lives here, one concern a module:
   facade.py        SchedulingEngine: job CRUD, start/stop polling, execute_job, close
+  control.py       EngineControl: the order of the steps that start, stop and close an engine
+  once.py          DuePass: run_due_jobs, one pass over what is due now for scripts
   options.py       EngineOptions: the engine's tuning, validated once (the CLI builds it too)
   jobs.py          the row values of a job created or changed (validated, first due instant)
   dispatch.py      Dispatcher: one poll (sweep cadence, schedule refresh, claim and replay with a

@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import atexit
 import logging
-import os
-import socket
-import threading
 import time
 import uuid
 import weakref
@@ -24,10 +21,10 @@ from ..drivers.registry import get_driver
 from ..errors import ConfigurationError, JobNotActive, JobNotFound, LockNotAcquired
 from ..models import DispatchResult, Job, JobRun, JobStatus, RunStatus
 from ..notify import LoggingNotifier, Notifier
-from ..version import __version__
 from .background import BackgroundTasks
 from .changes import ChangeFeed
 from .completions import CompletionWriter
+from .control import EngineControl
 from .dispatch import Dispatcher
 from .housekeeping import Housekeeping
 from .jobs import changed_job_values, new_job_values
@@ -43,7 +40,6 @@ log = logging.getLogger("mjsched.engine")
 
 MANUAL_NOTIFY_WAIT_SECONDS = 5.0    # execute_job waits at most this long for its run's notification
 MANUAL_START_BUSY_SECONDS = 2.0     # execute_job asks again this long while the job's row is only busy
-CLOSE_GRACE_SECONDS = 5.0   # close(): how long cancelled runs may take to return and be recorded
 
 # Engines not closed yet: at interpreter exit each is closed, so what it holds is handed back.
 _open_engines: "weakref.WeakSet[SchedulingEngine]" = weakref.WeakSet()
@@ -97,9 +93,7 @@ class SchedulingEngine:
         self.backend: Backend = backend or open_backend(str(dsn), **backend_options)
         self.stats = {"dispatched": 0, "timeouts": 0, "leases_lost": 0, "fenced_completions": 0}
         self._wire(opts)
-        self._state_lock = threading.Lock()
-        self._polling = False
-        self._closed = False
+        self._control = EngineControl(self)
         _open_engines.add(self)
 
     def _wire(self, opts: EngineOptions) -> None:
@@ -192,37 +186,11 @@ class SchedulingEngine:
     # -- polling -------------------------------------------------------------------------
     @property
     def is_polling(self) -> bool:
-        return self._polling
+        return self._control.polling
 
     def start_polling(self) -> None:
         """Run the start-up steps, then poll in the background; returns at once."""
-        with self._state_lock:
-            if self._polling:
-                log.info("polling already started")
-                return
-            self._housekeeping.check_installed()
-            self._housekeeping.release_previous_engines(self.instance_name)
-            self.backend.register_engine(self.instance_name, socket.gethostname(), os.getpid(), __version__,
-                                         heartbeat_seconds=self.max_poll_interval,
-                                         max_concurrent_jobs=self.max_concurrent_jobs)
-            swept = self.backend.sweep_expired_leases()
-            if swept.swept or swept.locks_freed:
-                log.warning("start-up: cleared %d stale lock(s) and abandoned %d run(s) whose lease had expired",
-                            swept.locks_freed, swept.swept, extra={"action": "stale_locks_cleared"})
-            self._dispatcher.schedule_unscheduled()
-            self._housekeeping.probe_permissions()
-            self._housekeeping.warn_high_frequency_at_start()
-            self._dispatcher.open_gate()
-            for run in self._registry.busy():
-                run.keep_lease()   # runs a previous stop gave up on are ours again while they last
-            self._polling = True
-            self._keeper.start()
-            self._poller.start()
-            self._changes.start()
-            log.info("polling started: instance %s, cap %d, lease %gs, drivers %s", self.instance_name,
-                     self.max_concurrent_jobs, self.lease_timeout,
-                     ",".join(sorted(self.allowed_drivers)) if self.allowed_drivers is not None else "all",
-                     extra={"action": "polling_started"})
+        self._control.start()
 
     def stop_polling(self, wait: bool = True, max_wait: float | None = 30.0) -> None:
         """Stop dispatching; with ``wait``, drain in-flight runs for at most ``max_wait`` seconds.
@@ -233,36 +201,7 @@ class SchedulingEngine:
         the poller and the engine registry; a poll that is stuck in the database
         hands back whatever it claims once it returns.
         """
-        if max_wait is not None:
-            if isinstance(max_wait, bool) or not isinstance(max_wait, (int, float)) or max_wait < 0:
-                raise ConfigurationError("max_wait", max_wait, "must be a number of seconds >= 0, or None")
-        started = time.monotonic()
-        budget_end = None if (wait and max_wait is None) else started + (float(max_wait or 0) if wait else 0.0)
-
-        def left(at_least: float = 0.0) -> float | None:
-            """Seconds left of the budget (None: unbounded), but at least ``at_least``."""
-            return None if budget_end is None else max(at_least, budget_end - time.monotonic())
-        with self._state_lock:
-            if not self._polling:
-                return
-            self._polling = False
-            self._changes.stop()
-            self._poller.stop(timeout=0)       # the loop starts no poll after the one under way
-            self._dispatcher.close_gate(wait, left())
-            if wait:
-                self._registry.wait_idle(left())
-                self._writer.flush(left())
-                self._side_work.flush(left())
-            still = [run for run in self._registry.busy() if not run.manual]
-            for run in still:
-                run.cancel(keep_lease=False)      # its lease lapses, so another engine can take the job over
-            if still:
-                log.warning("stopped with %d run(s) still executing (%s); they keep their leases until expiry",
-                            len(still), ", ".join(f"{e.job.name}/{e.run_id}" for e in still),
-                            extra={"action": "stopped_with_inflight"})
-            self._poller.join(left(at_least=0.5))
-            self._housekeeping.unregister(self.instance_name, left(at_least=0.5))
-            log.info("polling stopped after %.2fs", time.monotonic() - started, extra={"action": "polling_stopped"})
+        self._control.stop(wait, max_wait)
 
     @property
     def inflight(self) -> int:
@@ -295,7 +234,7 @@ class SchedulingEngine:
         within ``timeout`` seconds (None: no bound) and return them; for scripts and system cron.
         Not while polling: the loop would start runs this call does not wait for."""
         timeout = check_timeout(timeout)
-        if self._polling:
+        if self._control.polling:
             raise ConfigurationError("run_due_jobs", "while polling", "stop_polling() first, or let the loop run")
         return self._due_pass.run(timeout)
 
@@ -389,27 +328,8 @@ class SchedulingEngine:
         ``cancel_event`` and CLOSE_GRACE_SECONDS to return (their outcome is recorded as
         usual); what is left after that is handed back (recorded Cancelled, its lock released,
         fenced by its token) before the connections close. Also called at interpreter exit."""
-        with self._state_lock:
-            if self._closed:
-                return
-            self._closed = True
-        _open_engines.discard(self)
-        if self._polling:
-            self.stop_polling(wait=False)
-        self._changes.join(timeout=10.0)
-        going = self._registry.busy()
-        for run in going:
-            run.cancel(keep_lease=True)     # ours until handed back below: no other engine takes it meanwhile
-        if going:
-            self._registry.wait_idle(CLOSE_GRACE_SECONDS)
-        self._writer.flush(5.0)
-        self._runs.hand_back_held()
-        self._keeper.stop()
-        self._writer.stop(timeout=5.0)
-        self._side_work.flush(5.0)
-        self._side_work.shutdown()
-        self._pool.shutdown()
-        self.backend.close()
+        if self._control.close():
+            _open_engines.discard(self)
 
     def __enter__(self) -> "SchedulingEngine":
         return self

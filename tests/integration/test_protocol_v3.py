@@ -17,7 +17,7 @@ from typing import Any, Callable
 import pytest
 
 import mjsched
-from mjsched.engine import facade as engine_module
+from mjsched.engine import control as engine_module
 from mjsched.backends.base import Backend
 from tests.chaos.faults import FaultPlan
 from tests.support import drivers
