@@ -11,8 +11,8 @@ echo "# mjsched benchmarks ($( [[ " ${args[*]-} " == *" --quick "* ]] && echo qu
 "$PY" -m bench.common machine "${args[@]}"
 status=0
 names=(throughput ceiling peers scaling latency)
-# idle (60 s) and burst (100,000 jobs) only in a full run; tests/bench runs their quick forms
-[[ " ${args[*]-} " == *" --quick "* ]] || names+=(idle burst)
+# idle (60 s), burst (100,000 jobs) and history (20 M old runs) only in a full run; tests/bench runs their quick forms
+[[ " ${args[*]-} " == *" --quick "* ]] || names+=(idle burst history)
 for name in "${names[@]}"; do
     t=$(date +%s)
     if ! "$PY" -m "bench.$name" "${args[@]}"; then

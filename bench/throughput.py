@@ -63,7 +63,8 @@ def run_round(template: str, server_dsn: str, n_engines: int, jobs: int, *, cap:
                 meter = common.CpuMeter(server_dsn, db.name)
                 wall0 = time.perf_counter()
                 while time.monotonic() < deadline:
-                    cur.execute("SELECT count(*) FROM mjsched.scheduled_job_run WHERE status <> 'Running'")
+                    cur.execute("SELECT count(*) FROM mjsched.scheduled_job_run WHERE status <> 'Running' "
+                                "AND started_at > %s - interval '1 hour'", (t0,))   # not bench.history's old runs
                     own += 1
                     done = cur.fetchone()[0]
                     if done >= jobs:
@@ -79,18 +80,20 @@ def run_round(template: str, server_dsn: str, n_engines: int, jobs: int, *, cap:
         commits1 = common.db_commits(server_dsn, db.name)
         conn = common.connect(db.dsn)
         with conn.cursor() as cur:
+            # only this round's jobs and runs (bench.history adds old jobs and runs of its own)
             cur.execute("""SELECT min(started_at), max(completed_at), count(*),
                                   count(*) FILTER (WHERE status = 'Completed')
-                             FROM mjsched.scheduled_job_run""")
+                             FROM mjsched.scheduled_job_run WHERE started_at > %s - interval '1 hour'""", (t0,))
             first_start, last_done, runs, completed = cur.fetchone()
             cur.execute("""SELECT count(*) FILTER (WHERE n <> 1), count(*) FILTER (WHERE n = 0),
                                   count(*) FILTER (WHERE n > 1)
                              FROM (SELECT j.id, count(r.id) AS n FROM mjsched.scheduled_job j
                                      LEFT JOIN mjsched.scheduled_job_run r ON r.scheduled_job_id = j.id
+                                    WHERE j.name LIKE 'bench-%%'
                                     GROUP BY j.id) s""")
             wrong, never, twice = cur.fetchone()
             cur.execute("""SELECT executed_by_instance, count(*) FROM mjsched.scheduled_job_run
-                            GROUP BY 1 ORDER BY 1""")
+                            WHERE started_at > %s - interval '1 hour' GROUP BY 1 ORDER BY 1""", (t0,))
             share = [int(c) for _, c in cur.fetchall()]
         conn.close()
     finally:
