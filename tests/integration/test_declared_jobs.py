@@ -365,3 +365,27 @@ def test_an_unknown_name_is_job_not_found_naming_it(db: Any, make_engine: Callab
         with pytest.raises(JobNotFound) as info:
             method(missing, description="x") if call == "update_job" else method(missing)
         assert info.value.by == "id"
+
+
+def test_sql_servers_unique_violation_is_job_name_taken_naming_the_name() -> None:
+    """The T-SQL half without a server: error 2627 (or 2601) on uq_scheduled_job_name, as the
+    ODBC drivers print it, becomes JobNameTaken naming the name written; another unique
+    violation stays a DatabaseError."""
+    pyodbc = pytest.importorskip("pyodbc")
+    from mjsched.backends.base import naming
+    from mjsched.backends.mssql import MssqlBackend
+
+    backend = MssqlBackend("mssql://sa:x@db.example:1433/jobs?driver=FreeTDS")
+    taken = pyodbc.IntegrityError("23000", "[23000] [FreeTDS][SQL Server]Violation of UNIQUE KEY constraint "
+                                           "'uq_scheduled_job_name'. Cannot insert duplicate key in object "
+                                           "'mjsched.scheduled_job'. The duplicate key value is (report). "
+                                           "(2627) (SQLExecDirectW)")
+    with pytest.raises(JobNameTaken) as info:
+        with naming({"name": "report"}), backend._translate("insert_job"):
+            raise taken
+    assert info.value.name == "report" and info.value.__cause__ is taken
+    other = pyodbc.IntegrityError("23000", "[23000] [FreeTDS][SQL Server]Cannot insert duplicate key row in "
+                                           "object 'mjsched.x' with unique index 'uq_other'. (2601) (SQLExecDirectW)")
+    with pytest.raises(mjsched.DatabaseError):
+        with naming({"name": "report"}), backend._translate("insert_job"):
+            raise other
