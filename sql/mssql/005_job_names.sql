@@ -25,45 +25,41 @@ SET CONCAT_NULL_YIELDS_NULL ON;
 SET NUMERIC_ROUNDABORT OFF;
 GO
 
+-- Set-based, so a database of tens of thousands of copies upgrades in about a second.
 IF OBJECT_ID(N'mjsched.uq_scheduled_job_name', N'UQ') IS NULL
 BEGIN
     DECLARE @v_renames TABLE (
         id uniqueidentifier NOT NULL PRIMARY KEY,
         old_name nvarchar(200) NOT NULL,
-        new_name nvarchar(200) NULL,
+        new_name nvarchar(200) NOT NULL,
         kept_id uniqueidentifier NOT NULL,
-        n int NOT NULL,
-        created_at datetimeoffset NOT NULL
+        n int NOT NULL
     );
-    INSERT INTO @v_renames (id, old_name, kept_id, n, created_at)
-    SELECT g.id, g.name, g.kept_id, g.n, g.created_at
-      FROM (SELECT j.id, j.name, j.created_at,
+    INSERT INTO @v_renames (id, old_name, new_name, kept_id, n)
+    SELECT g.id, g.name,
+           CONCAT(LEFT(g.name, 179), N' (duplicate ', LEFT(LOWER(CONVERT(nvarchar(36), g.id)), 8), N')'),
+           g.kept_id, g.n
+      FROM (SELECT j.id, j.name,
                    FIRST_VALUE(j.id) OVER (PARTITION BY j.name ORDER BY j.created_at, j.id
                                            ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS kept_id,
                    ROW_NUMBER() OVER (PARTITION BY j.name ORDER BY j.created_at, j.id) AS rn,
                    COUNT(*) OVER (PARTITION BY j.name) AS n
               FROM mjsched.scheduled_job AS j) AS g
      WHERE g.rn > 1;
-    DECLARE @v_id uniqueidentifier, @v_name nvarchar(200), @v_new nvarchar(200);
-    WHILE 1 = 1
-    BEGIN
-        SELECT TOP (1) @v_id = r.id, @v_name = r.old_name
-          FROM @v_renames AS r
-         WHERE r.new_name IS NULL
-         ORDER BY r.old_name, r.created_at, r.id;
-        IF @@ROWCOUNT = 0
-        BEGIN
-            BREAK;
-        END;
-        SET @v_new = CONCAT(LEFT(@v_name, 179), N' (duplicate ',
-                            LEFT(LOWER(CONVERT(nvarchar(36), @v_id)), 8), N')');
-        IF EXISTS (SELECT 1 FROM mjsched.scheduled_job AS j WHERE j.name = @v_new)
-        BEGIN
-            SET @v_new = CONCAT(LEFT(@v_name, 151), N' (duplicate ', LOWER(CONVERT(nvarchar(36), @v_id)), N')');
-        END;
-        UPDATE mjsched.scheduled_job SET name = @v_new WHERE id = @v_id;
-        UPDATE @v_renames SET new_name = @v_new WHERE id = @v_id;
-    END;
+    -- a new name some job has already, or two copies would get: the whole id instead
+    DECLARE @v_taken TABLE (name nvarchar(200) NOT NULL);
+    INSERT INTO @v_taken (name)
+    SELECT x.new_name FROM @v_renames AS x GROUP BY x.new_name HAVING COUNT(*) > 1
+    UNION
+    SELECT j.name FROM mjsched.scheduled_job AS j WHERE j.name IN (SELECT x.new_name FROM @v_renames AS x);
+    UPDATE r
+       SET new_name = CONCAT(LEFT(r.old_name, 151), N' (duplicate ', LOWER(CONVERT(nvarchar(36), r.id)), N')')
+      FROM @v_renames AS r
+     WHERE r.new_name IN (SELECT t.name FROM @v_taken AS t);
+    UPDATE j
+       SET name = r.new_name
+      FROM mjsched.scheduled_job AS j
+      JOIN @v_renames AS r ON r.id = j.id;
     INSERT INTO mjsched.scheduled_job_run
            (scheduled_job_id, status, error_message, started_at, completed_at, duration_ms,
             executed_by_instance)

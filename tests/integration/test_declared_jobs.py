@@ -91,6 +91,13 @@ def test_an_upgrade_keeps_the_oldest_name_and_renames_the_copies(db: Any, make_e
     db.run(f"UPDATE mjsched.scheduled_job SET created_at = {db.ago(3600)} WHERE id = ?", (long_kept,))
     long_copy = db.insert_job(type_id, long_name, "0 2 * * *")
     unique = db.insert_job(type_id, "unique", "0 2 * * *")
+    # two copies whose ids share their first 8 digits would get one name: both get their whole id
+    twin_kept = db.insert_job(type_id, "twin", "0 2 * * *")
+    db.run(f"UPDATE mjsched.scheduled_job SET created_at = {db.ago(3600)} WHERE id = ?", (twin_kept,))
+    twins = ["aaaaaaaa-0000-4000-8000-000000000001", "aaaaaaaa-0000-4000-8000-000000000002"]
+    for twin in twins:
+        db.run("INSERT INTO mjsched.scheduled_job (id, job_type_id, name, cron_expression, status) "
+               "VALUES (?, ?, 'twin', '0 2 * * *', 'Paused')", (twin, type_id))
     # history and statistics of a copy, which the upgrade must keep
     db.run("UPDATE mjsched.scheduled_job SET run_count = 7, success_count = 6, failure_count = 1, "
            "status = 'Paused' WHERE id = ?", (copy_a,))
@@ -106,14 +113,15 @@ def test_an_upgrade_keeps_the_oldest_name_and_renames_the_copies(db: Any, make_e
     assert names == {
         oldest: "report", copy_a: f"report (duplicate {copy_a[:8]})", copy_b: f"report (duplicate {copy_b})",
         taken: f"report (duplicate {copy_b[:8]})", long_kept: long_name,
-        long_copy: "L" * 179 + f" (duplicate {long_copy[:8]})", unique: "unique"}
+        long_copy: "L" * 179 + f" (duplicate {long_copy[:8]})", unique: "unique", twin_kept: "twin",
+        twins[0]: f"twin (duplicate {twins[0]})", twins[1]: f"twin (duplicate {twins[1]})"}
     assert len(names[long_copy]) == 200
     # nothing else of a job changed: status, schedule, statistics, history
     for job in engine.list_jobs():
         old = before[job.id]
         assert (job.status, job.next_run_at, job.run_count, job.success_count, job.failure_count, job.cron_expression) \
             == (old.status, old.next_run_at, old.run_count, old.success_count, old.failure_count, old.cron_expression)
-    renamed = {copy_a, copy_b, long_copy}
+    renamed = {copy_a, copy_b, long_copy, *twins}
     notes = [r for r in engine.list_runs(status="Skipped") if r.executed_by_instance == "mjsched install"]
     assert sorted(r.scheduled_job_id for r in notes) == sorted(renamed)
     note = next(r for r in notes if r.scheduled_job_id == copy_a)
