@@ -15,7 +15,6 @@ import signal
 import sys
 import threading
 import time
-import uuid
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Callable, NoReturn, Sequence

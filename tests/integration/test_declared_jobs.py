@@ -18,6 +18,7 @@ import pytest
 
 import mjsched
 from mjsched import ConfigurationError, InvalidCronExpression, JobNameTaken, JobNotFound, JobStatus
+from tests.support import drivers  # noqa: F401 - registers the test drivers
 
 SHELL = {"command": ["true"]}
 FAR = datetime(2099, 1, 1, tzinfo=timezone.utc)
@@ -187,6 +188,16 @@ def test_ensure_job_resets_what_it_omits_but_keeps_the_status(db: Any, make_engi
     assert job.status is JobStatus.PAUSED            # an operator's pause survives a restart of the app
     job = engine.ensure_job("report", "shell", "0 2 * * *", configuration=SHELL, status="Active")
     assert job.status is JobStatus.ACTIVE and job.next_run_at is not None
+
+
+def test_ensure_job_changes_the_driver_with_its_configuration(db: Any, make_engine: Callable[..., Any]) -> None:
+    """update_job resets the configuration when the driver changes and none is given; a
+    declaration's configuration goes with its new driver even when it did not change."""
+    engine = make_engine()
+    first = engine.ensure_job("report", "shell", "0 2 * * *", configuration=SHELL)
+    job = engine.ensure_job("report", "test-ok", "0 2 * * *", configuration=SHELL)
+    assert (job.id, job.driver, job.configuration) == (first.id, "test-ok", SHELL)
+    assert job.job_type_id != first.job_type_id
 
 
 def test_ensure_job_refuses_bad_input_before_writing(db: Any, make_engine: Callable[..., Any]) -> None:
