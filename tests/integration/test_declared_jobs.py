@@ -351,6 +351,44 @@ def test_when_both_engines_miss_the_name_one_insert_wins_and_the_other_adopts_it
     assert not set(results[0].created) & set(results[1].created)
 
 
+def _sync_in_a_process(dsn: str, names: list[str], barrier: Any, out: Any) -> None:
+    """One application process starting up: its engine, the barrier, then its declared set."""
+    engine = mjsched.SchedulingEngine(dsn, lease_timeout=30)
+    try:
+        barrier.wait(60)
+        result = engine.sync_jobs(declared(*names))
+        out.put((result.created, result.unchanged, result.updated))
+    except BaseException as exc:  # noqa: BLE001 - the parent reports it
+        out.put(repr(exc))
+    finally:
+        engine.close()
+
+
+def test_three_processes_starting_at_once_end_with_one_job_per_name(pg_dsn: str, sql: Any) -> None:
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    barrier, out = ctx.Barrier(3), ctx.Queue()
+    names = [f"proc-job-{i:02d}" for i in range(30)]
+    procs = [ctx.Process(target=_sync_in_a_process, args=(pg_dsn, names, barrier, out)) for _ in range(3)]
+    for p in procs:
+        p.start()
+    try:
+        results = [out.get(timeout=120) for _ in procs]
+    finally:
+        for p in procs:
+            p.join(30)
+            if p.is_alive():
+                p.kill()
+    assert not [r for r in results if isinstance(r, str)], results
+    assert [p.exitcode for p in procs] == [0, 0, 0]
+    _one_job_per_name(sql, names)
+    created = [name for r in results for name in r[0]]
+    assert sorted(created) == names                                     # each created by exactly one
+    for r in results:
+        assert sorted(r[0] + r[1] + r[2]) == names
+
+
 # -- a name wherever a job is taken ------------------------------------------------------------------------
 def test_every_job_method_takes_a_name_as_well_as_an_id(db: Any, make_engine: Callable[..., Any]) -> None:
     engine = make_engine()
