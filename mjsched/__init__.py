@@ -10,18 +10,19 @@ never imports (``mjsched.cli``, ``mjsched.web``). No import cycles at any level
 from .cron import next_run_times
 from .drivers import BaseScheduledJob, ExecutionContext, JobResult, Notification, register_driver
 from .engine import SchedulingEngine
-from .errors import (ConfigurationError, DatabaseError, InvalidCronExpression, JobNotActive, JobNotFound, LockNotAcquired,
-                     SchedulerError, SchemaNotInstalled, UnknownDriver, UnknownTimezone)
-from .models import (ConcurrencyMode, DispatchResult, Isolation, Job, JobRun, JobStatus, MissedRunPolicy,
-                     RunStatus)
+from .errors import (ConfigurationError, DatabaseError, InvalidCronExpression, JobNameTaken, JobNotActive, JobNotFound,
+                     LockNotAcquired, SchedulerError, SchemaNotInstalled, UnknownDriver, UnknownTimezone)
+from .models import (ConcurrencyMode, DispatchResult, FieldChange, Isolation, Job, JobRun, JobStatus, MissedRunPolicy,
+                     RunStatus, SyncResult)
 from .notify import CompositeNotifier, LoggingNotifier, Notifier, SmtpNotifier, WebhookNotifier
 from .version import __version__
 
 __all__ = [
     "BaseScheduledJob", "CompositeNotifier", "ConcurrencyMode", "ConfigurationError", "DatabaseError",
-    "DispatchResult", "ExecutionContext", "InvalidCronExpression", "Isolation", "Job", "JobNotActive", "JobNotFound",
+    "DispatchResult", "ExecutionContext", "FieldChange", "InvalidCronExpression", "Isolation", "Job", "JobNameTaken",
+    "JobNotActive", "JobNotFound",
     "JobResult", "JobRun", "JobStatus", "LockNotAcquired", "LoggingNotifier", "MissedRunPolicy",
     "Notification", "Notifier", "RunStatus", "SchedulerError", "SchedulingEngine", "SchemaNotInstalled",
-    "SmtpNotifier", "UnknownDriver", "UnknownTimezone", "WebhookNotifier", "__version__",
+    "SmtpNotifier", "SyncResult", "UnknownDriver", "UnknownTimezone", "WebhookNotifier", "__version__",
     "next_run_times", "register_driver",
 ]

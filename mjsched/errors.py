@@ -49,11 +49,29 @@ class UnknownDriver(ConfigurationError):
 
 
 class JobNotFound(SchedulerError, LookupError):
-    """The job id does not name a job in the database."""
+    """The job id (or name) does not name a job in the database.
 
-    def __init__(self, job_id: Any) -> None:
+    ``by`` says how the value was looked up: "id" (a UUID, or a value that is no string) or
+    "name" (any other string: see ``mjsched.engine.refs``)."""
+
+    def __init__(self, job_id: Any, by: str = "id") -> None:
         self.job_id = job_id
-        super().__init__(f"job_id={job_id!r}: no such job")
+        self.by = by
+        how = " (not a UUID, so it was looked up as a name: no job has this name)" if by == "name" else ""
+        super().__init__(f"job_id={job_id!r}: no such job{how}")
+
+
+class JobNameTaken(ConfigurationError):
+    """create_job, update_job or a rename gave a name another job has: job names are unique.
+
+    ``existing_id`` is the id of the job that has it, when it could be read."""
+
+    def __init__(self, name: Any, existing_id: str | None = None) -> None:
+        self.name = name
+        self.existing_id = existing_id
+        holder = f" (job {existing_id})" if existing_id else ""
+        super().__init__("name", name, f"another job already has this name{holder}; job names are unique: "
+                                       "choose another, or use ensure_job() to create or update by name")
 
 
 class LockNotAcquired(SchedulerError):

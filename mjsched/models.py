@@ -187,3 +187,27 @@ class ClaimBatch:
     db_now: datetime | None = None
     due_left: int = 0          # claimable due jobs left for want of slots
     locked_out: int = 0        # due jobs held by other engines' live leases
+
+
+@dataclass(frozen=True)
+class FieldChange:
+    """One field a declaration changes: its stored value and the declared one."""
+
+    old: Any
+    new: Any
+
+
+@dataclass(frozen=True)
+class SyncResult:
+    """What ``sync_jobs`` did (or, with ``dry_run``, would do), by job name.
+
+    ``changes`` maps each updated (and each removed) job's name to the fields that change,
+    field -> FieldChange(old, new); ``removed`` holds the jobs paused or deleted because no
+    declaration names them."""
+
+    created: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    changes: dict[str, dict[str, FieldChange]] = field(default_factory=dict)
+    dry_run: bool = False

@@ -167,6 +167,18 @@ def job_id(value: Any) -> str:
     raise JobNotFound(value)
 
 
+def job_name(value: Any) -> str:
+    """A job's name: text of 1..200 characters that does not parse as a UUID, since a value
+    that does is read as a job id wherever a job is named (mjsched/engine/refs.py)."""
+    name = str(text("name", value, required=True, limit=MAX_NAME))
+    try:
+        uuid.UUID(name)
+    except ValueError:
+        return name
+    raise ConfigurationError("name", value, "parses as a UUID, which is read as a job id wherever a job is named; "
+                                            "give the job a name that is not one")
+
+
 def _validate_with(name: str, driver_cls: type, conf: dict[str, Any]) -> None:
     try:
         driver = driver_cls()
@@ -207,7 +219,7 @@ def job_fields(fields: Mapping[str, Any], *, creating: bool,
     out: dict[str, Any] = {}
 
     if creating or "name" in fields:
-        out["name"] = text("name", fields.get("name"), required=True, limit=MAX_NAME)
+        out["name"] = job_name(fields.get("name"))
     if "description" in fields:
         out["description"] = text("description", fields["description"])
     if "owner" in fields:

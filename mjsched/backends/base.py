@@ -8,12 +8,16 @@ guarantees, and the integration tests hold both dialects to them.
 from __future__ import annotations
 
 import abc
+import contextlib
 import json
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
+from ..errors import JobNameTaken, SchedulerError
 from ..models import Claim, ClaimBatch, Job, JobRun
+
+NAME_CONSTRAINT = "uq_scheduled_job_name"   # job names are unique (sql/*/005_job_names.sql)
 
 
 @dataclass(frozen=True)
@@ -108,6 +112,26 @@ class Listener(abc.ABC):
 
     @abc.abstractmethod
     def close(self) -> None: ...
+
+
+@contextlib.contextmanager
+def naming(fields: Mapping[str, Any], holders: Callable[[str], list[Job]] | None = None) -> Iterator[None]:
+    """Around an insert or update of a job row: a JobNameTaken the dialect raised (from the
+    unique violation, which does not say the value) names the name that was written and, when
+    ``holders`` can read it, the job that has it."""
+    try:
+        yield
+    except JobNameTaken as exc:
+        name = fields.get("name")
+        if exc.name is not None or name is None:
+            raise
+        holder = None
+        if holders is not None:
+            try:
+                holder = next((j.id for j in holders(str(name))), None)
+            except SchedulerError:
+                pass        # the error says the name either way
+        raise JobNameTaken(name, holder) from exc.__cause__
 
 
 def replayed_attempts(replay: bool, attempt: Callable[[Any, bool], list[dict[str, Any]]]) -> Callable[[Any], Any]:
@@ -324,6 +348,12 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def list_jobs(self, status: str | None = None) -> list[Job]: ...
+
+    def jobs_named(self, name: str) -> list[Job]:
+        """The jobs called ``name``, as the database compares names (exactly in PostgreSQL; under
+        the column's collation in SQL Server), oldest first: one at most once the names are
+        unique (005_job_names). This default reads every job; the dialects ask by name."""
+        return sorted((j for j in self.list_jobs() if j.name == name), key=lambda j: (j.created_at, j.id))
 
     @abc.abstractmethod
     def unscheduled_jobs(self, limit: int = 500, after: str | None = None) -> list[UnscheduledJob]:

@@ -30,11 +30,10 @@ import pyodbc
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential
 
 from .. import sqlfiles
-from ..errors import ConfigurationError, DatabaseError, SchemaNotInstalled
+from ..errors import ConfigurationError, DatabaseError, JobNameTaken, SchemaNotInstalled
 from ..models import ClaimBatch, Job, JobRun
-from .base import (Backend, Completion, Listener, ManualStart, SweepResult, claim_batch, completion_outcomes,
-                   completions_json,
-                   manual_start, redact, replayed_attempts)
+from .base import (NAME_CONSTRAINT, Backend, Completion, Listener, ManualStart, SweepResult, claim_batch,
+                   completion_outcomes, completions_json, manual_start, naming, redact, replayed_attempts)
 from .base import UnscheduledJob
 from .watchdog import DEFAULT_CALL_TIMEOUT
 from .odbc import (
@@ -59,6 +58,8 @@ from .odbc import (
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+UNIQUE_VIOLATION = {2627, 2601}   # a UNIQUE constraint's violation; a unique index's
 
 # The scripts need OPENJSON, which SQL Server offers only at database compatibility
 # level 130 (SQL Server 2016) or higher, whatever the server's version.
@@ -131,6 +132,8 @@ class MssqlBackend(Backend):
             message = self._scrub(clean_message(exc))
             if number == INVALID_PARAMETER:
                 raise ConfigurationError(what, None, message) from exc
+            if number in UNIQUE_VIOLATION and NAME_CONSTRAINT in message:
+                raise JobNameTaken(None) from exc     # naming() says which name
             if number in _SCHEMA_MISSING_NATIVE and "mjsched" in message.lower():
                 raise SchemaNotInstalled(f"{what}: the mjsched schema is missing or outdated; "
                                          "run engine.install() or `mjsched init-db`") from exc
@@ -395,10 +398,12 @@ class MssqlBackend(Backend):
         return json.dumps(values, default=str)
 
     def insert_job(self, fields: Mapping[str, Any]) -> str:
-        return str(self._scalar("insert_job", fields=self._fields_json(fields)))
+        with naming(fields, self.jobs_named):
+            return str(self._scalar("insert_job", fields=self._fields_json(fields)))
 
     def update_job(self, job_id: str, fields: Mapping[str, Any]) -> bool:
-        return bool(self._scalar("update_job", job_id=job_id, fields=self._fields_json(fields)))
+        with naming(fields, self.jobs_named):
+            return bool(self._scalar("update_job", job_id=job_id, fields=self._fields_json(fields)))
 
     def delete_job(self, job_id: str) -> bool:
         return bool(self._scalar("delete_job", job_id=job_id))
@@ -426,6 +431,11 @@ class MssqlBackend(Backend):
         rows = self._rows("get_jobs", self._job_select() +
                           " WHERE j.id IN (SELECT TRY_CONVERT(uniqueidentifier, e.value) FROM OPENJSON(?) AS e);",
                           (json.dumps(ids),))
+        return [Job.from_row(r) for r in rows]
+
+    def jobs_named(self, name: str) -> list[Job]:
+        rows = self._rows("jobs_named", self._job_select() + " WHERE j.name = ? ORDER BY j.created_at, j.id;",
+                          (name,))
         return [Job.from_row(r) for r in rows]
 
     def list_jobs(self, status: str | None = None) -> list[Job]:

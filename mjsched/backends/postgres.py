@@ -19,11 +19,10 @@ import psycopg2.extras
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential
 
 from .. import sqlfiles
-from ..errors import ConfigurationError, DatabaseError, SchemaNotInstalled
+from ..errors import ConfigurationError, DatabaseError, JobNameTaken, SchemaNotInstalled
 from ..models import ClaimBatch, Job, JobRun
-from .base import (Backend, Completion, Listener, ManualStart, SweepResult, claim_batch, completion_outcomes,
-                   completions_json,
-                   manual_start, redact, replayed_attempts)
+from .base import (NAME_CONSTRAINT, Backend, Completion, Listener, ManualStart, SweepResult, claim_batch,
+                   completion_outcomes, completions_json, manual_start, naming, redact, replayed_attempts)
 from .base import UnscheduledJob
 from .pool import ConnectionPool
 from .watchdog import DEFAULT_CALL_TIMEOUT, CallAbandoned, CallWatchdog, shutdown_socket
@@ -142,6 +141,8 @@ class PostgresBackend(Backend):
         except psycopg2.Error as exc:
             if getattr(exc, "pgcode", None) == "22023":
                 raise ConfigurationError(what, None, str(exc.diag.message_primary)) from exc
+            if getattr(exc, "pgcode", None) == "23505" and exc.diag.constraint_name == NAME_CONSTRAINT:
+                raise JobNameTaken(None) from exc     # naming() says which name
             if _MALFORMED_DSN.search(str(exc)):
                 raise ConfigurationError("dsn", self._safe_dsn,
                                          f"not a valid PostgreSQL DSN: {str(exc).strip()}") from exc
@@ -386,12 +387,14 @@ class PostgresBackend(Backend):
         return json.dumps({k: plain(v) for k, v in fields.items()})
 
     def insert_job(self, fields: Mapping[str, Any]) -> str:
-        return str(self._scalar("create_job", "SELECT job_id FROM mjsched.insert_job(%s::jsonb)",
-                                (self._fields_json(fields),)))
+        with naming(fields, self.jobs_named):
+            return str(self._scalar("create_job", "SELECT job_id FROM mjsched.insert_job(%s::jsonb)",
+                                    (self._fields_json(fields),)))
 
     def update_job(self, job_id: str, fields: Mapping[str, Any]) -> bool:
-        return bool(self._scalar("update_job", "SELECT updated FROM mjsched.update_job(%s::uuid, %s::jsonb)",
-                                 (job_id, self._fields_json(fields))))
+        with naming(fields, self.jobs_named):
+            return bool(self._scalar("update_job", "SELECT updated FROM mjsched.update_job(%s::uuid, %s::jsonb)",
+                                     (job_id, self._fields_json(fields))))
 
     def delete_job(self, job_id: str) -> bool:
         return bool(self._scalar("delete_job", "SELECT deleted FROM mjsched.delete_job(%s::uuid)", (job_id,)))
@@ -411,6 +414,11 @@ class PostgresBackend(Backend):
         if not ids:
             return []
         rows = self._rows("get_jobs", self._job_select() + " WHERE j.id = ANY(%s::uuid[])", (ids,))
+        return [Job.from_row(r) for r in rows]
+
+    def jobs_named(self, name: str) -> list[Job]:
+        rows = self._rows("jobs_named", self._job_select() + " WHERE j.name = %s ORDER BY j.created_at, j.id",
+                          (name,))
         return [Job.from_row(r) for r in rows]
 
     def list_jobs(self, status: str | None = None) -> list[Job]:

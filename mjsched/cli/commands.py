@@ -15,7 +15,6 @@ import signal
 import sys
 import threading
 import time
-import uuid
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Callable, NoReturn, Sequence
@@ -154,25 +153,21 @@ class Context:
 
 
 def resolve_job(engine: Any, ref: str) -> Any:
-    """A job by full id, by unique name, or by unique id prefix (at least 4 characters)."""
+    """A job by id or by name, the library's rule (``engine.get_job``, mjsched/engine/refs.py),
+    else, for the command line only, by a unique id prefix (at least 4 characters)."""
+    from ..engine.refs import as_job_id
+
     try:
-        return engine.get_job(str(uuid.UUID(ref)))
-    except ValueError:
-        pass
-    jobs = engine.list_jobs()
-    named = [j for j in jobs if j.name == ref]
-    if len(named) == 1:
-        return named[0]
-    if len(named) > 1:
-        raise ConfigurationError("job", ref, f"{len(named)} jobs have this name; give the id "
-                                 f"({', '.join(j.id for j in named[:5])})")
-    if len(ref) >= 4:
-        prefixed = [j for j in jobs if j.id.startswith(ref.lower())]
-        if len(prefixed) == 1:
-            return prefixed[0]
-        if len(prefixed) > 1:
-            raise ConfigurationError("job", ref, f"id prefix matches {len(prefixed)} jobs; give more characters")
-    raise JobNotFound(ref)
+        return engine.get_job(ref)
+    except JobNotFound:
+        if len(ref) < 4 or as_job_id(ref) is not None:
+            raise
+    prefixed = [j for j in engine.list_jobs() if j.id.startswith(ref.lower())]
+    if len(prefixed) == 1:
+        return prefixed[0]
+    if len(prefixed) > 1:
+        raise ConfigurationError("job", ref, f"id prefix matches {len(prefixed)} jobs; give more characters")
+    raise JobNotFound(ref, by="name")
 
 
 def parse_instant(field: str, text: str | None, zone: str) -> datetime | None:
@@ -393,6 +388,44 @@ def cmd_jobs_import_celery(ctx: Context) -> int:
         for name, why in result.refused.items():
             ctx.emit(f"refused {name}: {why}")
     return EXIT_FAILED if result.refused else EXIT_OK
+
+
+def cmd_jobs_apply(ctx: Context) -> int:
+    """Make the jobs match a TOML file of declarations (engine.sync_jobs); --dry-run writes nothing."""
+    from . import jobfile
+
+    from ..engine.declared import declarations
+
+    a = ctx.args
+    declared = jobfile.load(a.file)
+    declarations(declared)     # every job checked before a connection is opened
+    result = ctx.engine().sync_jobs(declared, remove_missing=a.remove_missing, dry_run=a.dry_run)
+    removed_as = {"pause": "paused", "delete": "deleted"}.get(a.remove_missing, "removed")
+    if ctx.json:
+        ctx.emit_json({"dry_run": result.dry_run, "remove_missing": a.remove_missing, "created": result.created,
+                       "updated": result.updated, "unchanged": result.unchanged, "removed": result.removed,
+                       "changes": {name: {k: {"old": c.old, "new": c.new} for k, c in fields.items()}
+                                   for name, fields in result.changes.items()}})
+        return EXIT_OK
+    for label, names in (("created", result.created), ("updated", result.updated), ("unchanged", result.unchanged),
+                         (removed_as, result.removed)):
+        for name in names:
+            changes = result.changes.get(name, {})
+            detail = "; ".join(f"{k}: {_diff_value(c.old)} -> {_diff_value(c.new)}" for k, c in sorted(changes.items()))
+            ctx.emit(f"{label:<9} {name}" + (f"  ({detail})" if detail else ""))
+    verb = "would be " if result.dry_run else ""
+    ctx.emit(f"{len(result.created)} {verb}created, {len(result.updated)} {verb}updated, "
+             f"{len(result.unchanged)} unchanged, {len(result.removed)} {verb}{removed_as}"
+             + (" (dry run: nothing was written)" if result.dry_run else ""))
+    return EXIT_OK
+
+
+def _diff_value(value: Any) -> str:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, (dict, list)):
+        return json.dumps(redact(value), sort_keys=True)
+    return repr(value)
 
 
 def cmd_jobs_preview(ctx: Context) -> int:
@@ -746,8 +779,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="address for --dashboard-port (default 127.0.0.1; any other needs MJSCHED_DASHBOARD_TOKEN "
                           "or MJSCHED_DASHBOARD_USER/PASSWORD)")
 
-    jobs = sub.add_parser("jobs", parents=[common], help="add, edit, list, show, pause, resume, remove, unlock, preview jobs",
-                          description="Manage jobs. A JOB is an id, a unique name, or a unique id prefix.")
+    jobs = sub.add_parser("jobs", parents=[common],
+                          help="add, edit, apply, list, show, pause, resume, remove, unlock, preview jobs",
+                          description="Manage jobs. A JOB is an id (a UUID) or a name (names are unique; a value "
+                                      "that is not a UUID is a name), or a unique id prefix of 4+ characters.")
     jobs.set_defaults(handler=lambda ctx: _missing_subcommand(jobs))
     jsub = jobs.add_subparsers(dest="jobs_command", metavar="ACTION", parser_class=Parser)
 
@@ -809,6 +844,15 @@ def build_parser() -> argparse.ArgumentParser:
     je.add_argument("--high-frequency-ok", action=argparse.BooleanOptionalAction, default=None,
                     help="silence (or, with --no-, restore) the high-frequency warning of the job")
     je.add_argument("--check-import", action="store_true", help="as for jobs add")
+
+    jy = add(jsub, "apply", cmd_jobs_apply,
+             "create or update the jobs a TOML file declares ([jobs.NAME] tables of create_job's fields), by name; "
+             "fields a table leaves out take their defaults, status is kept unless given")
+    jy.add_argument("file", metavar="FILE.toml")
+    jy.add_argument("--dry-run", action="store_true", help="print what would change (field: old -> new); write nothing")
+    jy.add_argument("--remove-missing", choices=("keep", "pause", "delete"), default="keep",
+                    help="jobs in the database the file does not declare: keep (default), pause the Active ones, "
+                         "or delete them with their history")
 
     jl = add(jsub, "list", cmd_jobs_list, "list jobs (Disabled ones only with --all or --status Disabled)")
     jl.add_argument("--all", action="store_true", help="include Disabled jobs")

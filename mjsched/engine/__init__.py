@@ -6,6 +6,8 @@ What lives here, one concern a module:
   once.py          DuePass: run_due_jobs, one pass over what is due now for scripts
   options.py       EngineOptions: the engine's tuning, validated once (the CLI builds it too)
   jobs.py          the row values of a job created or changed (validated, first due instant)
+  refs.py          a job named by id or by name: the one rule the API and the CLI use
+  declared.py      jobs declared in code: ensure_job, sync_jobs (create, or update to match)
   dispatch.py      Dispatcher: one poll (sweep cadence, schedule refresh, claim and replay with a
                    PendingClaim, starting claims, Queue-mode enqueue, the next delay), the stop gate
   runs.py          Run, the registry of runs in flight, the capped worker pool

@@ -19,8 +19,9 @@ from ..backends.watchdog import call_timeout_for_lease
 from ..clock import DbClock
 from ..drivers.registry import get_driver
 from ..errors import ConfigurationError, JobNotActive, JobNotFound, LockNotAcquired
-from ..models import DispatchResult, Job, JobRun, JobStatus, RunStatus
+from ..models import DispatchResult, Job, JobRun, JobStatus, RunStatus, SyncResult
 from ..notify import LoggingNotifier, Notifier
+from . import declared, refs
 from .background import BackgroundTasks
 from .changes import ChangeFeed
 from .completions import CompletionWriter
@@ -131,14 +132,15 @@ class SchedulingEngine:
         applied = self.backend.install()
         if applied:
             log.info("installed mjsched schema scripts: %s", ", ".join(applied), extra={"action": "install"})
-        if "001_schema" in applied:
+        if "001_schema" in applied or "005_job_names" in applied:
             self._housekeeping.report_set_aside(started)
         return applied
 
     # -- jobs --------------------------------------------------------------------------
     def create_job(self, name: str, driver: str, cron: str, timezone: str = "UTC",
                    configuration: dict[str, Any] | None = None, **fields: Any) -> str:
-        """Validate everything, then insert the job; returns its id (a UUID string)."""
+        """Validate everything, then insert the job; returns its id (a UUID string).
+        A name another job has raises JobNameTaken (names are unique; see ensure_job)."""
         values, driver_name = new_job_values(self.backend, {"name": name, "driver": driver, "cron": cron,
                                                             "timezone": timezone, "configuration": configuration,
                                                             **fields})
@@ -148,10 +150,26 @@ class SchedulingEngine:
         return job_id
 
     def get_job(self, job_id: str) -> Job:
-        job = self.backend.get_job(validation.job_id(job_id))
-        if job is None:
-            raise JobNotFound(job_id)
-        return job
+        """The job ``job_id`` names: an id, or a name (a value that is not a UUID); JobNotFound
+        otherwise. Every method that takes a job takes either (mjsched/engine/refs.py)."""
+        return refs.resolve_job(self.backend, job_id)
+
+    def ensure_job(self, name: str, driver: str, cron: str | None = None, *, every: Any = None,
+                   run_at: Any = None, **fields: Any) -> Job:
+        """Create the job ``name``, or update it to match: fields not given take create_job's
+        defaults, except ``status`` (kept unless given). Only the fields that differ are
+        written, so next_run_at is recomputed only when the schedule changed; id, statistics
+        and history are kept. Safe from several processes at once (names are unique)."""
+        spec = {"name": name, "driver": driver, "cron": cron, "every": every, "run_at": run_at, **fields}
+        return declared.ensure(self, declared.declare(spec))[1]
+
+    def sync_jobs(self, jobs: list[dict[str, Any]], remove_missing: str = "keep", *,
+                  dry_run: bool = False) -> SyncResult:
+        """ensure_job for each dict of ``jobs`` (all checked before any is written); then the
+        jobs no dict names are kept, paused (Active ones) or deleted, as ``remove_missing``
+        says ("keep", "pause" or "delete": every job in the database counts). With
+        ``dry_run`` nothing is written and the result says what would change."""
+        return declared.sync(self, jobs, remove_missing, dry_run)
 
     def list_jobs(self, status: str | None = None) -> list[Job]:
         if status is not None:
@@ -174,11 +192,11 @@ class SchedulingEngine:
         return self.update_job(job_id, status=JobStatus.ACTIVE.value)
 
     def delete_job(self, job_id: str) -> None:
-        if not self.backend.delete_job(validation.job_id(job_id)):
+        if not self.backend.delete_job(refs.resolve_job_id(self.backend, job_id)):
             raise JobNotFound(job_id)
 
     def list_runs(self, job_id: str | None = None, status: str | None = None, limit: int = 100) -> list[JobRun]:
-        jid = validation.job_id(job_id) if job_id is not None else None
+        jid = refs.resolve_job_id(self.backend, job_id) if job_id is not None else None
         if status is not None:
             status = validation.enum_value("status", status, RunStatus).value
         return self.backend.list_runs(jid, status, validation.positive_int("limit", limit))

@@ -274,15 +274,17 @@ class Housekeeping:
     def report_set_aside(self, since: datetime) -> None:
         """Log, once (at the install that did it), each job the schema upgrade set aside:
         a row breaking a rule of 001_schema.sql is Disabled and gets a Failed run saying why."""
-        try:
-            runs = self._backend.list_runs(None, RunStatus.FAILED.value, 1000)
+        try:   # Failed: a row set aside (001_schema); Skipped: a job renamed for its duplicate name (005)
+            runs = [run for status in (RunStatus.FAILED, RunStatus.SKIPPED)
+                    for run in self._backend.list_runs(None, status.value, 1000)]
         except SchedulerError as exc:
             log.warning("could not list the jobs the upgrade set aside: %s", exc)
             return
         for run in runs:
             if run.executed_by_instance == SET_ASIDE_BY and run.started_at is not None and run.started_at >= since:
+                action = "job_renamed_duplicate" if run.status is RunStatus.SKIPPED else "job_set_aside"
                 log.warning("job %s: %s", run.scheduled_job_id, run.error_message,
-                            extra={"action": "job_set_aside", "job_id": run.scheduled_job_id})
+                            extra={"action": action, "job_id": run.scheduled_job_id})
 
     def unregister(self, instance_name: str, timeout: float | None) -> None:
         """Mark this engine stopped in the registry, best effort: a slow database never

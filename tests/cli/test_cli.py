@@ -159,10 +159,15 @@ def test_runs_unknown_job_and_bad_status(cli: Cli, pg_dsn: str) -> None:
     assert_one_line_error(cli("runs", "--limit", "0", "--dsn", pg_dsn), "limit=")
 
 
-def test_ambiguous_name(cli: Cli, pg_dsn: str) -> None:
-    add_job(cli, pg_dsn, "twin")
-    add_job(cli, pg_dsn, "twin")
-    assert_one_line_error(cli("jobs", "show", "twin", "--dsn", pg_dsn), "2 jobs have this name")
+def test_a_taken_name_is_refused(cli: Cli, pg_dsn: str) -> None:
+    """Job names are unique (005_job_names): a second `jobs add` of a name is exit 2, naming it
+    and the job that has it, and the first job is the one `jobs show NAME` shows."""
+    first = add_job(cli, pg_dsn, "twin")
+    result = cli("jobs", "add", "--dsn", pg_dsn, "--name", "twin", "--driver", "shell", "--cron", "0 4 * * *",
+                 "--config", ECHO)
+    assert_one_line_error(result, "name='twin'", "already has this name", first["id"])
+    assert [j["id"] for j in cli.json("jobs", "list", "--all", "--dsn", pg_dsn)] == [first["id"]]
+    assert cli.json("jobs", "show", "twin", "--dsn", pg_dsn)["id"] == first["id"]
 
 
 # -- database errors ---------------------------------------------------------------------------------------
