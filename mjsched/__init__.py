@@ -11,7 +11,7 @@ from .cron import next_run_times
 from .drivers import BaseScheduledJob, ExecutionContext, JobResult, Notification, register_driver
 from .engine import SchedulingEngine
 from .errors import (ConfigurationError, DatabaseError, InvalidCronExpression, JobNotActive, JobNotFound, LockNotAcquired,
-                     SchedulerError, SchemaNotInstalled, UnknownDriver, UnknownTimezone)
+                     RunNotCancellable, RunNotFound, SchedulerError, SchemaNotInstalled, UnknownDriver, UnknownTimezone)
 from .models import (ConcurrencyMode, DispatchResult, Isolation, Job, JobRun, JobStatus, MissedRunPolicy,
                      RunStatus)
 from .notify import CompositeNotifier, LoggingNotifier, Notifier, SmtpNotifier, WebhookNotifier
@@ -21,7 +21,8 @@ __all__ = [
     "BaseScheduledJob", "CompositeNotifier", "ConcurrencyMode", "ConfigurationError", "DatabaseError",
     "DispatchResult", "ExecutionContext", "InvalidCronExpression", "Isolation", "Job", "JobNotActive", "JobNotFound",
     "JobResult", "JobRun", "JobStatus", "LockNotAcquired", "LoggingNotifier", "MissedRunPolicy",
-    "Notification", "Notifier", "RunStatus", "SchedulerError", "SchedulingEngine", "SchemaNotInstalled",
+    "Notification", "Notifier", "RunNotCancellable", "RunNotFound", "RunStatus", "SchedulerError",
+    "SchedulingEngine", "SchemaNotInstalled",
     "SmtpNotifier", "UnknownDriver", "UnknownTimezone", "WebhookNotifier", "__version__",
     "next_run_times", "register_driver",
 ]

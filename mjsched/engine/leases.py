@@ -25,7 +25,9 @@ log = logging.getLogger(__name__)
 class LeaseKeeper:
     def __init__(self, backend: Backend, registry: RunRegistry, *, instance: str, lease_seconds: float,
                  on_timeout: Callable[[Run], None], on_lost: Callable[[Run], None],
-                 interval: float | None = None, completion_window: float | None = None) -> None:
+                 interval: float | None = None, completion_window: float | None = None,
+                 on_renewed: Callable[[list[str]], None] | None = None,
+                 on_cancel_overdue: Callable[[Run], None] | None = None) -> None:
         self._backend = backend
         self._registry = registry
         self._instance = instance
@@ -35,6 +37,8 @@ class LeaseKeeper:
         self._stalled: set[str] = set()  # runs already reported as a stalled completion
         self._on_timeout = on_timeout
         self._on_lost = on_lost
+        self._on_renewed = on_renewed                # same pass: the renewed tokens' cancel requests
+        self._on_cancel_overdue = on_cancel_overdue  # a cancelled run past its grace
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -77,8 +81,8 @@ class LeaseKeeper:
         next_beat = time.monotonic() + self.interval
         while not stop.is_set():
             now = time.monotonic()
-            deadlines = [e.deadline for e in self._registry.snapshot()
-                         if e.deadline is not None and e.state is State.RUNNING]
+            deadlines = [d for e in self._registry.snapshot() if e.state is State.RUNNING
+                         for d in (e.deadline, e.cancel_deadline) if d is not None]
             wake_at = min([next_beat, *deadlines])
             self._wake.wait(max(0.0, wake_at - now))
             self._wake.clear()
@@ -119,6 +123,9 @@ class LeaseKeeper:
         for entry in self._registry.snapshot():
             if entry.state is State.RUNNING and entry.deadline is not None and entry.deadline <= now:
                 self._on_timeout(entry)
+            if (entry.state is State.RUNNING and entry.cancel_deadline is not None and entry.cancel_deadline <= now
+                    and self._on_cancel_overdue is not None):
+                self._on_cancel_overdue(entry)
 
     def renew(self, tokens: list[str] | None = None) -> bool:
         """Renew ``tokens`` (default: every lease held) in one call; False on error."""
@@ -137,6 +144,11 @@ class LeaseKeeper:
                 return False
             self.renewals += 1
             self._note_busy(busy)
+            if tokens is None and self._on_renewed is not None and (renewed or busy):
+                try:
+                    self._on_renewed(sorted(renewed | busy))
+                except Exception:  # noqa: BLE001 - a cancel check never stops the renewals
+                    log.exception("cancel check after the lease renewal failed")
             lost = set(held) - renewed - busy
             # A COMPLETING run's token may be gone because its completion just landed; if
             # it was really taken over, the completion's fencing says so. Only a RUNNING
