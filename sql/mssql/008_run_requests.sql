@@ -94,6 +94,12 @@ BEGIN
                                               CONVERT(nvarchar(19), SWITCHOFFSET(@v_now, 0), 126), N'Z')
                   FROM mjsched.scheduled_job_run AS r WITH (ROWLOCK)
                  WHERE r.id = @p_run_id;
+                -- counted as every ended run is (run_count = its Completed, Failed, Timeout,
+                -- Cancelled and Abandoned runs), as a failure; no duration, no last_run_at
+                UPDATE j
+                   SET run_count = j.run_count + 1, failure_count = j.failure_count + 1
+                  FROM mjsched.scheduled_job AS j WITH (ROWLOCK)
+                 WHERE j.id = @v_job;
             END;
             IF @v_outcome = N'requested'
             BEGIN

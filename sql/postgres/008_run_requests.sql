@@ -55,6 +55,11 @@ BEGIN
                error_message = format('Cancelled before it ran: requested by %s at %s', p_requested_by,
                                       to_char(v_now AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'))
          WHERE r.id = p_run_id;
+        -- counted as every ended run is (run_count = its Completed, Failed, Timeout, Cancelled
+        -- and Abandoned runs), as a failure; no duration, no last_run_at: it never ran
+        UPDATE mjsched.scheduled_job j
+           SET run_count = j.run_count + 1, failure_count = j.failure_count + 1
+         WHERE j.id = v_job;
         RETURN QUERY SELECT 'cancelled'::varchar, 'Cancelled'::varchar, v_now, p_requested_by;
     ELSIF v_run.status = 'Running' AND v_run.cancel_requested_at IS NOT NULL THEN
         RETURN QUERY SELECT 'already_requested'::varchar, v_run.status, v_run.cancel_requested_at,

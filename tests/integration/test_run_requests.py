@@ -52,6 +52,12 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _queue(db: Any, job_id: str) -> None:
+    """A Queued run of a tick a minute ago, as enqueue_job_run leaves one."""
+    db.run(f"INSERT INTO mjsched.scheduled_job_run (scheduled_job_id, scheduled_for, status, queued_at) "
+           f"VALUES (?, {db.ago(60)}, 'Queued', {db.now})", (job_id,))
+
+
 def _running_run(engine: mjsched.SchedulingEngine, job_id: str, timeout: float = 20.0) -> mjsched.JobRun:
     return wait_for(lambda: next(iter(engine.list_runs(job_id, status="Running")), None), timeout=timeout,
                     message="a Running run")
@@ -130,6 +136,37 @@ def test_secrets_in_parameters_are_masked_where_shown(make_engine: Any, capsys: 
     assert run.parameters["kwargs"]["api_token"] == "s3cret"    # stored as given: the driver needs it
 
 
+# -- the procedures' contract (both dialects; the SQL Server half skips without a server) ----------------
+
+def test_procedures_store_parameters_and_record_cancel_requests(db: Any) -> None:
+    backend = db.backend()
+    try:
+        job_id = db.insert_job(backend.ensure_job_type("test-ok"), "contract", YEARLY)
+        start = backend.start_manual_run(job_id, str(uuid.uuid4()), "e1", 60, parameters={"day": "2026-11-30"})
+        assert start.outcome == "started"
+        run_id, token = str(start.run_id), str(start.lock_token)
+        assert backend.get_run(run_id).parameters == {"day": "2026-11-30"}
+        assert backend.cancel_requests([token]) == [] and backend.cancel_requests([]) == []
+        first = backend.cancel_run(run_id, "alice")
+        assert (first.outcome, first.status, first.requested_by) == ("requested", "Running", "alice")
+        again = backend.cancel_run(run_id, "bob")
+        assert (again.outcome, again.requested_by, again.requested_at) == \
+            ("already_requested", "alice", first.requested_at)
+        [request] = backend.cancel_requests([token, str(uuid.uuid4())])
+        assert (request.run_id, request.token, request.requested_by) == (run_id, token, "alice")
+        assert backend.complete_job_run(run_id, token, "Cancelled", "Cancelled: requested by alice", None, None)
+        assert backend.cancel_requests([token]) == []
+        ended = backend.cancel_run(run_id, "carol")
+        assert (ended.outcome, ended.status, ended.requested_by) == ("not_cancellable", "Cancelled", "alice")
+        assert backend.cancel_run(str(uuid.uuid4()), "dave").outcome == "not_found"
+        with pytest.raises(mjsched.ConfigurationError, match="requested_by"):
+            backend.cancel_run(run_id, "x" * 256)
+        with pytest.raises(mjsched.ConfigurationError, match="requested_by"):
+            backend.cancel_run(run_id, "")
+    finally:
+        backend.close()
+
+
 # -- cancellation: typed errors -------------------------------------------------------------------------
 
 def test_cancelling_an_unknown_or_finished_run_is_a_typed_error(make_engine: Any) -> None:
@@ -153,15 +190,15 @@ def test_cancelling_an_unknown_or_finished_run_is_a_typed_error(make_engine: Any
 def test_a_queued_run_that_is_cancelled_never_runs(make_engine: Any, db: Any) -> None:
     engine = make_engine()
     job_id = engine.create_job(name="queued", driver="test-ok", cron=YEARLY, concurrency_mode="Queue")
-    db.run("INSERT INTO mjsched.scheduled_job_run (scheduled_job_id, scheduled_for, status, queued_at) "
-           "VALUES (%s, now() - interval '1 minute', 'Queued', now())", (job_id,))
+    _queue(db, job_id)
     queued = engine.list_runs(job_id, status="Queued")[0]
     engine.cancel_run(queued.id, requested_by="alice@ops")
     run = engine.backend.get_run(queued.id)
     assert run.status is mjsched.RunStatus.CANCELLED and run.started_at is None
     assert run.cancel_requested_by == "alice@ops" and "before it ran" in run.error_message
     assert engine.dispatch_due_jobs().dispatched == 0          # nothing left to claim
-    assert engine.get_job(job_id).run_count == 0
+    job = engine.get_job(job_id)
+    assert (job.run_count, job.failure_count, job.last_run_at) == (1, 1, None)   # counted, never ran
     with pytest.raises(mjsched.RunNotCancellable):
         engine.cancel_run(queued.id)
 
@@ -343,8 +380,7 @@ def test_cancel_and_claim_of_a_queued_run_never_both_win(make_engine: Any, db: A
     engine = make_engine()
     for i in range(10):
         job_id = engine.create_job(name=f"q-{i}", driver="test-ok", cron=YEARLY, concurrency_mode="Queue")
-        db.run("INSERT INTO mjsched.scheduled_job_run (scheduled_job_id, scheduled_for, status, queued_at) "
-               "VALUES (%s, now() - interval '1 minute', 'Queued', now())", (job_id,))
+        _queue(db, job_id)
         queued = engine.list_runs(job_id, status="Queued")[0]
         barrier = threading.Barrier(2)
 
