@@ -862,7 +862,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="merged over the job's configuration for this run only (repeatable; VALUE is JSON when "
                          "it parses, else a string), e.g. --param day=2026-11-30")
 
-    rn = add(sub, "runs", cmd_runs, "run history, newest first")
+    rn = add(sub, "runs", cmd_runs, "run history, newest first; `runs cancel RUN_ID` cancels a Queued or "
+                                    "Running run")
     rn.add_argument("--job", metavar="JOB")
     rn.add_argument("--status", type=enum_arg(RUN_STATUSES), help=", ".join(RUN_STATUSES))
     rn.add_argument("--limit", type=int, default=20, help="default 20")

@@ -25,6 +25,7 @@ import mjsched
 from mjsched.backends.postgres import PostgresBackend
 from tests.support import drivers  # noqa: F401  (registers the test-* drivers)
 from tests.support.drivers import gate, started
+from tests.integration.test_least_privilege import admin_role, engine_role, logins  # noqa: F401  (fixtures)
 from tests.support.pg import wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(120)]
@@ -405,3 +406,23 @@ def test_cancel_and_claim_of_a_queued_run_never_both_win(make_engine: Any, db: A
         if final.status is mjsched.RunStatus.CANCELLED:
             assert final.started_at is None or final.cancel_requested_at is not None
         assert len(engine.list_runs(job_id)) == 1
+
+
+# -- who may cancel ------------------------------------------------------------------------------------
+
+def test_the_admin_role_cancels_and_the_engine_role_acts_on_it(engine_role: str, admin_role: str,
+                                                               make_engine: Any) -> None:
+    """cancel_run is an admin routine (like force_unlock_job); the engine role reads the requests
+    of its runs (cancel_requests) and may not make one."""
+    runner = make_engine(dsn=engine_role, heartbeat_interval=0.5)
+    admin = make_engine(dsn=admin_role)
+    job_id = admin.create_job(name="by-role", driver="test-block", cron=YEARLY, configuration={"gate": "by-role"})
+    with ThreadPoolExecutor(1) as pool:
+        execution = pool.submit(runner.execute_job, job_id)
+        assert started("by-role").wait(10)
+        run = _running_run(admin, job_id)
+        with pytest.raises(mjsched.DatabaseError, match="permission denied for function cancel_run"):
+            runner.cancel_run(run.id)
+        admin.cancel_run(run.id, requested_by="ops")
+        final = execution.result(20)
+    assert final.status is mjsched.RunStatus.CANCELLED and "requested by ops" in final.error_message
