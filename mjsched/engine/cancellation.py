@@ -3,9 +3,10 @@
 ``engine.cancel_run(run_id)`` records the request on the run row (procedure ``cancel_run``,
 sql/*/008_run_requests.sql); any process with the admin role may call it. A Queued run ends
 Cancelled there and then. A Running run is held by one engine, maybe in another process: its
-lease keeper asks ``cancel_requests`` for its held tokens right after each renewal, so the
-engine learns of the request at its next lease renewal at the latest (at once when the
-request was made through the engine that holds the run). Delivery sets the run's
+lease keeper asks ``cancel_requests`` for its held tokens as often as it renews them and at
+least every 5 s (leases.CANCEL_CHECK_SECONDS), so the engine learns of the request within one
+heartbeat interval, or 5 s if that is shorter (at once when the request was made through the
+engine that holds the run). Delivery sets the run's
 ``cancel_event`` (a process-isolated run's child is sent SIGTERM) and gives the run
 ``cancel_grace`` seconds: a run that returns in time ends Cancelled with what its driver
 said; a process-isolated child still alive then is killed (SIGKILL, its whole tree), and a
@@ -96,8 +97,8 @@ class Cancellation:
         return outcome
 
     def check(self, tokens: list[str]) -> None:
-        """After a renewal: deliver the requests made for these (held) tokens. Errors are
-        logged; the next beat asks again."""
+        """The keeper's pass: deliver the requests made for these (held) tokens. Errors are
+        logged; the next pass asks again."""
         pending = [run for run in self._registry.by_tokens(set(tokens)) if run.cancel_request is None]
         if not pending:
             return

@@ -124,7 +124,7 @@ class SchedulingEngine:
         self._keeper = LeaseKeeper(self.backend, self._registry, instance=self.instance_name,
                                    lease_seconds=self.lease_timeout, interval=opts.heartbeat_interval,
                                    on_timeout=self._runs.time_out, on_lost=self._runs.lose,
-                                   on_renewed=self._cancels.check, on_cancel_overdue=self._runs.cancel_overdue)
+                                   on_cancel_check=self._cancels.check, on_cancel_overdue=self._runs.cancel_overdue)
         self._housekeeping = Housekeeping(self.backend, self._clock)
         self._dispatcher = Dispatcher(backend=self.backend, options=opts, registry=self._registry,
                                       lifecycle=self._runs, writer=self._writer, keeper=self._keeper,

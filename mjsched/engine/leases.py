@@ -21,14 +21,14 @@ from ..errors import SchedulerError
 
 log = logging.getLogger(__name__)
 
-CANCEL_CHECK_SECONDS = 5.0   # cancel requests are read at least this often (and at every renewal)
+CANCEL_CHECK_SECONDS = 5.0   # cancel requests are read at least this often (and as often as leases renew)
 
 
 class LeaseKeeper:
     def __init__(self, backend: Backend, registry: RunRegistry, *, instance: str, lease_seconds: float,
                  on_timeout: Callable[[Run], None], on_lost: Callable[[Run], None],
                  interval: float | None = None, completion_window: float | None = None,
-                 on_renewed: Callable[[list[str]], None] | None = None,
+                 on_cancel_check: Callable[[list[str]], None] | None = None,
                  on_cancel_overdue: Callable[[Run], None] | None = None) -> None:
         self._backend = backend
         self._registry = registry
@@ -39,10 +39,11 @@ class LeaseKeeper:
         self._stalled: set[str] = set()  # runs already reported as a stalled completion
         self._on_timeout = on_timeout
         self._on_lost = on_lost
-        self._on_renewed = on_renewed                # same pass: the renewed tokens' cancel requests
+        self._on_cancel_check = on_cancel_check      # the held tokens' cancel requests (check_cancels)
         self._on_cancel_overdue = on_cancel_overdue  # a cancelled run past its grace
-        # Cancel requests are also read between renewals (a read of the held tokens' rows, no
-        # write): a 600 s lease renews every 150 s, too slow for an operator waiting on a cancel.
+        # Cancel requests are read in the keeper's pass, at least as often as it renews (a read of
+        # the held tokens' rows, no write, its own call: the renewal stays one call), and at least
+        # every CANCEL_CHECK_SECONDS: a 600 s lease renews every 150 s, too slow for an operator.
         self.cancel_check_interval = min(self.interval, CANCEL_CHECK_SECONDS)
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -89,7 +90,7 @@ class LeaseKeeper:
             now = time.monotonic()
             deadlines = [d for e in self._registry.snapshot() if e.state is State.RUNNING
                          for d in (e.deadline, e.cancel_deadline) if d is not None]
-            wake_at = min([next_beat, *deadlines] + ([next_check] if self._on_renewed is not None else []))
+            wake_at = min([next_beat, *deadlines] + ([next_check] if self._on_cancel_check is not None else []))
             self._wake.wait(max(0.0, wake_at - now))
             self._wake.clear()
             if stop.is_set():
@@ -98,20 +99,22 @@ class LeaseKeeper:
                 self.enforce_timeouts()
                 if time.monotonic() >= next_beat:
                     next_beat = time.monotonic() + self.interval
-                    next_check = time.monotonic() + self.cancel_check_interval
-                    self.renew()     # reads the cancel requests too
-                elif time.monotonic() >= next_check:
+                    self.renew()
+                if self._on_cancel_check is not None and time.monotonic() >= next_check:
                     next_check = time.monotonic() + self.cancel_check_interval
                     self.check_cancels()
             except Exception:  # the keeper must never die
                 log.exception("lease keeper iteration failed")
 
     def check_cancels(self) -> None:
-        """Between renewals: the cancel requests of the runs this engine holds (no round
-        trip when it holds none)."""
+        """The cancel requests of the runs this engine holds (no round trip when it holds none);
+        errors are logged, the next pass asks again."""
         held = self._registry.tokens_to_renew(self.completion_window)
-        if held and self._on_renewed is not None:
-            self._on_renewed(sorted(held))
+        if held and self._on_cancel_check is not None:
+            try:
+                self._on_cancel_check(sorted(held))
+            except Exception:  # noqa: BLE001 - a cancel check never stops the keeper
+                log.exception("reading cancel requests failed")
 
     def _note_busy(self, busy: set[str]) -> None:
         """A job row another session holds (an open admin transaction) defers only its own
@@ -161,11 +164,6 @@ class LeaseKeeper:
                 return False
             self.renewals += 1
             self._note_busy(busy)
-            if tokens is None and self._on_renewed is not None and (renewed or busy):
-                try:
-                    self._on_renewed(sorted(renewed | busy))
-                except Exception:  # noqa: BLE001 - a cancel check never stops the renewals
-                    log.exception("cancel check after the lease renewal failed")
             lost = set(held) - renewed - busy
             # A COMPLETING run's token may be gone because its completion just landed; if
             # it was really taken over, the completion's fencing says so. Only a RUNNING

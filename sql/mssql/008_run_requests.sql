@@ -4,8 +4,8 @@
 -- cancel_run records an operator's request on the run row (cancel_requested_at,
 -- cancel_requested_by: 001_schema.sql). A Queued run ends Cancelled at once, without
 -- running. A Running run keeps running until the engine that holds it reads the request
--- through cancel_requests, which it calls in the same keeper pass as renew_leases (so it
--- learns of the request at its next lease renewal at the latest), sets the run's
+-- through cancel_requests, which its lease keeper calls as often as it renews (and at least
+-- every 5 s), so it learns of the request by its next lease renewal at the latest; it sets the run's
 -- cancel_event and, after its grace period, ends it Cancelled (killing a process-isolated
 -- run). The lock and lease procedures are unchanged: the engine ends the run through
 -- complete_runs as for any other outcome, fenced by its token.
@@ -127,7 +127,8 @@ GO
 
 -- cancel_requests: of the given lease tokens (a JSON array of UUID strings: an engine's
 -- Running runs), the runs whose cancel was requested. Read only, through the runs' token
--- index; the engine calls it in the keeper pass that renews the same tokens.
+-- index; the engine's lease keeper calls it as often as it renews the same tokens, and at
+-- least every 5 s.
 CREATE OR ALTER PROCEDURE mjsched.cancel_requests
     @p_tokens nvarchar(max)
 AS

@@ -3,8 +3,8 @@
 -- cancel_run records an operator's request on the run row (cancel_requested_at,
 -- cancel_requested_by: 001_schema.sql). A Queued run ends Cancelled at once, without
 -- running. A Running run keeps running until the engine that holds it reads the request
--- through cancel_requests, which it calls in the same keeper pass as renew_leases (so it
--- learns of the request at its next lease renewal at the latest), sets the run's
+-- through cancel_requests, which its lease keeper calls as often as it renews (and at least
+-- every 5 s), so it learns of the request by its next lease renewal at the latest; it sets the run's
 -- cancel_event and, after its grace period, ends it Cancelled (killing a process-isolated
 -- run). The lock and lease procedures are unchanged: the engine ends the run through
 -- complete_runs as for any other outcome, fenced by its token.
@@ -77,8 +77,8 @@ END;
 $$;
 
 -- cancel_requests: of the given lease tokens (an engine's Running runs), the runs whose
--- cancel was requested. Read only, through the runs' token index; the engine calls it in
--- the keeper pass that renews the same tokens.
+-- cancel was requested. Read only, through the runs' token index; the engine's lease keeper
+-- calls it as often as it renews the same tokens, and at least every 5 s.
 CREATE OR REPLACE FUNCTION mjsched.cancel_requests(p_tokens uuid[])
 RETURNS TABLE (run_id uuid, lock_token uuid, cancel_requested_at timestamptz, cancel_requested_by varchar)
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = mjsched, pg_temp AS $$
