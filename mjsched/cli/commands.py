@@ -483,18 +483,22 @@ def cmd_runs(ctx: Context) -> int:
     if not runs:
         ctx.emit("no runs")
         return EXIT_OK
-    names = {j.id: j.name for j in engine.list_jobs()}
-    # PARAMETERS only when a listed run has some (execute_job(parameters=...)); masked like details
-    with_parameters = any(r.parameters for r in runs)
-    ctx.emit(table(["RUN", "JOB", "STATUS", "SCHEDULED FOR (UTC)", "STARTED (UTC)", "DURATION", "BY", "ERROR"]
-                   + (["PARAMETERS"] if with_parameters else []),
-                   [[r.id[:8], clip(names.get(r.scheduled_job_id, r.scheduled_job_id[:8]), 28), r.status.value,
-                     ts(r.scheduled_for) if r.scheduled_for else "manual", ts(r.started_at),
-                     duration(r.duration_ms), clip(r.executed_by_instance, 24), clip(r.error_message, 50)]
-                    + ([clip(json.dumps(run_row(r)["parameters"], sort_keys=True) if r.parameters else "-", 40)]
-                       if with_parameters else [])
-                    for r in runs]))
+    ctx.emit(runs_table(runs, {j.id: j.name for j in engine.list_jobs()}))
     return EXIT_OK
+
+
+def runs_table(runs: list[Any], names: dict[str, str]) -> str:
+    """The runs as a table; a PARAMETERS column only when a listed run has some
+    (execute_job(parameters=...)), masked like details."""
+    with_parameters = any(r.parameters for r in runs)
+    return table(["RUN", "JOB", "STATUS", "SCHEDULED FOR (UTC)", "STARTED (UTC)", "DURATION", "BY", "ERROR"]
+                 + (["PARAMETERS"] if with_parameters else []),
+                 [[r.id[:8], clip(names.get(r.scheduled_job_id, r.scheduled_job_id[:8]), 28), r.status.value,
+                   ts(r.scheduled_for) if r.scheduled_for else "manual", ts(r.started_at),
+                   duration(r.duration_ms), clip(r.executed_by_instance, 24), clip(r.error_message, 50)]
+                  + ([clip(json.dumps(run_row(r)["parameters"], sort_keys=True) if r.parameters else "-", 40)]
+                     if with_parameters else [])
+                  for r in runs])
 
 
 def cmd_runs_cancel(ctx: Context) -> int:
