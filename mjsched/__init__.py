@@ -11,7 +11,8 @@ from .cron import next_run_times
 from .drivers import BaseScheduledJob, ExecutionContext, JobResult, Notification, register_driver
 from .engine import SchedulingEngine
 from .errors import (ConfigurationError, DatabaseError, InvalidCronExpression, JobNameTaken, JobNotActive, JobNotFound,
-                     LockNotAcquired, SchedulerError, SchemaNotInstalled, UnknownDriver, UnknownTimezone)
+                     LockNotAcquired, RunNotCancellable, RunNotFound, SchedulerError, SchemaNotInstalled, UnknownDriver,
+                     UnknownTimezone)
 from .models import (ConcurrencyMode, DispatchResult, FieldChange, Isolation, Job, JobRun, JobStatus, MissedRunPolicy,
                      RunStatus, SyncResult)
 from .notify import CompositeNotifier, LoggingNotifier, Notifier, SmtpNotifier, WebhookNotifier
@@ -22,7 +23,8 @@ __all__ = [
     "DispatchResult", "ExecutionContext", "FieldChange", "InvalidCronExpression", "Isolation", "Job", "JobNameTaken",
     "JobNotActive", "JobNotFound",
     "JobResult", "JobRun", "JobStatus", "LockNotAcquired", "LoggingNotifier", "MissedRunPolicy",
-    "Notification", "Notifier", "RunStatus", "SchedulerError", "SchedulingEngine", "SchemaNotInstalled",
+    "Notification", "Notifier", "RunNotCancellable", "RunNotFound", "RunStatus", "SchedulerError",
+    "SchedulingEngine", "SchemaNotInstalled",
     "SmtpNotifier", "SyncResult", "UnknownDriver", "UnknownTimezone", "WebhookNotifier", "__version__",
     "next_run_times", "register_driver",
 ]

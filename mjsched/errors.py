@@ -91,6 +91,23 @@ class JobNotActive(SchedulerError):
         super().__init__(f"job_id={job_id!r}: status is {status}, not Active (pass force=True to run it anyway)")
 
 
+class RunNotFound(SchedulerError, LookupError):
+    """The run id does not name a run in the database."""
+
+    def __init__(self, run_id: Any) -> None:
+        self.run_id = run_id
+        super().__init__(f"run_id={run_id!r}: no such run")
+
+
+class RunNotCancellable(SchedulerError):
+    """cancel_run on a run that already ended (Completed, Failed, Timeout, Cancelled, ...)."""
+
+    def __init__(self, run_id: Any, status: str) -> None:
+        self.run_id = run_id
+        self.status = status
+        super().__init__(f"run_id={run_id!r}: status is {status}; only a Queued or Running run can be cancelled")
+
+
 class DatabaseError(SchedulerError):
     """The database failed or could not be reached (after retries).
 

@@ -187,11 +187,17 @@ class _Supervisor:
             except OSError:
                 pass
 
+    def _grace(self) -> float:
+        """An operator's cancel gives the engine's cancel grace (context.cancel_grace); a
+        timeout, a lost lease or a shutdown gives this run's own."""
+        operator = getattr(self.context, "cancel_grace", None)
+        return self.grace if operator is None else float(operator)
+
     def _enforce_cancel(self) -> None:
         if self.cancelled_at is None and self.context.cancel_event.is_set():
             self.cancelled_at = time.monotonic()
             log.warning("run %s of job %r cancelled: terminating child process %d (SIGKILL in %gs)",
-                        self.context.run.id, self.context.job.name, self.proc.pid, self.grace,
+                        self.context.run.id, self.context.job.name, self.proc.pid, self._grace(),
                         extra={"action": "isolated_terminate", "child_pid": self.proc.pid})
             try:
                 self.conn.send(("cancel",))
@@ -199,9 +205,9 @@ class _Supervisor:
                 pass
             self._signal_tree(signal.SIGTERM)
         elif (self.cancelled_at is not None and not self.killed
-              and time.monotonic() - self.cancelled_at >= self.grace):
+              and time.monotonic() - self.cancelled_at >= self._grace()):
             log.warning("child process %d of run %s ignored SIGTERM for %gs: killing its process tree",
-                        self.proc.pid, self.context.run.id, self.grace,
+                        self.proc.pid, self.context.run.id, self._grace(),
                         extra={"action": "isolated_kill", "child_pid": self.proc.pid})
             self._kill_tree()
 

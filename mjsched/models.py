@@ -134,6 +134,13 @@ class JobRun:
     executed_by_instance: str | None
     lock_token: str | None
     lease_expires_at: datetime | None
+    # What execute_job(parameters=...) merged over the job's configuration for this run only
+    # (None for a scheduled run); the driver saw the merged configuration.
+    parameters: dict[str, Any] | None = None
+    # An operator's cancel_run of this run: when and by whom (the run itself may have finished
+    # first, with its own outcome).
+    cancel_requested_at: datetime | None = None
+    cancel_requested_by: str | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> "JobRun":
@@ -142,6 +149,7 @@ class JobRun:
         values["scheduled_job_id"] = str(values["scheduled_job_id"])
         values["status"] = RunStatus(values["status"])
         values["details"] = _json(values["details"])
+        values["parameters"] = _json(values["parameters"])
         values["lock_token"] = str(values["lock_token"]) if values["lock_token"] else None
         if values["success"] is not None:
             values["success"] = bool(values["success"])

@@ -3,7 +3,7 @@
 The engine role may run jobs: claim, renew, complete, sweep, execute_job, reschedule,
 register itself, release its host's dead engines' locks, probe its permissions. The admin
 role may define jobs: every other routine that is not internal (create/update/delete a job,
-job types, force_unlock_job). grants.sql holds the same list (tests/unit/test_privileges.py
+job types, force_unlock_job, cancel_run). grants.sql holds the same list (tests/unit/test_privileges.py
 compares them), so the start-up probe can tell "may not define jobs" (expected for an
 engine) from "may not run jobs" (dispatch will fail).
 """
@@ -17,13 +17,14 @@ ENGINE_ROUTINES = frozenset({
     "enqueue_job_run", "extend_job_leases", "initialize_next_run", "initialize_next_runs",
     "internal_routines", "lease_interval", "probe_permissions", "register_engine",
     "release_engine_locks", "release_job_lock", "renew_leases", "start_manual_run",
-    "sweep_expired_leases", "unregister_engine", "note_frequency_warned",
+    "sweep_expired_leases", "unregister_engine", "note_frequency_warned", "cancel_requests",
 })
 
 # What the admin role gets today (grants.sql grants it every non-internal routine outside
 # ENGINE_ROUTINES, so a routine added later is an admin one until it is listed above).
 ADMIN_ROUTINES = frozenset({
-    "check_job_fields", "delete_job", "ensure_job_type", "force_unlock_job", "insert_job", "update_job",
+    "cancel_run", "check_job_fields", "delete_job", "ensure_job_type", "force_unlock_job", "insert_job",
+    "update_job",
 })
 
 

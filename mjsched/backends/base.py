@@ -69,6 +69,38 @@ def manual_start(rows: Sequence[Mapping[str, Any]]) -> ManualStart:
 
 
 @dataclass(frozen=True)
+class CancelOutcome:
+    """What ``cancel_run`` did: ``outcome`` is requested | already_requested | cancelled (a
+    Queued run, ended at once) | not_cancellable (``status`` says why) | not_found."""
+
+    outcome: str
+    status: str | None = None
+    requested_at: datetime | None = None
+    requested_by: str | None = None
+
+
+@dataclass(frozen=True)
+class CancelRequest:
+    """A Running run of this engine whose cancel an operator requested (``cancel_requests``)."""
+
+    run_id: str
+    token: str
+    requested_at: datetime
+    requested_by: str | None
+
+
+def cancel_outcome(rows: Sequence[Mapping[str, Any]]) -> CancelOutcome:
+    r = rows[0] if rows else {"outcome": "not_found"}
+    return CancelOutcome(str(r["outcome"]), r.get("status"), r.get("cancel_requested_at"),
+                         r.get("cancel_requested_by"))
+
+
+def cancel_requests(rows: Iterable[Mapping[str, Any]]) -> list[CancelRequest]:
+    return [CancelRequest(str(r["run_id"]).lower(), str(r["lock_token"]).lower(), r["cancel_requested_at"],
+                          r["cancel_requested_by"]) for r in rows]
+
+
+@dataclass(frozen=True)
 class SweepResult:
     swept: int = 0            # Running runs whose lease lapsed, now Abandoned
     locks_freed: int = 0      # job locks whose lease lapsed, now free
@@ -279,11 +311,22 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def start_manual_run(self, job_id: str, request_id: str, instance: str, lease_seconds: float,
-                         force: bool = False, replay: bool = False, now: datetime | None = None) -> ManualStart:
+                         force: bool = False, replay: bool = False, now: datetime | None = None,
+                         parameters: Mapping[str, Any] | None = None) -> ManualStart:
         """Take the job's lock and start a manual run, in one replay-safe call: the lock
         token derives from ``request_id``, and the backend's retries are replays that
         answer the run a lost call started. Refused (``not_active``) for a job that is
-        not Active unless ``force``; ``locked`` while a live lease holds the job."""
+        not Active unless ``force``; ``locked`` while a live lease holds the job.
+        ``parameters`` (a JSON object) is stored on the run."""
+
+    @abc.abstractmethod
+    def cancel_run(self, run_id: str, requested_by: str, now: datetime | None = None) -> CancelOutcome:
+        """Record an operator's request to cancel a run (a Queued run ends Cancelled at once);
+        the engine holding a Running run reads it through ``cancel_requests``."""
+
+    @abc.abstractmethod
+    def cancel_requests(self, tokens: Sequence[str]) -> list[CancelRequest]:
+        """Of these lease tokens, the Running runs whose cancel was requested (read only)."""
 
     @abc.abstractmethod
     def release_engine_locks(self, instance: str, reason: str | None = None,

@@ -32,8 +32,9 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_afte
 from .. import sqlfiles
 from ..errors import ConfigurationError, DatabaseError, JobNameTaken, SchemaNotInstalled
 from ..models import ClaimBatch, Job, JobRun
-from .base import (NAME_CONSTRAINT, Backend, Completion, Listener, ManualStart, SweepResult, claim_batch,
-                   completion_outcomes, completions_json, manual_start, naming, redact, replayed_attempts)
+from .base import (NAME_CONSTRAINT, Backend, CancelOutcome, CancelRequest, Completion, Listener, ManualStart,
+                   SweepResult, cancel_outcome, cancel_requests, claim_batch, completion_outcomes, completions_json,
+                   manual_start, naming, redact, replayed_attempts)
 from .base import UnscheduledJob
 from .watchdog import DEFAULT_CALL_TIMEOUT
 from .odbc import (
@@ -333,13 +334,26 @@ class MssqlBackend(Backend):
         return str(value) if value else None
 
     def start_manual_run(self, job_id: str, request_id: str, instance: str, lease_seconds: float,
-                         force: bool = False, replay: bool = False, now: datetime | None = None) -> ManualStart:
+                         force: bool = False, replay: bool = False, now: datetime | None = None,
+                         parameters: Mapping[str, Any] | None = None) -> ManualStart:
+        payload = json.dumps(dict(parameters)) if parameters is not None else None
+
         def attempt(cur: Any, again: bool) -> list[dict[str, Any]]:
             cur.execute("EXEC mjsched.start_manual_run @p_job_id = ?, @p_request_id = ?, @p_instance = ?, "
-                        "@p_lease_seconds = ?, @p_force = ?, @p_replay = ?, @p_now = ?;",
-                        [to_param(p) for p in (job_id, request_id, instance, lease_seconds, force, again, now)])
+                        "@p_lease_seconds = ?, @p_force = ?, @p_replay = ?, @p_now = ?"
+                        + (", @p_parameters = ?;" if payload is not None else ";"),
+                        [to_param(p) for p in (job_id, request_id, instance, lease_seconds, force, again, now)]
+                        + ([payload] if payload is not None else []))
             return _rows_of(cur)
         return manual_start(self._run("start_manual_run", replayed_attempts(replay, attempt)))
+
+    def cancel_run(self, run_id: str, requested_by: str, now: datetime | None = None) -> CancelOutcome:
+        return cancel_outcome(self._call("cancel_run", run_id=run_id, requested_by=requested_by, now=now))
+
+    def cancel_requests(self, tokens: Sequence[str]) -> list[CancelRequest]:
+        if not tokens:
+            return []
+        return cancel_requests(self._call("cancel_requests", tokens=json.dumps([str(t) for t in tokens])))
 
     def release_engine_locks(self, instance: str, reason: str | None = None,
                              now: datetime | None = None) -> tuple[int, int]:

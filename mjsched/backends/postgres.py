@@ -21,8 +21,9 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_afte
 from .. import sqlfiles
 from ..errors import ConfigurationError, DatabaseError, JobNameTaken, SchemaNotInstalled
 from ..models import ClaimBatch, Job, JobRun
-from .base import (NAME_CONSTRAINT, Backend, Completion, Listener, ManualStart, SweepResult, claim_batch,
-                   completion_outcomes, completions_json, manual_start, naming, redact, replayed_attempts)
+from .base import (NAME_CONSTRAINT, Backend, CancelOutcome, CancelRequest, Completion, Listener, ManualStart,
+                   SweepResult, cancel_outcome, cancel_requests, claim_batch, completion_outcomes, completions_json,
+                   manual_start, naming, redact, replayed_attempts)
 from .base import UnscheduledJob
 from .pool import ConnectionPool
 from .watchdog import DEFAULT_CALL_TIMEOUT, CallAbandoned, CallWatchdog, shutdown_socket
@@ -315,12 +316,29 @@ class PostgresBackend(Backend):
         return str(value) if value else None
 
     def start_manual_run(self, job_id: str, request_id: str, instance: str, lease_seconds: float,
-                         force: bool = False, replay: bool = False, now: datetime | None = None) -> ManualStart:
+                         force: bool = False, replay: bool = False, now: datetime | None = None,
+                         parameters: Mapping[str, Any] | None = None) -> ManualStart:
+        payload = json.dumps(dict(parameters)) if parameters is not None else None
+
         def attempt(cur: Any, again: bool) -> list[dict[str, Any]]:
-            cur.execute("SELECT * FROM mjsched.start_manual_run(%s::uuid, %s::uuid, %s, %s, %s, %s, %s)",
-                        (job_id, request_id, instance, lease_seconds, force, again, now))
+            if payload is None:   # the call of the previous release: works against either schema
+                cur.execute("SELECT * FROM mjsched.start_manual_run(%s::uuid, %s::uuid, %s, %s, %s, %s, %s)",
+                            (job_id, request_id, instance, lease_seconds, force, again, now))
+            else:
+                cur.execute("SELECT * FROM mjsched.start_manual_run(%s::uuid, %s::uuid, %s, %s, %s, %s, %s, "
+                            "%s::jsonb)", (job_id, request_id, instance, lease_seconds, force, again, now, payload))
             return list(cur.fetchall())
         return manual_start(self._run("start_manual_run", replayed_attempts(replay, attempt)))
+
+    def cancel_run(self, run_id: str, requested_by: str, now: datetime | None = None) -> CancelOutcome:
+        return cancel_outcome(self._rows("cancel_run", "SELECT * FROM mjsched.cancel_run(%s::uuid, %s, %s)",
+                                         (run_id, requested_by, now)))
+
+    def cancel_requests(self, tokens: Sequence[str]) -> list[CancelRequest]:
+        if not tokens:
+            return []
+        return cancel_requests(self._rows("cancel_requests", "SELECT * FROM mjsched.cancel_requests(%s::uuid[])",
+                                          (list(tokens),)))
 
     def release_engine_locks(self, instance: str, reason: str | None = None,
                              now: datetime | None = None) -> tuple[int, int]:

@@ -15,6 +15,7 @@ import signal
 import sys
 import threading
 import time
+import uuid
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Callable, NoReturn, Sequence
@@ -23,6 +24,7 @@ from . import config as config_mod
 from ..logfmt import JsonLinesFormatter
 from ..redaction import RedactingFilter, redact, redact_text
 from ..errors import ConfigurationError, JobNotActive, JobNotFound, LockNotAcquired, SchedulerError
+from ..parameters import parse_assignment
 from ..version import __version__
 from .terminal import (EXIT_FAILED, EXIT_OK, EXIT_USAGE, UTC, GracefulStop, ago, clip, drain, duration, jsonable,
                        table, ts)
@@ -464,9 +466,16 @@ def cmd_jobs_preview(ctx: Context) -> int:
     return EXIT_OK
 
 
+def run_row(run: Any) -> dict[str, Any]:
+    """A run as shown (text and --json): JSON-ready, secrets in details and parameters masked."""
+    return dict(redact(jsonable(run)))
+
+
 def run_lines(run: Any, job_name: str | None = None) -> list[str]:
     lines = [f"run {run.id} of job {job_name or run.scheduled_job_id}: {run.status.value}"
              + (f" in {duration(run.duration_ms)}" if run.duration_ms is not None else "")]
+    if run.parameters:
+        lines.append(f"parameters: {json.dumps(run_row(run)['parameters'], sort_keys=True)}")
     if run.error_message:
         lines.append(f"error: {run.error_message}")
     for key, value in redact(run.details or {}).items():
@@ -484,7 +493,8 @@ def run_lines(run: Any, job_name: str | None = None) -> list[str]:
 def cmd_execute(ctx: Context) -> int:
     engine = ctx.engine()
     job = resolve_job(engine, ctx.args.job)
-    run = engine.execute_job(job.id, force=ctx.args.force)
+    parameters = dict(parse_assignment(text) for text in ctx.args.param or []) or None
+    run = engine.execute_job(job.id, parameters, force=ctx.args.force)
     if ctx.json:
         ctx.emit_json(run)
     else:
@@ -512,11 +522,46 @@ def cmd_runs(ctx: Context) -> int:
 
 
 def runs_table(runs: list[Any], names: dict[str, str]) -> str:
-    return table(["RUN", "JOB", "STATUS", "SCHEDULED FOR (UTC)", "STARTED (UTC)", "DURATION", "BY", "ERROR"],
+    """The runs as a table; a PARAMETERS column only when a listed run has some
+    (execute_job(parameters=...)), masked like details."""
+    with_parameters = any(r.parameters for r in runs)
+    return table(["RUN", "JOB", "STATUS", "SCHEDULED FOR (UTC)", "STARTED (UTC)", "DURATION", "BY", "ERROR"]
+                 + (["PARAMETERS"] if with_parameters else []),
                  [[r.id[:8], clip(names.get(r.scheduled_job_id, r.scheduled_job_id[:8]), 28), r.status.value,
                    ts(r.scheduled_for) if r.scheduled_for else "manual", ts(r.started_at),
                    duration(r.duration_ms), clip(r.executed_by_instance, 24), clip(r.error_message, 50)]
+                  + ([clip(json.dumps(run_row(r)["parameters"], sort_keys=True) if r.parameters else "-", 40)]
+                     if with_parameters else [])
                   for r in runs])
+
+
+def cmd_runs_cancel(ctx: Context) -> int:
+    """Ask for a run to be cancelled (any process; the run's engine acts at its next lease
+    renewal); with --wait, also wait for the run to end and exit 1 unless it ended Cancelled."""
+    from ..engine.cancellation import default_requester
+
+    engine = ctx.engine()
+    engine.cancel_run(ctx.args.run, requested_by=default_requester())
+    run = engine.backend.get_run(str(uuid.UUID(ctx.args.run)))
+    if ctx.args.wait and run is not None and not run.finished:
+        if not ctx.args.timeout > 0:
+            raise UsageError(f"--timeout must be a positive number of seconds, not {ctx.args.timeout}")
+        deadline = time.monotonic() + ctx.args.timeout
+        while run is not None and not run.finished and time.monotonic() < deadline:
+            time.sleep(0.2)
+            run = engine.backend.get_run(run.id)
+    if run is None:      # deleted with its job meanwhile
+        raise SchedulerError(f"run_id={ctx.args.run!r}: the run was deleted with its job")
+    if ctx.json:
+        ctx.emit_json(run)
+    elif run.finished:
+        ctx.emit(f"run {run.id}: {run.status.value}" + (f": {run.error_message}" if run.error_message else ""))
+    else:
+        ctx.emit(f"run {run.id}: cancel requested by {run.cancel_requested_by} at {ts(run.cancel_requested_at)} UTC; "
+                 f"its engine ({run.executed_by_instance}) ends it Cancelled at its next lease renewal")
+    if ctx.args.wait:
+        return EXIT_OK if run.status.value == "Cancelled" else EXIT_FAILED
+    return EXIT_OK
 
 
 def follow_runs(ctx: Context, engine: Any, job_id: str | None) -> int:
@@ -886,14 +931,24 @@ def build_parser() -> argparse.ArgumentParser:
     ex = add(sub, "execute", cmd_execute, "run a job now, under its lock, and print the run (exit 1 if it failed)")
     ex.add_argument("job", metavar="JOB")
     ex.add_argument("--force", action="store_true", help="run it even if it is not Active (Paused, Disabled...)")
+    ex.add_argument("--param", action="append", metavar="KEY=VALUE",
+                    help="merged over the job's configuration for this run only (repeatable; VALUE is JSON when "
+                         "it parses, else a string), e.g. --param day=2026-11-30")
 
-    rn = add(sub, "runs", cmd_runs, "run history, newest first")
+    rn = add(sub, "runs", cmd_runs, "run history, newest first; `runs cancel RUN_ID` cancels a Queued or "
+                                    "Running run")
     rn.add_argument("--job", metavar="JOB")
     rn.add_argument("--status", type=enum_arg(RUN_STATUSES), help=", ".join(RUN_STATUSES))
     rn.add_argument("--limit", type=int, default=20, help="default 20")
     rn.add_argument("-f", "--follow", action="store_true",
                     help="keep printing runs as they start and end, until Ctrl-C (--json: one object a line)")
     rn.add_argument("--interval", type=float, default=1.0, metavar="SECONDS", help="--follow's poll interval")
+    rsub = rn.add_subparsers(dest="runs_command", metavar="ACTION", parser_class=Parser, required=False)
+    rc = add(rsub, "cancel", cmd_runs_cancel, "cancel a Queued or Running run, from any machine: its engine "
+                                             "ends it Cancelled at its next lease renewal")
+    rc.add_argument("run", metavar="RUN_ID")
+    rc.add_argument("--wait", action="store_true", help="wait for the run to end; exit 1 unless it ends Cancelled")
+    rc.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS", help="--wait's bound (default 120)")
 
     add(sub, "status", cmd_status, "engines seen, and how many jobs are due, running, queued, failing, abandoned")
     add(sub, "config", cmd_config, "the effective settings and where each comes from")

@@ -212,6 +212,8 @@ KEYS: dict[str, Key] = {k.name: k for k in (
     Key("allowed_drivers", _drivers, None, "drivers this engine may run, e.g. [\"http\", \"python\"]; a job of "
                                            "another driver ends Failed on it (unset: every registered driver)"),
     Key("shutdown_timeout", _seconds(86_400), 30.0, "on SIGINT/SIGTERM, wait at most this long for running jobs"),
+    Key("cancel_grace", _seconds(86_400), 30.0, "seconds a run cancelled by `mjsched runs cancel` has to stop "
+                                                "before its process is killed"),
     Key("notify_log", _bool, True, "log every notification (besides e-mail/webhook)"),
     Key("smtp.host", _text(255), None, "SMTP server; set it to send e-mail notifications"),
     Key("smtp.port", _port, 25, "SMTP port"),
@@ -301,7 +303,8 @@ class Settings:
                                  instance_name=self.values["instance_name"],
                                  min_poll_interval=self.values["min_poll_interval"],
                                  max_poll_interval=self.values["max_poll_interval"],
-                                 allowed_drivers=self.values["allowed_drivers"])
+                                 allowed_drivers=self.values["allowed_drivers"],
+                                 cancel_grace=self.values["cancel_grace"])
         except ConfigurationError as exc:
             raise ConfigurationError(self._where(exc.field), exc.value, exc.reason) from None
 

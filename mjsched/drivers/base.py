@@ -32,8 +32,12 @@ class ExecutionContext:
 
     ``heartbeat()`` renews this run's lease now and says whether it still holds
     it (False: the lease was taken over or the run timed out; stop working).
-    ``cancel_event`` is set on timeout, on lease loss and at shutdown; long
-    drivers should check it.
+    ``cancel_event`` is set on timeout, on lease loss, at shutdown and when an
+    operator cancels the run (``engine.cancel_run``); long drivers should check it.
+    ``job.configuration`` is the job's configuration with the run's parameters merged
+    over it (``run.parameters``: what ``execute_job(parameters=...)`` was given).
+    ``cancel_grace`` is set (seconds) when an operator cancelled the run: how long a
+    process-isolated run has between the cancel and SIGKILL.
     """
 
     job: Job
@@ -41,6 +45,7 @@ class ExecutionContext:
     cancel_event: threading.Event
     logger: logging.Logger
     heartbeat: Callable[[], bool] = lambda: True
+    cancel_grace: float | None = None
 
 
 class BaseScheduledJob:

@@ -7,12 +7,14 @@ the completion writer and the change feed together (see the package docstring).
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import logging
 import time
 import uuid
 import weakref
 from typing import Any, Iterable
 
+from .. import parameters as run_parameters
 from .. import validation
 from ..backends import Backend, open_backend
 from ..backends.watchdog import call_timeout_for_lease
@@ -23,6 +25,7 @@ from ..models import DispatchResult, Job, JobRun, JobStatus, RunStatus, SyncResu
 from ..notify import LoggingNotifier, Notifier
 from . import declared, refs
 from .background import BackgroundTasks
+from .cancellation import Cancellation, default_requester
 from .changes import ChangeFeed
 from .completions import CompletionWriter
 from .control import EngineControl
@@ -68,13 +71,14 @@ class SchedulingEngine:
                  max_catch_up_runs: int = 100, heartbeat_interval: float | None = None,
                  completion_batch_window: float = 0.002, backend: Backend | None = None,
                  allowed_drivers: Iterable[str] | str | None = None, options: EngineOptions | None = None,
-                 **backend_options: Any) -> None:
+                 cancel_grace: float = 30.0, **backend_options: Any) -> None:
         """``options`` (built by the CLI's config) replaces the tuning arguments when given."""
         self.options = options or EngineOptions(
             max_concurrent_jobs=max_concurrent_jobs, lease_timeout=lease_timeout, instance_name=instance_name,
             min_poll_interval=min_poll_interval, max_poll_interval=max_poll_interval,
             max_catch_up_runs=max_catch_up_runs, heartbeat_interval=heartbeat_interval,
-            completion_batch_window=completion_batch_window, allowed_drivers=allowed_drivers)
+            completion_batch_window=completion_batch_window, allowed_drivers=allowed_drivers,
+            cancel_grace=cancel_grace)
         opts = self.options
         self.max_concurrent_jobs, self.lease_timeout = opts.max_concurrent_jobs, opts.lease_timeout
         self.min_poll_interval, self.max_poll_interval = opts.min_poll_interval, opts.max_poll_interval
@@ -111,9 +115,12 @@ class SchedulingEngine:
                                   clock=self._clock, notifier=lambda: self.notifier, listeners=self._listeners,
                                   stats=self.stats, instance_name=self.instance_name,
                                   allowed_drivers=self.allowed_drivers, wake=lambda: self._poller.wake())
+        self._cancels = Cancellation(self.backend, self._registry, grace=opts.cancel_grace,
+                                     on_overdue_soon=lambda: self._keeper.poke())
         self._keeper = LeaseKeeper(self.backend, self._registry, instance=self.instance_name,
                                    lease_seconds=self.lease_timeout, interval=opts.heartbeat_interval,
-                                   on_timeout=self._runs.time_out, on_lost=self._runs.lose)
+                                   on_timeout=self._runs.time_out, on_lost=self._runs.lose,
+                                   on_cancel_check=self._cancels.check, on_cancel_overdue=self._runs.cancel_overdue)
         self._housekeeping = Housekeeping(self.backend, self._clock)
         self._dispatcher = Dispatcher(backend=self.backend, options=opts, registry=self._registry,
                                       lifecycle=self._runs, writer=self._writer, keeper=self._keeper,
@@ -270,9 +277,12 @@ class SchedulingEngine:
         return result, delay
 
     # -- manual execution ---------------------------------------------------------------
-    def execute_job(self, job_id: str, *, force: bool = False) -> JobRun:
+    def execute_job(self, job_id: str, parameters: dict[str, Any] | None = None, *, force: bool = False) -> JobRun:
         """Run a job now, in this call, under its lock; returns the finished run.
 
+        ``parameters`` are merged over the job's configuration for this run only (see
+        mjsched/parameters.py), checked by the driver's ``validate_configuration`` before
+        anything is written, and stored on the run (``JobRun.parameters``).
         A job that is not Active raises JobNotActive unless ``force`` (an operator's
         deliberate run of a paused job). Lock and run are taken in one replay-safe call,
         so a lost reply never leaves the job locked by a run nobody executes.
@@ -280,9 +290,12 @@ class SchedulingEngine:
         job = self.get_job(job_id)
         if not isinstance(force, bool):
             raise ConfigurationError("force", force, "must be True or False")
+        params = run_parameters.check_parameters(parameters)
+        if params:
+            job = dataclasses.replace(job, configuration=run_parameters.merged_configuration(job, params))
         # What this process cannot run (an import path it lacks) is refused before a run is recorded.
         get_driver(job.driver)().check_can_run(job.configuration)
-        start = self._start_manual_run(job, force)
+        start = self._start_manual_run(job, force, params)
         if start.outcome == "not_found":
             raise JobNotFound(job.id)
         if start.outcome == "not_active":
@@ -290,7 +303,7 @@ class SchedulingEngine:
         if start.outcome != "started" or not start.run_id or not start.lock_token:
             raise LockNotAcquired(job.id)
         run_id, token = start.run_id, start.lock_token
-        held = self._runs.new_run(job, run_id, token, None, manual=True, catch_up=False)
+        held = self._runs.new_run(job, run_id, token, None, manual=True, catch_up=False, parameters=params)
         self._registry.add(held)
         self._runs.watch(held)
         self._runs.execute_in_thread(held)
@@ -306,7 +319,7 @@ class SchedulingEngine:
             raise JobNotFound(job.id)
         return run
 
-    def _start_manual_run(self, job: Job, force: bool) -> Any:
+    def _start_manual_run(self, job: Job, force: bool, parameters: dict[str, Any] | None = None) -> Any:
         """start_manual_run, asked again for a moment while the job's row is only *busy*: it
         answers 'locked' at once, without waiting, when another session holds the row, which
         an engine's claim or completion does for milliseconds. A job a run holds (a lock with a
@@ -316,7 +329,7 @@ class SchedulingEngine:
         delay = 0.01
         while True:
             start = self.backend.start_manual_run(job.id, request, self.instance_name, self.lease_timeout,
-                                                  force=force)
+                                                  force=force, parameters=parameters)
             if start.outcome != "locked" or time.monotonic() >= deadline:
                 return start
             current = self.backend.get_job(job.id)
@@ -324,6 +337,15 @@ class SchedulingEngine:
                 return start
             time.sleep(delay)
             delay = min(delay * 2, 0.2)
+
+    def cancel_run(self, run_id: str, *, requested_by: str | None = None) -> None:
+        """Cancel a run, from any process (mjsched/engine/cancellation.py): a Queued run ends
+        Cancelled at once; a Running run's engine sets its cancel_event at its next lease
+        renewal at the latest and ends it Cancelled (killing a process-isolated run after
+        ``cancel_grace``). RunNotFound for an unknown id, RunNotCancellable for a run that
+        already ended. ``requested_by`` (default user@host and this engine) goes into the
+        run's error_message."""
+        self._cancels.request(run_id, requested_by or default_requester(self.instance_name))
 
     def unlock_job(self, job_id: str) -> bool:
         """Operator override: free the job's lock whoever holds it. The run that held it ends

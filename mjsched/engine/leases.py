@@ -21,11 +21,15 @@ from ..errors import SchedulerError
 
 log = logging.getLogger(__name__)
 
+CANCEL_CHECK_SECONDS = 5.0   # cancel requests are read at least this often (and as often as leases renew)
+
 
 class LeaseKeeper:
     def __init__(self, backend: Backend, registry: RunRegistry, *, instance: str, lease_seconds: float,
                  on_timeout: Callable[[Run], None], on_lost: Callable[[Run], None],
-                 interval: float | None = None, completion_window: float | None = None) -> None:
+                 interval: float | None = None, completion_window: float | None = None,
+                 on_cancel_check: Callable[[list[str]], None] | None = None,
+                 on_cancel_overdue: Callable[[Run], None] | None = None) -> None:
         self._backend = backend
         self._registry = registry
         self._instance = instance
@@ -35,6 +39,12 @@ class LeaseKeeper:
         self._stalled: set[str] = set()  # runs already reported as a stalled completion
         self._on_timeout = on_timeout
         self._on_lost = on_lost
+        self._on_cancel_check = on_cancel_check      # the held tokens' cancel requests (check_cancels)
+        self._on_cancel_overdue = on_cancel_overdue  # a cancelled run past its grace
+        # Cancel requests are read in the keeper's pass, at least as often as it renews (a read of
+        # the held tokens' rows, no write, its own call: the renewal stays one call), and at least
+        # every CANCEL_CHECK_SECONDS: a 600 s lease renews every 150 s, too slow for an operator.
+        self.cancel_check_interval = min(self.interval, CANCEL_CHECK_SECONDS)
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -75,11 +85,12 @@ class LeaseKeeper:
 
     def _loop(self, stop: threading.Event) -> None:
         next_beat = time.monotonic() + self.interval
+        next_check = time.monotonic() + self.cancel_check_interval
         while not stop.is_set():
             now = time.monotonic()
-            deadlines = [e.deadline for e in self._registry.snapshot()
-                         if e.deadline is not None and e.state is State.RUNNING]
-            wake_at = min([next_beat, *deadlines])
+            deadlines = [d for e in self._registry.snapshot() if e.state is State.RUNNING
+                         for d in (e.deadline, e.cancel_deadline) if d is not None]
+            wake_at = min([next_beat, *deadlines] + ([next_check] if self._on_cancel_check is not None else []))
             self._wake.wait(max(0.0, wake_at - now))
             self._wake.clear()
             if stop.is_set():
@@ -89,8 +100,21 @@ class LeaseKeeper:
                 if time.monotonic() >= next_beat:
                     next_beat = time.monotonic() + self.interval
                     self.renew()
+                if self._on_cancel_check is not None and time.monotonic() >= next_check:
+                    next_check = time.monotonic() + self.cancel_check_interval
+                    self.check_cancels()
             except Exception:  # the keeper must never die
                 log.exception("lease keeper iteration failed")
+
+    def check_cancels(self) -> None:
+        """The cancel requests of the runs this engine holds (no round trip when it holds none);
+        errors are logged, the next pass asks again."""
+        held = self._registry.tokens_to_renew(self.completion_window)
+        if held and self._on_cancel_check is not None:
+            try:
+                self._on_cancel_check(sorted(held))
+            except Exception:  # noqa: BLE001 - a cancel check never stops the keeper
+                log.exception("reading cancel requests failed")
 
     def _note_busy(self, busy: set[str]) -> None:
         """A job row another session holds (an open admin transaction) defers only its own
@@ -119,6 +143,9 @@ class LeaseKeeper:
         for entry in self._registry.snapshot():
             if entry.state is State.RUNNING and entry.deadline is not None and entry.deadline <= now:
                 self._on_timeout(entry)
+            if (entry.state is State.RUNNING and entry.cancel_deadline is not None and entry.cancel_deadline <= now
+                    and self._on_cancel_overdue is not None):
+                self._on_cancel_overdue(entry)
 
     def renew(self, tokens: list[str] | None = None) -> bool:
         """Renew ``tokens`` (default: every lease held) in one call; False on error."""

@@ -26,6 +26,7 @@ from ..execution import effective_max_runtime, failure, run_driver
 from ..models import ConcurrencyMode, Job, JobRun, RunStatus
 from ..notify import Notifier, safe_notify
 from .background import BackgroundTasks
+from .cancellation import cancel_message
 from .completions import CompletionWriter
 from .leases import LeaseKeeper
 from .listeners import Listeners
@@ -55,7 +56,10 @@ class RunLifecycle:
 
     # -- start -----------------------------------------------------------------------------
     def new_run(self, job: Job, run_id: str, token: str, scheduled_for: datetime | None, *, manual: bool,
-                catch_up: bool, seen_next_run_at: datetime | None = None) -> Run:
+                catch_up: bool, seen_next_run_at: datetime | None = None,
+                parameters: dict[str, Any] | None = None) -> Run:
+        """``job`` is what the driver sees (with ``parameters`` already merged into its
+        configuration for a manual run with parameters)."""
         try:
             driver_cls: type[BaseScheduledJob] | None = get_driver(job.driver)
         except SchedulerError:
@@ -67,7 +71,8 @@ class RunLifecycle:
         record = JobRun(id=run_id, scheduled_job_id=job.id, scheduled_for=scheduled_for, status=RunStatus.RUNNING,
                         success=None, error_message=None, details=None, queued_at=None,
                         started_at=self._clock.now(), completed_at=None, duration_ms=None,
-                        executed_by_instance=self._instance, lock_token=token, lease_expires_at=None)
+                        executed_by_instance=self._instance, lock_token=token, lease_expires_at=None,
+                        parameters=parameters)
         run.context = ExecutionContext(job=job, run=record, cancel_event=run.cancel_event,
                                        logger=logging.getLogger(f"mjsched.job.{job.driver}"),
                                        heartbeat=partial(self._context_heartbeat, run))
@@ -119,7 +124,13 @@ class RunLifecycle:
                         run.job.name, run.state.value, extra={"action": "leaked_run_finished"})
             return
         status = RunStatus.COMPLETED if result.success else RunStatus.FAILED
-        if not result.success and run.cancel_event.is_set():
+        if run.cancel_request is not None:
+            # an operator's cancel reached the run before it returned (noted under the lock
+            # the transition above took): Cancelled, whatever the driver said
+            status = RunStatus.CANCELLED
+            result = JobResult(success=False, error_message=cancel_message(run.cancel_request, result.error_message),
+                               details=result.details)
+        elif not result.success and run.cancel_event.is_set():
             status = RunStatus.CANCELLED   # it gave up because the engine asked it to (shutdown)
         self._writer.submit(self.completion(run, status, result.error_message, result.details),
                             partial(self._completed, run, result, driver, status))
@@ -209,6 +220,24 @@ class RunLifecycle:
         result = JobResult(success=False, error_message=message)
         self._writer.submit(self.completion(run, RunStatus.TIMEOUT, message, None),
                             partial(self._completed, run, result, None, RunStatus.TIMEOUT))
+
+    def cancel_overdue(self, run: Run) -> None:
+        """An operator's cancel not obeyed within the grace: RUNNING -> CANCELLED, recorded
+        Cancelled; a thread still going is leaked (a process-isolated child was killed)."""
+        if run.state is not State.RUNNING or run.cancel_request is None:
+            return
+        if run.thread_alive and not run.manual:
+            self._pool.absorb_leak()   # before the slot is freed: new work never queues behind the stuck thread
+        if not self._registry.transition(run, State.CANCELLED):
+            return
+        message = cancel_message(run.cancel_request, "the run did not stop within the grace period; its thread "
+                                 "is left running")
+        log.warning("run %s of job %r ignored its cancel; recorded Cancelled, its thread is counted as leaked "
+                    "(%d leaked now)", run.run_id, run.job.name, self._registry.leaked,
+                    extra={"action": "run_cancel_overdue"})
+        result = JobResult(success=False, error_message=message)
+        self._writer.submit(self.completion(run, RunStatus.CANCELLED, message, None),
+                            partial(self._completed, run, result, None, RunStatus.CANCELLED))
 
     def lose(self, run: Run) -> None:
         """Its lease was taken over or abandoned: -> LOST, nothing more to write or notify."""

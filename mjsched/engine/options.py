@@ -34,6 +34,7 @@ class EngineOptions:
     heartbeat_interval: float | None = None   # None: a quarter of the lease
     completion_batch_window: float = 0.002
     allowed_drivers: Iterable[str] | str | frozenset[str] | None = None   # None: every driver
+    cancel_grace: float = 30.0                # seconds an operator-cancelled run has to stop before it is killed
 
     def __post_init__(self) -> None:
         def keep(name: str, value: object) -> None:
@@ -55,6 +56,10 @@ class EngineOptions:
             if self.heartbeat_interval > bound:
                 raise ConfigurationError("heartbeat_interval", self.heartbeat_interval,
                                          f"must renew at least three times per lease (<= {bound:g})")
+        if isinstance(self.cancel_grace, bool) or not isinstance(self.cancel_grace, (int, float)) \
+                or not 0 <= self.cancel_grace <= 86_400:
+            raise ConfigurationError("cancel_grace", self.cancel_grace, "must be a number of seconds in [0, 86400]")
+        keep("cancel_grace", float(self.cancel_grace))
         keep("instance_name", validation.text("instance_name", self.instance_name, limit=255)
              or f"{socket.gethostname()}-{os.getpid()}")
 

@@ -27,6 +27,7 @@ class State(enum.Enum):
     RUNNING = "running"        # the driver is executing: holds a slot, lease renewed
     COMPLETING = "completing"  # driver returned, completion being written: lease renewed
     TIMED_OUT = "timed_out"    # past max_runtime: completion written as Timeout
+    CANCELLED = "cancelled"    # an operator's cancel, not obeyed within the grace: written as Cancelled
     LOST = "lost"              # lease taken over or abandoned: nothing more to write
 
 
@@ -56,6 +57,8 @@ class Run:
     completing_since: float | None = None      # time.monotonic() when its completion was handed over
     context: Any = None
     notified: threading.Event = field(default_factory=threading.Event)   # its notification is out (or none)
+    cancel_request: Any = None                 # an operator's CancelRequest, once delivered (registry lock)
+    cancel_deadline: float | None = None       # time.monotonic() past which a cancelled run is ended anyway
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def keep_lease(self) -> None:
@@ -126,13 +129,30 @@ class RunRegistry:
             entry.state = new
             if new is State.COMPLETING:
                 entry.completing_since = time.monotonic()
-            if new in (State.TIMED_OUT, State.LOST) and entry.thread_alive:
+            if new in (State.TIMED_OUT, State.CANCELLED, State.LOST) and entry.thread_alive:
                 self._leaked.add(entry.run_id)
                 self.leaked_total += 1
             self._changed.notify_all()
         if freed:
             self._on_slot_freed()
         return True
+
+    def deliver_cancel(self, entry: Run, request: Any, deadline: float) -> bool:
+        """Note an operator's cancel on ``entry`` while it is still RUNNING and has none yet;
+        True when noted. Under the lock ``transition`` takes, so a run whose driver returned
+        first (COMPLETING) keeps its own outcome, and one noted before that ends Cancelled."""
+        with self._lock:
+            if (entry.state is not State.RUNNING or entry.cancel_request is not None
+                    or self._entries.get(entry.run_id) is not entry):
+                return False
+            entry.cancel_request = request
+            entry.cancel_deadline = deadline
+            self._changed.notify_all()
+            return True
+
+    def by_run_ids(self, run_ids: set[str]) -> list[Run]:
+        with self._lock:
+            return [e for e in self._entries.values() if e.run_id.lower() in run_ids]
 
     def thread_done(self, entry: Run) -> None:
         with self._lock:

@@ -107,6 +107,7 @@ class Dashboard:
             Rule("/jobs/<job_id>/<any(run, pause, resume, unlock, edit):action>", endpoint="action",
                  methods=["POST"]),
             Rule("/runs", endpoint="runs", methods=["GET"]),
+            Rule("/runs/<run_id>/cancel", endpoint="run_cancel", methods=["POST"]),
             Rule("/engines", endpoint="engines", methods=["GET"]),
             Rule("/static/<name>", endpoint="static", methods=["GET"]),
         ], strict_slashes=False)
@@ -288,17 +289,46 @@ class Dashboard:
                             engines=self.reader.engines(self.stale_after), summary=self.reader.summary())
 
     # -- actions ------------------------------------------------------------------------------------------
-    def on_action(self, request: Request, job_id: str, action: str) -> Response:
+    def _check_action(self, request: Request, action: str, target: str) -> None:
+        """Every action's gate: not read-only, same origin, the form's CSRF token (refusals audited)."""
         if self.read_only:
-            self._audit(request, action, job_id, "refused", "read-only dashboard")
+            self._audit(request, action, target, "refused", "read-only dashboard")
             raise UserError(403, "Read-only", "This dashboard is read-only: actions are turned off.")
         if not security.same_origin(request.headers.get("Origin"), request.host):
-            self._audit(request, action, job_id, "refused", f"cross-origin request from {request.headers.get('Origin')!r}")
+            self._audit(request, action, target, "refused", f"cross-origin request from {request.headers.get('Origin')!r}")
             raise UserError(403, "Forbidden", "A page of another site tried to change this dashboard.")
         if not security.csrf_ok(request.cookies.get(security.CSRF_COOKIE), request.form.get(security.CSRF_FIELD)):
-            self._audit(request, action, job_id, "refused", "missing or wrong CSRF token")
+            self._audit(request, action, target, "refused", "missing or wrong CSRF token")
             raise UserError(403, "Forbidden", "The form's security token is missing or stale: reload the page "
                                               "and try again.")
+
+    def on_run_cancel(self, request: Request, run_id: str) -> Response:
+        """Cancel a Queued or Running run (engine.cancel_run): back to its job's page with a flash."""
+        self._check_action(request, "cancel", run_id)
+        try:
+            run_id = str(uuid.UUID(run_id))
+        except ValueError:
+            raise UserError(404, "Not found", f"run_id={run_id!r}: no such run") from None
+        run = self.engine.backend.get_run(run_id)
+        if run is None:
+            raise UserError(404, "Not found", f"run_id={run_id!r}: no such run")
+        back = f"/jobs/{run.scheduled_job_id}"
+        who = f"dashboard user {getattr(request, 'user', None) or '-'} from {request.remote_addr or '?'}"
+        try:
+            self.engine.cancel_run(run_id, requested_by=who[:255])
+        except SchedulerError as exc:
+            self._audit(request, "cancel", run_id, "refused", str(exc))
+            return self._redirect(request, back, "error", f"cancel refused: {redact_text(str(exc))}")
+        if run.status.value == "Queued":
+            message = f"Run {run_id[:8]} cancelled: it was queued and will not run."
+        else:
+            message = (f"Cancel of run {run_id[:8]} requested: its engine ({run.executed_by_instance or '?'}) "
+                       "stops it at its next lease renewal and records it Cancelled.")
+        self._audit(request, "cancel", run_id, "ok", message)
+        return self._redirect(request, back, "ok", message)
+
+    def on_action(self, request: Request, job_id: str, action: str) -> Response:
+        self._check_action(request, action, job_id)
         job_id = _job_id(job_id)
         job = self.engine.get_job(job_id)
         back = f"/jobs/{job.id}"

@@ -180,6 +180,15 @@ class Reader:
             except ValueError:
                 pass
         row["details_text"] = json.dumps(redact(details), sort_keys=True, default=str)[:2000] if details else ""
+        parameters = r.get("parameters")
+        if isinstance(parameters, str):
+            try:
+                parameters = json.loads(parameters)
+            except ValueError:
+                pass
+        # execute_job(parameters=...): masked like configuration and details
+        row["parameters_text"] = json.dumps(redact(parameters), sort_keys=True, default=str)[:500] if parameters \
+            else ""
         row["elapsed_s"] = seconds(r.get("elapsed"))
         row["lease_left_s"] = seconds(r.get("lease_left"))
         return row

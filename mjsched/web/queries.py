@@ -30,7 +30,8 @@ JOB_COLUMNS = """j.id, j.name, j.status, j.cron_expression, j.timezone, j.next_r
        j.locked_by_instance, j.expected_completion_at, j.locked_at, t.driver_class AS driver"""
 
 RUN_COLUMNS = """r.id, r.scheduled_job_id, r.scheduled_for, r.status, r.success, r.error_message, r.details,
-       r.queued_at, r.started_at, r.completed_at, r.duration_ms, r.executed_by_instance, r.lease_expires_at"""
+       r.queued_at, r.started_at, r.completed_at, r.duration_ms, r.executed_by_instance, r.lease_expires_at,
+       r.parameters, r.cancel_requested_at, r.cancel_requested_by"""
 
 POSTGRES: dict[str, str] = {
     "db_now": "SELECT now() AS now",

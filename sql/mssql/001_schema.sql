@@ -181,6 +181,9 @@ BEGIN
         executed_by_instance nvarchar(255) NULL,
         lock_token           uniqueidentifier NULL,
         lease_expires_at     datetimeoffset NULL,
+        parameters           nvarchar(max) NULL,
+        cancel_requested_at  datetimeoffset NULL,
+        cancel_requested_by  nvarchar(255) NULL,
         CONSTRAINT pk_scheduled_job_run PRIMARY KEY (id),
         CONSTRAINT fk_scheduled_job_run_job FOREIGN KEY (scheduled_job_id)
             REFERENCES mjsched.scheduled_job (id) ON DELETE CASCADE,
@@ -188,8 +191,32 @@ BEGIN
             (N'Queued', N'Running', N'Completed', N'Failed', N'Timeout', N'Cancelled', N'Abandoned', N'Skipped')),
         CONSTRAINT ck_scheduled_job_run_running_has_lease
             CHECK (status <> N'Running' OR (lock_token IS NOT NULL AND lease_expires_at IS NOT NULL)),
-        CONSTRAINT ck_scheduled_job_run_details CHECK (details IS NULL OR ISJSON(details) = 1)
+        CONSTRAINT ck_scheduled_job_run_details CHECK (details IS NULL OR ISJSON(details) = 1),
+        -- a JSON object, as jsonb_typeof(parameters) = 'object' in PostgreSQL
+        CONSTRAINT ck_scheduled_job_run_parameters
+            CHECK (parameters IS NULL OR (ISJSON(parameters) = 1 AND LEFT(LTRIM(parameters), 1) = N'{'))
     );
+END;
+GO
+
+-- Added after the first release (issue 14): a manual run's parameters, merged over the job's
+-- configuration for that run only; an operator's request to cancel a Running run (cancel_run,
+-- 008_run_requests.sql), which the engine holding the run reads at its next lease renewal.
+-- Here rather than in 008: start_manual_run (002) writes parameters, and a procedure's
+-- columns are resolved when it is created, so the column must exist before 002 runs.
+IF COL_LENGTH(N'mjsched.scheduled_job_run', N'parameters') IS NULL
+BEGIN
+    ALTER TABLE mjsched.scheduled_job_run ADD parameters nvarchar(max) NULL
+        CONSTRAINT ck_scheduled_job_run_parameters
+            CHECK (parameters IS NULL OR (ISJSON(parameters) = 1 AND LEFT(LTRIM(parameters), 1) = N'{'));
+END;
+IF COL_LENGTH(N'mjsched.scheduled_job_run', N'cancel_requested_at') IS NULL
+BEGIN
+    ALTER TABLE mjsched.scheduled_job_run ADD cancel_requested_at datetimeoffset NULL;
+END;
+IF COL_LENGTH(N'mjsched.scheduled_job_run', N'cancel_requested_by') IS NULL
+BEGIN
+    ALTER TABLE mjsched.scheduled_job_run ADD cancel_requested_by nvarchar(255) NULL;
 END;
 GO
 

@@ -1555,6 +1555,8 @@ GO
 -- call started (while it is still Running under that lock) instead of being refused by
 -- its own lock. Outcomes: started | locked (a live lease holds the job) | not_active
 -- (status is not Active and @p_force is 0) | not_found.
+-- @p_parameters (a JSON object, or NULL) is stored on the run: what the caller merged over
+-- the job's configuration for this run only (execute_job(parameters=...)).
 CREATE OR ALTER PROCEDURE mjsched.start_manual_run
     @p_job_id uniqueidentifier,
     @p_request_id uniqueidentifier,
@@ -1562,7 +1564,8 @@ CREATE OR ALTER PROCEDURE mjsched.start_manual_run
     @p_lease_seconds float,
     @p_force bit = 0,
     @p_replay bit = 0,
-    @p_now datetimeoffset = NULL
+    @p_now datetimeoffset = NULL,
+    @p_parameters nvarchar(max) = NULL
 AS
 BEGIN
     SET NOCOUNT ON;
@@ -1581,11 +1584,17 @@ BEGIN
     DECLARE @v_taken TABLE (lease_until datetimeoffset NOT NULL);
     DECLARE @v_begun TABLE (run_id uniqueidentifier NOT NULL);
     DECLARE @v_run_locks TABLE (id uniqueidentifier NOT NULL PRIMARY KEY);
+    DECLARE @v_bad nvarchar(2048);
     BEGIN TRY
         EXEC mjsched.check_lease @p_lease_seconds = @p_lease_seconds;
         IF @p_request_id IS NULL
         BEGIN
             THROW 50022, N'request_id must not be NULL', 1;
+        END;
+        SET @v_bad = CONCAT(N'parameters=', LEFT(@p_parameters, 200), N': must be a JSON object');
+        IF @p_parameters IS NOT NULL AND (ISJSON(@p_parameters) = 0 OR LEFT(LTRIM(@p_parameters), 1) <> N'{')
+        BEGIN
+            THROW 50022, @v_bad, 1;
         END;
         SELECT @v_token = t.claim_token FROM mjsched.claim_token(@p_request_id, @p_job_id) AS t;
         BEGIN TRANSACTION;
@@ -1653,9 +1662,9 @@ BEGIN
              WHERE j.id = @p_job_id;
             INSERT INTO mjsched.scheduled_job_run
                    (scheduled_job_id, scheduled_for, status, started_at, executed_by_instance,
-                    lock_token, lease_expires_at)
+                    lock_token, lease_expires_at, parameters)
             OUTPUT inserted.id INTO @v_begun
-            SELECT @p_job_id, NULL, N'Running', @v_now, @p_instance, @v_token, t.lease_until
+            SELECT @p_job_id, NULL, N'Running', @v_now, @p_instance, @v_token, t.lease_until, @p_parameters
               FROM @v_taken AS t;
             SELECT @v_run = b.run_id FROM @v_begun AS b;
             SET @v_outcome = N'started';
@@ -1948,7 +1957,7 @@ BEGIN
                                             ELSE N'EXECUTE' END) = 1
                 THEN 1 ELSE 0 END AS can_execute
       FROM (VALUES (N'abandon_runs'), (N'acquire_job_lock'), (N'advance_job'), (N'begin_job_run'),
-                   (N'check_job_fields'), (N'check_lease'), (N'check_test_clock'), (N'claim_counters'),
+                   (N'cancel_requests'), (N'cancel_run'), (N'check_job_fields'), (N'check_lease'), (N'check_test_clock'), (N'claim_counters'),
                    (N'claim_due_jobs'), (N'claim_queued'), (N'claim_replay'), (N'claim_ticks'),
                    (N'claim_token'), (N'claimable'), (N'complete_items'), (N'complete_job_run'),
                    (N'complete_job_runs'), (N'complete_runs'), (N'delete_job'), (N'engines_holding_locks'), (N'enqueue_job_run'), (N'ensure_job_type'),

@@ -12,7 +12,8 @@
 --                   sql/postgres/grants.sql and mjsched.privileges.ENGINE_ROUTINES).
 --   mjsched_admin   may DEFINE jobs: every other routine that is not internal (insert_job,
 --                   update_job, delete_job, ensure_job_type, check_job_fields,
---                   force_unlock_job, and routines added later until listed as an engine's).
+--                   force_unlock_job, cancel_run, and routines added later until listed as an
+--                   engine's).
 -- Give each engine, and each job author, a user of its own in one of them:
 --     CREATE LOGIN engine_host1 WITH PASSWORD = N'...';        -- in master
 --     CREATE USER engine_host1 FOR LOGIN engine_host1;         -- in the mjsched database
@@ -91,7 +92,8 @@ VALUES (N'acquire_job_lock'), (N'advance_job'), (N'begin_job_run'), (N'check_lea
        (N'engines_holding_locks'), (N'enqueue_job_run'), (N'extend_job_leases'), (N'initialize_next_run'),
        (N'initialize_next_runs'), (N'internal_routines'), (N'lease_interval'), (N'probe_permissions'),
        (N'register_engine'), (N'release_engine_locks'), (N'release_job_lock'), (N'renew_leases'),
-       (N'start_manual_run'), (N'sweep_expired_leases'), (N'unregister_engine'), (N'note_frequency_warned');
+       (N'start_manual_run'), (N'sweep_expired_leases'), (N'unregister_engine'), (N'note_frequency_warned'),
+       (N'cancel_requests');
 INSERT INTO @v_routines (name, permission, grantee, other)
 SELECT o.name, CASE WHEN o.type = 'IF' THEN N'SELECT' ELSE N'EXECUTE' END,
        CASE WHEN e.name IS NULL THEN N'mjsched_admin' ELSE N'mjsched_engine' END,

@@ -115,11 +115,26 @@ CREATE TABLE IF NOT EXISTS mjsched.scheduled_job_run (
     executed_by_instance varchar(255),
     lock_token           uuid,
     lease_expires_at     timestamptz,
+    parameters           jsonb,
+    cancel_requested_at  timestamptz,
+    cancel_requested_by  varchar(255),
     CONSTRAINT ck_scheduled_job_run_status CHECK (status IN
         ('Queued', 'Running', 'Completed', 'Failed', 'Timeout', 'Cancelled', 'Abandoned', 'Skipped')),
     CONSTRAINT ck_scheduled_job_run_running_has_lease
-        CHECK (status <> 'Running' OR (lock_token IS NOT NULL AND lease_expires_at IS NOT NULL))
+        CHECK (status <> 'Running' OR (lock_token IS NOT NULL AND lease_expires_at IS NOT NULL)),
+    CONSTRAINT ck_scheduled_job_run_parameters
+        CHECK (parameters IS NULL OR jsonb_typeof(parameters) = 'object')
 );
+-- Added after the first release (issue 14): a manual run's parameters, merged over the job's
+-- configuration for that run only; an operator's request to cancel a Running run (cancel_run,
+-- 008_run_requests.sql), which the engine holding the run reads at its next lease renewal.
+-- Here rather than in 008: start_manual_run (002) writes parameters, and T-SQL resolves the
+-- columns of a procedure when it is created, so the column must exist before 002 runs.
+ALTER TABLE mjsched.scheduled_job_run
+    ADD COLUMN IF NOT EXISTS parameters jsonb
+        CONSTRAINT ck_scheduled_job_run_parameters CHECK (parameters IS NULL OR jsonb_typeof(parameters) = 'object'),
+    ADD COLUMN IF NOT EXISTS cancel_requested_at timestamptz,
+    ADD COLUMN IF NOT EXISTS cancel_requested_by varchar(255);
 
 -- A tick can never produce two runs, whatever happens to leases, clocks or zombies.
 -- (NULLs are distinct in PostgreSQL, so manual runs with scheduled_for NULL never collide.)

@@ -46,6 +46,9 @@
 
 -- Signatures retired by earlier releases (no engine of the previous release calls them).
 DROP FUNCTION IF EXISTS mjsched.claim_due_jobs(varchar, integer, double precision, timestamptz);
+-- start_manual_run gained p_parameters (last, with a default): the old signature would make a
+-- call with seven arguments ambiguous; the new one answers it exactly as the old did.
+DROP FUNCTION IF EXISTS mjsched.start_manual_run(uuid, uuid, varchar, double precision, boolean, boolean, timestamptz);
 
 -- Lease length for a job: the engine's lease, lengthened by the job's max_runtime.
 CREATE OR REPLACE FUNCTION mjsched.lease_interval(p_lease_seconds double precision,
@@ -945,9 +948,12 @@ $$;
 -- under that lock) instead of being refused by its own lock. Outcomes: started | locked (a live lease holds the
 -- job, or another session holds its row: never waited for) |
 -- not_active (status is not Active and p_force is false) | not_found.
+-- p_parameters (a JSON object, or NULL) is stored on the run: what the caller merged over
+-- the job's configuration for this run only (execute_job(parameters=...)).
 CREATE OR REPLACE FUNCTION mjsched.start_manual_run(
     p_job_id uuid, p_request_id uuid, p_instance varchar, p_lease_seconds double precision,
-    p_force boolean DEFAULT false, p_replay boolean DEFAULT false, p_now timestamptz DEFAULT NULL)
+    p_force boolean DEFAULT false, p_replay boolean DEFAULT false, p_now timestamptz DEFAULT NULL,
+    p_parameters jsonb DEFAULT NULL)
 RETURNS TABLE (outcome varchar, run_id uuid, lock_token uuid)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
@@ -962,6 +968,9 @@ BEGIN
     PERFORM mjsched.check_lease(p_lease_seconds);
     IF p_request_id IS NULL THEN
         RAISE EXCEPTION 'request_id must not be NULL' USING ERRCODE = '22023';
+    END IF;
+    IF p_parameters IS NOT NULL AND jsonb_typeof(p_parameters) <> 'object' THEN
+        RAISE EXCEPTION 'parameters=%: must be a JSON object', left(p_parameters::text, 200) USING ERRCODE = '22023';
     END IF;
     v_token := md5(p_request_id::text || p_job_id::text)::uuid;
     -- SKIP LOCKED: a job row another session holds (an operator's open transaction, a
@@ -1011,8 +1020,10 @@ BEGIN
            expected_completion_at = v_now + mjsched.lease_interval(p_lease_seconds, j.max_runtime_seconds)
      WHERE j.id = p_job_id;
     INSERT INTO mjsched.scheduled_job_run
-           (scheduled_job_id, scheduled_for, status, started_at, executed_by_instance, lock_token, lease_expires_at)
-    SELECT j.id, NULL, 'Running', v_now, p_instance, v_token, j.expected_completion_at
+           (scheduled_job_id, scheduled_for, status, started_at, executed_by_instance, lock_token, lease_expires_at,
+            parameters)
+    SELECT j.id, NULL, 'Running', v_now, p_instance, v_token, j.expected_completion_at,
+           CASE WHEN jsonb_typeof(p_parameters) = 'object' THEN p_parameters END
       FROM mjsched.scheduled_job j WHERE j.id = p_job_id
     RETURNING id INTO v_run;
     RETURN QUERY SELECT 'started'::varchar, v_run, v_token;

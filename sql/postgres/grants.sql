@@ -9,7 +9,7 @@
 --                release the locks of its host's dead engines, probe its permissions.
 --   admin role   default mjsched_admin_<database>: may DEFINE jobs -- create_job,
 --                update_job, delete_job (insert_job/update_job/delete_job, ensure_job_type,
---                check_job_fields) and force_unlock_job, plus every future routine that
+--                check_job_fields), force_unlock_job and cancel_run, plus every future routine that
 --                is neither an engine routine nor internal (deny by default for engines).
 -- Other names: set them for the session before the script (or once per database with
 -- ALTER DATABASE mydb SET mjsched.engine_role = '...'):
@@ -52,7 +52,7 @@ DECLARE
         'enqueue_job_run', 'extend_job_leases', 'initialize_next_run', 'initialize_next_runs',
         'internal_routines', 'lease_interval', 'probe_permissions', 'register_engine',
         'release_engine_locks', 'release_job_lock', 'renew_leases', 'start_manual_run',
-        'sweep_expired_leases', 'unregister_engine', 'note_frequency_warned'];
+        'sweep_expired_leases', 'unregister_engine', 'note_frequency_warned', 'cancel_requests'];
     c_legacy CONSTANT text := 'mjsched_engine';
     v_db text := current_database();
     v_engine text := nullif(btrim(current_setting('mjsched.engine_role', true)), '');

@@ -95,6 +95,10 @@ SQL: dict[str, dict[str, str]] = {
         "postgres": "SELECT * FROM mjsched.force_unlock_job(%s::uuid, %s, %s)",
         "mssql": "EXEC mjsched.force_unlock_job @p_job_id = ?, @p_reason = ?, @p_now = ?;",
     },
+    "cancel": {
+        "postgres": "SELECT * FROM mjsched.cancel_run(%s::uuid, %s, %s)",
+        "mssql": "EXEC mjsched.cancel_run @p_run_id = ?, @p_requested_by = ?, @p_now = ?;",
+    },
 }
 
 
@@ -259,6 +263,17 @@ def _unlock(s: State, rng: random.Random) -> Call:
                 moves=tuple(t for t in [job.token] + [r.token for r in job.runs] if t))
 
 
+def _cancel(s: State, rng: random.Random) -> Call | None:
+    """An operator's cancel_run: of a Queued run (ends it Cancelled, counted), a Running one (only
+    records the request: its holder still ends it), or a finished one (changes nothing)."""
+    runs = [r for j in s.jobs for r in j.runs]
+    if not runs:
+        return None
+    live = [r for r in runs if r.status in ("Queued", "Running")]
+    run = rng.choice(live if live and rng.random() < 0.8 else runs)
+    return Call("cancel", "cancel_run", (run.id, "interleaving: operator", s.now))
+
+
 OPS: dict[str, Op] = {op.name: op for op in (
     Op("claim", "claim_due_jobs", _claim),
     Op("renew", "extend_job_leases", _renew, frozenset({"a_token"})),
@@ -278,8 +293,10 @@ OPS: dict[str, Op] = {op.name: op for op in (
     Op("unlock", "force_unlock_job", _unlock),
     Op("renew_skip", "renew_leases", _renew_skip, frozenset({"a_token"})),
     Op("complete_skip", "complete_runs", _complete_skip, frozenset({"a_run"})),
+    Op("cancel", "cancel_run", _cancel),     # 008_run_requests
 )}
-BASE_OPS = tuple(n for n in OPS if n not in ("manual", "release_engine", "unlock", "renew_skip", "complete_skip"))
+BASE_OPS = tuple(n for n in OPS if n not in ("manual", "release_engine", "unlock", "renew_skip", "complete_skip",
+                                             "cancel"))
 TRIPLES = (("claim", "renew", "sweep"), ("claim", "complete", "sweep"), ("renew", "sweep", "acquire"),
            ("claim", "renew_skip", "sweep"), ("claim", "complete_skip", "sweep"))
 
