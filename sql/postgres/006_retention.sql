@@ -1,0 +1,197 @@
+-- mjsched run-history retention, version 6: every tick leaves a run row and, without this,
+-- nothing deletes them (100 per-second jobs add 8.6 M rows a day).
+--
+-- The rules. A job keeps its finished runs by two rules, each set per job
+-- (scheduled_job.keep_runs_days / keep_runs_count, added in 001_schema.sql) or, where the
+-- job's column is NULL, by the caller's default (the engine's keep_runs_days/keep_runs_count):
+--   * keep_runs_days = D: runs that finished less than D days ago are kept;
+--   * keep_runs_count = N: the N newest finished runs of the job are kept.
+-- A finished run is deleted when no rule that is on keeps it; 0 turns a rule off for the job
+-- (NULL defers to the default); a job with both rules off keeps everything. So D alone
+-- deletes what is older than D days, N alone what is beyond the newest N, and both delete
+-- what is older than D days AND beyond the newest N.
+-- What is never deleted, whatever the rules: a run that is not finished (only Completed,
+-- Failed, Timeout, Cancelled, Abandoned and Skipped are; Running, Queued and any status a
+-- later release adds are kept); a finished run whose tick still has another run that is
+-- not finished (a retry pending for it); and a tick's run that is not behind its job's
+-- next_run_at (its row is what stops that tick from running twice, see uq_scheduled_job_run_tick).
+-- "Finished" and "newest" are by completed_at (then id).
+--
+-- The purge (purge_runs) deletes at most p_batch_size rows per call, found through the
+-- run table's index ix_scheduled_job_run_job_completed, job by job in id order (a page of
+-- p_max_jobs jobs per call), and answers where the next call goes on (a cursor: job id,
+-- completed_at, run id), so a purge never rescans the dead index entries its earlier
+-- batches left. It takes no lock on scheduled_job rows (claims, renewals and completions
+-- never wait for it), locks the run rows it deletes SKIP LOCKED, and only one session
+-- purges at a time: a transaction-level advisory lock taken with pg_try_advisory_xact_lock,
+-- so a second purger is answered busy = 1 at once and deletes nothing.
+
+-- The rules, on the table (the API and check_job_fields say the same, naming the field).
+ALTER TABLE mjsched.scheduled_job
+    DROP CONSTRAINT IF EXISTS ck_scheduled_job_keep_runs_days,
+    DROP CONSTRAINT IF EXISTS ck_scheduled_job_keep_runs_count,
+    ADD CONSTRAINT ck_scheduled_job_keep_runs_days
+        CHECK (keep_runs_days IS NULL OR keep_runs_days BETWEEN 0 AND 36500),
+    ADD CONSTRAINT ck_scheduled_job_keep_runs_count
+        CHECK (keep_runs_count IS NULL OR keep_runs_count BETWEEN 0 AND 1000000000);
+
+-- A job's finished runs in completion order: "older than" and "beyond the newest N" are
+-- range scans of one job's entries. Only finished runs are in it (claims insert Running
+-- runs, completed_at NULL, without touching it).
+CREATE INDEX IF NOT EXISTS ix_scheduled_job_run_job_completed
+    ON mjsched.scheduled_job_run (scheduled_job_id, completed_at, id) WHERE completed_at IS NOT NULL;
+
+-- purge_candidates: the runs the rules let go, in (job id, completed_at, id) order, at most
+-- p_limit of them (NULL: all), among the jobs p_job_id (one job) or [p_from_job_id,
+-- p_to_job_id] (NULL ends: open), starting in the first job after (p_after_completed_at,
+-- p_after_run_id). p_per_job: the jobs' own keep_runs_* override p_keep_seconds and
+-- p_keep_count (false: the parameters apply to every job). Internal: purge_runs calls it.
+CREATE OR REPLACE FUNCTION mjsched.purge_candidates(
+    p_keep_seconds double precision, p_keep_count integer, p_per_job boolean, p_job_id uuid,
+    p_from_job_id uuid, p_to_job_id uuid, p_after_completed_at timestamptz, p_after_run_id uuid,
+    p_now timestamptz, p_limit integer)
+RETURNS TABLE (run_id uuid, job_id uuid, completed_at timestamptz)
+LANGUAGE sql STABLE AS $$
+    WITH rules AS (
+        SELECT j.id, j.next_run_at,
+               CASE WHEN p_per_job AND j.keep_runs_days IS NOT NULL THEN nullif(j.keep_runs_days, 0) * 86400.0
+                    ELSE nullif(p_keep_seconds, 0) END AS keep_seconds,
+               CASE WHEN p_per_job AND j.keep_runs_count IS NOT NULL THEN nullif(j.keep_runs_count, 0)
+                    ELSE nullif(p_keep_count, 0) END AS keep_count
+          FROM mjsched.scheduled_job j
+         WHERE (p_job_id IS NULL OR j.id = p_job_id)
+           AND (p_from_job_id IS NULL OR j.id >= p_from_job_id)
+           AND (p_to_job_id IS NULL OR j.id <= p_to_job_id)
+    ), bounds AS (
+        SELECT r.id, r.next_run_at, r.keep_count,
+               CASE WHEN r.keep_seconds IS NULL THEN 'infinity'::timestamptz
+                    ELSE p_now - make_interval(secs => r.keep_seconds) END AS cut_at,
+               n.completed_at AS nth_at, n.id AS nth_id,
+               CASE WHEN r.id = p_from_job_id AND p_after_completed_at IS NOT NULL THEN p_after_completed_at
+                    ELSE '-infinity'::timestamptz END AS after_at,
+               CASE WHEN r.id = p_from_job_id AND p_after_completed_at IS NOT NULL
+                    THEN coalesce(p_after_run_id, '00000000-0000-0000-0000-000000000000'::uuid)
+                    ELSE '00000000-0000-0000-0000-000000000000'::uuid END AS after_id
+          FROM rules r
+          LEFT JOIN LATERAL (
+                SELECT x.completed_at, x.id
+                  FROM mjsched.scheduled_job_run x
+                 WHERE r.keep_count IS NOT NULL AND x.scheduled_job_id = r.id AND x.completed_at IS NOT NULL
+                 ORDER BY x.completed_at DESC, x.id DESC
+                OFFSET r.keep_count - 1 LIMIT 1) n ON true
+         WHERE r.keep_seconds IS NOT NULL OR r.keep_count IS NOT NULL
+    )
+    SELECT v.id, b.id, v.completed_at
+      FROM bounds b
+     CROSS JOIN LATERAL (
+            SELECT x.id, x.completed_at
+              FROM mjsched.scheduled_job_run x
+             WHERE x.scheduled_job_id = b.id
+               AND x.completed_at IS NOT NULL
+               AND x.completed_at < b.cut_at
+               AND (b.keep_count IS NULL OR (x.completed_at, x.id) < (b.nth_at, b.nth_id))
+               AND (x.completed_at, x.id) > (b.after_at, b.after_id)
+               AND x.status IN ('Completed', 'Failed', 'Timeout', 'Cancelled', 'Abandoned', 'Skipped')
+               AND (x.scheduled_for IS NULL OR b.next_run_at IS NULL OR x.scheduled_for < b.next_run_at)
+               AND NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run p
+                                WHERE p.scheduled_job_id = x.scheduled_job_id AND p.scheduled_for = x.scheduled_for
+                                  AND p.status NOT IN ('Completed', 'Failed', 'Timeout', 'Cancelled',
+                                                       'Abandoned', 'Skipped'))
+             ORDER BY x.completed_at, x.id
+             LIMIT p_limit) v
+     ORDER BY b.id, v.completed_at, v.id
+     LIMIT p_limit
+$$;
+
+-- purge_runs: one batch of the purge (see the header). p_keep_seconds / p_keep_count are the
+-- defaults (NULL or 0: off), p_per_job lets the jobs' own columns override them (false: the
+-- parameters apply to every job, as `mjsched runs prune --older-than` does), p_job_id limits
+-- the purge to one job. The cursor: start with NULLs, pass back next_job_id,
+-- next_completed_at and next_run_id; next_job_id NULL means the pass is done. p_dry_run
+-- counts what would go in this call's page of jobs (every candidate, not one batch) and
+-- deletes nothing. Returns purged (rows deleted, or counted), the cursor, and busy = 1 when
+-- another session is purging (nothing was done; the cursor is handed back unchanged).
+CREATE OR REPLACE FUNCTION mjsched.purge_runs(
+    p_keep_seconds double precision, p_keep_count integer, p_per_job boolean DEFAULT true,
+    p_job_id uuid DEFAULT NULL, p_from_job_id uuid DEFAULT NULL, p_after_completed_at timestamptz DEFAULT NULL,
+    p_after_run_id uuid DEFAULT NULL, p_batch_size integer DEFAULT 1000, p_max_jobs integer DEFAULT 500,
+    p_dry_run boolean DEFAULT false, p_now timestamptz DEFAULT NULL)
+RETURNS TABLE (purged integer, next_job_id uuid, next_completed_at timestamptz, next_run_id uuid, busy integer)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = mjsched, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    v_now timestamptz;
+    v_to uuid;
+    v_found integer := 0;
+    v_purged integer := 0;
+    v_last_job uuid;
+    v_last_at timestamptz;
+    v_last_run uuid;
+BEGIN
+    PERFORM mjsched.check_test_clock(p_now);
+    v_now := coalesce(p_now, now());
+    IF p_keep_seconds IS NOT NULL AND NOT (p_keep_seconds >= 0 AND p_keep_seconds <= 3153600000) THEN
+        RAISE EXCEPTION 'keep_seconds=% must be a number of seconds in [0, 3153600000] (100 years)', p_keep_seconds
+            USING ERRCODE = '22023';
+    END IF;
+    IF p_keep_count IS NOT NULL AND NOT (p_keep_count BETWEEN 0 AND 1000000000) THEN
+        RAISE EXCEPTION 'keep_count=% must be between 0 and 1000000000', p_keep_count USING ERRCODE = '22023';
+    END IF;
+    IF p_batch_size IS NULL OR NOT (p_batch_size BETWEEN 1 AND 4000) THEN
+        RAISE EXCEPTION 'batch_size=% must be between 1 and 4000', p_batch_size USING ERRCODE = '22023';
+    END IF;
+    IF p_max_jobs IS NULL OR NOT (p_max_jobs BETWEEN 1 AND 10000) THEN
+        RAISE EXCEPTION 'max_jobs=% must be between 1 and 10000', p_max_jobs USING ERRCODE = '22023';
+    END IF;
+    IF NOT coalesce(p_dry_run, false)
+       AND NOT pg_try_advisory_xact_lock(1835692146) THEN   -- 0x6D6A7072, "mjpr": one purger at a time
+        RETURN QUERY SELECT 0, p_from_job_id, p_after_completed_at, p_after_run_id, 1;
+        RETURN;
+    END IF;
+    IF p_job_id IS NULL THEN   -- this call's page of jobs ends at v_to (NULL: the last job)
+        SELECT j.id INTO v_to FROM mjsched.scheduled_job j
+         WHERE p_from_job_id IS NULL OR j.id >= p_from_job_id
+         ORDER BY j.id OFFSET p_max_jobs - 1 LIMIT 1;
+    END IF;
+    IF coalesce(p_dry_run, false) THEN
+        SELECT count(*) INTO v_found
+          FROM mjsched.purge_candidates(p_keep_seconds, p_keep_count, coalesce(p_per_job, true), p_job_id,
+                                        p_from_job_id, v_to, p_after_completed_at, p_after_run_id, v_now, NULL);
+        v_purged := v_found;
+    ELSE
+        WITH candidates AS MATERIALIZED (
+            SELECT c.run_id, c.job_id, c.completed_at
+              FROM mjsched.purge_candidates(p_keep_seconds, p_keep_count, coalesce(p_per_job, true), p_job_id,
+                                            p_from_job_id, v_to, p_after_completed_at, p_after_run_id, v_now,
+                                            p_batch_size) c
+        ), locked AS (
+            SELECT x.id
+              FROM mjsched.scheduled_job_run x
+             WHERE x.id IN (SELECT c.run_id FROM candidates c)
+               AND x.status IN ('Completed', 'Failed', 'Timeout', 'Cancelled', 'Abandoned', 'Skipped')
+               FOR UPDATE OF x SKIP LOCKED
+        ), gone AS (
+            DELETE FROM mjsched.scheduled_job_run r USING locked l WHERE r.id = l.id RETURNING r.id
+        ), last AS (
+            SELECT c.job_id, c.completed_at, c.run_id FROM candidates c
+             ORDER BY c.job_id DESC, c.completed_at DESC, c.run_id DESC LIMIT 1
+        )
+        SELECT (SELECT count(*) FROM candidates), (SELECT count(*) FROM gone),
+               (SELECT last.job_id FROM last), (SELECT last.completed_at FROM last), (SELECT last.run_id FROM last)
+          INTO v_found, v_purged, v_last_job, v_last_at, v_last_run;
+    END IF;
+    IF NOT coalesce(p_dry_run, false) AND v_found >= p_batch_size THEN   -- more may be left in this page
+        RETURN QUERY SELECT v_purged, v_last_job, v_last_at, v_last_run, 0;
+    ELSIF p_job_id IS NULL AND v_to IS NOT NULL THEN                   -- the next page of jobs
+        RETURN QUERY SELECT v_purged, (SELECT min(j.id) FROM mjsched.scheduled_job j WHERE j.id > v_to),
+                            NULL::timestamptz, NULL::uuid, 0;
+    ELSE                                                               -- the pass is done
+        RETURN QUERY SELECT v_purged, NULL::uuid, NULL::timestamptz, NULL::uuid, 0;
+    END IF;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION mjsched.purge_candidates(double precision, integer, boolean, uuid, uuid, uuid, timestamptz,
+                                                 uuid, timestamptz, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION mjsched.purge_runs(double precision, integer, boolean, uuid, uuid, timestamptz, uuid,
+                                           integer, integer, boolean, timestamptz) FROM PUBLIC;
