@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ..models import Claim, ClaimBatch, Job, JobRun
+from ..retention import PurgeBatch
 
 
 @dataclass(frozen=True)
@@ -341,6 +342,18 @@ class Backend(abc.ABC):
         """Record (job id, schedule key) high-frequency warnings (note_frequency_warned); how
         many were marked. A backend without the procedure records nothing."""
         return 0
+
+    def purge_runs(self, keep_seconds: float | None, keep_count: int | None, *, per_job: bool = True,
+                   job_id: str | None = None, cursor: tuple[str | None, Any, str | None] = (None, None, None),
+                   batch_size: int = 1000, max_jobs: int = 500, dry_run: bool = False,
+                   now: datetime | None = None) -> "PurgeBatch":
+        """One batch of the run-history purge (procedure ``purge_runs``, 006_retention.sql):
+        deletes at most ``batch_size`` finished runs the retention rules let go (``per_job``:
+        the jobs' keep_runs_* override ``keep_seconds``/``keep_count``), never a Running or
+        Queued one, and answers the cursor of the next call. Only one session purges at a
+        time: another purger's call answers ``busy`` and does nothing. ``dry_run`` counts
+        what this call's page of jobs would lose and deletes nothing."""
+        raise NotImplementedError(f"{type(self).__name__} has no purge_runs")
 
     @abc.abstractmethod
     def list_runs(self, job_id: str | None = None, status: str | None = None,

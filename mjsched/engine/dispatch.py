@@ -112,6 +112,7 @@ class Dispatcher:
                     time.monotonic() - self._schedule_checked > SCHEDULE_REFRESH_SECONDS:
                 self.schedule_unscheduled()
             dispatched, free, batch, db_now = self._claim_rounds()
+            self._housekeeping.purge_if_due()      # in the background: the claims never wait for it
             delay = self._options.max_poll_interval
             if batch.next_due_at is not None:
                 delay = min(delay, (batch.next_due_at - db_now).total_seconds() + DUE_MARGIN_SECONDS)

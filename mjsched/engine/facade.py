@@ -35,6 +35,7 @@ from .leases import LeaseKeeper
 from .lifecycle import RunLifecycle
 from .listeners import EngineListener, Listeners
 from .options import EngineOptions
+from .retention import RunPurger, prune
 from .poller import Poller
 from .runs import RunRegistry, WorkerPool
 
@@ -94,7 +95,7 @@ class SchedulingEngine:
         if backend is None and not dsn:
             raise ConfigurationError("dsn", dsn, "a database URL is required (postgresql://... or mssql://...)")
         self.backend: Backend = backend or open_backend(str(dsn), **backend_options)
-        self.stats = {"dispatched": 0, "timeouts": 0, "leases_lost": 0, "fenced_completions": 0}
+        self.stats = {"dispatched": 0, "timeouts": 0, "leases_lost": 0, "fenced_completions": 0, "runs_purged": 0}
         self._wire(opts)
         self._state_lock = threading.Lock()
         self._polling = False
@@ -118,7 +119,8 @@ class SchedulingEngine:
         self._keeper = LeaseKeeper(self.backend, self._registry, instance=self.instance_name,
                                    lease_seconds=self.lease_timeout, interval=opts.heartbeat_interval,
                                    on_timeout=self._runs.time_out, on_lost=self._runs.lose)
-        self._housekeeping = Housekeeping(self.backend, self._clock)
+        self._purger = RunPurger(self.backend, opts, self.stats)
+        self._housekeeping = Housekeeping(self.backend, self._clock, purger=self._purger)
         self._dispatcher = Dispatcher(backend=self.backend, options=opts, registry=self._registry,
                                       lifecycle=self._runs, writer=self._writer, keeper=self._keeper,
                                       housekeeping=self._housekeeping, clock=self._clock,
@@ -185,6 +187,17 @@ class SchedulingEngine:
         if status is not None:
             status = validation.enum_value("status", status, RunStatus).value
         return self.backend.list_runs(jid, status, validation.positive_int("limit", limit))
+
+    def prune_runs(self, older_than: Any = None, keep_last: int | None = None, *, job_id: str | None = None,
+                   dry_run: bool = False, batch_size: int | None = None) -> int:
+        """Delete finished runs now, batch after batch; returns how many (``dry_run``: how many
+        would go, nothing deleted). ``older_than`` (a timedelta, seconds, or "30d") and/or
+        ``keep_last`` (the newest N per job are kept) apply to every job, or to ``job_id``;
+        without either, the retention rules apply (each job's keep_runs_*, else this engine's).
+        Running and Queued runs are never deleted. README "Run-history retention"."""
+        jid = self.get_job(job_id).id if job_id is not None else None
+        return prune(self.backend, self.options, older_than=older_than, keep_last=keep_last, job_id=jid,
+                     dry_run=dry_run, batch_size=batch_size, stats=self.stats)
 
     # -- polling -------------------------------------------------------------------------
     @property
@@ -391,6 +404,7 @@ class SchedulingEngine:
         if going:
             self._registry.wait_idle(CLOSE_GRACE_SECONDS)
         self._writer.flush(5.0)
+        self._purger.join(5.0)
         self._runs.hand_back_held()
         self._keeper.stop()
         self._writer.stop(timeout=5.0)

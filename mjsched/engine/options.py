@@ -11,7 +11,7 @@ import socket
 from dataclasses import dataclass
 from typing import Iterable
 
-from .. import validation
+from .. import retention, validation
 from ..drivers.registry import allowed_driver_names
 from ..errors import ConfigurationError
 
@@ -34,6 +34,14 @@ class EngineOptions:
     heartbeat_interval: float | None = None   # None: a quarter of the lease
     completion_batch_window: float = 0.002
     allowed_drivers: Iterable[str] | str | frozenset[str] | None = None   # None: every driver
+    # Run-history retention (README "Run-history retention"): the defaults of jobs whose own
+    # keep_runs_days / keep_runs_count is None (None or 0: that rule off); this engine purges
+    # at most every purge_interval seconds (None: never), purge_pass_seconds per pass.
+    keep_runs_days: int | None = None
+    keep_runs_count: int | None = None
+    purge_interval: float | None = 10.0
+    purge_pass_seconds: float = 0.2
+    purge_batch_size: int = 1000
 
     def __post_init__(self) -> None:
         def keep(name: str, value: object) -> None:
@@ -55,6 +63,15 @@ class EngineOptions:
             if self.heartbeat_interval > bound:
                 raise ConfigurationError("heartbeat_interval", self.heartbeat_interval,
                                          f"must renew at least three times per lease (<= {bound:g})")
+        keep("keep_runs_days", retention.keep_days("keep_runs_days", self.keep_runs_days))
+        keep("keep_runs_count", retention.keep_count("keep_runs_count", self.keep_runs_count))
+        if self.purge_interval is not None:
+            keep("purge_interval", float(validation.positive_number("purge_interval", self.purge_interval,
+                                                                    optional=False, maximum=86_400) or 0))
+        keep("purge_pass_seconds", float(validation.positive_number("purge_pass_seconds", self.purge_pass_seconds,
+                                                                    optional=False, maximum=60) or 0))
+        keep("purge_batch_size", validation.positive_int("purge_batch_size", self.purge_batch_size,
+                                                         maximum=retention.MAX_BATCH))
         keep("instance_name", validation.text("instance_name", self.instance_name, limit=255)
              or f"{socket.gethostname()}-{os.getpid()}")
 
