@@ -71,13 +71,19 @@ class SchedulingEngine:
                  max_catch_up_runs: int = 100, heartbeat_interval: float | None = None,
                  completion_batch_window: float = 0.002, backend: Backend | None = None,
                  allowed_drivers: Iterable[str] | str | None = None, options: EngineOptions | None = None,
+                 keep_runs_days: int | None = None, keep_runs_count: int | None = None,
+                 purge_interval: float | None = 10.0, purge_pass_seconds: float = 0.2, purge_batch_size: int = 1000,
                  **backend_options: Any) -> None:
-        """``options`` (built by the CLI's config) replaces the tuning arguments when given."""
+        """``options`` (built by the CLI's config) replaces the tuning arguments when given.
+        ``keep_runs_days``/``keep_runs_count``: run-history retention for jobs without their own
+        (README "Run-history retention"); ``purge_interval`` (None: this engine never purges)."""
         self.options = options or EngineOptions(
             max_concurrent_jobs=max_concurrent_jobs, lease_timeout=lease_timeout, instance_name=instance_name,
             min_poll_interval=min_poll_interval, max_poll_interval=max_poll_interval,
             max_catch_up_runs=max_catch_up_runs, heartbeat_interval=heartbeat_interval,
-            completion_batch_window=completion_batch_window, allowed_drivers=allowed_drivers)
+            completion_batch_window=completion_batch_window, allowed_drivers=allowed_drivers,
+            keep_runs_days=keep_runs_days, keep_runs_count=keep_runs_count, purge_interval=purge_interval,
+            purge_pass_seconds=purge_pass_seconds, purge_batch_size=purge_batch_size)
         opts = self.options
         self.max_concurrent_jobs, self.lease_timeout = opts.max_concurrent_jobs, opts.lease_timeout
         self.min_poll_interval, self.max_poll_interval = opts.min_poll_interval, opts.max_poll_interval

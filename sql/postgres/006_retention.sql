@@ -183,7 +183,8 @@ BEGIN
     IF NOT coalesce(p_dry_run, false) AND v_found >= p_batch_size THEN   -- more may be left in this page
         RETURN QUERY SELECT v_purged, v_last_job, v_last_at, v_last_run, 0;
     ELSIF p_job_id IS NULL AND v_to IS NOT NULL THEN                   -- the next page of jobs
-        RETURN QUERY SELECT v_purged, (SELECT min(j.id) FROM mjsched.scheduled_job j WHERE j.id > v_to),
+        RETURN QUERY SELECT v_purged, (SELECT j.id FROM mjsched.scheduled_job j WHERE j.id > v_to
+                                                ORDER BY j.id LIMIT 1),
                             NULL::timestamptz, NULL::uuid, 0;
     ELSE                                                               -- the pass is done
         RETURN QUERY SELECT v_purged, NULL::uuid, NULL::timestamptz, NULL::uuid, 0;
