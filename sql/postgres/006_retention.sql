@@ -51,7 +51,7 @@ CREATE OR REPLACE FUNCTION mjsched.purge_candidates(
     p_from_job_id uuid, p_to_job_id uuid, p_after_completed_at timestamptz, p_after_run_id uuid,
     p_now timestamptz, p_limit integer)
 RETURNS TABLE (run_id uuid, job_id uuid, completed_at timestamptz)
-LANGUAGE sql STABLE AS $$
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = mjsched, pg_temp AS $$
     WITH rules AS (
         SELECT j.id, j.next_run_at,
                CASE WHEN p_per_job AND j.keep_runs_days IS NOT NULL THEN nullif(j.keep_runs_days, 0) * 86400.0
