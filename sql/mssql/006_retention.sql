@@ -42,73 +42,34 @@ BEGIN
 END;
 GO
 
--- purge_candidates: the runs the rules let go, in (job id, completed_at, id) order, at most
--- @p_limit of them (NULL: all). Internal: purge_runs calls it. Cutoffs are computed in days
--- plus milliseconds: DATEADD takes an int, and 100 years of seconds do not fit one.
--- The N-th newest finished run of a job is the N-th row of its TOP (N) (APPLY lets TOP
--- read the job's N; OFFSET may not reference an outer column).
+-- purge_candidates: the runs of one job the rules let go, in (completed_at, id) order, at most
+-- @p_limit of them (NULL: all); the twin of the PostgreSQL function. Internal: purge_runs
+-- calls it once per job, so each call is one ordered range scan of
+-- ix_scheduled_job_run_job_completed that stops after @p_limit rows.
 CREATE OR ALTER FUNCTION mjsched.purge_candidates(
-    @p_keep_seconds float, @p_keep_count int, @p_per_job bit, @p_job_id uniqueidentifier,
-    @p_from_job_id uniqueidentifier, @p_to_job_id uniqueidentifier, @p_after_completed_at datetimeoffset,
-    @p_after_run_id uniqueidentifier, @p_now datetimeoffset, @p_limit int)
+    @p_job_id uniqueidentifier, @p_cut_at datetimeoffset, @p_nth_at datetimeoffset, @p_nth_id uniqueidentifier,
+    @p_after_at datetimeoffset, @p_after_id uniqueidentifier, @p_next_run_at datetimeoffset, @p_limit int)
 RETURNS TABLE
 AS RETURN
-    SELECT TOP (COALESCE(@p_limit, 2147483647)) v.id AS run_id, j.id AS job_id, v.completed_at
-      FROM mjsched.scheduled_job AS j
-     CROSS APPLY (SELECT CASE WHEN @p_per_job = 1 AND j.keep_runs_days IS NOT NULL
-                              THEN NULLIF(j.keep_runs_days, 0) * 86400.0
-                              ELSE NULLIF(@p_keep_seconds, 0) END AS keep_seconds,
-                         CASE WHEN @p_per_job = 1 AND j.keep_runs_count IS NOT NULL
-                              THEN NULLIF(j.keep_runs_count, 0)
-                              ELSE NULLIF(@p_keep_count, 0) END AS keep_count) AS k
-     CROSS APPLY (SELECT CASE WHEN k.keep_seconds IS NULL
-                              THEN CAST(N'9999-12-31T23:59:59.9999999+00:00' AS datetimeoffset)
-                              ELSE DATEADD(millisecond,
-                                           -CAST(ROUND((k.keep_seconds - FLOOR(k.keep_seconds / 86400.0) * 86400.0)
-                                                       * 1000.0, 0) AS int),
-                                           DATEADD(day, -CAST(FLOOR(k.keep_seconds / 86400.0) AS int), @p_now))
-                         END AS cut_at,
-                         CASE WHEN j.id = @p_from_job_id AND @p_after_completed_at IS NOT NULL
-                              THEN @p_after_completed_at
-                              ELSE CAST(N'0001-01-01T00:00:00+00:00' AS datetimeoffset) END AS after_at,
-                         CASE WHEN j.id = @p_from_job_id AND @p_after_completed_at IS NOT NULL
-                              THEN COALESCE(@p_after_run_id, CAST(N'00000000-0000-0000-0000-000000000000'
-                                                                  AS uniqueidentifier))
-                              ELSE CAST(N'00000000-0000-0000-0000-000000000000' AS uniqueidentifier)
-                         END AS after_id) AS b
-     OUTER APPLY (SELECT t.completed_at AS nth_at, t.id AS nth_id
-                    FROM (SELECT TOP (COALESCE(k.keep_count, 1)) x.completed_at, x.id,
-                                 ROW_NUMBER() OVER (ORDER BY x.completed_at DESC, x.id DESC) AS nth
-                            FROM mjsched.scheduled_job_run AS x
-                           WHERE k.keep_count IS NOT NULL AND x.scheduled_job_id = j.id
-                             AND x.completed_at IS NOT NULL
-                           ORDER BY x.completed_at DESC, x.id DESC) AS t
-                   WHERE t.nth = k.keep_count) AS n
-     CROSS APPLY (SELECT TOP (COALESCE(@p_limit, 2147483647)) x.id, x.completed_at
-                    FROM mjsched.scheduled_job_run AS x
-                   WHERE x.scheduled_job_id = j.id
-                     AND x.completed_at IS NOT NULL
-                     AND x.completed_at < b.cut_at
-                     AND (k.keep_count IS NULL
-                          OR x.completed_at < n.nth_at OR (x.completed_at = n.nth_at AND x.id < n.nth_id))
-                     AND x.completed_at >= b.after_at
-                     AND (x.completed_at > b.after_at OR x.id > b.after_id)
-                     AND x.status IN (N'Completed', N'Failed', N'Timeout', N'Cancelled', N'Abandoned', N'Skipped')
-                     AND (x.scheduled_for IS NULL OR j.next_run_at IS NULL OR x.scheduled_for < j.next_run_at)
-                     AND NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS p
-                                      WHERE p.scheduled_job_id = x.scheduled_job_id
-                                        AND p.scheduled_for = x.scheduled_for
-                                        AND p.status NOT IN (N'Completed', N'Failed', N'Timeout', N'Cancelled',
-                                                             N'Abandoned', N'Skipped'))
-                   ORDER BY x.completed_at, x.id) AS v
-     WHERE (@p_job_id IS NULL OR j.id = @p_job_id)
-       AND (@p_from_job_id IS NULL OR j.id >= @p_from_job_id)
-       AND (@p_to_job_id IS NULL OR j.id <= @p_to_job_id)
-       AND (k.keep_seconds IS NOT NULL OR k.keep_count IS NOT NULL)
-     ORDER BY j.id, v.completed_at, v.id;
+    SELECT TOP (COALESCE(@p_limit, 2147483647)) x.id AS run_id, x.completed_at
+      FROM mjsched.scheduled_job_run AS x
+     WHERE x.scheduled_job_id = @p_job_id
+       AND x.completed_at IS NOT NULL
+       AND x.completed_at < @p_cut_at
+       AND x.completed_at <= @p_nth_at AND (x.completed_at < @p_nth_at OR x.id < @p_nth_id)
+       AND x.completed_at >= @p_after_at AND (x.completed_at > @p_after_at OR x.id > @p_after_id)
+       AND x.status IN (N'Completed', N'Failed', N'Timeout', N'Cancelled', N'Abandoned', N'Skipped')
+       AND (x.scheduled_for IS NULL OR @p_next_run_at IS NULL OR x.scheduled_for < @p_next_run_at)
+       AND NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS p
+                        WHERE p.scheduled_job_id = x.scheduled_job_id AND p.scheduled_for = x.scheduled_for
+                          AND p.status NOT IN (N'Completed', N'Failed', N'Timeout', N'Cancelled', N'Abandoned',
+                                               N'Skipped'))
+     ORDER BY x.completed_at, x.id;
 GO
 
--- purge_runs: one batch of the purge; parameters, cursor and answer as in PostgreSQL.
+-- purge_runs: one batch of the purge; parameters, cursor and answer as in PostgreSQL. The jobs
+-- of the page are walked in id order; cutoffs are computed in days plus milliseconds (DATEADD
+-- takes an int, and 100 years of seconds do not fit one).
 CREATE OR ALTER PROCEDURE mjsched.purge_runs
     @p_keep_seconds float,
     @p_keep_count int,
@@ -147,8 +108,14 @@ BEGIN
         THROW 50022, @v_message, 1;
     END;
     DECLARE @v_to uniqueidentifier, @v_found int = 0, @v_purged int = 0, @v_lock int = 0, @v_busy int = 0;
+    DECLARE @v_left int = @p_batch_size, @v_full bit = 0, @v_job uniqueidentifier, @v_next_run_at datetimeoffset;
+    DECLARE @v_keep_seconds float, @v_keep_count int, @v_cut datetimeoffset;
+    DECLARE @v_nth_at datetimeoffset, @v_nth_id uniqueidentifier, @v_after_at datetimeoffset,
+            @v_after_id uniqueidentifier;
     DECLARE @v_next_job uniqueidentifier, @v_next_at datetimeoffset, @v_next_run uniqueidentifier;
-    DECLARE @v_candidates TABLE (run_id uniqueidentifier NOT NULL PRIMARY KEY, job_id uniqueidentifier NOT NULL,
+    DECLARE @v_jobs TABLE (id uniqueidentifier NOT NULL PRIMARY KEY, next_run_at datetimeoffset NULL,
+                           keep_seconds float NULL, keep_count int NULL);
+    DECLARE @v_candidates TABLE (run_id uniqueidentifier NOT NULL PRIMARY KEY,
                                  completed_at datetimeoffset NOT NULL);
     IF @p_job_id IS NULL
     BEGIN
@@ -156,6 +123,18 @@ BEGIN
          WHERE @p_from_job_id IS NULL OR j.id >= @p_from_job_id
          ORDER BY j.id OFFSET (@p_max_jobs - 1) ROWS FETCH NEXT 1 ROWS ONLY;
     END;
+    INSERT INTO @v_jobs (id, next_run_at, keep_seconds, keep_count)
+    SELECT r.id, r.next_run_at, r.keep_seconds, r.keep_count
+      FROM (SELECT j.id, j.next_run_at,
+                   CASE WHEN @v_per_job = 1 AND j.keep_runs_days IS NOT NULL
+                        THEN NULLIF(j.keep_runs_days, 0) * 86400.0 ELSE NULLIF(@p_keep_seconds, 0) END AS keep_seconds,
+                   CASE WHEN @v_per_job = 1 AND j.keep_runs_count IS NOT NULL
+                        THEN NULLIF(j.keep_runs_count, 0) ELSE NULLIF(@p_keep_count, 0) END AS keep_count
+              FROM mjsched.scheduled_job AS j
+             WHERE (@p_job_id IS NULL OR j.id = @p_job_id)
+               AND (@p_from_job_id IS NULL OR j.id >= @p_from_job_id)
+               AND (@v_to IS NULL OR j.id <= @v_to)) AS r
+     WHERE r.keep_seconds IS NOT NULL OR r.keep_count IS NOT NULL;
     BEGIN TRY
         BEGIN TRANSACTION;
         IF @v_dry_run = 0
@@ -166,27 +145,69 @@ BEGIN
         IF @v_lock < 0
         BEGIN
             SET @v_busy = 1;
+            DELETE FROM @v_jobs;
         END;
-        IF @v_dry_run = 1
+        WHILE @v_full = 0 AND EXISTS (SELECT 1 FROM @v_jobs)
         BEGIN
-            SELECT @v_found = COUNT(*)
-              FROM mjsched.purge_candidates(@p_keep_seconds, @p_keep_count, @v_per_job, @p_job_id, @p_from_job_id,
-                                            @v_to, @p_after_completed_at, @p_after_run_id, @v_now, NULL) AS c;
-            SET @v_purged = @v_found;
-        END;
-        IF @v_dry_run = 0 AND @v_lock >= 0
-        BEGIN
-            INSERT INTO @v_candidates (run_id, job_id, completed_at)
-            SELECT c.run_id, c.job_id, c.completed_at
-              FROM mjsched.purge_candidates(@p_keep_seconds, @p_keep_count, @v_per_job, @p_job_id,
-                                            @p_from_job_id, @v_to, @p_after_completed_at, @p_after_run_id,
-                                            @v_now, @p_batch_size) AS c;
-            SET @v_found = @@ROWCOUNT;
-            DELETE r
-              FROM mjsched.scheduled_job_run AS r WITH (ROWLOCK, READPAST, READCOMMITTEDLOCK)
-              JOIN @v_candidates AS c ON c.run_id = r.id
-             WHERE r.status IN (N'Completed', N'Failed', N'Timeout', N'Cancelled', N'Abandoned', N'Skipped');
-            SET @v_purged = @@ROWCOUNT;
+            SELECT TOP (1) @v_job = v.id, @v_next_run_at = v.next_run_at, @v_keep_seconds = v.keep_seconds,
+                   @v_keep_count = v.keep_count
+              FROM @v_jobs AS v
+             ORDER BY v.id;
+            DELETE FROM @v_jobs WHERE id = @v_job;
+            SET @v_cut = CASE WHEN @v_keep_seconds IS NULL
+                              THEN CAST(N'9999-12-31T23:59:59.9999999+00:00' AS datetimeoffset)
+                              ELSE DATEADD(millisecond,
+                                           -CAST(ROUND((@v_keep_seconds - FLOOR(@v_keep_seconds / 86400.0) * 86400.0)
+                                                       * 1000.0, 0) AS int),
+                                           DATEADD(day, -CAST(FLOOR(@v_keep_seconds / 86400.0) AS int), @v_now))
+                         END;
+            SET @v_nth_at = CAST(N'9999-12-31T23:59:59.9999999+00:00' AS datetimeoffset);
+            SET @v_nth_id = CAST(N'FFFFFFFF-FFFF-FFFF-FFFF-FFFFFFFFFFFF' AS uniqueidentifier);
+            IF @v_keep_count IS NOT NULL
+            BEGIN
+                SET @v_nth_at = NULL;
+                SELECT @v_nth_at = x.completed_at, @v_nth_id = x.id
+                  FROM mjsched.scheduled_job_run AS x
+                 WHERE x.scheduled_job_id = @v_job AND x.completed_at IS NOT NULL
+                 ORDER BY x.completed_at DESC, x.id DESC
+                OFFSET (@v_keep_count - 1) ROWS FETCH NEXT 1 ROWS ONLY;
+            END;
+            SET @v_after_at = CAST(N'0001-01-01T00:00:00+00:00' AS datetimeoffset);
+            SET @v_after_id = CAST(N'00000000-0000-0000-0000-000000000000' AS uniqueidentifier);
+            IF @v_job = @p_from_job_id AND @p_after_completed_at IS NOT NULL
+            BEGIN
+                SET @v_after_at = @p_after_completed_at;
+                SET @v_after_id = COALESCE(@p_after_run_id, @v_after_id);
+            END;
+            IF @v_nth_at IS NOT NULL AND @v_dry_run = 1
+            BEGIN
+                SELECT @v_found = COUNT(*)
+                  FROM mjsched.purge_candidates(@v_job, @v_cut, @v_nth_at, @v_nth_id, @v_after_at, @v_after_id,
+                                                @v_next_run_at, NULL) AS c;
+                SET @v_purged = @v_purged + @v_found;
+            END;
+            IF @v_nth_at IS NOT NULL AND @v_dry_run = 0
+            BEGIN
+                DELETE FROM @v_candidates;
+                INSERT INTO @v_candidates (run_id, completed_at)
+                SELECT c.run_id, c.completed_at
+                  FROM mjsched.purge_candidates(@v_job, @v_cut, @v_nth_at, @v_nth_id, @v_after_at, @v_after_id,
+                                                @v_next_run_at, @v_left) AS c;
+                SET @v_found = @@ROWCOUNT;
+                DELETE r
+                  FROM mjsched.scheduled_job_run AS r WITH (ROWLOCK, READPAST, READCOMMITTEDLOCK)
+                  JOIN @v_candidates AS c ON c.run_id = r.id
+                 WHERE r.status IN (N'Completed', N'Failed', N'Timeout', N'Cancelled', N'Abandoned', N'Skipped');
+                SET @v_purged = @v_purged + @@ROWCOUNT;
+                SET @v_left = @v_left - @v_found;
+                IF @v_left <= 0
+                BEGIN
+                    SET @v_full = 1;
+                    SELECT TOP (1) @v_next_job = @v_job, @v_next_at = c.completed_at, @v_next_run = c.run_id
+                      FROM @v_candidates AS c
+                     ORDER BY c.completed_at DESC, c.run_id DESC;
+                END;
+            END;
         END;
         COMMIT TRANSACTION;
     END TRY
@@ -197,22 +218,15 @@ BEGIN
         END;
         THROW;
     END CATCH;
-    -- the cursor: handed back unchanged when busy; the last candidate while a full batch
-    -- says more may be left in this page; else the next page of jobs (NULL: the pass is done)
-    DECLARE @v_full bit = CASE WHEN @v_busy = 0 AND @v_dry_run = 0 AND @v_found >= @p_batch_size THEN 1 ELSE 0 END;
+    -- the cursor: handed back unchanged when busy; the last candidate when the batch filled
+    -- (more may be left in that job); else the next page of jobs (NULL: the pass is done)
     IF @v_busy = 1
     BEGIN
         SELECT @v_next_job = @p_from_job_id, @v_next_at = @p_after_completed_at, @v_next_run = @p_after_run_id;
     END;
-    IF @v_full = 1
-    BEGIN
-        SELECT TOP (1) @v_next_job = c.job_id, @v_next_at = c.completed_at, @v_next_run = c.run_id
-          FROM @v_candidates AS c
-         ORDER BY c.job_id DESC, c.completed_at DESC, c.run_id DESC;
-    END;
     IF @v_busy = 0 AND @v_full = 0 AND @p_job_id IS NULL AND @v_to IS NOT NULL
     BEGIN
-        SELECT @v_next_job = MIN(j.id) FROM mjsched.scheduled_job AS j WHERE j.id > @v_to;
+        SELECT TOP (1) @v_next_job = j.id FROM mjsched.scheduled_job AS j WHERE j.id > @v_to ORDER BY j.id;
     END;
     SELECT @v_purged AS purged, @v_next_job AS next_job_id, @v_next_at AS next_completed_at,
            @v_next_run AS next_run_id, @v_busy AS busy;

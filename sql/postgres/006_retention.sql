@@ -18,8 +18,8 @@
 -- "Finished" and "newest" are by completed_at (then id).
 --
 -- The purge (purge_runs) deletes at most p_batch_size rows per call, found through the
--- run table's index ix_scheduled_job_run_job_completed, job by job in id order (a page of
--- p_max_jobs jobs per call), and answers where the next call goes on (a cursor: job id,
+-- run table's index ix_scheduled_job_run_job_completed, job by job in id order (one ordered
+-- range scan per job; a page of at most p_max_jobs jobs per call), and answers where the next call goes on (a cursor: job id,
 -- completed_at, run id), so a purge never rescans the dead index entries its earlier
 -- batches left. It takes no lock on scheduled_job rows (claims, renewals and completions
 -- never wait for it), locks the run rows it deletes SKIP LOCKED, and only one session
@@ -41,65 +41,30 @@ ALTER TABLE mjsched.scheduled_job
 CREATE INDEX IF NOT EXISTS ix_scheduled_job_run_job_completed
     ON mjsched.scheduled_job_run (scheduled_job_id, completed_at, id) WHERE completed_at IS NOT NULL;
 
--- purge_candidates: the runs the rules let go, in (job id, completed_at, id) order, at most
--- p_limit of them (NULL: all), among the jobs p_job_id (one job) or [p_from_job_id,
--- p_to_job_id] (NULL ends: open), starting in the first job after (p_after_completed_at,
--- p_after_run_id). p_per_job: the jobs' own keep_runs_* override p_keep_seconds and
--- p_keep_count (false: the parameters apply to every job). Internal: purge_runs calls it.
+-- purge_candidates: the runs of one job the rules let go, in (completed_at, id) order, at most
+-- p_limit of them (NULL: all): finished before p_cut_at, before the job's N-th newest finished run
+-- (p_nth_at, p_nth_id; 'infinity' when the count rule is off), after the cursor (p_after_at,
+-- p_after_id), and none of the kept kinds (see the header). Internal: purge_runs calls it once
+-- per job, so each call is one ordered range scan of ix_scheduled_job_run_job_completed that
+-- stops after p_limit rows.
 CREATE OR REPLACE FUNCTION mjsched.purge_candidates(
-    p_keep_seconds double precision, p_keep_count integer, p_per_job boolean, p_job_id uuid,
-    p_from_job_id uuid, p_to_job_id uuid, p_after_completed_at timestamptz, p_after_run_id uuid,
-    p_now timestamptz, p_limit integer)
-RETURNS TABLE (run_id uuid, job_id uuid, completed_at timestamptz)
+    p_job_id uuid, p_cut_at timestamptz, p_nth_at timestamptz, p_nth_id uuid, p_after_at timestamptz,
+    p_after_id uuid, p_next_run_at timestamptz, p_limit integer)
+RETURNS TABLE (run_id uuid, completed_at timestamptz)
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = mjsched, pg_temp AS $$
-    WITH rules AS (
-        SELECT j.id, j.next_run_at,
-               CASE WHEN p_per_job AND j.keep_runs_days IS NOT NULL THEN nullif(j.keep_runs_days, 0) * 86400.0
-                    ELSE nullif(p_keep_seconds, 0) END AS keep_seconds,
-               CASE WHEN p_per_job AND j.keep_runs_count IS NOT NULL THEN nullif(j.keep_runs_count, 0)
-                    ELSE nullif(p_keep_count, 0) END AS keep_count
-          FROM mjsched.scheduled_job j
-         WHERE (p_job_id IS NULL OR j.id = p_job_id)
-           AND (p_from_job_id IS NULL OR j.id >= p_from_job_id)
-           AND (p_to_job_id IS NULL OR j.id <= p_to_job_id)
-    ), bounds AS (
-        SELECT r.id, r.next_run_at, r.keep_count,
-               CASE WHEN r.keep_seconds IS NULL THEN 'infinity'::timestamptz
-                    ELSE p_now - make_interval(secs => r.keep_seconds) END AS cut_at,
-               n.completed_at AS nth_at, n.id AS nth_id,
-               CASE WHEN r.id = p_from_job_id AND p_after_completed_at IS NOT NULL THEN p_after_completed_at
-                    ELSE '-infinity'::timestamptz END AS after_at,
-               CASE WHEN r.id = p_from_job_id AND p_after_completed_at IS NOT NULL
-                    THEN coalesce(p_after_run_id, '00000000-0000-0000-0000-000000000000'::uuid)
-                    ELSE '00000000-0000-0000-0000-000000000000'::uuid END AS after_id
-          FROM rules r
-          LEFT JOIN LATERAL (
-                SELECT x.completed_at, x.id
-                  FROM mjsched.scheduled_job_run x
-                 WHERE r.keep_count IS NOT NULL AND x.scheduled_job_id = r.id AND x.completed_at IS NOT NULL
-                 ORDER BY x.completed_at DESC, x.id DESC
-                OFFSET r.keep_count - 1 LIMIT 1) n ON true
-         WHERE r.keep_seconds IS NOT NULL OR r.keep_count IS NOT NULL
-    )
-    SELECT v.id, b.id, v.completed_at
-      FROM bounds b
-     CROSS JOIN LATERAL (
-            SELECT x.id, x.completed_at
-              FROM mjsched.scheduled_job_run x
-             WHERE x.scheduled_job_id = b.id
-               AND x.completed_at IS NOT NULL
-               AND x.completed_at < b.cut_at
-               AND (b.keep_count IS NULL OR (x.completed_at, x.id) < (b.nth_at, b.nth_id))
-               AND (x.completed_at, x.id) > (b.after_at, b.after_id)
-               AND x.status IN ('Completed', 'Failed', 'Timeout', 'Cancelled', 'Abandoned', 'Skipped')
-               AND (x.scheduled_for IS NULL OR b.next_run_at IS NULL OR x.scheduled_for < b.next_run_at)
-               AND NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run p
-                                WHERE p.scheduled_job_id = x.scheduled_job_id AND p.scheduled_for = x.scheduled_for
-                                  AND p.status NOT IN ('Completed', 'Failed', 'Timeout', 'Cancelled',
-                                                       'Abandoned', 'Skipped'))
-             ORDER BY x.completed_at, x.id
-             LIMIT p_limit) v
-     ORDER BY b.id, v.completed_at, v.id
+    SELECT x.id, x.completed_at
+      FROM mjsched.scheduled_job_run x
+     WHERE x.scheduled_job_id = p_job_id
+       AND x.completed_at IS NOT NULL
+       AND x.completed_at < p_cut_at
+       AND x.completed_at <= p_nth_at AND (x.completed_at, x.id) < (p_nth_at, p_nth_id)
+       AND x.completed_at >= p_after_at AND (x.completed_at, x.id) > (p_after_at, p_after_id)
+       AND x.status IN ('Completed', 'Failed', 'Timeout', 'Cancelled', 'Abandoned', 'Skipped')
+       AND (x.scheduled_for IS NULL OR p_next_run_at IS NULL OR x.scheduled_for < p_next_run_at)
+       AND NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run p
+                        WHERE p.scheduled_job_id = x.scheduled_job_id AND p.scheduled_for = x.scheduled_for
+                          AND p.status NOT IN ('Completed', 'Failed', 'Timeout', 'Cancelled', 'Abandoned', 'Skipped'))
+     ORDER BY x.completed_at, x.id
      LIMIT p_limit
 $$;
 
@@ -121,12 +86,20 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = mjsched, pg_temp AS $$
 #variable_conflict use_column
 DECLARE
     v_now timestamptz;
+    v_dry boolean := coalesce(p_dry_run, false);
     v_to uuid;
-    v_found integer := 0;
+    v_left integer := p_batch_size;
+    v_found integer;
+    v_gone integer;
     v_purged integer := 0;
-    v_last_job uuid;
+    v_cut timestamptz;
+    v_nth_at timestamptz;
+    v_nth_id uuid;
+    v_after_at timestamptz;
+    v_after_id uuid;
     v_last_at timestamptz;
     v_last_run uuid;
+    j record;
 BEGIN
     PERFORM mjsched.check_test_clock(p_now);
     v_now := coalesce(p_now, now());
@@ -143,27 +116,56 @@ BEGIN
     IF p_max_jobs IS NULL OR NOT (p_max_jobs BETWEEN 1 AND 10000) THEN
         RAISE EXCEPTION 'max_jobs=% must be between 1 and 10000', p_max_jobs USING ERRCODE = '22023';
     END IF;
-    IF NOT coalesce(p_dry_run, false)
-       AND NOT pg_try_advisory_xact_lock(1835692146) THEN   -- 0x6D6A7072, "mjpr": one purger at a time
+    IF NOT v_dry AND NOT pg_try_advisory_xact_lock(1835692146) THEN   -- 0x6D6A7072, "mjpr": one purger at a time
         RETURN QUERY SELECT 0, p_from_job_id, p_after_completed_at, p_after_run_id, 1;
         RETURN;
     END IF;
     IF p_job_id IS NULL THEN   -- this call's page of jobs ends at v_to (NULL: the last job)
-        SELECT j.id INTO v_to FROM mjsched.scheduled_job j
-         WHERE p_from_job_id IS NULL OR j.id >= p_from_job_id
-         ORDER BY j.id OFFSET p_max_jobs - 1 LIMIT 1;
+        SELECT s.id INTO v_to FROM mjsched.scheduled_job s
+         WHERE p_from_job_id IS NULL OR s.id >= p_from_job_id
+         ORDER BY s.id OFFSET p_max_jobs - 1 LIMIT 1;
     END IF;
-    IF coalesce(p_dry_run, false) THEN
-        SELECT count(*) INTO v_found
-          FROM mjsched.purge_candidates(p_keep_seconds, p_keep_count, coalesce(p_per_job, true), p_job_id,
-                                        p_from_job_id, v_to, p_after_completed_at, p_after_run_id, v_now, NULL);
-        v_purged := v_found;
-    ELSE
+    FOR j IN
+        SELECT r.id, r.next_run_at, r.keep_seconds, r.keep_count
+          FROM (SELECT s.id, s.next_run_at,
+                       CASE WHEN coalesce(p_per_job, true) AND s.keep_runs_days IS NOT NULL
+                            THEN nullif(s.keep_runs_days, 0) * 86400.0 ELSE nullif(p_keep_seconds, 0) END AS keep_seconds,
+                       CASE WHEN coalesce(p_per_job, true) AND s.keep_runs_count IS NOT NULL
+                            THEN nullif(s.keep_runs_count, 0) ELSE nullif(p_keep_count, 0) END AS keep_count
+                  FROM mjsched.scheduled_job s
+                 WHERE (p_job_id IS NULL OR s.id = p_job_id)
+                   AND (p_from_job_id IS NULL OR s.id >= p_from_job_id)
+                   AND (v_to IS NULL OR s.id <= v_to)) r
+         WHERE r.keep_seconds IS NOT NULL OR r.keep_count IS NOT NULL
+         ORDER BY r.id
+    LOOP
+        v_cut := CASE WHEN j.keep_seconds IS NULL THEN 'infinity'::timestamptz
+                      ELSE v_now - make_interval(secs => j.keep_seconds) END;
+        v_nth_at := 'infinity';
+        v_nth_id := 'ffffffff-ffff-ffff-ffff-ffffffffffff';
+        IF j.keep_count IS NOT NULL THEN   -- the job's N-th newest finished run; fewer than N: none goes
+            SELECT x.completed_at, x.id INTO v_nth_at, v_nth_id
+              FROM mjsched.scheduled_job_run x
+             WHERE x.scheduled_job_id = j.id AND x.completed_at IS NOT NULL
+             ORDER BY x.completed_at DESC, x.id DESC OFFSET j.keep_count - 1 LIMIT 1;
+            CONTINUE WHEN NOT FOUND;
+        END IF;
+        v_after_at := '-infinity';
+        v_after_id := '00000000-0000-0000-0000-000000000000';
+        IF j.id = p_from_job_id AND p_after_completed_at IS NOT NULL THEN
+            v_after_at := p_after_completed_at;
+            v_after_id := coalesce(p_after_run_id, v_after_id);
+        END IF;
+        IF v_dry THEN
+            SELECT count(*) INTO v_found
+              FROM mjsched.purge_candidates(j.id, v_cut, v_nth_at, v_nth_id, v_after_at, v_after_id, j.next_run_at, NULL);
+            v_purged := v_purged + v_found;
+            CONTINUE;
+        END IF;
         WITH candidates AS MATERIALIZED (
-            SELECT c.run_id, c.job_id, c.completed_at
-              FROM mjsched.purge_candidates(p_keep_seconds, p_keep_count, coalesce(p_per_job, true), p_job_id,
-                                            p_from_job_id, v_to, p_after_completed_at, p_after_run_id, v_now,
-                                            p_batch_size) c
+            SELECT c.run_id, c.completed_at
+              FROM mjsched.purge_candidates(j.id, v_cut, v_nth_at, v_nth_id, v_after_at, v_after_id, j.next_run_at,
+                                            v_left) c
         ), locked AS (
             SELECT x.id
               FROM mjsched.scheduled_job_run x
@@ -173,26 +175,28 @@ BEGIN
         ), gone AS (
             DELETE FROM mjsched.scheduled_job_run r USING locked l WHERE r.id = l.id RETURNING r.id
         ), last AS (
-            SELECT c.job_id, c.completed_at, c.run_id FROM candidates c
-             ORDER BY c.job_id DESC, c.completed_at DESC, c.run_id DESC LIMIT 1
+            SELECT c.completed_at, c.run_id FROM candidates c ORDER BY c.completed_at DESC, c.run_id DESC LIMIT 1
         )
         SELECT (SELECT count(*) FROM candidates), (SELECT count(*) FROM gone),
-               (SELECT last.job_id FROM last), (SELECT last.completed_at FROM last), (SELECT last.run_id FROM last)
-          INTO v_found, v_purged, v_last_job, v_last_at, v_last_run;
-    END IF;
-    IF NOT coalesce(p_dry_run, false) AND v_found >= p_batch_size THEN   -- more may be left in this page
-        RETURN QUERY SELECT v_purged, v_last_job, v_last_at, v_last_run, 0;
-    ELSIF p_job_id IS NULL AND v_to IS NOT NULL THEN                   -- the next page of jobs
-        RETURN QUERY SELECT v_purged, (SELECT j.id FROM mjsched.scheduled_job j WHERE j.id > v_to
-                                                ORDER BY j.id LIMIT 1),
+               (SELECT last.completed_at FROM last), (SELECT last.run_id FROM last)
+          INTO v_found, v_gone, v_last_at, v_last_run;
+        v_purged := v_purged + v_gone;
+        v_left := v_left - v_found;
+        IF v_left <= 0 THEN   -- the batch is full: more may be left in this job
+            RETURN QUERY SELECT v_purged, j.id, v_last_at, v_last_run, 0;
+            RETURN;
+        END IF;
+    END LOOP;
+    IF p_job_id IS NULL AND v_to IS NOT NULL THEN   -- the next page of jobs
+        RETURN QUERY SELECT v_purged, (SELECT s.id FROM mjsched.scheduled_job s WHERE s.id > v_to ORDER BY s.id LIMIT 1),
                             NULL::timestamptz, NULL::uuid, 0;
-    ELSE                                                               -- the pass is done
+    ELSE                                             -- the pass is done
         RETURN QUERY SELECT v_purged, NULL::uuid, NULL::timestamptz, NULL::uuid, 0;
     END IF;
 END;
 $$;
 
-REVOKE ALL ON FUNCTION mjsched.purge_candidates(double precision, integer, boolean, uuid, uuid, uuid, timestamptz,
-                                                 uuid, timestamptz, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION mjsched.purge_candidates(uuid, timestamptz, timestamptz, uuid, timestamptz, uuid, timestamptz,
+                                                 integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION mjsched.purge_runs(double precision, integer, boolean, uuid, uuid, timestamptz, uuid,
                                            integer, integer, boolean, timestamptz) FROM PUBLIC;
