@@ -122,3 +122,11 @@ class SchemaNotInstalled(DatabaseError):
 def _short(value: Any, limit: int = 120) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 15] + f"...<{len(text)} chars>"
+
+
+class PurgeBusy(SchedulerError):
+    """prune_runs gave up: another session kept the run-history purge lock all along."""
+
+    def __init__(self, waited: float) -> None:
+        self.waited = waited
+        super().__init__(f"another purge held the run-history purge lock for {waited:g}s; try again later")

@@ -16,6 +16,7 @@
 ``mjsched_timeouts_total``             counter    runs cancelled past their max_runtime
 ``mjsched_leases_lost_total``          counter    runs whose lease was taken over while running
 ``mjsched_fenced_completions_total``   counter    completions refused because the lease had moved on
+``mjsched_runs_purged_total``          counter    finished runs deleted by this engine's retention purge
 ``mjsched_engine_info``                info       instance name and version
 ``mjsched_job_last_success_timestamp_seconds{job}``  gauge  when each job last completed (any engine)
 =====================================  =========  ==================================================
@@ -143,7 +144,8 @@ class _StatsCollector:
     NAMES = {"dispatched": "Runs handed to the worker pool",
              "timeouts": "Runs cancelled past their max_runtime",
              "leases_lost": "Runs whose lease was taken over while running",
-             "fenced_completions": "Completions refused because the lease had moved on"}
+             "fenced_completions": "Completions refused because the lease had moved on",
+             "runs_purged": "Finished runs deleted by this engine's run-history purge"}
 
     def __init__(self, engine: Any, pc: Any) -> None:
         self._engine = engine

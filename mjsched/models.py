@@ -92,6 +92,8 @@ class Job:
     last_success_at: datetime | None = None   # the newest Completed run's end (for "no success in 26 h")
     high_frequency_ok: bool = False           # the job's opt-out of the high-frequency warning
     frequency_warned: str | None = None       # the schedule last warned for ("cron | timezone")
+    keep_runs_days: int | None = None         # run-history retention; None: the engine's setting, 0: off
+    keep_runs_count: int | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> "Job":

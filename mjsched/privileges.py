@@ -1,6 +1,6 @@
 """Which mjsched routines belong to which database role (sql/<dialect>/grants.sql).
 
-The engine role may run jobs: claim, renew, complete, sweep, execute_job, reschedule,
+The engine role may run jobs: claim, renew, complete, sweep, purge run history, execute_job, reschedule,
 register itself, release its host's dead engines' locks, probe its permissions. The admin
 role may define jobs: every other routine that is not internal (create/update/delete a job,
 job types, force_unlock_job, cancel_run). grants.sql holds the same list (tests/unit/test_privileges.py
@@ -17,7 +17,7 @@ ENGINE_ROUTINES = frozenset({
     "enqueue_job_run", "extend_job_leases", "initialize_next_run", "initialize_next_runs",
     "internal_routines", "lease_interval", "probe_permissions", "register_engine",
     "release_engine_locks", "release_job_lock", "renew_leases", "start_manual_run",
-    "sweep_expired_leases", "unregister_engine", "note_frequency_warned", "cancel_requests",
+    "sweep_expired_leases", "unregister_engine", "note_frequency_warned", "cancel_requests", "purge_runs",
 })
 
 # What the admin role gets today (grants.sql grants it every non-internal routine outside

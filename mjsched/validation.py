@@ -11,6 +11,7 @@ import uuid
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
+from . import retention
 from .cron import CronSchedule, resolve_timezone
 from .drivers.registry import get_driver
 from .errors import ConfigurationError, JobNotFound
@@ -211,7 +212,7 @@ def job_fields(fields: Mapping[str, Any], *, creating: bool,
     allowed = {"name", "driver", "cron", "timezone", "configuration", "description", "owner",
                "concurrency_mode", "missed_run_policy", "run_immediately_if_never_run", "max_runtime",
                "isolation", "max_queued_runs", "start_at", "end_at", "notify_on_success",
-               "notify_on_failure", "notify_to", "status", "high_frequency_ok"}
+               "notify_on_failure", "notify_to", "status", "high_frequency_ok", "keep_runs_days", "keep_runs_count"}
     for key in fields:
         if key not in allowed:
             raise ConfigurationError(key, fields[key], f"unknown job field; known: {', '.join(sorted(allowed))}")
@@ -266,6 +267,11 @@ def job_fields(fields: Mapping[str, Any], *, creating: bool,
     for key in ("run_immediately_if_never_run", "notify_on_success", "notify_on_failure", "high_frequency_ok"):
         if key in fields:
             out[key] = flag(key, fields[key])
+
+    if "keep_runs_days" in fields:
+        out["keep_runs_days"] = retention.keep_days("keep_runs_days", fields["keep_runs_days"])
+    if "keep_runs_count" in fields:
+        out["keep_runs_count"] = retention.keep_count("keep_runs_count", fields["keep_runs_count"])
 
     start = aware("start_at", fields["start_at"]) if "start_at" in fields else cur.get("start_at")
     end = aware("end_at", fields["end_at"]) if "end_at" in fields else cur.get("end_at")

@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from ..errors import JobNameTaken, SchedulerError
 from ..models import Claim, ClaimBatch, Job, JobRun
+from ..retention import PurgeBatch
 
 NAME_CONSTRAINT = "uq_scheduled_job_name"   # job names are unique (sql/*/005_job_names.sql)
 
@@ -414,6 +415,18 @@ class Backend(abc.ABC):
         """Record (job id, schedule key) high-frequency warnings (note_frequency_warned); how
         many were marked. A backend without the procedure records nothing."""
         return 0
+
+    def purge_runs(self, keep_seconds: float | None, keep_count: int | None, *, per_job: bool = True,
+                   job_id: str | None = None, cursor: tuple[str | None, Any, str | None] = (None, None, None),
+                   batch_size: int = 1000, max_jobs: int = 500, dry_run: bool = False,
+                   now: datetime | None = None) -> "PurgeBatch":
+        """One batch of the run-history purge (procedure ``purge_runs``, 006_retention.sql):
+        deletes at most ``batch_size`` finished runs the retention rules let go (``per_job``:
+        the jobs' keep_runs_* override ``keep_seconds``/``keep_count``), never a Running or
+        Queued one, and answers the cursor of the next call. Only one session purges at a
+        time: another purger's call answers ``busy`` and does nothing. ``dry_run`` counts
+        what this call's page of jobs would lose and deletes nothing."""
+        raise NotImplementedError(f"{type(self).__name__} has no purge_runs")
 
     @abc.abstractmethod
     def list_runs(self, job_id: str | None = None, status: str | None = None,

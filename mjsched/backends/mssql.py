@@ -36,6 +36,7 @@ from .base import (NAME_CONSTRAINT, Backend, CancelOutcome, CancelRequest, Compl
                    SweepResult, cancel_outcome, cancel_requests, claim_batch, completion_outcomes, completions_json,
                    manual_start, naming, redact, replayed_attempts)
 from .base import UnscheduledJob
+from ..retention import PurgeBatch
 from .watchdog import DEFAULT_CALL_TIMEOUT
 from .odbc import (
     INSTALL_LOCK,
@@ -497,6 +498,16 @@ class MssqlBackend(Backend):
             return 0
         payload = json.dumps([{"job_id": job_id, "schedule": key} for job_id, key in items])
         return int(self._scalar("note_frequency_warned", items=payload) or 0)
+
+    def purge_runs(self, keep_seconds: float | None, keep_count: int | None, *, per_job: bool = True,
+                   job_id: str | None = None, cursor: tuple[str | None, Any, str | None] = (None, None, None),
+                   batch_size: int = 1000, max_jobs: int = 500, dry_run: bool = False,
+                   now: datetime | None = None) -> PurgeBatch:
+        rows = self._call("purge_runs", keep_seconds=keep_seconds, keep_count=keep_count, per_job=bool(per_job),
+                          job_id=job_id, from_job_id=cursor[0], after_completed_at=to_param(cursor[1]),
+                          after_run_id=cursor[2], batch_size=batch_size, max_jobs=max_jobs, dry_run=bool(dry_run),
+                          now=to_param(now))
+        return PurgeBatch.from_row(rows[0])
 
     def list_runs(self, job_id: str | None = None, status: str | None = None, limit: int = 100) -> list[JobRun]:
         rows = self._rows("list_runs", f"""

@@ -25,6 +25,7 @@ from .base import (NAME_CONSTRAINT, Backend, CancelOutcome, CancelRequest, Compl
                    SweepResult, cancel_outcome, cancel_requests, claim_batch, completion_outcomes, completions_json,
                    manual_start, naming, redact, replayed_attempts)
 from .base import UnscheduledJob
+from ..retention import PurgeBatch
 from .pool import ConnectionPool
 from .watchdog import DEFAULT_CALL_TIMEOUT, CallAbandoned, CallWatchdog, shutdown_socket
 
@@ -39,6 +40,7 @@ JOB_COLUMNS = (
     "status", "configuration", "owner", "concurrency_mode", "missed_run_policy",
     "run_immediately_if_never_run", "max_runtime_seconds", "isolation", "max_queued_runs",
     "notify_on_success", "notify_on_failure", "notify_to", "next_run_at", "high_frequency_ok",
+    "keep_runs_days", "keep_runs_count",
 )
 _JOB_SELECT = """
 SELECT j.*, t.driver_class AS driver
@@ -473,6 +475,16 @@ class PostgresBackend(Backend):
         payload = json.dumps([{"job_id": job_id, "schedule": key} for job_id, key in items])
         return int(self._scalar("note_frequency_warned",
                                 "SELECT noted FROM mjsched.note_frequency_warned(%s::jsonb)", (payload,)) or 0)
+
+    def purge_runs(self, keep_seconds: float | None, keep_count: int | None, *, per_job: bool = True,
+                   job_id: str | None = None, cursor: tuple[str | None, Any, str | None] = (None, None, None),
+                   batch_size: int = 1000, max_jobs: int = 500, dry_run: bool = False,
+                   now: datetime | None = None) -> PurgeBatch:
+        rows = self._rows("purge_runs", "SELECT * FROM mjsched.purge_runs(%s, %s, %s, %s::uuid, %s::uuid, %s, "
+                                        "%s::uuid, %s, %s, %s, %s)",
+                          (keep_seconds, keep_count, per_job, job_id, cursor[0], cursor[1], cursor[2], batch_size,
+                           max_jobs, dry_run, now))
+        return PurgeBatch.from_row(rows[0])
 
     def list_runs(self, job_id: str | None = None, status: str | None = None, limit: int = 100) -> list[JobRun]:
         rows = self._rows("list_runs", f"""

@@ -236,6 +236,7 @@ def cmd_jobs_add(ctx: Context) -> int:
     }
     optional = {"description": a.description, "owner": a.owner, "notify_to": a.notify_to,
                 "max_runtime": a.max_runtime, "max_queued_runs": a.max_queued_runs, "isolation": a.isolation,
+                "keep_runs_days": a.keep_runs_days, "keep_runs_count": a.keep_runs_count,
                 "start_at": parse_instant("--start-at", a.start_at, a.timezone),
                 "end_at": parse_instant("--end-at", a.end_at, a.timezone)}
     fields.update({k: v for k, v in optional.items() if v is not None})
@@ -278,10 +279,12 @@ def cmd_jobs_edit(ctx: Context) -> int:
              "start_at": parse_instant("--start-at", a.start_at, zone),
              "end_at": parse_instant("--end-at", a.end_at, zone), "status": a.status, "notify_to": a.notify_to,
              "notify_on_success": a.notify_on_success, "notify_on_failure": a.notify_on_failure,
-             "high_frequency_ok": a.high_frequency_ok}
+             "high_frequency_ok": a.high_frequency_ok, "keep_runs_days": a.keep_runs_days,
+             "keep_runs_count": a.keep_runs_count}
     fields = {k: v for k, v in given.items() if v is not None}
     for flag, key in (("clear_max_runtime", "max_runtime"), ("clear_start_at", "start_at"),
-                      ("clear_end_at", "end_at")):
+                      ("clear_end_at", "end_at"), ("clear_keep_runs_days", "keep_runs_days"),
+                      ("clear_keep_runs_count", "keep_runs_count")):
         if getattr(a, flag):
             if key in fields:
                 raise UsageError(f"--{key.replace('_', '-')} and --{flag.replace('_', '-')} contradict each other")
@@ -564,6 +567,33 @@ def cmd_runs_cancel(ctx: Context) -> int:
     return EXIT_OK
 
 
+def cmd_runs_prune(ctx: Context) -> int:
+    """Delete finished runs now (README "Run-history retention"); --dry-run counts them."""
+    a = ctx.args
+    from .. import retention
+
+    older_than = retention.duration("--older-than", a.older_than) if a.older_than is not None else None
+    if a.keep_last is not None and (isinstance(a.keep_last, bool) or a.keep_last < 1):
+        raise UsageError(f"--keep-last must be a number of runs >= 1, not {a.keep_last}")
+    engine = ctx.engine()
+    job = resolve_job(engine, a.job) if a.job else None
+    count = engine.prune_runs(older_than, a.keep_last, job_id=job.id if job else None, dry_run=a.dry_run,
+                              batch_size=a.batch_size)
+    rule = ("the retention settings (each job's keep_runs_days/keep_runs_count, else the engine's)"
+            if older_than is None and a.keep_last is None else
+            " and ".join(p for p in (f"older than {a.older_than}" if older_than is not None else "",
+                                     f"beyond each job's newest {a.keep_last}" if a.keep_last is not None else "")
+                         if p))
+    if ctx.json:
+        ctx.emit_json({"dry_run": a.dry_run, "purged": count, "older_than_seconds": older_than,
+                       "keep_last": a.keep_last, "job": job.name if job else None})
+    else:
+        scope = f" of job {job.name}" if job else ""
+        ctx.emit(f"{'would delete' if a.dry_run else 'deleted'} {count} finished run(s){scope}: {rule} "
+                 "(Running and Queued runs are never deleted)")
+    return EXIT_OK
+
+
 def follow_runs(ctx: Context, engine: Any, job_id: str | None) -> int:
     """A live tail: each run once when it starts (or is queued) and once when it ends, until
     Ctrl-C/SIGTERM (exit 0). With --json, one JSON object a line."""
@@ -813,6 +843,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--allowed-drivers", action="append", metavar="NAMES",
                      help="drivers this engine may run, comma-separated or repeated (default: all); a job of "
                           "another driver ends Failed here")
+    run.add_argument("--keep-runs-days", type=int, metavar="DAYS", dest="engine_keep_runs_days",
+                     help="retention default: keep finished runs this many days (0: off; a job's own setting wins)")
+    run.add_argument("--keep-runs-count", type=int, metavar="N", dest="engine_keep_runs_count",
+                     help="retention default: keep each job's newest N finished runs (0: off)")
+    run.add_argument("--purge-interval", type=float, metavar="SECONDS",
+                     help="purge run history at most this often (default 10)")
     run.add_argument("--shutdown-timeout", type=float, metavar="SECONDS",
                      help="on SIGINT/SIGTERM wait at most this long for running jobs (default 30)")
     run.add_argument("--metrics-port", type=int, metavar="PORT",
@@ -855,6 +891,10 @@ def build_parser() -> argparse.ArgumentParser:
     ja.add_argument("--notify-on-failure", action=argparse.BooleanOptionalAction, default=True,
                     help="notify when a run fails (default on)")
     ja.add_argument("--notify-to", metavar="ADDRESSES", help="comma-separated e-mail recipients")
+    ja.add_argument("--keep-runs-days", type=int, metavar="DAYS",
+                    help="keep this job's finished runs this many days (0: regardless of age; default: the engine's)")
+    ja.add_argument("--keep-runs-count", type=int, metavar="N",
+                    help="keep this job's newest N finished runs (0: no count; default: the engine's)")
     ja.add_argument("--high-frequency-ok", action=argparse.BooleanOptionalAction, default=False,
                     help="no warning that the job fires more often than every 5 minutes (default off)")
     ja.add_argument("--check-import", action="store_true",
@@ -886,6 +926,10 @@ def build_parser() -> argparse.ArgumentParser:
     je.add_argument("--notify-on-success", action=argparse.BooleanOptionalAction, default=None)
     je.add_argument("--notify-on-failure", action=argparse.BooleanOptionalAction, default=None)
     je.add_argument("--notify-to", metavar="ADDRESSES")
+    je.add_argument("--keep-runs-days", type=int, metavar="DAYS", help="as for jobs add")
+    je.add_argument("--clear-keep-runs-days", action="store_true", help="back to the engine's setting")
+    je.add_argument("--keep-runs-count", type=int, metavar="N", help="as for jobs add")
+    je.add_argument("--clear-keep-runs-count", action="store_true", help="back to the engine's setting")
     je.add_argument("--high-frequency-ok", action=argparse.BooleanOptionalAction, default=None,
                     help="silence (or, with --no-, restore) the high-frequency warning of the job")
     je.add_argument("--check-import", action="store_true", help="as for jobs add")
@@ -936,7 +980,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "it parses, else a string), e.g. --param day=2026-11-30")
 
     rn = add(sub, "runs", cmd_runs, "run history, newest first; `runs cancel RUN_ID` cancels a Queued or "
-                                    "Running run")
+                                    "Running run; `runs prune` deletes old finished runs")
     rn.add_argument("--job", metavar="JOB")
     rn.add_argument("--status", type=enum_arg(RUN_STATUSES), help=", ".join(RUN_STATUSES))
     rn.add_argument("--limit", type=int, default=20, help="default 20")
@@ -949,6 +993,13 @@ def build_parser() -> argparse.ArgumentParser:
     rc.add_argument("run", metavar="RUN_ID")
     rc.add_argument("--wait", action="store_true", help="wait for the run to end; exit 1 unless it ends Cancelled")
     rc.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS", help="--wait's bound (default 120)")
+    rp = add(rsub, "prune", cmd_runs_prune, "delete finished runs now, in small batches (never Running or Queued "
+                                            "ones); without --older-than/--keep-last: by the retention settings")
+    rp.add_argument("--older-than", metavar="DURATION", help="runs that finished longer ago: 30d, 12h, 90m, 2w")
+    rp.add_argument("--keep-last", type=int, metavar="N", help="but keep each job's newest N finished runs")
+    rp.add_argument("--job", metavar="JOB", help="only this job's runs")
+    rp.add_argument("--dry-run", action="store_true", help="count what would be deleted; delete nothing")
+    rp.add_argument("--batch-size", type=int, metavar="N", help="rows per batch (default 1000, at most 4000)")
 
     add(sub, "status", cmd_status, "engines seen, and how many jobs are due, running, queued, failing, abandoned")
     add(sub, "config", cmd_config, "the effective settings and where each comes from")
@@ -973,7 +1024,10 @@ def flag_settings(args: argparse.Namespace) -> dict[str, tuple[Any, str]]:
                "instance_name": ("instance_name", "--instance-name"),
                "shutdown_timeout": ("shutdown_timeout", "--shutdown-timeout"),
                "allowed_drivers": ("allowed_drivers", "--allowed-drivers"),
-               "metrics_port": ("metrics.port", "--metrics-port"), "metrics_host": ("metrics.host", "--metrics-host")}
+               "metrics_port": ("metrics.port", "--metrics-port"), "metrics_host": ("metrics.host", "--metrics-host"),
+               "engine_keep_runs_days": ("keep_runs_days", "--keep-runs-days"),
+               "engine_keep_runs_count": ("keep_runs_count", "--keep-runs-count"),
+               "purge_interval": ("purge_interval", "--purge-interval")}
     out = {}
     for attr, (key, flag) in mapping.items():
         value = getattr(args, attr, None)

@@ -14,6 +14,9 @@ when it exists. Its ``[scheduled_jobs]`` table mirrors the reference's
     max_poll_interval = 10
     instance_name = "worker-1"
     shutdown_timeout = 30          # bounded drain on SIGINT/SIGTERM
+    keep_runs_days = 30            # run-history retention (a job's own keep_runs_days wins)
+    keep_runs_count = 100          # ... and each job's newest 100 finished runs are kept
+    purge_interval = 10            # seconds between two purge passes of an engine
     allowed_drivers = ["http", "python"]   # refuse (Failed run) jobs of other drivers; unset: all
 
     [scheduled_jobs.smtp]          # e-mail notifications (optional)
@@ -52,7 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from .. import validation
+from .. import retention, validation
 from ..backends.base import redact
 from ..engine.options import EngineOptions
 from ..errors import ConfigurationError
@@ -111,6 +114,18 @@ def _seconds(maximum: float = 31_536_000) -> Callable[[str, Any], float]:
         except ConfigurationError as exc:
             raise ConfigurationError(label, raw, exc.reason) from None
     return check
+
+
+def _keep(check: Callable[[str, Any], int | None]) -> Callable[[str, Any], int | None]:
+    """A retention setting: a whole number (text from the environment is converted), 0 for off."""
+    def convert(label: str, value: Any) -> int | None:
+        if isinstance(value, str):
+            try:
+                value = int(value.strip())
+            except ValueError:
+                raise ConfigurationError(label, value, "must be a whole number") from None
+        return check(label, value)
+    return convert
 
 
 def _port(label: str, value: Any) -> int:
@@ -214,6 +229,11 @@ KEYS: dict[str, Key] = {k.name: k for k in (
     Key("shutdown_timeout", _seconds(86_400), 30.0, "on SIGINT/SIGTERM, wait at most this long for running jobs"),
     Key("cancel_grace", _seconds(86_400), 30.0, "seconds a run cancelled by `mjsched runs cancel` has to stop "
                                                 "before its process is killed"),
+    Key("keep_runs_days", _keep(retention.keep_days), None, "run-history retention: keep finished runs this many "
+                                                            "days (a job's keep_runs_days wins; unset or 0: off)"),
+    Key("keep_runs_count", _keep(retention.keep_count), None, "run-history retention: keep each job's newest N "
+                                                              "finished runs (a job's keep_runs_count wins)"),
+    Key("purge_interval", _seconds(86_400), 10.0, "an engine purges run history at most this often (seconds)"),
     Key("notify_log", _bool, True, "log every notification (besides e-mail/webhook)"),
     Key("smtp.host", _text(255), None, "SMTP server; set it to send e-mail notifications"),
     Key("smtp.port", _port, 25, "SMTP port"),
@@ -304,7 +324,10 @@ class Settings:
                                  min_poll_interval=self.values["min_poll_interval"],
                                  max_poll_interval=self.values["max_poll_interval"],
                                  allowed_drivers=self.values["allowed_drivers"],
-                                 cancel_grace=self.values["cancel_grace"])
+                                 cancel_grace=self.values["cancel_grace"],
+                                 keep_runs_days=self.values["keep_runs_days"],
+                                 keep_runs_count=self.values["keep_runs_count"],
+                                 purge_interval=self.values["purge_interval"])
         except ConfigurationError as exc:
             raise ConfigurationError(self._where(exc.field), exc.value, exc.reason) from None
 

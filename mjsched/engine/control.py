@@ -113,6 +113,7 @@ class EngineControl:
         if going:
             e._registry.wait_idle(CLOSE_GRACE_SECONDS)
         e._writer.flush(5.0)
+        e._purger.join(5.0)
         e._runs.hand_back_held()
         e._keeper.stop()
         e._writer.stop(timeout=5.0)

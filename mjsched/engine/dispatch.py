@@ -113,6 +113,7 @@ class Dispatcher:
                 self.schedule_unscheduled()
             started, free, batch, db_now = self._claim_rounds()
             dispatched = len(started)
+            self._housekeeping.purge_if_due()      # in the background: the claims never wait for it
             delay = self._options.max_poll_interval
             if batch.next_due_at is not None:
                 delay = min(delay, (batch.next_due_at - db_now).total_seconds() + DUE_MARGIN_SECONDS)

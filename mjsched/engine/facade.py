@@ -37,6 +37,7 @@ from .lifecycle import RunLifecycle
 from .listeners import EngineListener, Listeners
 from .once import DuePass, check_timeout
 from .options import EngineOptions
+from .retention import RunPurger, prune
 from .poller import Poller
 from .runs import RunRegistry, WorkerPool
 
@@ -71,14 +72,21 @@ class SchedulingEngine:
                  max_catch_up_runs: int = 100, heartbeat_interval: float | None = None,
                  completion_batch_window: float = 0.002, backend: Backend | None = None,
                  allowed_drivers: Iterable[str] | str | None = None, options: EngineOptions | None = None,
-                 cancel_grace: float = 30.0, **backend_options: Any) -> None:
-        """``options`` (built by the CLI's config) replaces the tuning arguments when given."""
+                 cancel_grace: float = 30.0,
+                 keep_runs_days: int | None = None, keep_runs_count: int | None = None,
+                 purge_interval: float | None = 10.0, purge_pass_seconds: float = 0.2, purge_batch_size: int = 1000,
+                 **backend_options: Any) -> None:
+        """``options`` (built by the CLI's config) replaces the tuning arguments when given.
+        ``keep_runs_days``/``keep_runs_count``: run-history retention for jobs without their own
+        (README "Run-history retention"); ``purge_interval`` (None: this engine never purges)."""
         self.options = options or EngineOptions(
             max_concurrent_jobs=max_concurrent_jobs, lease_timeout=lease_timeout, instance_name=instance_name,
             min_poll_interval=min_poll_interval, max_poll_interval=max_poll_interval,
             max_catch_up_runs=max_catch_up_runs, heartbeat_interval=heartbeat_interval,
             completion_batch_window=completion_batch_window, allowed_drivers=allowed_drivers,
-            cancel_grace=cancel_grace)
+            cancel_grace=cancel_grace,
+            keep_runs_days=keep_runs_days, keep_runs_count=keep_runs_count, purge_interval=purge_interval,
+            purge_pass_seconds=purge_pass_seconds, purge_batch_size=purge_batch_size)
         opts = self.options
         self.max_concurrent_jobs, self.lease_timeout = opts.max_concurrent_jobs, opts.lease_timeout
         self.min_poll_interval, self.max_poll_interval = opts.min_poll_interval, opts.max_poll_interval
@@ -96,7 +104,7 @@ class SchedulingEngine:
         if backend is None and not dsn:
             raise ConfigurationError("dsn", dsn, "a database URL is required (postgresql://... or mssql://...)")
         self.backend: Backend = backend or open_backend(str(dsn), **backend_options)
-        self.stats = {"dispatched": 0, "timeouts": 0, "leases_lost": 0, "fenced_completions": 0}
+        self.stats = {"dispatched": 0, "timeouts": 0, "leases_lost": 0, "fenced_completions": 0, "runs_purged": 0}
         self._wire(opts)
         self._control = EngineControl(self)
         _open_engines.add(self)
@@ -121,7 +129,8 @@ class SchedulingEngine:
                                    lease_seconds=self.lease_timeout, interval=opts.heartbeat_interval,
                                    on_timeout=self._runs.time_out, on_lost=self._runs.lose,
                                    on_cancel_check=self._cancels.check, on_cancel_overdue=self._runs.cancel_overdue)
-        self._housekeeping = Housekeeping(self.backend, self._clock)
+        self._purger = RunPurger(self.backend, opts, self.stats)
+        self._housekeeping = Housekeeping(self.backend, self._clock, purger=self._purger)
         self._dispatcher = Dispatcher(backend=self.backend, options=opts, registry=self._registry,
                                       lifecycle=self._runs, writer=self._writer, keeper=self._keeper,
                                       housekeeping=self._housekeeping, clock=self._clock,
@@ -207,6 +216,17 @@ class SchedulingEngine:
         if status is not None:
             status = validation.enum_value("status", status, RunStatus).value
         return self.backend.list_runs(jid, status, validation.positive_int("limit", limit))
+
+    def prune_runs(self, older_than: Any = None, keep_last: int | None = None, *, job_id: str | None = None,
+                   dry_run: bool = False, batch_size: int | None = None) -> int:
+        """Delete finished runs now, batch after batch; returns how many (``dry_run``: how many
+        would go, nothing deleted). ``older_than`` (a timedelta, seconds, or "30d") and/or
+        ``keep_last`` (the newest N per job are kept) apply to every job, or to ``job_id``;
+        without either, the retention rules apply (each job's keep_runs_*, else this engine's).
+        Running and Queued runs are never deleted. README "Run-history retention"."""
+        jid = self.get_job(job_id).id if job_id is not None else None
+        return prune(self.backend, self.options, older_than=older_than, keep_last=keep_last, job_id=jid,
+                     dry_run=dry_run, batch_size=batch_size, stats=self.stats)
 
     # -- polling -------------------------------------------------------------------------
     @property

@@ -1,6 +1,6 @@
 """Start-up and housekeeping steps: install check, the set-aside report of an upgrade, locks of
 gone engines of this host, marking this engine stopped, schedules for new jobs, the permission
-probe and the high-frequency warning. Each warns; none crashes the engine."""
+probe, the high-frequency warning and the run-history purge. Each warns; none crashes the engine."""
 from __future__ import annotations
 
 import logging
@@ -9,7 +9,7 @@ import socket
 import threading
 import time
 from datetime import datetime, timedelta
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from .. import scheduling, sqlfiles
 from ..backends.base import Backend, UnscheduledJob
@@ -18,6 +18,9 @@ from ..drivers.registry import get_driver
 from ..errors import SchedulerError, SchemaNotInstalled
 from ..models import Job, RunStatus
 from ..privileges import split_missing
+
+if TYPE_CHECKING:
+    from .retention import RunPurger
 
 log = logging.getLogger("mjsched.engine")
 
@@ -53,9 +56,10 @@ def process_alive(pid: int) -> bool:
 
 
 class Housekeeping:
-    def __init__(self, backend: Backend, clock: DbClock) -> None:
+    def __init__(self, backend: Backend, clock: DbClock, purger: "RunPurger | None" = None) -> None:
         self._backend = backend
         self._clock = clock
+        self._purger = purger
         self._verdicts: dict[tuple[str, str, str], timedelta | None] = {}   # (cron, zone, driver) -> gap
         self._warned: set[tuple[str, str]] = set()   # (job id, schedule key) warned about by this process
         self._sweeping = False            # a reschedule sweep is under way, at ids after _cursor
@@ -63,6 +67,12 @@ class Housekeeping:
         self._cursor: str | None = None
         self._reported: set[tuple[str, str, str]] = set()   # (job id, cron, zone) logged as unusable
         self._refused: set[tuple[str, str, str]] = set()    # (job id, driver, reason) logged as not runnable
+
+    def purge_if_due(self) -> None:
+        """Run-history retention: start a purge pass (on its own thread) when its interval has
+        passed (engine/retention.py); called by every poll, costs nothing otherwise."""
+        if self._purger is not None:
+            self._purger.maybe_start()
 
     def check_installed(self) -> None:
         have = set(self._backend.installed_versions())

@@ -11,7 +11,7 @@ import socket
 from dataclasses import dataclass
 from typing import Iterable
 
-from .. import validation
+from .. import retention, validation
 from ..drivers.registry import allowed_driver_names
 from ..errors import ConfigurationError
 
@@ -35,6 +35,14 @@ class EngineOptions:
     completion_batch_window: float = 0.002
     allowed_drivers: Iterable[str] | str | frozenset[str] | None = None   # None: every driver
     cancel_grace: float = 30.0                # seconds an operator-cancelled run has to stop before it is killed
+    # Run-history retention (README "Run-history retention"): the defaults of jobs whose own
+    # keep_runs_days / keep_runs_count is None (None or 0: that rule off); this engine purges
+    # at most every purge_interval seconds (None: never), purge_pass_seconds per pass.
+    keep_runs_days: int | None = None
+    keep_runs_count: int | None = None
+    purge_interval: float | None = 10.0
+    purge_pass_seconds: float = 0.2
+    purge_batch_size: int = 1000
 
     def __post_init__(self) -> None:
         def keep(name: str, value: object) -> None:
@@ -60,6 +68,15 @@ class EngineOptions:
                 or not 0 <= self.cancel_grace <= 86_400:
             raise ConfigurationError("cancel_grace", self.cancel_grace, "must be a number of seconds in [0, 86400]")
         keep("cancel_grace", float(self.cancel_grace))
+        keep("keep_runs_days", retention.keep_days("keep_runs_days", self.keep_runs_days))
+        keep("keep_runs_count", retention.keep_count("keep_runs_count", self.keep_runs_count))
+        if self.purge_interval is not None:
+            keep("purge_interval", float(validation.positive_number("purge_interval", self.purge_interval,
+                                                                    optional=False, maximum=86_400) or 0))
+        keep("purge_pass_seconds", float(validation.positive_number("purge_pass_seconds", self.purge_pass_seconds,
+                                                                    optional=False, maximum=60) or 0))
+        keep("purge_batch_size", validation.positive_int("purge_batch_size", self.purge_batch_size,
+                                                         maximum=retention.MAX_BATCH))
         keep("instance_name", validation.text("instance_name", self.instance_name, limit=255)
              or f"{socket.gethostname()}-{os.getpid()}")
 

@@ -97,6 +97,8 @@ BEGIN
         high_frequency_ok            bit NOT NULL   -- the job's opt-out of the high-frequency warning
             CONSTRAINT df_scheduled_job_high_frequency_ok DEFAULT 0,
         frequency_warned             nvarchar(322) NULL,   -- the schedule last warned for: cron + N' | ' + timezone
+        keep_runs_days               int NULL,   -- run-history retention (006_retention.sql); NULL: the engine's setting
+        keep_runs_count              int NULL,
         CONSTRAINT pk_scheduled_job PRIMARY KEY (id),
         CONSTRAINT fk_scheduled_job_job_type FOREIGN KEY (job_type_id)
             REFERENCES mjsched.scheduled_job_type (id),
@@ -317,6 +319,16 @@ END;
 IF COL_LENGTH(N'mjsched.scheduled_job', N'frequency_warned') IS NULL
 BEGIN
     ALTER TABLE mjsched.scheduled_job ADD frequency_warned nvarchar(322) NULL;
+END;
+-- Added after the first release: the job's run-history retention (rules and purge in
+-- 006_retention.sql; here because 004's insert_job and update_job write them).
+IF COL_LENGTH(N'mjsched.scheduled_job', N'keep_runs_days') IS NULL
+BEGIN
+    ALTER TABLE mjsched.scheduled_job ADD keep_runs_days int NULL;
+END;
+IF COL_LENGTH(N'mjsched.scheduled_job', N'keep_runs_count') IS NULL
+BEGIN
+    ALTER TABLE mjsched.scheduled_job ADD keep_runs_count int NULL;
 END;
 GO
 

@@ -1936,14 +1936,14 @@ RETURN
     SELECT r.internal_routines
       FROM (VALUES (N'test_pause'), (N'claimable'), (N'claim_token'), (N'abandon_runs'), (N'renew_tokens'),
                    (N'complete_items'), (N'take_over'), (N'expire_ended_jobs'), (N'claim_replay'), (N'claim_queued'), (N'claim_ticks'),
-                   (N'next_due_at'), (N'claim_counters')) AS r (internal_routines);
+                   (N'next_due_at'), (N'claim_counters'), (N'purge_candidates')) AS r (internal_routines);
 GO
 
 -- probe_permissions: which mjsched routines the current user may execute, the internal
 -- ones (internal_routines) left out: they run only inside the procedures.
 -- The names are listed here, not read from sys.objects: metadata visibility hides the
 -- very routines a user has no permission on. The parity test checks that this list is
--- exactly the set of routines in this file and 004_job_admin.sql. An inline
+-- exactly the set of routines in this file, 004_job_admin.sql and 006_retention.sql. An inline
 -- table-valued function is used with SELECT, not EXECUTE: internal_routines is the one
 -- the probe asks about (grants.sql grants it).
 CREATE OR ALTER PROCEDURE mjsched.probe_permissions
@@ -1963,7 +1963,8 @@ BEGIN
                    (N'complete_job_runs'), (N'complete_runs'), (N'delete_job'), (N'engines_holding_locks'), (N'enqueue_job_run'), (N'ensure_job_type'),
                    (N'expire_ended_jobs'), (N'extend_job_leases'), (N'force_unlock_job'),
                    (N'initialize_next_run'), (N'initialize_next_runs'), (N'insert_job'), (N'internal_routines'),
-                   (N'lease_interval'), (N'next_due_at'), (N'note_frequency_warned'), (N'probe_permissions'), (N'register_engine'),
+                   (N'lease_interval'), (N'next_due_at'), (N'note_frequency_warned'), (N'probe_permissions'),
+                   (N'purge_candidates'), (N'purge_runs'), (N'register_engine'),
                    (N'release_engine_locks'), (N'release_job_lock'), (N'renew_leases'), (N'renew_tokens'),
                    (N'start_manual_run'), (N'sweep_expired_leases'), (N'take_over'), (N'test_pause'),
                    (N'unregister_engine'), (N'update_job')) AS r (name)

@@ -42,7 +42,7 @@ BEGIN
         THROW 50022, N'fields must be a JSON object', 1;
     END;
     SELECT TOP (1) @v_key = e.[key] FROM OPENJSON(@p_fields) AS e
-     WHERE e.[key] COLLATE Latin1_General_BIN2 NOT IN (N'job_type_id', N'name', N'description', N'cron_expression', N'timezone', N'start_at', N'end_at', N'status', N'configuration', N'owner', N'concurrency_mode', N'missed_run_policy', N'run_immediately_if_never_run', N'max_runtime_seconds', N'isolation', N'max_queued_runs', N'notify_on_success', N'notify_on_failure', N'notify_to', N'next_run_at', N'high_frequency_ok');
+     WHERE e.[key] COLLATE Latin1_General_BIN2 NOT IN (N'job_type_id', N'name', N'description', N'cron_expression', N'timezone', N'start_at', N'end_at', N'status', N'configuration', N'owner', N'concurrency_mode', N'missed_run_policy', N'run_immediately_if_never_run', N'max_runtime_seconds', N'isolation', N'max_queued_runs', N'notify_on_success', N'notify_on_failure', N'notify_to', N'next_run_at', N'high_frequency_ok', N'keep_runs_days', N'keep_runs_count');
     -- THROW takes an nvarchar(2048) message: the key (up to 4000 characters) is cut to fit.
     DECLARE @v_message nvarchar(2048) = CONCAT(N'fields.', LEFT(@v_key, 2000), N': not a job column that can be set');
     IF @v_key IS NOT NULL
@@ -56,7 +56,8 @@ BEGIN
        AND ((e.[key] COLLATE Latin1_General_BIN2 IN (N'start_at', N'end_at', N'next_run_at')
              AND TRY_CONVERT(datetimeoffset, e.[value]) IS NULL)
             OR (e.[key] COLLATE Latin1_General_BIN2 = N'max_runtime_seconds' AND TRY_CONVERT(float, e.[value]) IS NULL)
-            OR (e.[key] COLLATE Latin1_General_BIN2 = N'max_queued_runs' AND TRY_CONVERT(int, e.[value]) IS NULL)
+            OR (e.[key] COLLATE Latin1_General_BIN2 IN (N'max_queued_runs', N'keep_runs_days', N'keep_runs_count')
+                AND TRY_CONVERT(int, e.[value]) IS NULL)
             OR (e.[key] COLLATE Latin1_General_BIN2 = N'job_type_id'
                 AND TRY_CONVERT(uniqueidentifier, e.[value]) IS NULL)
             OR (e.[key] COLLATE Latin1_General_BIN2 IN (N'run_immediately_if_never_run', N'notify_on_success',
@@ -75,11 +76,12 @@ BEGIN
     DECLARE @v_name nvarchar(max), @v_cron nvarchar(max), @v_zone nvarchar(max), @v_description nvarchar(max);
     DECLARE @v_configuration nvarchar(max), @v_status nvarchar(max), @v_mode nvarchar(max);
     DECLARE @v_policy nvarchar(max), @v_isolation nvarchar(max), @v_queued int;
+    DECLARE @v_keep_days int, @v_keep_count int;
     SELECT @v_max_runtime = f.max_runtime_seconds, @v_start = f.start_at, @v_end = f.end_at,
            @v_next = f.next_run_at, @v_name = f.name, @v_cron = f.cron_expression, @v_zone = f.timezone,
            @v_description = f.description, @v_configuration = f.configuration, @v_status = f.status,
            @v_mode = f.concurrency_mode, @v_policy = f.missed_run_policy, @v_isolation = f.isolation,
-           @v_queued = f.max_queued_runs
+           @v_queued = f.max_queued_runs, @v_keep_days = f.keep_runs_days, @v_keep_count = f.keep_runs_count
       FROM OPENJSON(@p_fields) WITH (
             max_runtime_seconds float '$.max_runtime_seconds',
             start_at datetimeoffset '$.start_at',
@@ -94,7 +96,9 @@ BEGIN
             concurrency_mode nvarchar(max) '$.concurrency_mode',
             missed_run_policy nvarchar(max) '$.missed_run_policy',
             isolation nvarchar(max) '$.isolation',
-            max_queued_runs int '$.max_queued_runs'
+            max_queued_runs int '$.max_queued_runs',
+            keep_runs_days int '$.keep_runs_days',
+            keep_runs_count int '$.keep_runs_count'
       ) AS f;
     SET @v_message = CASE
         WHEN NOT (@v_max_runtime > 0 AND @v_max_runtime <= 31536000)
@@ -142,6 +146,12 @@ BEGIN
             THEN CONCAT(N'fields.isolation: ''', LEFT(@v_isolation, 200), N''' must be thread or process')
         WHEN @v_queued NOT BETWEEN 1 AND 1000
             THEN CONCAT(N'fields.max_queued_runs: ', @v_queued, N' must be between 1 and 1000')
+        WHEN @v_keep_days NOT BETWEEN 0 AND 36500   -- the rules of 006_retention.sql
+            THEN CONCAT(N'fields.keep_runs_days: ', @v_keep_days,
+                        N' must be between 0 (keep regardless of age) and 36500')
+        WHEN @v_keep_count NOT BETWEEN 0 AND 1000000000
+            THEN CONCAT(N'fields.keep_runs_count: ', @v_keep_count,
+                        N' must be between 0 (no count kept) and 1000000000')
     END;
     IF @v_message IS NOT NULL
     BEGIN
@@ -181,7 +191,7 @@ BEGIN
     DECLARE @v_keys TABLE (name nvarchar(4000) COLLATE Latin1_General_BIN2 NOT NULL);
     INSERT INTO @v_keys (name) SELECT e.[key] COLLATE Latin1_General_BIN2 FROM OPENJSON(@p_fields) AS e;
     DECLARE @v_ids TABLE (id uniqueidentifier NOT NULL);
-    INSERT INTO mjsched.scheduled_job (job_type_id, name, description, cron_expression, timezone, start_at, end_at, status, configuration, owner, concurrency_mode, missed_run_policy, run_immediately_if_never_run, max_runtime_seconds, isolation, max_queued_runs, notify_on_success, notify_on_failure, notify_to, next_run_at, high_frequency_ok)
+    INSERT INTO mjsched.scheduled_job (job_type_id, name, description, cron_expression, timezone, start_at, end_at, status, configuration, owner, concurrency_mode, missed_run_policy, run_immediately_if_never_run, max_runtime_seconds, isolation, max_queued_runs, notify_on_success, notify_on_failure, notify_to, next_run_at, high_frequency_ok, keep_runs_days, keep_runs_count)
     OUTPUT inserted.id INTO @v_ids
     SELECT
                f.job_type_id,
@@ -204,7 +214,9 @@ BEGIN
                CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'notify_on_failure') THEN f.notify_on_failure ELSE 1 END,
                f.notify_to,
                f.next_run_at,
-               CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'high_frequency_ok') THEN COALESCE(f.high_frequency_ok, 0) ELSE 0 END
+               CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'high_frequency_ok') THEN COALESCE(f.high_frequency_ok, 0) ELSE 0 END,
+               f.keep_runs_days,
+               f.keep_runs_count
       FROM OPENJSON(@p_fields) WITH (
             job_type_id uniqueidentifier '$.job_type_id',
             name nvarchar(200) '$.name',
@@ -226,7 +238,9 @@ BEGIN
             notify_on_failure bit '$.notify_on_failure',
             notify_to nvarchar(1000) '$.notify_to',
             next_run_at datetimeoffset '$.next_run_at',
-            high_frequency_ok bit '$.high_frequency_ok'
+            high_frequency_ok bit '$.high_frequency_ok',
+            keep_runs_days int '$.keep_runs_days',
+            keep_runs_count int '$.keep_runs_count'
       ) AS f;
     SELECT i.id AS job_id FROM @v_ids AS i;
 END;
@@ -265,7 +279,9 @@ BEGIN
            notify_on_failure = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'notify_on_failure') THEN f.notify_on_failure ELSE j.notify_on_failure END,
            notify_to = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'notify_to') THEN f.notify_to ELSE j.notify_to END,
            next_run_at = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'next_run_at') THEN f.next_run_at ELSE j.next_run_at END,
-           high_frequency_ok = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'high_frequency_ok') THEN COALESCE(f.high_frequency_ok, 0) ELSE j.high_frequency_ok END
+           high_frequency_ok = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'high_frequency_ok') THEN COALESCE(f.high_frequency_ok, 0) ELSE j.high_frequency_ok END,
+           keep_runs_days = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'keep_runs_days') THEN f.keep_runs_days ELSE j.keep_runs_days END,
+           keep_runs_count = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'keep_runs_count') THEN f.keep_runs_count ELSE j.keep_runs_count END
     OUTPUT inserted.id INTO @v_ids
       FROM mjsched.scheduled_job AS j
      CROSS JOIN OPENJSON(@p_fields) WITH (
@@ -289,7 +305,9 @@ BEGIN
             notify_on_failure bit '$.notify_on_failure',
             notify_to nvarchar(1000) '$.notify_to',
             next_run_at datetimeoffset '$.next_run_at',
-            high_frequency_ok bit '$.high_frequency_ok'
+            high_frequency_ok bit '$.high_frequency_ok',
+            keep_runs_days int '$.keep_runs_days',
+            keep_runs_count int '$.keep_runs_count'
       ) AS f
      WHERE j.id = @p_job_id;
     SELECT COUNT(*) AS updated FROM @v_ids;

@@ -6,7 +6,7 @@
 --
 -- Database roles are per database, so each installation has its own (a user of database A
 -- is nobody in database B): the fixed names are not shared across installations.
---   mjsched_engine  may RUN jobs: claim, renew, complete, sweep, execute_job, reschedule
+--   mjsched_engine  may RUN jobs: claim, renew, complete, sweep, purge run history, execute_job, reschedule
 --                   (initialize_next_runs), register itself, release the locks of its host's
 --                   dead engines, probe its permissions (the list below; the same as
 --                   sql/postgres/grants.sql and mjsched.privileges.ENGINE_ROUTINES).
@@ -93,7 +93,7 @@ VALUES (N'acquire_job_lock'), (N'advance_job'), (N'begin_job_run'), (N'check_lea
        (N'initialize_next_runs'), (N'internal_routines'), (N'lease_interval'), (N'probe_permissions'),
        (N'register_engine'), (N'release_engine_locks'), (N'release_job_lock'), (N'renew_leases'),
        (N'start_manual_run'), (N'sweep_expired_leases'), (N'unregister_engine'), (N'note_frequency_warned'),
-       (N'cancel_requests');
+       (N'cancel_requests'), (N'purge_runs');
 INSERT INTO @v_routines (name, permission, grantee, other)
 SELECT o.name, CASE WHEN o.type = 'IF' THEN N'SELECT' ELSE N'EXECUTE' END,
        CASE WHEN e.name IS NULL THEN N'mjsched_admin' ELSE N'mjsched_engine' END,

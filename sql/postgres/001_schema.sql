@@ -54,6 +54,8 @@ CREATE TABLE IF NOT EXISTS mjsched.scheduled_job (
     updated_at                   timestamptz NOT NULL DEFAULT now(),
     high_frequency_ok            boolean NOT NULL DEFAULT false,   -- the job's opt-out of the high-frequency warning
     frequency_warned             varchar(322),   -- the schedule last warned for: cron || ' | ' || timezone (255 + 3 + 64)
+    keep_runs_days               integer,   -- run-history retention (006_retention.sql); NULL: the engine's setting
+    keep_runs_count              integer,
     CONSTRAINT ck_scheduled_job_status
         CHECK (status IN ('Pending', 'Active', 'Paused', 'Disabled', 'Expired')),
     CONSTRAINT ck_scheduled_job_concurrency_mode
@@ -171,6 +173,10 @@ ALTER TABLE mjsched.engine_instance ADD COLUMN IF NOT EXISTS max_concurrent_jobs
 -- may opt out of it.
 ALTER TABLE mjsched.scheduled_job ADD COLUMN IF NOT EXISTS high_frequency_ok boolean NOT NULL DEFAULT false;
 ALTER TABLE mjsched.scheduled_job ADD COLUMN IF NOT EXISTS frequency_warned varchar(322);
+-- Added after the first release: the job's run-history retention (rules and purge in
+-- 006_retention.sql; here because 004's insert_job and update_job write them).
+ALTER TABLE mjsched.scheduled_job ADD COLUMN IF NOT EXISTS keep_runs_days integer;
+ALTER TABLE mjsched.scheduled_job ADD COLUMN IF NOT EXISTS keep_runs_count integer;
 
 -- A change to what defines a schedule (by anyone, through any client) clears
 -- next_run_at unless the writer set it, so an engine recomputes it; every change

@@ -1168,7 +1168,7 @@ CREATE OR REPLACE FUNCTION mjsched.internal_routines() RETURNS text[]
 LANGUAGE sql IMMUTABLE AS $$
     SELECT ARRAY['test_pause', 'claimable', 'claim_token', 'abandon_runs', 'renew_tokens', 'complete_items',
                  'runs_of_tokens', 'take_over', 'expire_ended_jobs', 'claim_replay', 'claim_queued',
-                 'claim_ticks', 'next_due_at', 'claim_counters']
+                 'claim_ticks', 'next_due_at', 'claim_counters', 'purge_candidates']
 $$;
 
 -- probe_permissions: which mjsched procedures the current role may not execute.

@@ -26,7 +26,8 @@ BEGIN
      WHERE k NOT IN ('job_type_id', 'name', 'description', 'cron_expression', 'timezone', 'start_at',
                      'end_at', 'status', 'configuration', 'owner', 'concurrency_mode', 'missed_run_policy',
                      'run_immediately_if_never_run', 'max_runtime_seconds', 'isolation', 'max_queued_runs',
-                     'notify_on_success', 'notify_on_failure', 'notify_to', 'next_run_at', 'high_frequency_ok')
+                     'notify_on_success', 'notify_on_failure', 'notify_to', 'next_run_at', 'high_frequency_ok',
+                     'keep_runs_days', 'keep_runs_count')
      LIMIT 1;
     IF v_key IS NOT NULL THEN
         RAISE EXCEPTION 'fields.%: not a job column that can be set', v_key USING ERRCODE = '22023';
@@ -102,6 +103,14 @@ BEGIN
         RAISE EXCEPTION 'fields.max_queued_runs: % must be between 1 and 1000', r.max_queued_runs
             USING ERRCODE = '22023';
     END IF;
+    IF r.keep_runs_days NOT BETWEEN 0 AND 36500 THEN   -- the rules of 006_retention.sql
+        RAISE EXCEPTION 'fields.keep_runs_days: % must be between 0 (keep regardless of age) and 36500',
+            r.keep_runs_days USING ERRCODE = '22023';
+    END IF;
+    IF r.keep_runs_count NOT BETWEEN 0 AND 1000000000 THEN
+        RAISE EXCEPTION 'fields.keep_runs_count: % must be between 0 (no count kept) and 1000000000',
+            r.keep_runs_count USING ERRCODE = '22023';
+    END IF;
 END;
 $$;
 
@@ -133,7 +142,7 @@ BEGIN
            (job_type_id, name, description, cron_expression, timezone, start_at, end_at, status,
             configuration, owner, concurrency_mode, missed_run_policy, run_immediately_if_never_run,
             max_runtime_seconds, isolation, max_queued_runs, notify_on_success, notify_on_failure,
-            notify_to, next_run_at, high_frequency_ok)
+            notify_to, next_run_at, high_frequency_ok, keep_runs_days, keep_runs_count)
     VALUES (r.job_type_id, r.name, r.description, r.cron_expression,
             CASE WHEN p_fields ? 'timezone' THEN r.timezone ELSE 'UTC' END,
             r.start_at, r.end_at,
@@ -147,7 +156,8 @@ BEGIN
             coalesce(r.notify_on_success, false),
             coalesce(r.notify_on_failure, true),
             r.notify_to, r.next_run_at,
-            coalesce(r.high_frequency_ok, false))
+            coalesce(r.high_frequency_ok, false),
+            r.keep_runs_days, r.keep_runs_count)
     RETURNING j.id;
 END;
 $$;
@@ -190,7 +200,9 @@ BEGIN
         notify_to = CASE WHEN p_fields ? 'notify_to' THEN r.notify_to ELSE j.notify_to END,
         next_run_at = CASE WHEN p_fields ? 'next_run_at' THEN r.next_run_at ELSE j.next_run_at END,
         high_frequency_ok = CASE WHEN p_fields ? 'high_frequency_ok' THEN coalesce(r.high_frequency_ok, false)
-                                 ELSE j.high_frequency_ok END
+                                 ELSE j.high_frequency_ok END,
+        keep_runs_days = CASE WHEN p_fields ? 'keep_runs_days' THEN r.keep_runs_days ELSE j.keep_runs_days END,
+        keep_runs_count = CASE WHEN p_fields ? 'keep_runs_count' THEN r.keep_runs_count ELSE j.keep_runs_count END
      WHERE j.id = p_job_id;
     GET DIAGNOSTICS v_rows = ROW_COUNT;
     RETURN QUERY SELECT v_rows;

@@ -5,7 +5,7 @@
 --
 -- The roles (PostgreSQL roles are cluster-wide, so the names are per database):
 --   engine role  default mjsched_engine_<database>: may RUN jobs -- claim, renew, complete,
---                sweep, execute_job, reschedule (initialize_next_runs), register itself,
+--                sweep, purge run history (purge_runs), execute_job, reschedule (initialize_next_runs), register itself,
 --                release the locks of its host's dead engines, probe its permissions.
 --   admin role   default mjsched_admin_<database>: may DEFINE jobs -- create_job,
 --                update_job, delete_job (insert_job/update_job/delete_job, ensure_job_type,
@@ -52,7 +52,8 @@ DECLARE
         'enqueue_job_run', 'extend_job_leases', 'initialize_next_run', 'initialize_next_runs',
         'internal_routines', 'lease_interval', 'probe_permissions', 'register_engine',
         'release_engine_locks', 'release_job_lock', 'renew_leases', 'start_manual_run',
-        'sweep_expired_leases', 'unregister_engine', 'note_frequency_warned', 'cancel_requests'];
+        'sweep_expired_leases', 'unregister_engine', 'note_frequency_warned', 'cancel_requests',
+        'purge_runs'];
     c_legacy CONSTANT text := 'mjsched_engine';
     v_db text := current_database();
     v_engine text := nullif(btrim(current_setting('mjsched.engine_role', true)), '');

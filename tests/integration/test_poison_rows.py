@@ -193,6 +193,11 @@ POISON: list[tuple[str, str, bool]] = [
     ("high_frequency_ok", "high_frequency_ok = NULL", False),
     ("frequency_warned", "frequency_warned = repeat('f', 323)", False),
     ("frequency_warned", "frequency_warned = 'not a schedule at all'", True),
+    ("keep_runs_days", "keep_runs_days = -1", False),
+    ("keep_runs_days", "keep_runs_days = 36501", False),
+    ("keep_runs_days", "keep_runs_days = 0", True),
+    ("keep_runs_count", "keep_runs_count = -1", False),
+    ("keep_runs_count", "keep_runs_count = 0", True),
     *[(c, f"{c} = {v}", False) for c in ("run_count", "success_count", "failure_count")
       for v in (-1, 2147483647)],
     *[(c, f"{c} = {v}", False) for c in ("last_duration_ms", "total_duration_ms")

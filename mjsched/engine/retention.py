@@ -1,0 +1,147 @@
+"""Run-history retention in the engine: the housekeeping purge and ``prune_runs``.
+
+The rules and the batches are the procedure's (``purge_runs``, sql/<dialect>/006_retention.sql):
+at most ``purge_batch_size`` rows per call, never a Running or Queued run, no lock on job
+rows, one purger at a time across every engine (the others are answered busy and skip).
+Here: *when* to purge. A poll starts a pass at most every ``purge_interval`` seconds, on a
+thread of its own, so a claim never waits for it; a pass stops after ``purge_pass_seconds``
+or ``PASS_BATCHES`` calls and the next pass goes on from its cursor.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Callable
+
+from .. import retention, validation
+from ..backends.base import Backend
+from ..errors import ConfigurationError, PurgeBusy, SchedulerError
+from .options import EngineOptions
+
+log = logging.getLogger("mjsched.engine")
+
+PASS_BATCHES = 20                 # calls per housekeeping pass at most (besides the time budget)
+PRUNE_BUSY_SECONDS = 30.0         # prune_runs waits this long at most while another purger holds the lock
+Cursor = tuple[Any, Any, Any]
+START: Cursor = (None, None, None)
+
+
+def default_rules(options: EngineOptions) -> tuple[float | None, int | None]:
+    """The engine's defaults as purge_runs takes them: (seconds, count), None for a rule off."""
+    days, count = options.keep_runs_days, options.keep_runs_count
+    return (days * 86_400.0 if days else None), (count or None)
+
+
+class RunPurger:
+    """The housekeeping purge of one engine. ``maybe_start()`` is called by every poll."""
+
+    def __init__(self, backend: Backend, options: EngineOptions, stats: dict[str, int],
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._backend = backend
+        self._options = options
+        self._stats = stats
+        self._clock = clock
+        self._cursor: Cursor = START
+        self._last_start = float("-inf")
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        stats.setdefault("runs_purged", 0)
+
+    def maybe_start(self) -> bool:
+        """Start a pass in the background when the interval has passed and none is under way."""
+        interval = self._options.purge_interval
+        if interval is None:
+            return False
+        with self._lock:
+            now = self._clock()
+            if now - self._last_start < interval or (self._thread is not None and self._thread.is_alive()):
+                return False
+            self._last_start = now
+            self._thread = threading.Thread(target=self.run_pass, name="mjsched-purge", daemon=True)
+            self._thread.start()
+            return True
+
+    def run_pass(self) -> int:
+        """One bounded pass; returns the rows it deleted. Never raises: a failure is logged and
+        the next pass tries again."""
+        keep_seconds, keep_count = default_rules(self._options)
+        started = time.monotonic()
+        deadline = started + self._options.purge_pass_seconds
+        purged = batches = 0
+        try:
+            while batches < PASS_BATCHES:
+                batch = self._backend.purge_runs(keep_seconds, keep_count, per_job=True, cursor=self._cursor,
+                                                 batch_size=self._options.purge_batch_size)
+                batches += 1
+                if batch.busy:      # another engine is purging: this one skips its pass
+                    break
+                purged += batch.purged
+                self._cursor = (batch.next_job_id, batch.next_completed_at, batch.next_run_id)
+                if batch.done or time.monotonic() >= deadline:
+                    break
+        except SchedulerError as exc:
+            log.warning("run-history purge failed (the next pass tries again): %s", exc,
+                        extra={"action": "purge_failed"})
+        except NotImplementedError:
+            return 0
+        if purged:
+            self._stats["runs_purged"] = self._stats.get("runs_purged", 0) + purged
+            log.info("purged %d finished run(s) in %.3fs (%d batch(es))%s", purged, time.monotonic() - started,
+                     batches, "" if self._cursor == START else "; more next pass",
+                     extra={"action": "runs_purged", "purged": purged})
+        return purged
+
+    def join(self, timeout: float | None) -> None:
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+
+
+def prune(backend: Backend, options: EngineOptions, *, older_than: Any = None, keep_last: Any = None,
+          job_id: str | None = None, dry_run: bool = False, batch_size: int | None = None,
+          stats: dict[str, int] | None = None) -> int:
+    """Delete (or, ``dry_run``, count) finished runs at once, batch after batch, until none is
+    left; returns how many. With ``older_than`` and/or ``keep_last`` these apply to every job
+    (or ``job_id``) whatever its own settings: runs older than ``older_than`` that are not among
+    a job's newest ``keep_last``. Without either, the retention rules apply (each job's own,
+    else the engine's). Waits up to PRUNE_BUSY_SECONDS while another purger holds the lock,
+    then raises PurgeBusy."""
+    if not isinstance(dry_run, bool):
+        raise ConfigurationError("dry_run", dry_run, "must be True or False")
+    size = validation.positive_int("batch_size", batch_size if batch_size is not None else options.purge_batch_size,
+                                   maximum=retention.MAX_BATCH)
+    if older_than is None and keep_last is None:
+        keep_seconds, keep_count = default_rules(options)
+        per_job = True
+    else:
+        keep_seconds = retention.duration("older_than", older_than) if older_than is not None else None
+        keep_count = validation.positive_int("keep_last", keep_last, maximum=retention.MAX_KEEP_COUNT) \
+            if keep_last is not None else None
+        per_job = False
+    total = 0
+    cursor: Cursor = START
+    busy_since: float | None = None
+    delay = 0.02
+    started = time.monotonic()
+    while True:
+        batch = backend.purge_runs(keep_seconds, keep_count, per_job=per_job, job_id=job_id, cursor=cursor,
+                                   batch_size=size, dry_run=dry_run)
+        if batch.busy:
+            busy_since = busy_since if busy_since is not None else time.monotonic()
+            if time.monotonic() - busy_since > PRUNE_BUSY_SECONDS:
+                raise PurgeBusy(PRUNE_BUSY_SECONDS)
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
+            continue
+        busy_since, delay = None, 0.02
+        total += batch.purged
+        if not dry_run and stats is not None and batch.purged:
+            stats["runs_purged"] = stats.get("runs_purged", 0) + batch.purged
+        if batch.done:
+            break
+        cursor = (batch.next_job_id, batch.next_completed_at, batch.next_run_id)
+    if not dry_run:
+        log.info("pruned %d finished run(s) in %.2fs", total, time.monotonic() - started,
+                 extra={"action": "runs_purged", "purged": total})
+    return total
