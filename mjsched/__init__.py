@@ -7,7 +7,6 @@ results, notify, metrics, ...), the engine (``mjsched.engine``), the gateways
 never imports (``mjsched.cli``, ``mjsched.web``). No import cycles at any level
 (tests/unit/test_import_graph.py).
 """
-from .cron import next_run_times
 from .drivers import BaseScheduledJob, ExecutionContext, JobResult, Notification, register_driver
 from .engine import SchedulingEngine
 from .errors import (ConfigurationError, DatabaseError, InvalidCronExpression, JobNotActive, JobNotFound, LockNotAcquired,
@@ -15,6 +14,7 @@ from .errors import (ConfigurationError, DatabaseError, InvalidCronExpression, J
 from .models import (ConcurrencyMode, DispatchResult, Isolation, Job, JobRun, JobStatus, MissedRunPolicy,
                      RunStatus)
 from .notify import CompositeNotifier, LoggingNotifier, Notifier, SmtpNotifier, WebhookNotifier
+from .schedules import next_run_times
 from .version import __version__
 
 __all__ = [

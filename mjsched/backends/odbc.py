@@ -31,6 +31,7 @@ JOB_COLUMNS = (
     "status", "configuration", "owner", "concurrency_mode", "missed_run_policy",
     "run_immediately_if_never_run", "max_runtime_seconds", "isolation", "max_queued_runs",
     "notify_on_success", "notify_on_failure", "notify_to", "next_run_at", "high_frequency_ok",
+    "interval_seconds", "run_at",
 )
 _JOB_SELECT = """
 SELECT j.*, t.driver_class AS driver
