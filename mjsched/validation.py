@@ -14,7 +14,7 @@ from typing import Any, Mapping
 from .cron import CronSchedule, resolve_timezone
 from .schedules import LATEST_RUN_AT, parse_duration
 from .drivers.registry import get_driver
-from .errors import ConfigurationError, JobNotFound
+from .errors import ConfigurationError, InvalidCronExpression, JobNotFound
 from .models import ConcurrencyMode, Isolation, JobStatus, MissedRunPolicy
 
 MAX_NAME = 200
@@ -288,8 +288,9 @@ def _schedule(fields: Mapping[str, Any], *, creating: bool, current: Mapping[str
                                  f"give exactly one of cron, every, run_at (also given: {first})")
     if not given and (creating or any(k in fields for k in SCHEDULE_KINDS)):
         nulls = [k for k in SCHEDULE_KINDS if k in fields]
-        raise ConfigurationError(nulls[0] if nulls else "cron", None,
-                                 "a job needs a schedule: give one of cron, every or run_at")
+        if not nulls or nulls[0] == "cron":   # as before the other kinds: a missing cron is an invalid cron
+            raise InvalidCronExpression(None, "a job needs a schedule: give one of cron, every or run_at")
+        raise ConfigurationError(nulls[0], None, "a job needs a schedule: give one of cron, every or run_at")
     if not given:
         if "timezone" in fields and current.get("cron_expression") is not None:
             CronSchedule.parse(current["cron_expression"], zone)   # the stored cron in its new zone
