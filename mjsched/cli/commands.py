@@ -775,11 +775,12 @@ def build_parser() -> argparse.ArgumentParser:
     ja = add(jsub, "add", cmd_jobs_add, "create a job")
     ja.add_argument("--name", required=True)
     ja.add_argument("--driver", required=True, help="shell, python, sql, http, or a registered driver")
-    ja.add_argument("--cron", help="5 fields, or 6 with seconds first; @hourly-style macros")
-    ja.add_argument("--every", metavar="DURATION",
+    kinds = ja.add_mutually_exclusive_group(required=True)
+    kinds.add_argument("--cron", help="5 fields, or 6 with seconds first; @hourly-style macros")
+    kinds.add_argument("--every", metavar="DURATION",
                     help="an interval instead of a cron: 90s, 15m, 2h, 1d, 1h30m (ticks from --start-at, else "
                          "the creation time; DST never moves them)")
-    ja.add_argument("--run-at", metavar="ISO",
+    kinds.add_argument("--run-at", metavar="ISO",
                     help="one run instead of a cron, then the job is Expired (no offset: in --timezone)")
     ja.add_argument("--timezone", default="UTC", help="IANA zone the cron is read in (default UTC)")
     ja.add_argument("--config", "--configuration", dest="configuration", metavar="JSON",
@@ -812,9 +813,10 @@ def build_parser() -> argparse.ArgumentParser:
     je.add_argument("job", metavar="JOB")
     je.add_argument("--name")
     je.add_argument("--driver")
-    je.add_argument("--cron", help="a new schedule: one of --cron, --every, --run-at replaces the job's")
-    je.add_argument("--every", metavar="DURATION", help="90s, 15m, 2h, 1d, 1h30m")
-    je.add_argument("--run-at", metavar="ISO", help="one run (no offset: in the job's timezone)")
+    kinds = je.add_mutually_exclusive_group()
+    kinds.add_argument("--cron", help="a new schedule: one of --cron, --every, --run-at replaces the job's")
+    kinds.add_argument("--every", metavar="DURATION", help="90s, 15m, 2h, 1d, 1h30m")
+    kinds.add_argument("--run-at", metavar="ISO", help="one run (no offset: in the job's timezone)")
     je.add_argument("--timezone")
     je.add_argument("--config", "--configuration", dest="configuration", metavar="JSON",
                     help="replaces the whole configuration: a JSON object, or @file.json")
@@ -852,9 +854,10 @@ def build_parser() -> argparse.ArgumentParser:
     jp = add(jsub, "preview", cmd_jobs_preview, "the next fire times of a job or a cron expression, in its "
                                                 "zone and in UTC")
     jp.add_argument("job", metavar="JOB", nargs="?")
-    jp.add_argument("--cron", help="preview this expression instead of a job's")
-    jp.add_argument("--every", metavar="DURATION", help="preview this interval (anchored at --after, or now)")
-    jp.add_argument("--run-at", metavar="ISO", help="preview this one run (no offset: in --timezone)")
+    kinds = jp.add_mutually_exclusive_group()
+    kinds.add_argument("--cron", help="preview this expression instead of a job's")
+    kinds.add_argument("--every", metavar="DURATION", help="preview this interval (anchored at --after, or now)")
+    kinds.add_argument("--run-at", metavar="ISO", help="preview this one run (no offset: in --timezone)")
     jp.add_argument("--timezone", help="zone to read --cron in (default UTC, or the job's)")
     jp.add_argument("-n", "--count", type=int, default=5, help="how many (default 5)")
     jp.add_argument("--after", metavar="ISO", help="start after this instant (default now)")
