@@ -340,3 +340,45 @@ def test_the_table_refuses_two_kinds_written_by_plain_sql(make_engine: Any, sql:
     with pytest.raises(psycopg2.Error) as zero:
         sql.run("UPDATE mjsched.scheduled_job SET interval_seconds = 0 WHERE id = %s", (job_id,))
     assert zero.value.pgcode == "23514" and "ck_scheduled_job_interval_seconds" in str(zero.value)
+
+
+# --------------------------------------------------------------------------
+# Races: several engines, one one-off; several engines, one interval
+# --------------------------------------------------------------------------
+
+def test_three_engines_run_a_one_off_exactly_once(make_engine: Any, sql: Sql) -> None:
+    engines = [make_engine(max_poll_interval=0.2, instance_name=f"race-{i}") for i in range(3)]
+    when = db_now(sql) + timedelta(seconds=1)
+    job_id = new(engines[0], "raced-one-off", run_at=when)
+    for engine in engines:
+        engine.start_polling()
+    try:
+        wait_for(lambda: job_row(sql, job_id)["status"] == "Expired", timeout=15, message="the one-off to end")
+        settle(sql, job_id)
+        # a few more polls of every engine: nothing more happens
+        for engine in engines:
+            engine.dispatch_due_jobs()
+    finally:
+        for engine in engines:
+            engine.stop_polling(wait=True, max_wait=5)
+    assert [(r["status"], r["scheduled_for"]) for r in runs(sql, job_id)] == [("Completed", when)]
+    assert (job_row(sql, job_id)["status"], job_row(sql, job_id)["run_count"]) == ("Expired", 1)
+
+
+def test_three_engines_serve_each_tick_of_an_interval_once(make_engine: Any, sql: Sql) -> None:
+    engines = [make_engine(max_poll_interval=0.2, instance_name=f"grid-{i}") for i in range(3)]
+    job_id = new(engines[0], "raced-interval", every="1s", high_frequency_ok=True)
+    created = engines[0].get_job(job_id).created_at
+    for engine in engines:
+        engine.start_polling()
+    try:
+        wait_for(lambda: len(runs(sql, job_id)) >= 5, timeout=15, message="five ticks")
+    finally:
+        for engine in engines:
+            engine.stop_polling(wait=True, max_wait=5)
+    served = [r["scheduled_for"] for r in runs(sql, job_id)]
+    assert len(served) == len(set(served))             # a tick never produces two runs
+    assert all((t - created) % timedelta(seconds=1) == timedelta(0) for t in served)
+    executors = {r["executed_by_instance"] for r in sql.rows(
+        "SELECT executed_by_instance FROM mjsched.scheduled_job_run WHERE scheduled_job_id = %s", (job_id,))}
+    assert executors <= {f"grid-{i}" for i in range(3)}
