@@ -20,21 +20,27 @@ GO
 -- that a CHECK constraint or an index uses: the CHECK constraints that name it (001's
 -- ck_scheduled_job_cron_expression, this file's ck_scheduled_job_schedule_kind, any other)
 -- are dropped, the column altered, and each is added again with its own definition, checked
--- (WITH CHECK). No index of the schema uses the column; should one (made by hand) do, the
--- script stops and says so instead of dropping it. Nothing happens once the column is
--- NULL-able already.
+-- (WITH CHECK). No index or CREATE STATISTICS of the schema uses the column; should one (made
+-- by hand) do, the script stops and says so instead of dropping it (statistics SQL Server
+-- creates by itself do not stand in the way). Nothing happens once the column is NULL-able.
 DECLARE @v_checks TABLE (name sysname NOT NULL PRIMARY KEY, rule_text nvarchar(4000) NOT NULL);
 DECLARE @v_done TABLE (name sysname NOT NULL PRIMARY KEY);
 DECLARE @v_index sysname, @v_name sysname, @v_rule nvarchar(4000), @v_sql nvarchar(max);
-SELECT TOP (1) @v_index = i.name
-  FROM sys.index_columns AS ic
-  JOIN sys.indexes AS i ON i.object_id = ic.object_id AND i.index_id = ic.index_id
-  JOIN sys.columns AS c ON c.object_id = ic.object_id AND c.column_id = ic.column_id
- WHERE ic.object_id = OBJECT_ID(N'mjsched.scheduled_job') AND c.name = N'cron_expression' AND c.is_nullable = 0
- ORDER BY i.name;
+SELECT TOP (1) @v_index = u.name
+  FROM (SELECT i.name, ic.object_id, ic.column_id
+          FROM sys.index_columns AS ic
+          JOIN sys.indexes AS i ON i.object_id = ic.object_id AND i.index_id = ic.index_id
+        UNION ALL
+        SELECT st.name, sc.object_id, sc.column_id
+          FROM sys.stats_columns AS sc
+          JOIN sys.stats AS st ON st.object_id = sc.object_id AND st.stats_id = sc.stats_id
+         WHERE st.user_created = 1) AS u
+  JOIN sys.columns AS c ON c.object_id = u.object_id AND c.column_id = u.column_id
+ WHERE u.object_id = OBJECT_ID(N'mjsched.scheduled_job') AND c.name = N'cron_expression' AND c.is_nullable = 0
+ ORDER BY u.name;
 IF @v_index IS NOT NULL
 BEGIN
-    THROW 50022, N'mjsched upgrade: an index of mjsched.scheduled_job (made by hand) uses cron_expression, which must become NULL-able: drop it and install again', 1;
+    THROW 50022, N'mjsched upgrade: an index or CREATE STATISTICS on mjsched.scheduled_job (made by hand) uses cron_expression, which must become NULL-able: drop it and install again', 1;
 END;
 IF EXISTS (SELECT 1 FROM sys.columns
             WHERE object_id = OBJECT_ID(N'mjsched.scheduled_job') AND name = N'cron_expression'
