@@ -382,3 +382,19 @@ def test_three_engines_serve_each_tick_of_an_interval_once(make_engine: Any, sql
     executors = {r["executed_by_instance"] for r in sql.rows(
         "SELECT executed_by_instance FROM mjsched.scheduled_job_run WHERE scheduled_job_id = %s", (job_id,))}
     assert executors <= {f"grid-{i}" for i in range(3)}
+
+
+@pytest.mark.parametrize("mode", ["Skip", "Queue", "Concurrent"])
+def test_a_one_off_ends_in_every_concurrency_mode(make_engine: Any, sql: Sql, mode: str) -> None:
+    engine = make_engine()
+    when = db_now(sql) - timedelta(seconds=5)
+    job_id = new(engine, f"one-off-{mode}", run_at=when, concurrency_mode=mode)
+    assert engine.dispatch_due_jobs().dispatched == 1
+    settle(sql, job_id)
+    wait_for(lambda: job_row(sql, job_id)["run_count"] == 1, timeout=10, message="the run's statistics")
+    row = job_row(sql, job_id)
+    assert (row["status"], row["next_run_at"], row["lock_token"]) == ("Expired", None, None)
+    assert [(r["status"], r["scheduled_for"]) for r in runs(sql, job_id)] == [("Completed", when)]
+    # a manual run of an Expired one-off (force) does not bring its tick back
+    engine.execute_job(job_id, force=True)
+    assert job_row(sql, job_id)["status"] == "Expired" and len(runs(sql, job_id)) == 2
