@@ -398,3 +398,13 @@ def test_a_one_off_ends_in_every_concurrency_mode(make_engine: Any, sql: Sql, mo
     # a manual run of an Expired one-off (force) does not bring its tick back
     engine.execute_job(job_id, force=True)
     assert job_row(sql, job_id)["status"] == "Expired" and len(runs(sql, job_id)) == 2
+
+
+def test_a_manual_run_of_a_one_off_keeps_its_tick(make_engine: Any, sql: Sql) -> None:
+    engine = make_engine()
+    when = db_now(sql) + timedelta(days=1)
+    job_id = new(engine, "one-off-manual", run_at=when)
+    run = engine.execute_job(job_id)
+    assert run.status.value == "Completed" and run.scheduled_for is None
+    row = job_row(sql, job_id)
+    assert (row["status"], row["next_run_at"]) == ("Active", when)
