@@ -7,7 +7,6 @@ results, notify, metrics, ...), the engine (``mjsched.engine``), the gateways
 never imports (``mjsched.cli``, ``mjsched.web``). No import cycles at any level
 (tests/unit/test_import_graph.py).
 """
-from .cron import next_run_times
 from .drivers import BaseScheduledJob, ExecutionContext, JobResult, Notification, register_driver
 from .engine import SchedulingEngine
 from .errors import (ConfigurationError, DatabaseError, InvalidCronExpression, JobNameTaken, JobNotActive, JobNotFound,
@@ -16,6 +15,7 @@ from .errors import (ConfigurationError, DatabaseError, InvalidCronExpression, J
 from .models import (ConcurrencyMode, DispatchResult, FieldChange, Isolation, Job, JobRun, JobStatus, MissedRunPolicy,
                      RunStatus, SyncResult)
 from .notify import CompositeNotifier, LoggingNotifier, Notifier, SmtpNotifier, WebhookNotifier
+from .schedules import next_run_times
 from .version import __version__
 
 __all__ = [

@@ -5,7 +5,7 @@ import dataclasses
 import enum
 import json
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Mapping
 
 
@@ -60,7 +60,7 @@ class Job:
     driver: str
     name: str
     description: str | None
-    cron_expression: str
+    cron_expression: str | None               # None for an interval (every) or one-off (run_at) job
     timezone: str
     start_at: datetime | None
     end_at: datetime | None
@@ -94,6 +94,25 @@ class Job:
     frequency_warned: str | None = None       # the schedule last warned for ("cron | timezone")
     keep_runs_days: int | None = None         # run-history retention; None: the engine's setting, 0: off
     keep_runs_count: int | None = None
+    interval_seconds: int | None = None       # every=: ticks start_at (else created_at) + k * interval
+    run_at: datetime | None = None            # run_at=: the one run; the job is Expired once it is served
+
+    @property
+    def every(self) -> timedelta | None:
+        """The interval of an ``every=`` job, else None."""
+        return None if self.interval_seconds is None else timedelta(seconds=self.interval_seconds)
+
+    @property
+    def schedule_kind(self) -> str:
+        """'cron', 'every' or 'run_at': which of the three schedule kinds the job has."""
+        return "every" if self.interval_seconds is not None else "run_at" if self.run_at is not None else "cron"
+
+    @property
+    def schedule_text(self) -> str:
+        """The cron expression, 'every <n>s' or 'at <ISO instant>' (schedules.schedule_text)."""
+        from .schedules import schedule_text
+
+        return schedule_text(self.cron_expression, self.interval_seconds, self.run_at)
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> "Job":
@@ -115,6 +134,8 @@ class Job:
         values["high_frequency_ok"] = bool(values["high_frequency_ok"])
         if values["max_runtime_seconds"] is not None:
             values["max_runtime_seconds"] = float(values["max_runtime_seconds"])
+        if values["interval_seconds"] is not None:
+            values["interval_seconds"] = int(values["interval_seconds"])
         return cls(**values)
 
 

@@ -27,23 +27,34 @@ The rules (README "Time semantics" is the user-facing copy):
 * The policy applies in every concurrency mode, Concurrent included.
 * Counting stops at ``max_catch_up + 1``: ``missed`` is exact up to the bound
   and ``max_catch_up + 1`` beyond it (the note then says "more than N").
+* **The three kinds** (mjsched/schedules.py) follow the same rules: an interval's
+  ticks are ``anchor + k * every``; a one-off (``run_at``) has a single tick, so no
+  tick can come after it: it counts as missed (one missed tick) when it is claimed
+  ``ONE_OFF_MISFIRE_GRACE`` or more after ``run_at`` (Quartz's default misfire
+  threshold). Once its tick is served (run, or recorded Skipped) the job's next run
+  is ``ENDED``, which the schema's trigger turns into status ``Expired``.
 """
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Protocol, TypeVar
 
-from .cron import CronSchedule
+from . import schedules
 from .errors import ConfigurationError
 from .models import Job, MissedRunPolicy
+from .schedules import Schedule
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 HIGH_FREQUENCY_THRESHOLD = timedelta(minutes=5)
 _EPSILON = timedelta(microseconds=1)
+ONE_OFF_MISFIRE_GRACE = timedelta(seconds=60)
+# The next run of a one-off job whose tick was served: later than any run_at, so the trigger of
+# scheduled_job (001_schema.sql) sets the job Expired (next_run_at NULL) in the same write.
+ENDED = datetime(9999, 12, 31, tzinfo=timezone.utc)
 
 
 class UnusableSchedule(Exception):
@@ -70,8 +81,10 @@ def _aware(field: str, value: object) -> datetime:
     return value
 
 
-def schedule_of(job: Job) -> CronSchedule:
-    return CronSchedule.parse(job.cron_expression, job.timezone)
+def schedule_of(job: "Schedulable | Job") -> Schedule:
+    """The job's schedule, whichever kind it holds (an interval anchored at start_at, else created_at)."""
+    return schedules.build(job.cron_expression, job.interval_seconds, job.run_at, job.timezone,
+                           anchor=job.start_at or job.created_at)
 
 
 class Schedulable(Protocol):
@@ -79,7 +92,13 @@ class Schedulable(Protocol):
     backend pages through after a bulk edit (``backends.base.UnscheduledJob``)."""
 
     @property
-    def cron_expression(self) -> str: ...
+    def cron_expression(self) -> str | None: ...
+    @property
+    def interval_seconds(self) -> int | None: ...
+    @property
+    def run_at(self) -> datetime | None: ...
+    @property
+    def created_at(self) -> datetime | None: ...
     @property
     def timezone(self) -> str: ...
     @property
@@ -98,7 +117,7 @@ def initial_next_run(job: Schedulable, now: datetime) -> datetime:
     "Never ran" means no recorded run at all: ``last_run_at`` is NULL and
     ``run_count`` is 0.
     """
-    return first_due(CronSchedule.parse(job.cron_expression, job.timezone), now, start_at=job.start_at,
+    return first_due(schedule_of(job), now, start_at=job.start_at,
                      run_immediately=job.run_immediately_if_never_run,
                      never_ran=job.last_run_at is None and job.run_count == 0)
 
@@ -106,11 +125,12 @@ def initial_next_run(job: Schedulable, now: datetime) -> datetime:
 def initial_next_run_key(job: Schedulable) -> tuple[object, ...]:
     """Everything ``initial_next_run`` reads from a job: jobs with equal keys get the same
     first due instant at one ``now``, so a bulk reschedule computes it once per key."""
-    return (job.cron_expression, job.timezone, job.start_at, job.run_immediately_if_never_run,
-            job.last_run_at is None and job.run_count == 0)
+    anchor = job.created_at if job.interval_seconds is not None and job.start_at is None else None
+    return (job.cron_expression, job.interval_seconds, job.run_at, anchor, job.timezone, job.start_at,
+            job.run_immediately_if_never_run, job.last_run_at is None and job.run_count == 0)
 
 
-def first_due(schedule: CronSchedule, now: datetime, *, start_at: datetime | None,
+def first_due(schedule: Schedule, now: datetime, *, start_at: datetime | None,
               run_immediately: bool, never_ran: bool) -> datetime:
     """The first due instant of a job being scheduled at ``now`` (database time).
 
@@ -119,16 +139,20 @@ def first_due(schedule: CronSchedule, now: datetime, *, start_at: datetime | Non
     * otherwise: the first cron tick strictly after ``now`` and at or after
       ``start_at`` (a tick exactly at ``start_at`` fires: the window is
       ``[start_at, end_at)``).
+    * a one-off: its ``run_at``, even when past (the missed-run policy then decides at
+      the claim; a tick already served is never run again: the claim finds its run).
     """
     _aware("now", now)
     if start_at is not None:
         _aware("start_at", start_at)
+    if isinstance(schedule, schedules.OneOffSchedule):
+        return schedule.run_at
     if run_immediately and never_ran:
         return max(now, start_at) if start_at else now
     after = now
     if start_at is not None and start_at > after + _EPSILON:   # (a year-1 start_at cannot lose a microsecond)
         after = start_at - _EPSILON
-    return schedule.next_after(after)
+    return schedule.next_after(after)  # type: ignore[return-value]  # only a one-off has an end
 
 
 @dataclass(frozen=True)
@@ -153,7 +177,10 @@ def missed_ticks(job: Job, scheduled_for: datetime, db_now: datetime, limit: int
     come after the claimed one by the claim time."""
     _aware("scheduled_for", scheduled_for)
     _aware("db_now", db_now)
-    return schedule_of(job).ticks_between(scheduled_for, db_now, limit=limit)
+    schedule = schedule_of(job)
+    if isinstance(schedule, schedules.OneOffSchedule):   # no tick after it: late by the grace is missed
+        return [scheduled_for] if limit and db_now - scheduled_for >= ONE_OFF_MISFIRE_GRACE else []
+    return schedule.ticks_between(scheduled_for, db_now, limit=limit)
 
 
 def plan_tick(job: Job, scheduled_for: datetime, db_now: datetime, max_catch_up: int) -> TickPlan:
@@ -195,21 +222,31 @@ def next_run_after(job: Job, scheduled_for: datetime | None, now: datetime, catc
     _aware("now", now)
     schedule = schedule_of(job)
     if catch_up and scheduled_for is not None:
-        return schedule.next_after(_aware("scheduled_for", scheduled_for))
-    base = now if scheduled_for is None else max(now, _aware("scheduled_for", scheduled_for))
-    return schedule.next_after(base)
+        nxt = schedule.next_after(_aware("scheduled_for", scheduled_for))
+    else:
+        base = now if scheduled_for is None else max(now, _aware("scheduled_for", scheduled_for))
+        nxt = schedule.next_after(base)
+    return ENDED if nxt is None else nxt
 
 
 def is_high_frequency(job: Job, now: datetime) -> timedelta | None:
     """The job's shortest gap between fires when it is under five minutes, else None."""
-    return schedule_gap(job.cron_expression, job.timezone, now)
+    gap = schedule_of(job).min_interval(after=_aware("now", now))
+    return gap if gap < HIGH_FREQUENCY_THRESHOLD else None
 
 
-def schedule_gap(cron: str, timezone: str, now: datetime) -> timedelta | None:
-    """The shortest gap between fires of ``cron`` when under five minutes, else None.
+def schedule_gap(text: str, timezone: str, now: datetime) -> timedelta | None:
+    """The shortest gap between fires of a schedule text (``schedules.schedule_text``: a cron,
+    ``every <n>s`` or ``at <instant>``) when under five minutes, else None.
 
-    Measured over the next six fire times after ``now`` (as the reference); exactly
-    five minutes is not high-frequency.
+    A cron is measured over the next six fire times after ``now`` (as the reference); an
+    interval is its length; a one-off never is. Exactly five minutes is not high-frequency.
     """
-    gap = CronSchedule.parse(cron, timezone).min_interval(after=_aware("now", now))
+    _aware("now", now)
+    if text.startswith("at "):
+        return None
+    if text.startswith("every "):
+        gap = timedelta(seconds=schedules.parse_duration(text[len("every "):]))
+    else:
+        gap = schedules.CronSchedule.parse(text, timezone).min_interval(after=now)
     return gap if gap < HIGH_FREQUENCY_THRESHOLD else None

@@ -13,8 +13,9 @@ from typing import Any, Mapping
 
 from . import retention
 from .cron import CronSchedule, resolve_timezone
+from .schedules import LATEST_RUN_AT, parse_duration
 from .drivers.registry import get_driver
-from .errors import ConfigurationError, JobNotFound
+from .errors import ConfigurationError, InvalidCronExpression, JobNotFound
 from .models import ConcurrencyMode, Isolation, JobStatus, MissedRunPolicy
 
 MAX_NAME = 200
@@ -209,7 +210,7 @@ def job_fields(fields: Mapping[str, Any], *, creating: bool,
     ``current`` holds the stored values an update is checked against (cron with a
     new timezone, a new start with the old end).
     """
-    allowed = {"name", "driver", "cron", "timezone", "configuration", "description", "owner",
+    allowed = {"name", "driver", "cron", "every", "run_at", "timezone", "configuration", "description", "owner",
                "concurrency_mode", "missed_run_policy", "run_immediately_if_never_run", "max_runtime",
                "isolation", "max_queued_runs", "start_at", "end_at", "notify_on_success",
                "notify_on_failure", "notify_to", "status", "high_frequency_ok", "keep_runs_days", "keep_runs_count"}
@@ -232,10 +233,7 @@ def job_fields(fields: Mapping[str, Any], *, creating: bool,
     if creating or "timezone" in fields:
         resolve_timezone(tz)  # type: ignore[arg-type]  # raises UnknownTimezone for non-strings too
         out["timezone"] = tz
-    if creating or "cron" in fields or "timezone" in fields:
-        cron = fields.get("cron", cur.get("cron_expression"))
-        CronSchedule.parse(cron, tz or "UTC")  # raises InvalidCronExpression naming the field
-        out["cron_expression"] = cron
+    out.update(_schedule(fields, creating=creating, current=cur, zone=tz or "UTC"))
 
     if creating or "driver" in fields:
         driver_name = str(text("driver", fields.get("driver"), required=True, limit=255))
@@ -281,4 +279,53 @@ def job_fields(fields: Mapping[str, Any], *, creating: bool,
         out["start_at"] = start
     if "end_at" in fields:
         out["end_at"] = end
+    run_at = out["run_at"] if "run_at" in out else cur.get("run_at")
+    if run_at is not None and ("run_at" in out or "start_at" in fields or "end_at" in fields):
+        if (start is not None and run_at < start) or (end is not None and run_at >= end):
+            window = f"[{start.isoformat() if start else '-'}, {end.isoformat() if end else '-'})"
+            raise ConfigurationError("run_at", run_at, f"must lie inside the job's window {window}: "
+                                                       "outside it the one run never comes")
+    immediately = fields.get("run_immediately_if_never_run", cur.get("run_immediately_if_never_run"))
+    if run_at is not None and immediately:
+        raise ConfigurationError("run_immediately_if_never_run", True,
+                                 "has no meaning for a run_at job (its one run is at run_at)")
+    return out
+
+
+SCHEDULE_KINDS = ("cron", "every", "run_at")
+
+
+def _schedule(fields: Mapping[str, Any], *, creating: bool, current: Mapping[str, Any],
+              zone: str) -> dict[str, Any]:
+    """The schedule columns to store: exactly one of cron, every and run_at (a new one replaces
+    the job's schedule, whatever its kind); a new timezone re-checks the stored cron."""
+    given = {k: fields[k] for k in SCHEDULE_KINDS if fields.get(k) is not None}
+    if len(given) > 1:
+        first, *others = given
+        raise ConfigurationError(others[0], given[others[0]],
+                                 f"give exactly one of cron, every, run_at (also given: {first})")
+    if not given and (creating or any(k in fields for k in SCHEDULE_KINDS)):
+        nulls = [k for k in SCHEDULE_KINDS if k in fields]
+        if not nulls or nulls[0] == "cron":   # as before the other kinds: a missing cron is an invalid cron
+            raise InvalidCronExpression(None, "a job needs a schedule: give one of cron, every or run_at")
+        raise ConfigurationError(nulls[0], None, "a job needs a schedule: give one of cron, every or run_at")
+    if not given:
+        if "timezone" in fields and current.get("cron_expression") is not None:
+            CronSchedule.parse(current["cron_expression"], zone)   # the stored cron in its new zone
+        return {}
+    kind, value = next(iter(given.items()))
+    out: dict[str, Any] = {"cron_expression": None, "interval_seconds": None, "run_at": None}
+    if kind == "cron":
+        CronSchedule.parse(value, zone)  # raises InvalidCronExpression naming the field
+        out["cron_expression"] = value
+    elif kind == "every":
+        out["interval_seconds"] = parse_duration(value, "every")
+    else:
+        if isinstance(value, datetime) and (value.tzinfo is None or value.utcoffset() is None):
+            raise ConfigurationError("run_at", value, "must be timezone-aware (naive datetimes are ambiguous): "
+                                                      "add tzinfo, e.g. ZoneInfo('Europe/Berlin')")
+        instant = aware("run_at", value)
+        if instant is not None and instant > LATEST_RUN_AT:
+            raise ConfigurationError("run_at", value, "must lie before 9999-12-30 00:00 UTC")
+        out["run_at"] = instant
     return out

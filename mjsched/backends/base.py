@@ -116,7 +116,7 @@ class UnscheduledJob:
     id: str
     name: str
     driver: str
-    cron_expression: str
+    cron_expression: str | None
     timezone: str
     start_at: datetime | None
     run_immediately_if_never_run: bool
@@ -124,12 +124,23 @@ class UnscheduledJob:
     run_count: int
     high_frequency_ok: bool = False       # the job's opt-out of the high-frequency warning
     frequency_warned: str | None = None   # the schedule last warned for ("cron | timezone")
+    interval_seconds: int | None = None   # an every= job's interval
+    run_at: datetime | None = None        # a run_at= job's one instant
+    created_at: datetime | None = None    # an every= job's anchor when it has no start_at
+
+    @property
+    def schedule_text(self) -> str:
+        from ..schedules import schedule_text
+
+        return schedule_text(self.cron_expression, self.interval_seconds, self.run_at)
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> "UnscheduledJob":
+        interval = row.get("interval_seconds")
         return cls(str(row["id"]).lower(), row["name"], row["driver"], row["cron_expression"], row["timezone"],
                    row["start_at"], bool(row["run_immediately_if_never_run"]), row["last_run_at"],
-                   int(row["run_count"]), bool(row.get("high_frequency_ok")), row.get("frequency_warned"))
+                   int(row["run_count"]), bool(row.get("high_frequency_ok")), row.get("frequency_warned"),
+                   None if interval is None else int(interval), row.get("run_at"), row.get("created_at"))
 
 
 class Listener(abc.ABC):
@@ -406,7 +417,8 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def active_schedules(self) -> list[dict[str, Any]]:
-        """Distinct (cron_expression, timezone, driver) of Active jobs not yet warned about for
+        """Distinct (schedule, timezone, driver) of Active cron and every= jobs (``schedule``: the
+        cron expression or 'every <n>s', as schedules.schedule_text) not yet warned about for
         their present schedule and not opted out (high_frequency_ok), with ``example`` (a job
         name), ``jobs`` (how many share it) and ``job_ids`` (the first 1,000 of them, to record
         the warning): start-up checks without loading jobs."""

@@ -467,7 +467,7 @@ class MssqlBackend(Backend):
             DECLARE @limit int = ?, @after uniqueidentifier = ?;
             SELECT TOP (@limit) j.id, j.name, t.driver_class AS driver, j.cron_expression, j.timezone, j.start_at,
                    j.run_immediately_if_never_run, j.last_run_at, j.run_count, j.high_frequency_ok,
-                   j.frequency_warned
+                   j.frequency_warned, j.interval_seconds, j.run_at, j.created_at
               FROM mjsched.scheduled_job AS j JOIN mjsched.scheduled_job_type AS t ON t.id = j.job_type_id
              WHERE j.status = N'Active' AND j.next_run_at IS NULL AND (@after IS NULL OR j.id > @after)
              ORDER BY j.id
@@ -476,19 +476,21 @@ class MssqlBackend(Backend):
 
     def active_schedules(self) -> list[dict[str, Any]]:
         rows = self._rows("active_schedules", """
-            SELECT s.cron_expression, s.timezone, s.driver, MIN(s.name) AS example, COUNT(*) AS jobs,
+            SELECT s.schedule, s.timezone, s.driver, MIN(s.name) AS example, COUNT(*) AS jobs,
                    STRING_AGG(CASE WHEN s.nth <= 1000 THEN CAST(CONVERT(nvarchar(36), s.id) AS nvarchar(max)) END,
                               N',') AS job_ids
-              FROM (SELECT j.id, j.name, j.cron_expression, j.timezone, t.driver_class AS driver,
-                           ROW_NUMBER() OVER (PARTITION BY j.cron_expression, j.timezone, t.driver_class
+              FROM (SELECT j.id, j.name, k.schedule, j.timezone, t.driver_class AS driver,
+                           ROW_NUMBER() OVER (PARTITION BY k.schedule, j.timezone, t.driver_class
                                               ORDER BY j.id) AS nth
                       FROM mjsched.scheduled_job AS j
                       JOIN mjsched.scheduled_job_type AS t ON t.id = j.job_type_id
-                     WHERE j.status = N'Active' AND j.high_frequency_ok = 0
+                     CROSS APPLY (SELECT COALESCE(j.cron_expression,
+                                                  CONCAT(N'every ', j.interval_seconds, N's')) AS schedule) AS k
+                     WHERE j.status = N'Active' AND j.high_frequency_ok = 0 AND j.run_at IS NULL
                        AND (j.frequency_warned IS NULL
                             OR j.frequency_warned COLLATE Latin1_General_BIN2
-                               <> CONCAT(j.cron_expression, N' | ', j.timezone) COLLATE Latin1_General_BIN2)) AS s
-             GROUP BY s.cron_expression, s.timezone, s.driver;""")
+                               <> CONCAT(k.schedule, N' | ', j.timezone) COLLATE Latin1_General_BIN2)) AS s
+             GROUP BY s.schedule, s.timezone, s.driver;""")
         for row in rows:
             row["job_ids"] = [i.lower() for i in (row.get("job_ids") or "").split(",") if i]
         return rows

@@ -32,6 +32,7 @@ JOB_COLUMNS = (
     "run_immediately_if_never_run", "max_runtime_seconds", "isolation", "max_queued_runs",
     "notify_on_success", "notify_on_failure", "notify_to", "next_run_at", "high_frequency_ok",
     "keep_runs_days", "keep_runs_count",
+    "interval_seconds", "run_at",
 )
 _JOB_SELECT = """
 SELECT j.*, t.driver_class AS driver

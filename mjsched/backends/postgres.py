@@ -41,6 +41,7 @@ JOB_COLUMNS = (
     "run_immediately_if_never_run", "max_runtime_seconds", "isolation", "max_queued_runs",
     "notify_on_success", "notify_on_failure", "notify_to", "next_run_at", "high_frequency_ok",
     "keep_runs_days", "keep_runs_count",
+    "interval_seconds", "run_at",
 )
 _JOB_SELECT = """
 SELECT j.*, t.driver_class AS driver
@@ -453,7 +454,7 @@ class PostgresBackend(Backend):
         rows = self._rows("unscheduled_jobs", """
             SELECT j.id, j.name, t.driver_class AS driver, j.cron_expression, j.timezone, j.start_at,
                    j.run_immediately_if_never_run, j.last_run_at, j.run_count, j.high_frequency_ok,
-                   j.frequency_warned
+                   j.frequency_warned, j.interval_seconds, j.run_at, j.created_at
               FROM mjsched.scheduled_job j JOIN mjsched.scheduled_job_type t ON t.id = j.job_type_id
              WHERE j.status = 'Active' AND j.next_run_at IS NULL
                AND (%(after)s::uuid IS NULL OR j.id > %(after)s::uuid)
@@ -462,12 +463,16 @@ class PostgresBackend(Backend):
 
     def active_schedules(self) -> list[dict[str, Any]]:
         return self._rows("active_schedules", """
-            SELECT j.cron_expression, j.timezone, t.driver_class AS driver, min(j.name) AS example,
-                   count(*) AS jobs, (array_agg(j.id::text ORDER BY j.id))[1:1000] AS job_ids
-              FROM mjsched.scheduled_job j JOIN mjsched.scheduled_job_type t ON t.id = j.job_type_id
-             WHERE j.status = 'Active' AND NOT j.high_frequency_ok
-               AND j.frequency_warned IS DISTINCT FROM j.cron_expression || ' | ' || j.timezone
-             GROUP BY j.cron_expression, j.timezone, t.driver_class""")
+            SELECT s.schedule, s.timezone, s.driver, min(s.name) AS example,
+                   count(*) AS jobs, (array_agg(s.id::text ORDER BY s.id))[1:1000] AS job_ids
+              FROM (SELECT j.id, j.name, j.timezone, t.driver_class AS driver,
+                           coalesce(j.cron_expression, 'every ' || j.interval_seconds || 's') AS schedule
+                      FROM mjsched.scheduled_job j JOIN mjsched.scheduled_job_type t ON t.id = j.job_type_id
+                     WHERE j.status = 'Active' AND NOT j.high_frequency_ok AND j.run_at IS NULL
+                       AND j.frequency_warned IS DISTINCT FROM
+                           coalesce(j.cron_expression, 'every ' || j.interval_seconds || 's') || ' | ' || j.timezone
+                   ) s
+             GROUP BY s.schedule, s.timezone, s.driver""")
 
     def note_frequency_warned(self, items: Sequence[tuple[str, str]]) -> int:
         if not items:

@@ -220,8 +220,32 @@ def cmd_init_db(ctx: Context) -> int:
 
 
 def job_row(job: Any) -> list[str]:
-    return [job.id, clip(job.name, 32), job.driver, f"{job.cron_expression} ({job.timezone})", job.status.value,
+    return [job.id, clip(job.name, 32), job.driver, f"{schedule_words(job)} ({job.timezone})", job.status.value,
             ts(job.next_run_at), ts(job.last_run_at), f"{job.success_count}/{job.failure_count}"]
+
+
+def schedule_words(job: Any) -> str:
+    """A job's schedule as one short text: its cron, 'every 1m30s' or 'once at <ISO>'."""
+    from ..schedules import format_duration
+
+    if job.interval_seconds is not None:
+        return f"every {format_duration(job.interval_seconds)}"
+    if job.run_at is not None:
+        return f"once at {job.run_at.astimezone(UTC).isoformat()}"
+    return str(job.cron_expression)
+
+
+def parse_every(text: str) -> int:
+    from ..schedules import parse_duration
+
+    return parse_duration(text, "--every")
+
+
+def schedule_fields(a: Any, zone: str) -> dict[str, Any]:
+    """--cron / --every / --run-at as create_job/update_job keywords (only those given; the
+    API refuses more than one, or none on add). --run-at without an offset is read in ``zone``."""
+    given = {"cron": a.cron, "every": a.every, "run_at": parse_instant("--run-at", a.run_at, zone)}
+    return {k: v for k, v in given.items() if v is not None}
 
 
 JOB_HEADERS = ["ID", "NAME", "DRIVER", "SCHEDULE", "STATUS", "NEXT RUN (UTC)", "LAST RUN (UTC)", "OK/FAILED"]
@@ -240,16 +264,17 @@ def cmd_jobs_add(ctx: Context) -> int:
                 "start_at": parse_instant("--start-at", a.start_at, a.timezone),
                 "end_at": parse_instant("--end-at", a.end_at, a.timezone)}
     fields.update({k: v for k, v in optional.items() if v is not None})
+    fields.update(schedule_fields(a, a.timezone))
     configuration = job_configuration(a.configuration)
     # Validate the whole job before touching the database (and before starting one).
     from .. import validation
 
-    validation.job_fields({"name": a.name, "driver": a.driver, "cron": a.cron, "timezone": a.timezone,
-                           "configuration": configuration, **fields}, creating=True)
+    validation.job_fields({"name": a.name, "driver": a.driver, "timezone": a.timezone,
+                           "configuration": configuration, "cron": None, **fields}, creating=True)
     if a.check_import:
         check_can_run(a.driver, configuration)
     engine = ctx.engine()
-    job_id = engine.create_job(name=a.name, driver=a.driver, cron=a.cron, timezone=a.timezone,
+    job_id = engine.create_job(name=a.name, driver=a.driver, timezone=a.timezone,
                                configuration=configuration, **fields)
     job = engine.get_job(job_id)
     if ctx.json:
@@ -272,7 +297,7 @@ def cmd_jobs_edit(ctx: Context) -> int:
     engine = ctx.engine()
     job = resolve_job(engine, a.job)
     zone = a.timezone or job.timezone
-    given = {"name": a.name, "driver": a.driver, "cron": a.cron, "timezone": a.timezone,
+    given = {"name": a.name, "driver": a.driver, **schedule_fields(a, zone), "timezone": a.timezone,
              "configuration": job_configuration(a.configuration), "description": a.description,
              "owner": a.owner, "concurrency_mode": a.concurrency_mode, "missed_run_policy": a.missed_run_policy,
              "max_runtime": a.max_runtime, "max_queued_runs": a.max_queued_runs, "isolation": a.isolation,
@@ -436,30 +461,53 @@ def _diff_value(value: Any) -> str:
 def cmd_jobs_preview(ctx: Context) -> int:
     from ..cron import next_run_times, resolve_timezone
 
+    from ..schedules import format_duration, next_run_times as preview_times
+
     a = ctx.args
     after = parse_instant("--after", a.after, a.timezone or "UTC") if a.after else datetime.now(UTC)
     job = None
+    given = schedule_fields(a, a.timezone or "UTC")
     if a.job is not None:
-        if a.cron is not None:
-            raise UsageError("give a job or --cron, not both")
+        if given:
+            raise UsageError("give a job or a schedule (--cron, --every, --run-at), not both")
         job = resolve_job(ctx.engine(), a.job)
-        cron, zone = job.cron_expression, a.timezone or job.timezone
-        if job.start_at is not None and job.start_at > after:
+        zone = a.timezone or job.timezone
+        kind = {"cron": job.cron_expression, "every": job.interval_seconds, "run_at": job.run_at}
+        given = {k: v for k, v in kind.items() if v is not None}
+        anchor = job.start_at or job.created_at   # an interval's ticks: start_at (else created_at) + k * every
+        if "run_at" in given and job.status.value == "Expired":
+            given = {}   # a one-off that ended has no run left
+        elif job.start_at is not None and job.start_at > after:
             after = job.start_at - _EPS   # a tick exactly at start_at fires
-    elif a.cron is not None:
-        cron, zone = a.cron, a.timezone or "UTC"
+    elif given:
+        zone, anchor = a.timezone or "UTC", None
     else:
-        raise UsageError("give a job id or name, or --cron EXPR")
-    times = next_run_times(cron, zone, after=after, count=a.count)
+        raise UsageError("give a job id or name, or a schedule: --cron EXPR, --every DURATION or --run-at ISO")
+    if len(given) > 1:
+        raise UsageError("give one of --cron, --every, --run-at")
+    if "every" in given:
+        times = preview_times(every=given["every"], timezone=zone, after=after, count=a.count, start_at=anchor)
+    elif "run_at" in given:
+        times = preview_times(run_at=given["run_at"], timezone=zone, after=after, count=a.count)
+    elif "cron" in given:
+        times = next_run_times(given["cron"], zone, after=after, count=a.count)
+    else:
+        times = []
     if job is not None and job.end_at is not None:
         times = [t for t in times if t < job.end_at]
     tz = resolve_timezone(zone)
     rows = [{"local": t.astimezone(tz).isoformat(), "utc": t.astimezone(UTC).isoformat()} for t in times]
+    every = given.get("every")
+    shown = (given.get("cron") if "cron" in given
+             else f"every {format_duration(every if isinstance(every, int) else parse_every(every))}" if every
+             else f"once at {given['run_at'].astimezone(UTC).isoformat()}" if "run_at" in given else "ended")
+    cron = given.get("cron")
     if ctx.json:
-        ctx.emit_json({"cron": cron, "timezone": zone, "job": job.id if job else None, "times": rows})
+        ctx.emit_json({"cron": cron, "schedule": shown, "timezone": zone, "job": job.id if job else None,
+                       "times": rows})
         return EXIT_OK
-    title = f"job {job.name!r} ({job.id})" if job else "cron"
-    ctx.emit(f"next {len(times)} fire time(s) of {title}: {cron!r} in {zone}")
+    title = f"job {job.name!r} ({job.id})" if job else "schedule"
+    ctx.emit(f"next {len(times)} fire time(s) of {title}: {shown!r} in {zone}")
     if job is not None and job.status.value != "Active":
         ctx.emit(f"(the job is {job.status.value}: nothing fires until it is Active)")
     ctx.emit(table([zone, "UTC"], [[t.astimezone(tz).strftime("%Y-%m-%d %H:%M:%S %Z (%z)"),
@@ -870,7 +918,13 @@ def build_parser() -> argparse.ArgumentParser:
     ja = add(jsub, "add", cmd_jobs_add, "create a job")
     ja.add_argument("--name", required=True)
     ja.add_argument("--driver", required=True, help="shell, python, sql, http, or a registered driver")
-    ja.add_argument("--cron", required=True, help="5 fields, or 6 with seconds first; @hourly-style macros")
+    kinds = ja.add_mutually_exclusive_group(required=True)
+    kinds.add_argument("--cron", help="5 fields, or 6 with seconds first; @hourly-style macros")
+    kinds.add_argument("--every", metavar="DURATION",
+                    help="an interval instead of a cron: 90s, 15m, 2h, 1d, 1h30m (ticks from --start-at, else "
+                         "the creation time; DST never moves them)")
+    kinds.add_argument("--run-at", metavar="ISO",
+                    help="one run instead of a cron, then the job is Expired (no offset: in --timezone)")
     ja.add_argument("--timezone", default="UTC", help="IANA zone the cron is read in (default UTC)")
     ja.add_argument("--config", "--configuration", dest="configuration", metavar="JSON",
                     help="driver configuration as a JSON object, or @file.json")
@@ -906,7 +960,10 @@ def build_parser() -> argparse.ArgumentParser:
     je.add_argument("job", metavar="JOB")
     je.add_argument("--name")
     je.add_argument("--driver")
-    je.add_argument("--cron")
+    kinds = je.add_mutually_exclusive_group()
+    kinds.add_argument("--cron", help="a new schedule: one of --cron, --every, --run-at replaces the job's")
+    kinds.add_argument("--every", metavar="DURATION", help="90s, 15m, 2h, 1d, 1h30m")
+    kinds.add_argument("--run-at", metavar="ISO", help="one run (no offset: in the job's timezone)")
     je.add_argument("--timezone")
     je.add_argument("--config", "--configuration", dest="configuration", metavar="JSON",
                     help="replaces the whole configuration: a JSON object, or @file.json")
@@ -957,7 +1014,10 @@ def build_parser() -> argparse.ArgumentParser:
     jp = add(jsub, "preview", cmd_jobs_preview, "the next fire times of a job or a cron expression, in its "
                                                 "zone and in UTC")
     jp.add_argument("job", metavar="JOB", nargs="?")
-    jp.add_argument("--cron", help="preview this expression instead of a job's")
+    kinds = jp.add_mutually_exclusive_group()
+    kinds.add_argument("--cron", help="preview this expression instead of a job's")
+    kinds.add_argument("--every", metavar="DURATION", help="preview this interval (anchored at --after, or now)")
+    kinds.add_argument("--run-at", metavar="ISO", help="preview this one run (no offset: in --timezone)")
     jp.add_argument("--timezone", help="zone to read --cron in (default UTC, or the job's)")
     jp.add_argument("-n", "--count", type=int, default=5, help="how many (default 5)")
     jp.add_argument("--after", metavar="ISO", help="start after this instant (default now)")

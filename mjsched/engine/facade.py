@@ -31,7 +31,8 @@ from .completions import CompletionWriter
 from .control import EngineControl
 from .dispatch import Dispatcher
 from .housekeeping import Housekeeping
-from .jobs import changed_job_values, new_job_values
+from ..schedules import schedule_text
+from .jobs import changed_job_values, new_job_values, schedule_created
 from .leases import LeaseKeeper
 from .lifecycle import RunLifecycle
 from .listeners import EngineListener, Listeners
@@ -153,16 +154,22 @@ class SchedulingEngine:
         return applied
 
     # -- jobs --------------------------------------------------------------------------
-    def create_job(self, name: str, driver: str, cron: str, timezone: str = "UTC",
-                   configuration: dict[str, Any] | None = None, **fields: Any) -> str:
-        """Validate everything, then insert the job; returns its id (a UUID string).
-        A name another job has raises JobNameTaken (names are unique; see ensure_job)."""
+    def create_job(self, name: str, driver: str, cron: str | None = None, timezone: str = "UTC",
+                   configuration: dict[str, Any] | None = None, *, every: Any = None, run_at: Any = None,
+                   **fields: Any) -> str:
+        """Validate everything, then insert the job; returns its id (a UUID string). The schedule
+        is exactly one of ``cron``, ``every`` (a timedelta or '90s', '15m', '2h', '1d') and
+        ``run_at`` (an aware datetime: one run, then the job is Expired)."""
         values, driver_name = new_job_values(self.backend, {"name": name, "driver": driver, "cron": cron,
+                                                            "every": every, "run_at": run_at,
                                                             "timezone": timezone, "configuration": configuration,
                                                             **fields})
         job_id = self.backend.insert_job(values)
-        log.info("created job %r (%s), driver %s, cron %r %s", values["name"], job_id, driver_name,
-                 values["cron_expression"], values["timezone"], extra={"action": "job_created"})
+        if "next_run_at" not in values:
+            schedule_created(self.backend, job_id)
+        log.info("created job %r (%s), driver %s, schedule %r %s", values["name"], job_id, driver_name,
+                 schedule_text(values["cron_expression"], values["interval_seconds"], values["run_at"]),
+                 values["timezone"], extra={"action": "job_created"})
         return job_id
 
     def get_job(self, job_id: str) -> Job:

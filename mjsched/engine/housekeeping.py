@@ -35,11 +35,12 @@ NOTE_PAGE = 1_000
 SET_ASIDE_BY = "mjsched install"   # executed_by_instance of the Failed run a schema upgrade records
 
 
-def frequency_key(cron: str, zone: str) -> str:
+def frequency_key(schedule: str, zone: str) -> str:
     """The schedule a high-frequency warning is remembered for (scheduled_job.frequency_warned;
-    note_frequency_warned and the start-up query build the same text): a new cron or
-    timezone is a new schedule, warned about once more."""
-    return f"{cron} | {zone}"
+    note_frequency_warned and the start-up query build the same text): ``schedule`` is the
+    cron expression or 'every <n>s' (schedules.schedule_text); a new schedule or timezone is
+    warned about once more."""
+    return f"{schedule} | {zone}"
 
 
 def process_alive(pid: int) -> bool:
@@ -136,22 +137,22 @@ class Housekeeping:
 
     def _report_unusable(self, jobs: list[UnscheduledJob], exc: BaseException) -> None:
         """Log jobs whose schedule cannot be computed, each once per (cron, timezone) it has."""
-        fresh = [j for j in jobs if (j.id, j.cron_expression, j.timezone) not in self._reported]
+        fresh = [j for j in jobs if (j.id, j.schedule_text, j.timezone) not in self._reported]
         if not fresh:
-            log.debug("%d job(s) with cron %r still have an unusable schedule", len(jobs), jobs[0].cron_expression)
+            log.debug("%d job(s) with schedule %r still have an unusable schedule", len(jobs), jobs[0].schedule_text)
             return
         if len(self._reported) > 100_000:
             self._reported.clear()
-        self._reported.update((j.id, j.cron_expression, j.timezone) for j in fresh)
+        self._reported.update((j.id, j.schedule_text, j.timezone) for j in fresh)
         names = ", ".join(repr(j.name) for j in fresh[:5]) + (", ..." if len(fresh) > 5 else "")
-        log.error("%d job(s) with cron %r (%s) have an unusable schedule and will not run until it is fixed: "
-                  "%s (%s)", len(fresh), jobs[0].cron_expression, jobs[0].timezone, exc, names,
+        log.error("%d job(s) with schedule %r (%s) have an unusable schedule and will not run until it is fixed: "
+                  "%s (%s)", len(fresh), jobs[0].schedule_text, jobs[0].timezone, exc, names,
                   extra={"action": "bad_schedule"})
 
     def first_report(self, job: Job | UnscheduledJob) -> bool:
         """True the first time ``job`` is reported unusable with its present cron and zone: the
         claim path (which sets it aside) and this sweep share the record, so it is said once."""
-        key = (job.id, job.cron_expression, job.timezone)
+        key = (job.id, job.schedule_text, job.timezone)
         if key in self._reported:
             return False
         if len(self._reported) > 100_000:
@@ -195,10 +196,12 @@ class Housekeeping:
         for the claim path: verdicts are cached per (cron, zone, driver)."""
         groups: dict[tuple[str, str, str], list[Job | UnscheduledJob]] = {}
         for job in jobs:
-            key = frequency_key(job.cron_expression, job.timezone)
+            if job.run_at is not None:   # a one-off fires once: never high-frequency
+                continue
+            key = frequency_key(job.schedule_text, job.timezone)
             if job.high_frequency_ok or job.frequency_warned == key or (job.id, key) in self._warned:
                 continue
-            groups.setdefault((job.cron_expression, job.timezone, job.driver), []).append(job)
+            groups.setdefault((job.schedule_text, job.timezone, job.driver), []).append(job)
         for (cron, zone, driver), members in groups.items():
             if self._check_schedule(cron, zone, driver, members[0].name, len(members)):
                 self._note_warned([(j.id, frequency_key(cron, zone)) for j in members])
@@ -212,7 +215,7 @@ class Housekeeping:
             log.warning("high-frequency check skipped: %s", exc)
             return
         for row in schedules:
-            cron, zone = row["cron_expression"], row["timezone"]
+            cron, zone = row["schedule"], row["timezone"]
             if self._check_schedule(cron, zone, row["driver"], row["example"], int(row["jobs"])):
                 key = frequency_key(cron, zone)
                 self._note_warned([(str(i).lower(), key) for i in row.get("job_ids") or ()])
@@ -248,7 +251,7 @@ class Housekeeping:
         if gap is None:
             return False
         others = f" (and {jobs - 1} other job(s) with this schedule)" if jobs > 1 else ""
-        log.warning("job %r%s (cron %r, %s) fires every %s, more often than every 5 minutes; each run is a "
+        log.warning("job %r%s (schedule %r, %s) fires every %s, more often than every 5 minutes; each run is a "
                     "database round trip and a history row. This is a recommendation, not a block. Said once "
                     "per job and schedule; create or update the job with high_frequency_ok=True to silence it.",
                     example, others, cron, zone, gap, extra={"action": "high_frequency"})

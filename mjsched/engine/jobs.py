@@ -6,26 +6,41 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from .. import scheduling, validation
+from .. import schedules, scheduling, validation
 from ..backends import Backend
-from ..cron import CronSchedule
 from ..drivers.registry import get_driver
 from ..models import Job, JobStatus
 
-RESCHEDULING_FIELDS = ("cron_expression", "timezone", "start_at")   # a change to one recomputes next_run_at
+# A change to one recomputes next_run_at (the schema's trigger clears it for other writers).
+RESCHEDULING_FIELDS = ("cron_expression", "interval_seconds", "run_at", "timezone", "start_at")
 
 
 def new_job_values(backend: Backend, fields: dict[str, Any]) -> tuple[dict[str, Any], str]:
-    """(row values, driver name) of a job to create; raises before anything is written."""
+    """(row values, driver name) of a job to create; raises before anything is written.
+
+    An interval without start_at is anchored at the row's created_at, which the insert sets:
+    its first due instant is set just after (``schedule_created``), not here."""
     values = validation.job_fields(fields, creating=True)
     driver_name = values.pop("driver")
     values["job_type_id"] = _job_type(backend, driver_name)
-    if values["status"] == JobStatus.ACTIVE.value:
-        schedule = CronSchedule.parse(values["cron_expression"], values["timezone"])
+    anchored_later = values["interval_seconds"] is not None and values.get("start_at") is None
+    if values["status"] == JobStatus.ACTIVE.value and not anchored_later:
+        schedule = schedules.build(values["cron_expression"], values["interval_seconds"], values["run_at"],
+                                   values["timezone"], anchor=values.get("start_at"))
         values["next_run_at"] = scheduling.first_due(
             schedule, backend.db_now(), start_at=values.get("start_at"),
             run_immediately=values.get("run_immediately_if_never_run", False), never_ran=True)
     return values, driver_name
+
+
+def schedule_created(backend: Backend, job_id: str) -> None:
+    """Set the first due instant of a just-created Active job that has none (an interval
+    anchored at its created_at), as an engine would (compare-and-set: an engine that got
+    there first wins, with the same instant)."""
+    job = backend.get_job(job_id)
+    if job is None or job.status is not JobStatus.ACTIVE or job.next_run_at is not None:
+        return
+    backend.initialize_next_runs([(job.id, scheduling.initial_next_run(job, backend.db_now()))])
 
 
 def changed_job_values(backend: Backend, current: Job, fields: dict[str, Any]) -> dict[str, Any]:
@@ -37,8 +52,10 @@ def changed_job_values(backend: Backend, current: Job, fields: dict[str, Any]) -
     reschedule = any(k in values for k in RESCHEDULING_FIELDS) or (
         status == JobStatus.ACTIVE.value and current.status is not JobStatus.ACTIVE)
     if reschedule and status == JobStatus.ACTIVE.value:
-        schedule = CronSchedule.parse(values.get("cron_expression", current.cron_expression),
-                                      values.get("timezone", current.timezone))
+        start_at = values.get("start_at", current.start_at)
+        schedule = schedules.build(*(values.get(k, getattr(current, k))
+                                     for k in ("cron_expression", "interval_seconds", "run_at", "timezone")),
+                                   anchor=start_at or current.created_at)
         values["next_run_at"] = scheduling.first_due(
             schedule, backend.db_now(), start_at=values.get("start_at", current.start_at),
             run_immediately=values.get("run_immediately_if_never_run", current.run_immediately_if_never_run),

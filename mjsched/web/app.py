@@ -247,14 +247,14 @@ class Dashboard:
         run_status = _choice("status", request.args.get("status"), RUN_STATUSES)
         page = _positive_page(request.args.get("page"))
         try:
-            next_runs = self.reader.next_runs(job["cron_expression"], job["timezone"]) \
+            next_runs = self.reader.next_runs(job["cron_expression"], job["timezone"], job=job) \
                 if job["status"] == "Active" else []
             schedule_error = None
         except SchedulerError as exc:
             next_runs, schedule_error = [], str(exc)
         summary = self.reader.summary()
         now = summary["now"]
-        form = form or {"cron": job["cron_expression"], "timezone": job["timezone"], "status": job["status"],
+        form = form or {"cron": job["cron_expression"] or "", "timezone": job["timezone"], "status": job["status"],
                         "max_runtime": "" if job["max_runtime_seconds"] is None else f"{job['max_runtime_seconds']:g}"}
         return self._render(request, "job.html", http_status=status_code, nav="jobs", job=job, now=now,
                             next_runs=next_runs, schedule_error=schedule_error, run_status=run_status, summary=summary,
@@ -372,7 +372,7 @@ class Dashboard:
     def _edit(self, request: Request, job: Any, back: str) -> Response:
         form = {k: (request.form.get(k) or "").strip() for k in EDITABLE}
         changes: dict[str, Any] = {}
-        if form["cron"] != job.cron_expression:
+        if form["cron"] != (job.cron_expression or "") and (form["cron"] or job.cron_expression is not None):
             changes["cron"] = form["cron"]
         if form["timezone"] != job.timezone:
             changes["timezone"] = form["timezone"]

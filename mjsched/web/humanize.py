@@ -5,7 +5,7 @@ Pure functions of their arguments (no database, no toolkit), so they are tested 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Sequence
+from typing import Any, Sequence
 
 from markupsafe import Markup, escape
 
@@ -55,6 +55,24 @@ def _days_of_week(field: str) -> str | None:
 def _ordinal(n: int) -> str:
     suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
     return f"{n}{suffix}"
+
+
+def schedule_in_words(job: Any) -> str:
+    """A job row's schedule in words, whichever kind: its cron (cron_in_words), 'every 1m30s' or
+    'once at <instant in its zone>'."""
+    from ..schedules import format_duration
+
+    if job.get("interval_seconds") is not None:
+        return f"every {format_duration(job['interval_seconds'])}"
+    if job.get("run_at") is not None:
+        zone = job.get("timezone") or "UTC"
+        try:
+            from ..cron import resolve_timezone
+
+            return f"once at {job['run_at'].astimezone(resolve_timezone(zone)).isoformat()} ({zone})"
+        except Exception:  # noqa: BLE001 - a zone no engine can use: show the instant as stored
+            return f"once at {job['run_at'].isoformat()}"
+    return cron_in_words(job.get("cron_expression") or "", job.get("timezone") or "UTC")
 
 
 def cron_in_words(expression: str, timezone: str = "UTC") -> str:

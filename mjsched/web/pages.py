@@ -123,10 +123,11 @@ class Reader:
         last = finished[-1] if finished else None
         ok = sum(1 for i in finished if statuses[i] == "Completed")
         return {
-            **{k: r[k] for k in ("id", "name", "status", "cron_expression", "timezone", "driver",
+            **{k: r[k] for k in ("id", "name", "status", "cron_expression", "interval_seconds", "run_at",
+                                 "timezone", "driver",
                                  "next_run_at", "last_run_at", "run_count", "locked_by_instance")},
             "id": str(r["id"]),
-            "schedule_words": humanize.cron_in_words(r["cron_expression"], r["timezone"]),
+            "schedule_words": humanize.schedule_in_words(r),
             "running": r.get("expected_completion_at") is not None,
             "last_status": statuses[last] if last is not None else None,
             "last_when": completed[last] if last is not None else None,
@@ -148,7 +149,7 @@ class Reader:
         if isinstance(configuration, str):
             configuration = json.loads(configuration)
         job["configuration_text"] = json.dumps(redact(configuration or {}), indent=2, sort_keys=True, default=str)
-        job["schedule_words"] = humanize.cron_in_words(job["cron_expression"], job["timezone"])
+        job["schedule_words"] = humanize.schedule_in_words(job)
         return job
 
     def job_runs(self, job_id: str, *, status: str | None, page: int) -> dict[str, Any]:
@@ -163,8 +164,19 @@ class Reader:
                                    for r in rows])
 
     @staticmethod
-    def next_runs(cron: str, timezone: str, count: int = 10) -> list[datetime]:
-        return next_run_times(cron, timezone, count=count)
+    def next_runs(cron: str | None, timezone: str, count: int = 10, *, job: dict[str, Any] | None = None) \
+            -> list[datetime]:
+        """The next fire times of a cron, or of ``job``'s schedule whichever its kind."""
+        if job is not None and cron is None:
+            from ..schedules import next_run_times as schedule_times
+
+            if job.get("run_at") is not None:
+                return schedule_times(run_at=job["run_at"], timezone=timezone, count=count)
+            if job.get("interval_seconds") is not None:
+                return schedule_times(every=job["interval_seconds"], timezone=timezone, count=count,
+                                      start_at=job.get("start_at") or job.get("created_at"))
+            return []
+        return next_run_times(str(cron), timezone, count=count)
 
     # -- runs --------------------------------------------------------------------------------
     @staticmethod

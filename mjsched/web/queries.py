@@ -25,7 +25,8 @@ where a SQL Server is given; there is none on this project's machines.
 """
 from __future__ import annotations
 
-JOB_COLUMNS = """j.id, j.name, j.status, j.cron_expression, j.timezone, j.next_run_at, j.last_run_at,
+JOB_COLUMNS = """j.id, j.name, j.status, j.cron_expression, j.interval_seconds, j.run_at, j.timezone,
+       j.next_run_at, j.last_run_at,
        j.run_count, j.success_count, j.failure_count, j.last_duration_ms, j.max_runtime_seconds,
        j.locked_by_instance, j.expected_completion_at, j.locked_at, t.driver_class AS driver"""
 

@@ -330,6 +330,18 @@ IF COL_LENGTH(N'mjsched.scheduled_job', N'keep_runs_count') IS NULL
 BEGIN
     ALTER TABLE mjsched.scheduled_job ADD keep_runs_count int NULL;
 END;
+-- Added after the first release: the interval (every=) and one-off (run_at=) schedule kinds
+-- beside cron_expression; their rules (exactly one kind per job, the ranges) and the nullable
+-- cron_expression are in 007_schedule_kinds.sql. The columns are here, before 004_job_admin.sql:
+-- a procedure cannot be created over a column its table does not have yet.
+IF COL_LENGTH(N'mjsched.scheduled_job', N'interval_seconds') IS NULL
+BEGIN
+    ALTER TABLE mjsched.scheduled_job ADD interval_seconds int NULL;
+END;
+IF COL_LENGTH(N'mjsched.scheduled_job', N'run_at') IS NULL
+BEGIN
+    ALTER TABLE mjsched.scheduled_job ADD run_at datetimeoffset NULL;
+END;
 GO
 
 -- An upgrade fills last_success_at from the history (only where it is still empty, so a
@@ -348,6 +360,8 @@ GO
 -- next_run_at unless the writer set it, so an engine recomputes it. PostgreSQL does
 -- this in a BEFORE trigger and also wakes the engines with NOTIFY; SQL Server has no
 -- NOTIFY, so the engines' bounded idle interval picks the change up instead.
+-- A one-off job (run_at) whose next run is moved past its run_at has served its one tick
+-- (the engine writes mjsched.scheduling.ENDED): it becomes Expired, with no next run.
 -- RECURSIVE_TRIGGERS is off by default; the nest-level guard keeps it so regardless.
 CREATE OR ALTER TRIGGER mjsched.trg_scheduled_job_changed
 ON mjsched.scheduled_job
@@ -362,12 +376,24 @@ BEGIN
     UPDATE j
        SET updated_at = SYSDATETIMEOFFSET(),
            next_run_at = CASE
-               WHEN EXISTS (SELECT i.cron_expression, i.timezone, i.status, i.start_at
+               WHEN EXISTS (SELECT i.cron_expression, i.interval_seconds, i.run_at, i.timezone, i.status, i.start_at
                             EXCEPT
-                            SELECT d.cron_expression, d.timezone, d.status, d.start_at)
+                            SELECT d.cron_expression, d.interval_seconds, d.run_at, d.timezone, d.status, d.start_at)
                 AND NOT EXISTS (SELECT i.next_run_at EXCEPT SELECT d.next_run_at)
                THEN NULL
+               WHEN i.run_at IS NOT NULL AND i.status = N'Active' AND i.next_run_at > i.run_at
+               THEN NULL
                ELSE j.next_run_at
+           END,
+           status = CASE
+               WHEN EXISTS (SELECT i.cron_expression, i.interval_seconds, i.run_at, i.timezone, i.status, i.start_at
+                            EXCEPT
+                            SELECT d.cron_expression, d.interval_seconds, d.run_at, d.timezone, d.status, d.start_at)
+                AND NOT EXISTS (SELECT i.next_run_at EXCEPT SELECT d.next_run_at)
+               THEN j.status
+               WHEN i.run_at IS NOT NULL AND i.status = N'Active' AND i.next_run_at > i.run_at
+               THEN N'Expired'
+               ELSE j.status
            END
       FROM mjsched.scheduled_job AS j
       JOIN inserted AS i ON i.id = j.id

@@ -42,7 +42,7 @@ BEGIN
         THROW 50022, N'fields must be a JSON object', 1;
     END;
     SELECT TOP (1) @v_key = e.[key] FROM OPENJSON(@p_fields) AS e
-     WHERE e.[key] COLLATE Latin1_General_BIN2 NOT IN (N'job_type_id', N'name', N'description', N'cron_expression', N'timezone', N'start_at', N'end_at', N'status', N'configuration', N'owner', N'concurrency_mode', N'missed_run_policy', N'run_immediately_if_never_run', N'max_runtime_seconds', N'isolation', N'max_queued_runs', N'notify_on_success', N'notify_on_failure', N'notify_to', N'next_run_at', N'high_frequency_ok', N'keep_runs_days', N'keep_runs_count');
+     WHERE e.[key] COLLATE Latin1_General_BIN2 NOT IN (N'job_type_id', N'name', N'description', N'cron_expression', N'timezone', N'start_at', N'end_at', N'status', N'configuration', N'owner', N'concurrency_mode', N'missed_run_policy', N'run_immediately_if_never_run', N'max_runtime_seconds', N'isolation', N'max_queued_runs', N'notify_on_success', N'notify_on_failure', N'notify_to', N'next_run_at', N'high_frequency_ok', N'keep_runs_days', N'keep_runs_count', N'interval_seconds', N'run_at');
     -- THROW takes an nvarchar(2048) message: the key (up to 4000 characters) is cut to fit.
     DECLARE @v_message nvarchar(2048) = CONCAT(N'fields.', LEFT(@v_key, 2000), N': not a job column that can be set');
     IF @v_key IS NOT NULL
@@ -53,10 +53,10 @@ BEGIN
     SELECT TOP (1) @v_key = e.[key], @v_value = e.[value], @v_type = e.[type]
       FROM OPENJSON(@p_fields) AS e
      WHERE e.[type] <> 0
-       AND ((e.[key] COLLATE Latin1_General_BIN2 IN (N'start_at', N'end_at', N'next_run_at')
+       AND ((e.[key] COLLATE Latin1_General_BIN2 IN (N'start_at', N'end_at', N'next_run_at', N'run_at')
              AND TRY_CONVERT(datetimeoffset, e.[value]) IS NULL)
             OR (e.[key] COLLATE Latin1_General_BIN2 = N'max_runtime_seconds' AND TRY_CONVERT(float, e.[value]) IS NULL)
-            OR (e.[key] COLLATE Latin1_General_BIN2 IN (N'max_queued_runs', N'keep_runs_days', N'keep_runs_count')
+            OR (e.[key] COLLATE Latin1_General_BIN2 IN (N'max_queued_runs', N'keep_runs_days', N'keep_runs_count', N'interval_seconds')
                 AND TRY_CONVERT(int, e.[value]) IS NULL)
             OR (e.[key] COLLATE Latin1_General_BIN2 = N'job_type_id'
                 AND TRY_CONVERT(uniqueidentifier, e.[value]) IS NULL)
@@ -77,7 +77,9 @@ BEGIN
     DECLARE @v_configuration nvarchar(max), @v_status nvarchar(max), @v_mode nvarchar(max);
     DECLARE @v_policy nvarchar(max), @v_isolation nvarchar(max), @v_queued int;
     DECLARE @v_keep_days int, @v_keep_count int;
-    SELECT @v_max_runtime = f.max_runtime_seconds, @v_start = f.start_at, @v_end = f.end_at,
+    DECLARE @v_interval int, @v_run_at datetimeoffset;
+    SELECT @v_interval = f.interval_seconds, @v_run_at = f.run_at,
+           @v_max_runtime = f.max_runtime_seconds, @v_start = f.start_at, @v_end = f.end_at,
            @v_next = f.next_run_at, @v_name = f.name, @v_cron = f.cron_expression, @v_zone = f.timezone,
            @v_description = f.description, @v_configuration = f.configuration, @v_status = f.status,
            @v_mode = f.concurrency_mode, @v_policy = f.missed_run_policy, @v_isolation = f.isolation,
@@ -98,7 +100,9 @@ BEGIN
             isolation nvarchar(max) '$.isolation',
             max_queued_runs int '$.max_queued_runs',
             keep_runs_days int '$.keep_runs_days',
-            keep_runs_count int '$.keep_runs_count'
+            keep_runs_count int '$.keep_runs_count',
+            interval_seconds int '$.interval_seconds',
+            run_at datetimeoffset '$.run_at'
       ) AS f;
     SET @v_message = CASE
         WHEN NOT (@v_max_runtime > 0 AND @v_max_runtime <= 31536000)
@@ -116,16 +120,32 @@ BEGIN
                               AND CAST(N'9999-12-31T00:00:00+00:00' AS datetimeoffset))
             THEN CONCAT(N'fields.next_run_at: ', CONVERT(nvarchar(40), @v_next, 127),
                         N' must lie between 1900-01-01 00:00 and 9999-12-31 00:00 UTC')
+        WHEN NOT (@v_run_at BETWEEN CAST(N'1900-01-01T00:00:00+00:00' AS datetimeoffset)
+                                AND CAST(N'9999-12-30T00:00:00+00:00' AS datetimeoffset))
+            THEN CONCAT(N'fields.run_at: ', CONVERT(nvarchar(40), @v_run_at, 127),
+                        N' must lie between 1900-01-01 00:00 and 9999-12-30 00:00 UTC')
         WHEN @v_start >= @v_end
             THEN CONCAT(N'fields.end_at: ', CONVERT(nvarchar(40), @v_end, 127), N' must be after start_at (',
                         CONVERT(nvarchar(40), @v_start, 127), N')')
         WHEN EXISTS (SELECT 1 FROM OPENJSON(@p_fields) AS e WHERE e.[key] COLLATE Latin1_General_BIN2 = N'name')
              AND COALESCE(LEN(@v_name), 0) = 0
             THEN CONCAT(N'fields.name: ', COALESCE(N'''' + @v_name + N'''', N'null'), N' must not be empty')
+        -- A job's schedule is exactly one of cron_expression, interval_seconds and run_at
+        -- (007_schedule_kinds.sql): a write that gives one of them gives the three (NULL for the
+        -- other two), so the kinds it leaves are known here. cron_expression is NULL for the others.
+        WHEN LEN(@v_cron) = 0
+            THEN CONCAT(N'fields.cron_expression: ''', @v_cron, N''' must not be empty')
+        WHEN @v_interval NOT BETWEEN 1 AND 31622400
+            THEN CONCAT(N'fields.interval_seconds: ', @v_interval,
+                        N' must be an interval of 1 to 31622400 seconds (366 days)')
         WHEN EXISTS (SELECT 1 FROM OPENJSON(@p_fields) AS e
-                      WHERE e.[key] COLLATE Latin1_General_BIN2 = N'cron_expression')
-             AND COALESCE(LEN(@v_cron), 0) = 0
-            THEN CONCAT(N'fields.cron_expression: ', COALESCE(N'''' + @v_cron + N'''', N'null'), N' must not be empty')
+                      WHERE e.[key] COLLATE Latin1_General_BIN2 IN (N'cron_expression', N'interval_seconds', N'run_at'))
+             AND CASE WHEN @v_cron IS NULL THEN 0 ELSE 1 END + CASE WHEN @v_interval IS NULL THEN 0 ELSE 1 END
+                 + CASE WHEN @v_run_at IS NULL THEN 0 ELSE 1 END <> 1
+            THEN CONCAT(N'fields.cron_expression: ', COALESCE(N'''' + LEFT(@v_cron, 255) + N'''', N'null'),
+                        N', interval_seconds: ', COALESCE(CONVERT(nvarchar(20), @v_interval), N'null'),
+                        N', run_at: ', COALESCE(CONVERT(nvarchar(40), @v_run_at, 127), N'null'),
+                        N': a job has exactly one schedule (give one of them, the other two null)')
         WHEN EXISTS (SELECT 1 FROM OPENJSON(@p_fields) AS e WHERE e.[key] COLLATE Latin1_General_BIN2 = N'timezone')
              AND COALESCE(LEN(@v_zone), 0) = 0
             THEN CONCAT(N'fields.timezone: ', COALESCE(N'''' + @v_zone + N'''', N'null'), N' must not be empty')
@@ -190,8 +210,12 @@ BEGIN
     EXEC mjsched.check_job_fields @p_fields = @p_fields;
     DECLARE @v_keys TABLE (name nvarchar(4000) COLLATE Latin1_General_BIN2 NOT NULL);
     INSERT INTO @v_keys (name) SELECT e.[key] COLLATE Latin1_General_BIN2 FROM OPENJSON(@p_fields) AS e;
+    IF NOT EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name IN (N'cron_expression', N'interval_seconds', N'run_at'))
+    BEGIN
+        THROW 50022, N'fields.cron_expression: a job needs a schedule: cron_expression, interval_seconds or run_at', 1;
+    END;
     DECLARE @v_ids TABLE (id uniqueidentifier NOT NULL);
-    INSERT INTO mjsched.scheduled_job (job_type_id, name, description, cron_expression, timezone, start_at, end_at, status, configuration, owner, concurrency_mode, missed_run_policy, run_immediately_if_never_run, max_runtime_seconds, isolation, max_queued_runs, notify_on_success, notify_on_failure, notify_to, next_run_at, high_frequency_ok, keep_runs_days, keep_runs_count)
+    INSERT INTO mjsched.scheduled_job (job_type_id, name, description, cron_expression, timezone, start_at, end_at, status, configuration, owner, concurrency_mode, missed_run_policy, run_immediately_if_never_run, max_runtime_seconds, isolation, max_queued_runs, notify_on_success, notify_on_failure, notify_to, next_run_at, high_frequency_ok, keep_runs_days, keep_runs_count, interval_seconds, run_at)
     OUTPUT inserted.id INTO @v_ids
     SELECT
                f.job_type_id,
@@ -216,7 +240,9 @@ BEGIN
                f.next_run_at,
                CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'high_frequency_ok') THEN COALESCE(f.high_frequency_ok, 0) ELSE 0 END,
                f.keep_runs_days,
-               f.keep_runs_count
+               f.keep_runs_count,
+               f.interval_seconds,
+               f.run_at
       FROM OPENJSON(@p_fields) WITH (
             job_type_id uniqueidentifier '$.job_type_id',
             name nvarchar(200) '$.name',
@@ -240,7 +266,9 @@ BEGIN
             next_run_at datetimeoffset '$.next_run_at',
             high_frequency_ok bit '$.high_frequency_ok',
             keep_runs_days int '$.keep_runs_days',
-            keep_runs_count int '$.keep_runs_count'
+            keep_runs_count int '$.keep_runs_count',
+            interval_seconds int '$.interval_seconds',
+            run_at datetimeoffset '$.run_at'
       ) AS f;
     SELECT i.id AS job_id FROM @v_ids AS i;
 END;
@@ -281,7 +309,9 @@ BEGIN
            next_run_at = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'next_run_at') THEN f.next_run_at ELSE j.next_run_at END,
            high_frequency_ok = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'high_frequency_ok') THEN COALESCE(f.high_frequency_ok, 0) ELSE j.high_frequency_ok END,
            keep_runs_days = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'keep_runs_days') THEN f.keep_runs_days ELSE j.keep_runs_days END,
-           keep_runs_count = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'keep_runs_count') THEN f.keep_runs_count ELSE j.keep_runs_count END
+           keep_runs_count = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'keep_runs_count') THEN f.keep_runs_count ELSE j.keep_runs_count END,
+           interval_seconds = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'interval_seconds') THEN f.interval_seconds ELSE j.interval_seconds END,
+           run_at = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'run_at') THEN f.run_at ELSE j.run_at END
     OUTPUT inserted.id INTO @v_ids
       FROM mjsched.scheduled_job AS j
      CROSS JOIN OPENJSON(@p_fields) WITH (
@@ -307,7 +337,9 @@ BEGIN
             next_run_at datetimeoffset '$.next_run_at',
             high_frequency_ok bit '$.high_frequency_ok',
             keep_runs_days int '$.keep_runs_days',
-            keep_runs_count int '$.keep_runs_count'
+            keep_runs_count int '$.keep_runs_count',
+            interval_seconds int '$.interval_seconds',
+            run_at datetimeoffset '$.run_at'
       ) AS f
      WHERE j.id = @p_job_id;
     SELECT COUNT(*) AS updated FROM @v_ids;
@@ -368,7 +400,8 @@ GO
 
 -- note_frequency_warned: an engine remembers that it warned about a job's high frequency, so
 -- the warning is said once per job and schedule ever, whichever engine starts. @p_items is a
--- JSON array of {"job_id", "schedule"}, schedule being cron_expression + N' | ' + timezone as
+-- JSON array of {"job_id", "schedule"}, schedule being cron_expression (or N'every <n>s' for an
+-- interval: mjsched/schedules.py, schedule_text) + N' | ' + timezone as
 -- the engine read them (mjsched/engine/housekeeping.py, frequency_key). A job whose schedule changed since
 -- is left alone (its new schedule is warned about once more), and rows locked elsewhere are
 -- skipped, never waited for (READPAST): a warning said twice is better than a poll that waits.
@@ -398,7 +431,9 @@ BEGIN
     OUTPUT inserted.id INTO @v_noted
       FROM mjsched.scheduled_job AS j WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
       JOIN @v_items AS i ON i.job_id = j.id
-     WHERE i.schedule COLLATE Latin1_General_BIN2 = CONCAT(j.cron_expression, N' | ', j.timezone) COLLATE Latin1_General_BIN2
+     WHERE i.schedule COLLATE Latin1_General_BIN2
+           = CONCAT(COALESCE(j.cron_expression, CONCAT(N'every ', j.interval_seconds, N's')), N' | ', j.timezone)
+             COLLATE Latin1_General_BIN2
        AND (j.frequency_warned IS NULL
             OR j.frequency_warned COLLATE Latin1_General_BIN2 <> i.schedule COLLATE Latin1_General_BIN2);
     SELECT COUNT(*) AS noted FROM @v_noted;

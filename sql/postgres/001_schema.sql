@@ -177,25 +177,39 @@ ALTER TABLE mjsched.scheduled_job ADD COLUMN IF NOT EXISTS frequency_warned varc
 -- 006_retention.sql; here because 004's insert_job and update_job write them).
 ALTER TABLE mjsched.scheduled_job ADD COLUMN IF NOT EXISTS keep_runs_days integer;
 ALTER TABLE mjsched.scheduled_job ADD COLUMN IF NOT EXISTS keep_runs_count integer;
+-- Added after the first release: the interval (every=) and one-off (run_at=) schedule kinds
+-- beside cron_expression; their rules (exactly one kind per job, the ranges) and the nullable
+-- cron_expression are in 007_schedule_kinds.sql. The columns are here, before 004_job_admin.sql,
+-- whose procedures write them.
+ALTER TABLE mjsched.scheduled_job ADD COLUMN IF NOT EXISTS interval_seconds integer;
+ALTER TABLE mjsched.scheduled_job ADD COLUMN IF NOT EXISTS run_at timestamptz;
 
 -- A change to what defines a schedule (by anyone, through any client) clears
 -- next_run_at unless the writer set it, so an engine recomputes it; every change
--- wakes the engines through NOTIFY.
+-- wakes the engines through NOTIFY. A one-off job (run_at) whose next run is moved past
+-- its run_at has served its one tick (the engine writes mjsched.scheduling.ENDED): it
+-- becomes Expired, with no next run, in the same write.
 CREATE OR REPLACE FUNCTION mjsched.tg_scheduled_job_changed() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     IF TG_OP = 'UPDATE' THEN
         NEW.updated_at := now();
-        IF (NEW.cron_expression, NEW.timezone, NEW.status, NEW.start_at)
-               IS DISTINCT FROM (OLD.cron_expression, OLD.timezone, OLD.status, OLD.start_at)
+        IF (NEW.cron_expression, NEW.interval_seconds, NEW.run_at, NEW.timezone, NEW.status, NEW.start_at)
+               IS DISTINCT FROM (OLD.cron_expression, OLD.interval_seconds, OLD.run_at, OLD.timezone,
+                                 OLD.status, OLD.start_at)
            AND NEW.next_run_at IS NOT DISTINCT FROM OLD.next_run_at THEN
             NEW.next_run_at := NULL;
         END IF;
+        IF NEW.run_at IS NOT NULL AND NEW.status = 'Active' AND NEW.next_run_at > NEW.run_at THEN
+            NEW.status := 'Expired';
+            NEW.next_run_at := NULL;
+        END IF;
         -- Lock, schedule and statistics bookkeeping is the engines' own traffic: no wake-up.
-        IF (NEW.cron_expression, NEW.timezone, NEW.status, NEW.start_at, NEW.end_at,
-            NEW.configuration, NEW.concurrency_mode, NEW.job_type_id)
-               IS NOT DISTINCT FROM (OLD.cron_expression, OLD.timezone, OLD.status, OLD.start_at,
-                                     OLD.end_at, OLD.configuration, OLD.concurrency_mode, OLD.job_type_id)
+        IF (NEW.cron_expression, NEW.interval_seconds, NEW.run_at, NEW.timezone, NEW.status, NEW.start_at,
+            NEW.end_at, NEW.configuration, NEW.concurrency_mode, NEW.job_type_id)
+               IS NOT DISTINCT FROM (OLD.cron_expression, OLD.interval_seconds, OLD.run_at, OLD.timezone,
+                                     OLD.status, OLD.start_at, OLD.end_at, OLD.configuration,
+                                     OLD.concurrency_mode, OLD.job_type_id)
            AND NEW.next_run_at IS NOT NULL THEN
             RETURN NEW;
         END IF;

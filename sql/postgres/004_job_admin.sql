@@ -27,7 +27,8 @@ BEGIN
                      'end_at', 'status', 'configuration', 'owner', 'concurrency_mode', 'missed_run_policy',
                      'run_immediately_if_never_run', 'max_runtime_seconds', 'isolation', 'max_queued_runs',
                      'notify_on_success', 'notify_on_failure', 'notify_to', 'next_run_at', 'high_frequency_ok',
-                     'keep_runs_days', 'keep_runs_count')
+                     'keep_runs_days', 'keep_runs_count',
+                     'interval_seconds', 'run_at')
      LIMIT 1;
     IF v_key IS NOT NULL THEN
         RAISE EXCEPTION 'fields.%: not a job column that can be set', v_key USING ERRCODE = '22023';
@@ -50,11 +51,14 @@ BEGIN
     END IF;
     FOR v_key, v_value IN
         SELECT f.k, f.t::text
-          FROM (VALUES ('start_at', r.start_at), ('end_at', r.end_at), ('next_run_at', r.next_run_at)) AS f (k, t)
-         WHERE NOT (f.t BETWEEN '1900-01-01 00:00:00+00' AND '9999-12-31 00:00:00+00')
+          FROM (VALUES ('start_at', r.start_at), ('end_at', r.end_at), ('next_run_at', r.next_run_at),
+                       ('run_at', r.run_at)) AS f (k, t)
+         WHERE NOT (f.t BETWEEN '1900-01-01 00:00:00+00'
+                            AND CASE WHEN f.k = 'run_at' THEN '9999-12-30 00:00:00+00'::timestamptz
+                                     ELSE '9999-12-31 00:00:00+00'::timestamptz END)
     LOOP
-        RAISE EXCEPTION 'fields.%: % must lie between 1900-01-01 00:00 and 9999-12-31 00:00 UTC', v_key, v_value
-            USING ERRCODE = '22023';
+        RAISE EXCEPTION 'fields.%: % must lie between 1900-01-01 00:00 and % 00:00 UTC', v_key, v_value,
+            CASE WHEN v_key = 'run_at' THEN '9999-12-30' ELSE '9999-12-31' END USING ERRCODE = '22023';
     END LOOP;
     IF r.start_at IS NOT NULL AND r.end_at IS NOT NULL AND r.start_at >= r.end_at THEN
         RAISE EXCEPTION 'fields.end_at: % must be after start_at (%)', r.end_at, r.start_at USING ERRCODE = '22023';
@@ -63,9 +67,24 @@ BEGIN
         RAISE EXCEPTION 'fields.name: % must not be empty', coalesce(quote_literal(r.name), 'null')
             USING ERRCODE = '22023';
     END IF;
-    IF p_fields ? 'cron_expression' AND (r.cron_expression IS NULL OR length(btrim(r.cron_expression)) = 0) THEN
-        RAISE EXCEPTION 'fields.cron_expression: % must not be empty',
-            coalesce(quote_literal(r.cron_expression), 'null') USING ERRCODE = '22023';
+    -- A job's schedule is exactly one of cron_expression, interval_seconds and run_at
+    -- (007_schedule_kinds.sql): a write that gives one of them gives the three (NULL for the
+    -- other two), so the kinds it leaves are known here. cron_expression is NULL for the others.
+    IF p_fields ? 'cron_expression' AND length(btrim(r.cron_expression)) = 0 THEN
+        RAISE EXCEPTION 'fields.cron_expression: % must not be empty', quote_literal(r.cron_expression)
+            USING ERRCODE = '22023';
+    END IF;
+    IF r.interval_seconds NOT BETWEEN 1 AND 31622400 THEN
+        RAISE EXCEPTION 'fields.interval_seconds: % must be an interval of 1 to 31622400 seconds (366 days)',
+            r.interval_seconds USING ERRCODE = '22023';
+    END IF;
+    IF (p_fields ?| ARRAY['cron_expression', 'interval_seconds', 'run_at'])
+       AND (r.cron_expression IS NOT NULL)::integer + (r.interval_seconds IS NOT NULL)::integer
+           + (r.run_at IS NOT NULL)::integer <> 1 THEN
+        RAISE EXCEPTION 'fields.cron_expression: %, interval_seconds: %, run_at: %: a job has exactly one schedule '
+                        '(give one of them, the other two null)',
+            coalesce(quote_literal(r.cron_expression), 'null'), coalesce(r.interval_seconds::text, 'null'),
+            coalesce(r.run_at::text, 'null') USING ERRCODE = '22023';
     END IF;
     IF p_fields ? 'timezone' AND (r.timezone IS NULL OR length(btrim(r.timezone)) = 0) THEN
         RAISE EXCEPTION 'fields.timezone: % must not be empty', coalesce(quote_literal(r.timezone), 'null')
@@ -136,13 +155,18 @@ DECLARE
     r mjsched.scheduled_job;
 BEGIN
     PERFORM mjsched.check_job_fields(p_fields);
+    IF NOT (p_fields ?| ARRAY['cron_expression', 'interval_seconds', 'run_at']) THEN
+        RAISE EXCEPTION 'fields.cron_expression: a job needs a schedule: cron_expression, interval_seconds or run_at'
+            USING ERRCODE = '22023';
+    END IF;
     r := jsonb_populate_record(NULL::mjsched.scheduled_job, p_fields);
     RETURN QUERY
     INSERT INTO mjsched.scheduled_job AS j
            (job_type_id, name, description, cron_expression, timezone, start_at, end_at, status,
             configuration, owner, concurrency_mode, missed_run_policy, run_immediately_if_never_run,
             max_runtime_seconds, isolation, max_queued_runs, notify_on_success, notify_on_failure,
-            notify_to, next_run_at, high_frequency_ok, keep_runs_days, keep_runs_count)
+            notify_to, next_run_at, high_frequency_ok, keep_runs_days, keep_runs_count,
+            interval_seconds, run_at)
     VALUES (r.job_type_id, r.name, r.description, r.cron_expression,
             CASE WHEN p_fields ? 'timezone' THEN r.timezone ELSE 'UTC' END,
             r.start_at, r.end_at,
@@ -157,7 +181,7 @@ BEGIN
             coalesce(r.notify_on_failure, true),
             r.notify_to, r.next_run_at,
             coalesce(r.high_frequency_ok, false),
-            r.keep_runs_days, r.keep_runs_count)
+            r.keep_runs_days, r.keep_runs_count, r.interval_seconds, r.run_at)
     RETURNING j.id;
 END;
 $$;
@@ -202,7 +226,9 @@ BEGIN
         high_frequency_ok = CASE WHEN p_fields ? 'high_frequency_ok' THEN coalesce(r.high_frequency_ok, false)
                                  ELSE j.high_frequency_ok END,
         keep_runs_days = CASE WHEN p_fields ? 'keep_runs_days' THEN r.keep_runs_days ELSE j.keep_runs_days END,
-        keep_runs_count = CASE WHEN p_fields ? 'keep_runs_count' THEN r.keep_runs_count ELSE j.keep_runs_count END
+        keep_runs_count = CASE WHEN p_fields ? 'keep_runs_count' THEN r.keep_runs_count ELSE j.keep_runs_count END,
+        interval_seconds = CASE WHEN p_fields ? 'interval_seconds' THEN r.interval_seconds ELSE j.interval_seconds END,
+        run_at = CASE WHEN p_fields ? 'run_at' THEN r.run_at ELSE j.run_at END
      WHERE j.id = p_job_id;
     GET DIAGNOSTICS v_rows = ROW_COUNT;
     RETURN QUERY SELECT v_rows;
@@ -265,7 +291,8 @@ $$;
 
 -- note_frequency_warned: an engine remembers that it warned about a job's high frequency, so
 -- the warning is said once per job and schedule ever, whichever engine starts. p_items is a
--- JSON array of {"job_id", "schedule"}, schedule being cron_expression || ' | ' || timezone as
+-- JSON array of {"job_id", "schedule"}, schedule being cron_expression (or 'every <n>s' for an
+-- interval: mjsched/schedules.py, schedule_text) || ' | ' || timezone as
 -- the engine read them (mjsched/engine/housekeeping.py, frequency_key). A job whose schedule changed since
 -- is left alone (its new schedule is warned about once more), and rows locked elsewhere are
 -- skipped, never waited for: a warning said twice is better than a poll that waits. Returns
@@ -285,7 +312,8 @@ BEGIN
          WHERE i.job_id IS NOT NULL AND i.schedule IS NOT NULL
          GROUP BY i.job_id
     ), locked AS MATERIALIZED (
-        SELECT j.id, j.cron_expression, j.timezone, j.frequency_warned
+        SELECT j.id, coalesce(j.cron_expression, 'every ' || j.interval_seconds || 's') AS schedule, j.timezone,
+               j.frequency_warned
           FROM mjsched.scheduled_job j
          WHERE j.id = ANY (ARRAY(SELECT items.job_id FROM items))
          ORDER BY j.id
@@ -295,7 +323,7 @@ BEGIN
        SET frequency_warned = items.schedule
       FROM locked JOIN items ON items.job_id = locked.id
      WHERE j.id = locked.id
-       AND items.schedule = locked.cron_expression || ' | ' || locked.timezone
+       AND items.schedule = locked.schedule || ' | ' || locked.timezone
        AND locked.frequency_warned IS DISTINCT FROM items.schedule;
     GET DIAGNOSTICS v_rows = ROW_COUNT;
     RETURN QUERY SELECT v_rows;

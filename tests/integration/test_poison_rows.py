@@ -212,9 +212,18 @@ POISON: list[tuple[str, str, bool]] = [
     ("created_at", "created_at = NULL", False),
     ("created_at", "created_at = '-infinity'", False),
     ("created_at", "created_at = '0001-01-01 00:00:00+00'", False),
+    # the interval and one-off kinds (007_schedule_kinds.sql); last, so the names above keep their numbers
+    ("interval_seconds", "interval_seconds = 60", False),
+    *[("interval_seconds", f"cron_expression = NULL, interval_seconds = {v}", False) for v in (0, -90, 31622401)],
+    ("interval_seconds", "cron_expression = NULL, interval_seconds = 1", True),
+    ("run_at", "run_at = now()", False),
+    *[("run_at", f"cron_expression = NULL, run_at = '{v}'", False) for v in BAD_INSTANTS],
+    ("run_at", "cron_expression = NULL, run_at = now() - interval '1 hour'", True),
 ]
 # Rules about two columns, named after what they relate.
-CONSTRAINT_OF = {"end_at": "ck_scheduled_job_window", "lock_token": "ck_scheduled_job_lock"}
+CONSTRAINT_OF = {"end_at": "ck_scheduled_job_window", "lock_token": "ck_scheduled_job_lock",
+                 "cron_expression": "ck_scheduled_job_schedule_kind",
+                 "interval_seconds": "ck_scheduled_job_schedule_kind", "run_at": "ck_scheduled_job_schedule_kind"}
 # Errors that name no column: a value that is not of the column's type at all.
 TYPE_ERRORS = (psycopg2.errors.InvalidTextRepresentation, psycopg2.errors.NumericValueOutOfRange,
                psycopg2.errors.StringDataRightTruncation)
