@@ -15,13 +15,14 @@ from .errors import (ConfigurationError, DatabaseError, InvalidCronExpression, J
 from .models import (ConcurrencyMode, DispatchResult, Isolation, Job, JobRun, JobStatus, MissedRunPolicy,
                      RunStatus)
 from .notify import CompositeNotifier, LoggingNotifier, Notifier, SmtpNotifier, WebhookNotifier
+from .retry import RetryPolicy
 from .version import __version__
 
 __all__ = [
     "BaseScheduledJob", "CompositeNotifier", "ConcurrencyMode", "ConfigurationError", "DatabaseError",
     "DispatchResult", "ExecutionContext", "InvalidCronExpression", "Isolation", "Job", "JobNotActive", "JobNotFound",
     "JobResult", "JobRun", "JobStatus", "LockNotAcquired", "LoggingNotifier", "MissedRunPolicy",
-    "Notification", "Notifier", "RunStatus", "SchedulerError", "SchedulingEngine", "SchemaNotInstalled",
+    "Notification", "Notifier", "RetryPolicy", "RunStatus", "SchedulerError", "SchedulingEngine", "SchemaNotInstalled",
     "SmtpNotifier", "UnknownDriver", "UnknownTimezone", "WebhookNotifier", "__version__",
     "next_run_times", "register_driver",
 ]

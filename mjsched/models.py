@@ -92,6 +92,21 @@ class Job:
     last_success_at: datetime | None = None   # the newest Completed run's end (for "no success in 26 h")
     high_frequency_ok: bool = False           # the job's opt-out of the high-frequency warning
     frequency_warned: str | None = None       # the schedule last warned for ("cron | timezone")
+    # The job's own retry policy (all None: none; the driver's default applies): see ``retry``.
+    retry_max_attempts: int | None = None
+    retry_initial_delay: float | None = None
+    retry_factor: float | None = None
+    retry_max_delay: float | None = None
+    retry_jitter: float | None = None
+    notify_final_attempt_only: bool = True    # failures notify only when no retry follows
+    retry_count: int = 0                      # retries scheduled (each attempt also counts in run_count)
+
+    @property
+    def retry(self) -> Any:
+        """The job's own ``mjsched.RetryPolicy``, or None (then its driver's default applies)."""
+        from .retry import COLUMNS, RetryPolicy
+
+        return RetryPolicy.from_row({k: getattr(self, k) for k in COLUMNS})
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> "Job":
@@ -111,6 +126,12 @@ class Job:
         values["notify_on_success"] = bool(values["notify_on_success"])
         values["notify_on_failure"] = bool(values["notify_on_failure"])
         values["high_frequency_ok"] = bool(values["high_frequency_ok"])
+        values["notify_final_attempt_only"] = values["notify_final_attempt_only"] is None \
+            or bool(values["notify_final_attempt_only"])
+        values["retry_count"] = int(values["retry_count"] or 0)
+        for key in ("retry_initial_delay", "retry_factor", "retry_max_delay", "retry_jitter"):
+            if values[key] is not None:
+                values[key] = float(values[key])
         if values["max_runtime_seconds"] is not None:
             values["max_runtime_seconds"] = float(values["max_runtime_seconds"])
         return cls(**values)
@@ -134,6 +155,8 @@ class JobRun:
     executed_by_instance: str | None
     lock_token: str | None
     lease_expires_at: datetime | None
+    attempt: int = 1                     # 1 for a tick's first run; a retry of the same tick counts on
+    retry_at: datetime | None = None     # a Queued retry: when it is due
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> "JobRun":
@@ -143,6 +166,7 @@ class JobRun:
         values["status"] = RunStatus(values["status"])
         values["details"] = _json(values["details"])
         values["lock_token"] = str(values["lock_token"]) if values["lock_token"] else None
+        values["attempt"] = int(values["attempt"] or 1)
         if values["success"] is not None:
             values["success"] = bool(values["success"])
         return cls(**values)
