@@ -39,6 +39,8 @@ JOB_COLUMNS = (
     "status", "configuration", "owner", "concurrency_mode", "missed_run_policy",
     "run_immediately_if_never_run", "max_runtime_seconds", "isolation", "max_queued_runs",
     "notify_on_success", "notify_on_failure", "notify_to", "next_run_at", "high_frequency_ok",
+    "retry_max_attempts", "retry_initial_delay", "retry_factor", "retry_max_delay", "retry_jitter",
+    "notify_final_attempt_only",
 )
 _JOB_SELECT = """
 SELECT j.*, t.driver_class AS driver
