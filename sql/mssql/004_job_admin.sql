@@ -42,7 +42,7 @@ BEGIN
         THROW 50022, N'fields must be a JSON object', 1;
     END;
     SELECT TOP (1) @v_key = e.[key] FROM OPENJSON(@p_fields) AS e
-     WHERE e.[key] COLLATE Latin1_General_BIN2 NOT IN (N'job_type_id', N'name', N'description', N'cron_expression', N'timezone', N'start_at', N'end_at', N'status', N'configuration', N'owner', N'concurrency_mode', N'missed_run_policy', N'run_immediately_if_never_run', N'max_runtime_seconds', N'isolation', N'max_queued_runs', N'notify_on_success', N'notify_on_failure', N'notify_to', N'next_run_at', N'high_frequency_ok');
+     WHERE e.[key] COLLATE Latin1_General_BIN2 NOT IN (N'job_type_id', N'name', N'description', N'cron_expression', N'timezone', N'start_at', N'end_at', N'status', N'configuration', N'owner', N'concurrency_mode', N'missed_run_policy', N'run_immediately_if_never_run', N'max_runtime_seconds', N'isolation', N'max_queued_runs', N'notify_on_success', N'notify_on_failure', N'notify_to', N'next_run_at', N'high_frequency_ok', N'retry_max_attempts', N'retry_initial_delay', N'retry_factor', N'retry_max_delay', N'retry_jitter', N'notify_final_attempt_only');
     -- THROW takes an nvarchar(2048) message: the key (up to 4000 characters) is cut to fit.
     DECLARE @v_message nvarchar(2048) = CONCAT(N'fields.', LEFT(@v_key, 2000), N': not a job column that can be set');
     IF @v_key IS NOT NULL
@@ -57,10 +57,15 @@ BEGIN
              AND TRY_CONVERT(datetimeoffset, e.[value]) IS NULL)
             OR (e.[key] COLLATE Latin1_General_BIN2 = N'max_runtime_seconds' AND TRY_CONVERT(float, e.[value]) IS NULL)
             OR (e.[key] COLLATE Latin1_General_BIN2 = N'max_queued_runs' AND TRY_CONVERT(int, e.[value]) IS NULL)
+            OR (e.[key] COLLATE Latin1_General_BIN2 = N'retry_max_attempts' AND TRY_CONVERT(int, e.[value]) IS NULL)
+            OR (e.[key] COLLATE Latin1_General_BIN2 IN (N'retry_initial_delay', N'retry_factor', N'retry_max_delay',
+                                                        N'retry_jitter')
+                AND TRY_CONVERT(float, e.[value]) IS NULL)
             OR (e.[key] COLLATE Latin1_General_BIN2 = N'job_type_id'
                 AND TRY_CONVERT(uniqueidentifier, e.[value]) IS NULL)
             OR (e.[key] COLLATE Latin1_General_BIN2 IN (N'run_immediately_if_never_run', N'notify_on_success',
-                                                        N'notify_on_failure', N'high_frequency_ok')
+                                                        N'notify_on_failure', N'high_frequency_ok',
+                                                        N'notify_final_attempt_only')
                 AND TRY_CONVERT(bit, e.[value]) IS NULL)
             OR (e.[key] COLLATE Latin1_General_BIN2 = N'configuration' AND e.[type] <> 5))
      ORDER BY e.[key];
@@ -75,11 +80,17 @@ BEGIN
     DECLARE @v_name nvarchar(max), @v_cron nvarchar(max), @v_zone nvarchar(max), @v_description nvarchar(max);
     DECLARE @v_configuration nvarchar(max), @v_status nvarchar(max), @v_mode nvarchar(max);
     DECLARE @v_policy nvarchar(max), @v_isolation nvarchar(max), @v_queued int;
+    DECLARE @v_attempts int, @v_initial float, @v_factor float, @v_max_delay float, @v_jitter float;
+    DECLARE @v_retry_keys int = (SELECT COUNT(*) FROM OPENJSON(@p_fields) AS e
+                                  WHERE e.[key] COLLATE Latin1_General_BIN2 IN
+                                        (N'retry_max_attempts', N'retry_initial_delay', N'retry_factor',
+                                         N'retry_max_delay', N'retry_jitter'));
     SELECT @v_max_runtime = f.max_runtime_seconds, @v_start = f.start_at, @v_end = f.end_at,
            @v_next = f.next_run_at, @v_name = f.name, @v_cron = f.cron_expression, @v_zone = f.timezone,
            @v_description = f.description, @v_configuration = f.configuration, @v_status = f.status,
            @v_mode = f.concurrency_mode, @v_policy = f.missed_run_policy, @v_isolation = f.isolation,
-           @v_queued = f.max_queued_runs
+           @v_queued = f.max_queued_runs, @v_attempts = f.retry_max_attempts, @v_initial = f.retry_initial_delay,
+           @v_factor = f.retry_factor, @v_max_delay = f.retry_max_delay, @v_jitter = f.retry_jitter
       FROM OPENJSON(@p_fields) WITH (
             max_runtime_seconds float '$.max_runtime_seconds',
             start_at datetimeoffset '$.start_at',
@@ -94,7 +105,12 @@ BEGIN
             concurrency_mode nvarchar(max) '$.concurrency_mode',
             missed_run_policy nvarchar(max) '$.missed_run_policy',
             isolation nvarchar(max) '$.isolation',
-            max_queued_runs int '$.max_queued_runs'
+            max_queued_runs int '$.max_queued_runs',
+            retry_max_attempts int '$.retry_max_attempts',
+            retry_initial_delay float '$.retry_initial_delay',
+            retry_factor float '$.retry_factor',
+            retry_max_delay float '$.retry_max_delay',
+            retry_jitter float '$.retry_jitter'
       ) AS f;
     SET @v_message = CASE
         WHEN NOT (@v_max_runtime > 0 AND @v_max_runtime <= 31536000)
@@ -142,6 +158,28 @@ BEGIN
             THEN CONCAT(N'fields.isolation: ''', LEFT(@v_isolation, 200), N''' must be thread or process')
         WHEN @v_queued NOT BETWEEN 1 AND 1000
             THEN CONCAT(N'fields.max_queued_runs: ', @v_queued, N' must be between 1 and 1000')
+        -- the retry policy (009_retries.sql): all five keys or none, each inside its rule
+        WHEN @v_retry_keys > 0
+             AND NOT (@v_retry_keys = 5
+                      AND ((@v_attempts IS NULL AND @v_initial IS NULL AND @v_factor IS NULL
+                            AND @v_max_delay IS NULL AND @v_jitter IS NULL)
+                           OR (@v_attempts IS NOT NULL AND @v_initial IS NOT NULL AND @v_factor IS NOT NULL
+                               AND @v_max_delay IS NOT NULL AND @v_jitter IS NOT NULL)))
+            THEN CONCAT(N'fields.retry_max_attempts: a retry policy is all five retry_* values or none (got ',
+                        @v_retry_keys, N' of them)')
+        WHEN @v_attempts NOT BETWEEN 1 AND 100
+            THEN CONCAT(N'fields.retry_max_attempts: ', @v_attempts, N' must be between 1 and 100')
+        WHEN NOT (@v_initial >= 0 AND @v_initial <= 31536000)
+            THEN CONCAT(N'fields.retry_initial_delay: ', CONVERT(nvarchar(40), @v_initial),
+                        N' must be a finite number of seconds in [0, 31536000]')
+        WHEN NOT (@v_factor >= 1 AND @v_factor <= 100)
+            THEN CONCAT(N'fields.retry_factor: ', CONVERT(nvarchar(40), @v_factor), N' must be between 1 and 100')
+        WHEN NOT (@v_max_delay >= @v_initial AND @v_max_delay <= 31536000)
+            THEN CONCAT(N'fields.retry_max_delay: ', CONVERT(nvarchar(40), @v_max_delay),
+                        N' must be at least retry_initial_delay (', CONVERT(nvarchar(40), @v_initial),
+                        N') and at most 31536000')
+        WHEN NOT (@v_jitter >= 0 AND @v_jitter <= 1)
+            THEN CONCAT(N'fields.retry_jitter: ', CONVERT(nvarchar(40), @v_jitter), N' must be between 0 and 1')
     END;
     IF @v_message IS NOT NULL
     BEGIN
@@ -181,7 +219,7 @@ BEGIN
     DECLARE @v_keys TABLE (name nvarchar(4000) COLLATE Latin1_General_BIN2 NOT NULL);
     INSERT INTO @v_keys (name) SELECT e.[key] COLLATE Latin1_General_BIN2 FROM OPENJSON(@p_fields) AS e;
     DECLARE @v_ids TABLE (id uniqueidentifier NOT NULL);
-    INSERT INTO mjsched.scheduled_job (job_type_id, name, description, cron_expression, timezone, start_at, end_at, status, configuration, owner, concurrency_mode, missed_run_policy, run_immediately_if_never_run, max_runtime_seconds, isolation, max_queued_runs, notify_on_success, notify_on_failure, notify_to, next_run_at, high_frequency_ok)
+    INSERT INTO mjsched.scheduled_job (job_type_id, name, description, cron_expression, timezone, start_at, end_at, status, configuration, owner, concurrency_mode, missed_run_policy, run_immediately_if_never_run, max_runtime_seconds, isolation, max_queued_runs, notify_on_success, notify_on_failure, notify_to, next_run_at, high_frequency_ok, retry_max_attempts, retry_initial_delay, retry_factor, retry_max_delay, retry_jitter, notify_final_attempt_only)
     OUTPUT inserted.id INTO @v_ids
     SELECT
                f.job_type_id,
@@ -204,7 +242,13 @@ BEGIN
                CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'notify_on_failure') THEN f.notify_on_failure ELSE 1 END,
                f.notify_to,
                f.next_run_at,
-               CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'high_frequency_ok') THEN COALESCE(f.high_frequency_ok, 0) ELSE 0 END
+               CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'high_frequency_ok') THEN COALESCE(f.high_frequency_ok, 0) ELSE 0 END,
+               f.retry_max_attempts,
+               f.retry_initial_delay,
+               f.retry_factor,
+               f.retry_max_delay,
+               f.retry_jitter,
+               COALESCE(f.notify_final_attempt_only, 1)
       FROM OPENJSON(@p_fields) WITH (
             job_type_id uniqueidentifier '$.job_type_id',
             name nvarchar(200) '$.name',
@@ -226,7 +270,13 @@ BEGIN
             notify_on_failure bit '$.notify_on_failure',
             notify_to nvarchar(1000) '$.notify_to',
             next_run_at datetimeoffset '$.next_run_at',
-            high_frequency_ok bit '$.high_frequency_ok'
+            high_frequency_ok bit '$.high_frequency_ok',
+            retry_max_attempts int '$.retry_max_attempts',
+            retry_initial_delay float '$.retry_initial_delay',
+            retry_factor float '$.retry_factor',
+            retry_max_delay float '$.retry_max_delay',
+            retry_jitter float '$.retry_jitter',
+            notify_final_attempt_only bit '$.notify_final_attempt_only'
       ) AS f;
     SELECT i.id AS job_id FROM @v_ids AS i;
 END;
@@ -265,7 +315,13 @@ BEGIN
            notify_on_failure = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'notify_on_failure') THEN f.notify_on_failure ELSE j.notify_on_failure END,
            notify_to = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'notify_to') THEN f.notify_to ELSE j.notify_to END,
            next_run_at = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'next_run_at') THEN f.next_run_at ELSE j.next_run_at END,
-           high_frequency_ok = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'high_frequency_ok') THEN COALESCE(f.high_frequency_ok, 0) ELSE j.high_frequency_ok END
+           high_frequency_ok = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'high_frequency_ok') THEN COALESCE(f.high_frequency_ok, 0) ELSE j.high_frequency_ok END,
+           retry_max_attempts = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'retry_max_attempts') THEN f.retry_max_attempts ELSE j.retry_max_attempts END,
+           retry_initial_delay = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'retry_initial_delay') THEN f.retry_initial_delay ELSE j.retry_initial_delay END,
+           retry_factor = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'retry_factor') THEN f.retry_factor ELSE j.retry_factor END,
+           retry_max_delay = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'retry_max_delay') THEN f.retry_max_delay ELSE j.retry_max_delay END,
+           retry_jitter = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'retry_jitter') THEN f.retry_jitter ELSE j.retry_jitter END,
+           notify_final_attempt_only = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'notify_final_attempt_only') THEN COALESCE(f.notify_final_attempt_only, 1) ELSE j.notify_final_attempt_only END
     OUTPUT inserted.id INTO @v_ids
       FROM mjsched.scheduled_job AS j
      CROSS JOIN OPENJSON(@p_fields) WITH (
@@ -289,7 +345,13 @@ BEGIN
             notify_on_failure bit '$.notify_on_failure',
             notify_to nvarchar(1000) '$.notify_to',
             next_run_at datetimeoffset '$.next_run_at',
-            high_frequency_ok bit '$.high_frequency_ok'
+            high_frequency_ok bit '$.high_frequency_ok',
+            retry_max_attempts int '$.retry_max_attempts',
+            retry_initial_delay float '$.retry_initial_delay',
+            retry_factor float '$.retry_factor',
+            retry_max_delay float '$.retry_max_delay',
+            retry_jitter float '$.retry_jitter',
+            notify_final_attempt_only bit '$.notify_final_attempt_only'
       ) AS f
      WHERE j.id = @p_job_id;
     SELECT COUNT(*) AS updated FROM @v_ids;
