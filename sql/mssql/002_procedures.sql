@@ -1478,7 +1478,8 @@ GO
 -- Queued run: at most one per tick, at most max_queued_runs, and only a tick later than
 -- the start of the Running run that holds the job's lock and not in the future. A tick
 -- refused once (queue full) is never queued later. The job's row lock (UPDLOCK, like FOR
--- NO KEY UPDATE) serialises racing enqueuers of one job.
+-- NO KEY UPDATE) serialises racing enqueuers of one job. Pending retries (009_retries.sql)
+-- take no queue slot.
 CREATE OR ALTER PROCEDURE mjsched.enqueue_job_run
     @p_job_id uniqueidentifier,
     @p_scheduled_for datetimeoffset,
@@ -1509,7 +1510,7 @@ BEGIN
         IF @v_limit IS NOT NULL AND @v_started IS NOT NULL
            AND @p_scheduled_for > @v_started AND @p_scheduled_for <= @v_now
            AND (SELECT COUNT(*) FROM mjsched.scheduled_job_run AS q WITH (READCOMMITTEDLOCK)
-                 WHERE q.scheduled_job_id = @p_job_id AND q.status = N'Queued') < @v_limit
+                 WHERE q.scheduled_job_id = @p_job_id AND q.status = N'Queued' AND q.attempt = 1) < @v_limit
         BEGIN
             INSERT INTO mjsched.scheduled_job_run (scheduled_job_id, scheduled_for, status, queued_at)
             OUTPUT inserted.id INTO @v_queued

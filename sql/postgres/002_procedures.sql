@@ -893,7 +893,8 @@ $$;
 -- enqueue_job_run (Queue mode): keep a tick that came due while the job runs as one
 -- Queued run: at most one per tick (the UNIQUE index), at most max_queued_runs, and
 -- only a tick later than the start of the Running run that holds the job's lock and
--- not in the future. A tick refused once (queue full) is never queued later.
+-- not in the future. A tick refused once (queue full) is never queued later. Pending
+-- retries (009_retries.sql) take no queue slot.
 CREATE OR REPLACE FUNCTION mjsched.enqueue_job_run(
     p_job_id uuid, p_scheduled_for timestamptz, p_now timestamptz DEFAULT NULL)
 RETURNS TABLE (enqueued integer)
@@ -921,7 +922,7 @@ BEGIN
     IF v_limit IS NOT NULL AND v_started IS NOT NULL
        AND p_scheduled_for > v_started AND p_scheduled_for <= v_now
        AND (SELECT count(*) FROM mjsched.scheduled_job_run q
-             WHERE q.scheduled_job_id = p_job_id AND q.status = 'Queued') < v_limit THEN
+             WHERE q.scheduled_job_id = p_job_id AND q.status = 'Queued' AND q.attempt = 1) < v_limit THEN
         INSERT INTO mjsched.scheduled_job_run (scheduled_job_id, scheduled_for, status, queued_at)
         VALUES (p_job_id, p_scheduled_for, 'Queued', v_now)
         ON CONFLICT DO NOTHING;
