@@ -100,3 +100,23 @@ def policy(value: Any, field: str = "retry") -> RetryPolicy | None:
                                      "max_delay, jitter")
         return RetryPolicy(**dict(value))
     raise ConfigurationError(field, value, "must be a mjsched.RetryPolicy, a mapping of its fields, or None")
+
+
+def parse_spec(text: str, field: str = "--retry") -> RetryPolicy:
+    """``MAX_ATTEMPTS[,INITIAL_DELAY[,FACTOR[,MAX_DELAY[,JITTER]]]]`` (seconds), the rest as
+    RetryPolicy's defaults: "3" or "5,60,2,3600,0.1". For the command line and config files."""
+    parts = [p.strip() for p in str(text).split(",")]
+    if not 1 <= len(parts) <= 5 or not all(parts):
+        raise ConfigurationError(field, text, "must be MAX_ATTEMPTS[,INITIAL_DELAY[,FACTOR[,MAX_DELAY[,JITTER]]]], "
+                                              "e.g. 3 or 5,60,2,3600,0.1")
+    try:
+        attempts = int(parts[0])
+        numbers = [float(p) for p in parts[1:]]
+    except ValueError:
+        raise ConfigurationError(field, text, "must hold numbers: MAX_ATTEMPTS[,INITIAL_DELAY[,FACTOR"
+                                              "[,MAX_DELAY[,JITTER]]]]") from None
+    names = ("initial_delay", "factor", "max_delay", "jitter")
+    values: dict[str, Any] = dict(zip(names, numbers))
+    if "max_delay" not in values:   # a larger initial delay than the default cap raises the cap with it
+        values["max_delay"] = max(RetryPolicy.max_delay, values.get("initial_delay", 0.0))
+    return RetryPolicy(max_attempts=attempts, **values)
