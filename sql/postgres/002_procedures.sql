@@ -672,8 +672,9 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
     IF EXISTS (SELECT 1 FROM jsonb_array_elements(p_items) e
-                WHERE jsonb_typeof(e->'retry_in') NOT IN ('number', 'null')
-                   OR NOT ((e->>'retry_in')::double precision BETWEEN 0 AND 31536000)) THEN
+                WHERE CASE jsonb_typeof(e->'retry_in')
+                          WHEN 'number' THEN NOT ((e->>'retry_in')::double precision BETWEEN 0 AND 31536000)
+                          ELSE jsonb_typeof(e->'retry_in') <> 'null' END) THEN
         RAISE EXCEPTION 'retry_in must be a number of seconds in [0, 31536000]' USING ERRCODE = '22023';
     END IF;
 
