@@ -677,10 +677,11 @@ GO
 -- whose retry_at has come; skipping rows other engines hold), take over lapsed locks, take
 -- the locks (only where a Queued run is still there) and start each job's oldest due queued
 -- run (oldest tick, then lowest attempt). Skip mode: while the job's next tick is due its
--- retries wait for claim_ticks, which runs the tick and supersedes them. The checks for Queued runs that choose the
--- candidates skip locked runs (READPAST): every writer of a job's Queued runs holds that
--- job's row lock, and a job whose row is locked is skipped anyway. Rows go to
--- #mjsched_claimed when the caller created it (claim_due_jobs), else to the client.
+-- retries wait for claim_ticks, which runs the tick and supersedes them. The checks for
+-- Queued runs that choose the candidates skip locked runs (READPAST): every writer of a
+-- job's Queued runs holds that job's row lock, and a job whose row is locked is skipped
+-- anyway. Rows go to #mjsched_claimed when the caller created it (claim_due_jobs), else
+-- to the client.
 CREATE OR ALTER PROCEDURE mjsched.claim_queued
     @p_instance nvarchar(255),
     @p_max_jobs int,
