@@ -89,6 +89,7 @@ def test_a_daily_job_failing_twice_then_succeeding_runs_three_attempts_of_one_ti
         assert abs((after["retry_at"] - before["completed_at"]).total_seconds() - delay) < 0.01
         waited = (after["started_at"] - before["completed_at"]).total_seconds()
         assert delay - 0.01 <= waited < delay + 1.5, waited
+        print(f"attempt {after['attempt']}: due {delay:.2f} s after the failure, started after {waited:.3f} s")
     stats = engine.get_job(job)
     assert (stats.run_count, stats.success_count, stats.failure_count, stats.retry_count) == (3, 1, 2, 2)
     # the schedule moved once, past the tick, by its first attempt: the next tick is tomorrow's
