@@ -104,6 +104,7 @@ def test_a_bad_retry_delay_is_refused_before_anything_is_written(backend: Backen
         backend.complete_job_runs([Completion(claim.run_id, claim.lock_token, "Failed", None, None, FAR,
                                               retry_in=bad)])
     assert db.run_status(claim.run_id) == "Running"
+    assert [r["attempt"] for r in runs(db, job)] == [1]
 
 
 def test_a_retry_due_after_the_window_is_recorded_skipped(backend: Backend, db: Db) -> None:
