@@ -16,6 +16,7 @@ from .models import (ConcurrencyMode, DispatchResult, FieldChange, Isolation, Jo
                      RunStatus, SyncResult)
 from .notify import CompositeNotifier, LoggingNotifier, Notifier, SmtpNotifier, WebhookNotifier
 from .schedules import next_run_times
+from .retry import RetryPolicy
 from .version import __version__
 
 __all__ = [
@@ -23,7 +24,7 @@ __all__ = [
     "DispatchResult", "ExecutionContext", "FieldChange", "InvalidCronExpression", "Isolation", "Job", "JobNameTaken",
     "JobNotActive", "JobNotFound",
     "JobResult", "JobRun", "JobStatus", "LockNotAcquired", "LoggingNotifier", "MissedRunPolicy",
-    "Notification", "Notifier", "RunNotCancellable", "RunNotFound", "RunStatus", "SchedulerError",
+    "Notification", "Notifier", "RetryPolicy", "RunNotCancellable", "RunNotFound", "RunStatus", "SchedulerError",
     "SchedulingEngine", "SchemaNotInstalled",
     "SmtpNotifier", "SyncResult", "UnknownDriver", "UnknownTimezone", "WebhookNotifier", "__version__",
     "next_run_times", "register_driver",

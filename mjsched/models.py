@@ -113,6 +113,21 @@ class Job:
         from .schedules import schedule_text
 
         return schedule_text(self.cron_expression, self.interval_seconds, self.run_at)
+    # The job's own retry policy (all None: none; the driver's default applies): see ``retry``.
+    retry_max_attempts: int | None = None
+    retry_initial_delay: float | None = None
+    retry_factor: float | None = None
+    retry_max_delay: float | None = None
+    retry_jitter: float | None = None
+    notify_final_attempt_only: bool = True    # failures notify only when no retry follows
+    retry_count: int = 0                      # retries scheduled (each attempt also counts in run_count)
+
+    @property
+    def retry(self) -> Any:
+        """The job's own ``mjsched.RetryPolicy``, or None (then its driver's default applies)."""
+        from .retry import COLUMNS, RetryPolicy
+
+        return RetryPolicy.from_row({k: getattr(self, k) for k in COLUMNS})
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> "Job":
@@ -132,6 +147,12 @@ class Job:
         values["notify_on_success"] = bool(values["notify_on_success"])
         values["notify_on_failure"] = bool(values["notify_on_failure"])
         values["high_frequency_ok"] = bool(values["high_frequency_ok"])
+        values["notify_final_attempt_only"] = values["notify_final_attempt_only"] is None \
+            or bool(values["notify_final_attempt_only"])
+        values["retry_count"] = int(values["retry_count"] or 0)
+        for key in ("retry_initial_delay", "retry_factor", "retry_max_delay", "retry_jitter"):
+            if values[key] is not None:
+                values[key] = float(values[key])
         if values["max_runtime_seconds"] is not None:
             values["max_runtime_seconds"] = float(values["max_runtime_seconds"])
         if values["interval_seconds"] is not None:
@@ -164,6 +185,8 @@ class JobRun:
     # first, with its own outcome).
     cancel_requested_at: datetime | None = None
     cancel_requested_by: str | None = None
+    attempt: int = 1                     # 1 for a tick's first run; a retry of the same tick counts on
+    retry_at: datetime | None = None     # a Queued retry: when it is due
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> "JobRun":
@@ -174,6 +197,7 @@ class JobRun:
         values["details"] = _json(values["details"])
         values["parameters"] = _json(values["parameters"])
         values["lock_token"] = str(values["lock_token"]) if values["lock_token"] else None
+        values["attempt"] = int(values["attempt"] or 1)
         if values["success"] is not None:
             values["success"] = bool(values["success"])
         return cls(**values)

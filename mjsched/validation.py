@@ -17,6 +17,8 @@ from .schedules import LATEST_RUN_AT, parse_duration
 from .drivers.registry import get_driver
 from .errors import ConfigurationError, InvalidCronExpression, JobNotFound
 from .models import ConcurrencyMode, Isolation, JobStatus, MissedRunPolicy
+from .retry import COLUMNS as RETRY_COLUMNS
+from .retry import policy as retry_policy
 
 MAX_NAME = 200
 MAX_TEXT = 100_000
@@ -213,7 +215,8 @@ def job_fields(fields: Mapping[str, Any], *, creating: bool,
     allowed = {"name", "driver", "cron", "every", "run_at", "timezone", "configuration", "description", "owner",
                "concurrency_mode", "missed_run_policy", "run_immediately_if_never_run", "max_runtime",
                "isolation", "max_queued_runs", "start_at", "end_at", "notify_on_success",
-               "notify_on_failure", "notify_to", "status", "high_frequency_ok", "keep_runs_days", "keep_runs_count"}
+               "notify_on_failure", "notify_to", "status", "high_frequency_ok", "keep_runs_days", "keep_runs_count", "retry",
+               "notify_final_attempt_only"}
     for key in fields:
         if key not in allowed:
             raise ConfigurationError(key, fields[key], f"unknown job field; known: {', '.join(sorted(allowed))}")
@@ -262,7 +265,11 @@ def job_fields(fields: Mapping[str, Any], *, creating: bool,
         out["max_runtime_seconds"] = positive_number("max_runtime", fields["max_runtime"])
     if "max_queued_runs" in fields:
         out["max_queued_runs"] = positive_int("max_queued_runs", fields["max_queued_runs"], maximum=1000)
-    for key in ("run_immediately_if_never_run", "notify_on_success", "notify_on_failure", "high_frequency_ok"):
+    if "retry" in fields:   # None: the job's own policy is removed (its driver's default applies)
+        found = retry_policy(fields["retry"])
+        out.update(found.to_fields() if found is not None else dict.fromkeys(RETRY_COLUMNS))
+    for key in ("run_immediately_if_never_run", "notify_on_success", "notify_on_failure", "high_frequency_ok",
+                "notify_final_attempt_only"):
         if key in fields:
             out[key] = flag(key, fields[key])
 

@@ -35,6 +35,9 @@ class Completion:
     # is still expected_next_run_at (seen at the claim), so an edit made during the run wins.
     guard: bool = False
     expected_next_run_at: datetime | None = None
+    # A Failed or Timeout attempt of a tick with a retry left: seconds until the next attempt,
+    # which the completion records in the same transaction (None: no retry).
+    retry_in: float | None = None
 
 
 def completions_json(items: Iterable[Completion], instant: Callable[[datetime], Any]) -> str:
@@ -45,6 +48,7 @@ def completions_json(items: Iterable[Completion], instant: Callable[[datetime], 
         "next_run_at": instant(i.next_run_at) if i.next_run_at else None,
         "guard": i.guard,
         "expected_next_run_at": instant(i.expected_next_run_at) if i.expected_next_run_at else None,
+        **({"retry_in": i.retry_in} if i.retry_in is not None else {}),
     } for i in items], default=str)
 
 

@@ -33,6 +33,8 @@ JOB_COLUMNS = (
     "notify_on_success", "notify_on_failure", "notify_to", "next_run_at", "high_frequency_ok",
     "keep_runs_days", "keep_runs_count",
     "interval_seconds", "run_at",
+    "retry_max_attempts", "retry_initial_delay", "retry_factor", "retry_max_delay", "retry_jitter",
+    "notify_final_attempt_only",
 )
 _JOB_SELECT = """
 SELECT j.*, t.driver_class AS driver

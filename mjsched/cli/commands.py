@@ -25,6 +25,7 @@ from ..logfmt import JsonLinesFormatter
 from ..redaction import RedactingFilter, redact, redact_text
 from ..errors import ConfigurationError, JobNotActive, JobNotFound, LockNotAcquired, SchedulerError
 from ..parameters import parse_assignment
+from ..retry import parse_spec
 from ..version import __version__
 from .terminal import (EXIT_FAILED, EXIT_OK, EXIT_USAGE, UTC, GracefulStop, ago, clip, drain, duration, jsonable,
                        table, ts)
@@ -262,7 +263,9 @@ def cmd_jobs_add(ctx: Context) -> int:
                 "max_runtime": a.max_runtime, "max_queued_runs": a.max_queued_runs, "isolation": a.isolation,
                 "keep_runs_days": a.keep_runs_days, "keep_runs_count": a.keep_runs_count,
                 "start_at": parse_instant("--start-at", a.start_at, a.timezone),
-                "end_at": parse_instant("--end-at", a.end_at, a.timezone)}
+                "end_at": parse_instant("--end-at", a.end_at, a.timezone),
+                "retry": parse_spec(a.retry) if a.retry is not None else None,
+                "notify_final_attempt_only": False if a.notify_every_attempt else None}
     fields.update({k: v for k, v in optional.items() if v is not None})
     fields.update(schedule_fields(a, a.timezone))
     configuration = job_configuration(a.configuration)
@@ -305,11 +308,13 @@ def cmd_jobs_edit(ctx: Context) -> int:
              "end_at": parse_instant("--end-at", a.end_at, zone), "status": a.status, "notify_to": a.notify_to,
              "notify_on_success": a.notify_on_success, "notify_on_failure": a.notify_on_failure,
              "high_frequency_ok": a.high_frequency_ok, "keep_runs_days": a.keep_runs_days,
-             "keep_runs_count": a.keep_runs_count}
+             "keep_runs_count": a.keep_runs_count,
+             "retry": parse_spec(a.retry) if a.retry is not None else None,
+             "notify_final_attempt_only": a.notify_final_attempt_only}
     fields = {k: v for k, v in given.items() if v is not None}
     for flag, key in (("clear_max_runtime", "max_runtime"), ("clear_start_at", "start_at"),
                       ("clear_end_at", "end_at"), ("clear_keep_runs_days", "keep_runs_days"),
-                      ("clear_keep_runs_count", "keep_runs_count")):
+                      ("clear_keep_runs_count", "keep_runs_count"), ("clear_retry", "retry")):
         if getattr(a, flag):
             if key in fields:
                 raise UsageError(f"--{key.replace('_', '-')} and --{flag.replace('_', '-')} contradict each other")
@@ -554,6 +559,14 @@ def cmd_execute(ctx: Context) -> int:
     return EXIT_OK if run.status.value == "Completed" else EXIT_FAILED
 
 
+def attempt_text(run: Any) -> str:
+    """A run's attempt for the runs table: "2", and for a Queued retry when it is due."""
+    text = str(getattr(run, "attempt", 1))
+    if run.status.value == "Queued" and getattr(run, "retry_at", None) is not None:
+        text += f" (due {ts(run.retry_at)})"
+    return text
+
+
 def cmd_runs(ctx: Context) -> int:
     engine = ctx.engine()
     job_id = resolve_job(engine, ctx.args.job).id if ctx.args.job else None
@@ -576,10 +589,10 @@ def runs_table(runs: list[Any], names: dict[str, str]) -> str:
     """The runs as a table; a PARAMETERS column only when a listed run has some
     (execute_job(parameters=...)), masked like details."""
     with_parameters = any(r.parameters for r in runs)
-    return table(["RUN", "JOB", "STATUS", "SCHEDULED FOR (UTC)", "STARTED (UTC)", "DURATION", "BY", "ERROR"]
-                 + (["PARAMETERS"] if with_parameters else []),
+    return table(["RUN", "JOB", "STATUS", "ATTEMPT", "SCHEDULED FOR (UTC)", "STARTED (UTC)", "DURATION", "BY",
+                  "ERROR"] + (["PARAMETERS"] if with_parameters else []),
                  [[r.id[:8], clip(names.get(r.scheduled_job_id, r.scheduled_job_id[:8]), 28), r.status.value,
-                   ts(r.scheduled_for) if r.scheduled_for else "manual", ts(r.started_at),
+                   attempt_text(r), ts(r.scheduled_for) if r.scheduled_for else "manual", ts(r.started_at),
                    duration(r.duration_ms), clip(r.executed_by_instance, 24), clip(r.error_message, 50)]
                   + ([clip(json.dumps(run_row(r)["parameters"], sort_keys=True) if r.parameters else "-", 40)]
                      if with_parameters else [])
@@ -949,6 +962,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="keep this job's finished runs this many days (0: regardless of age; default: the engine's)")
     ja.add_argument("--keep-runs-count", type=int, metavar="N",
                     help="keep this job's newest N finished runs (0: no count; default: the engine's)")
+    ja.add_argument("--retry", metavar="SPEC",
+                    help="retry a Failed or Timeout tick: MAX_ATTEMPTS[,INITIAL_DELAY[,FACTOR[,MAX_DELAY[,JITTER]]]] "
+                         "(seconds; e.g. 3 or 5,60,2,3600,0.1); default: the driver's, else none")
+    ja.add_argument("--notify-every-attempt", action="store_true",
+                    help="notify each failed attempt, not only the final one")
     ja.add_argument("--high-frequency-ok", action=argparse.BooleanOptionalAction, default=False,
                     help="no warning that the job fires more often than every 5 minutes (default off)")
     ja.add_argument("--check-import", action="store_true",
@@ -987,6 +1005,10 @@ def build_parser() -> argparse.ArgumentParser:
     je.add_argument("--clear-keep-runs-days", action="store_true", help="back to the engine's setting")
     je.add_argument("--keep-runs-count", type=int, metavar="N", help="as for jobs add")
     je.add_argument("--clear-keep-runs-count", action="store_true", help="back to the engine's setting")
+    je.add_argument("--retry", metavar="SPEC", help="as for jobs add")
+    je.add_argument("--clear-retry", action="store_true", help="no policy of its own (the driver's default)")
+    je.add_argument("--notify-final-attempt-only", action=argparse.BooleanOptionalAction, default=None,
+                    help="failures notify only when no retry follows (default on)")
     je.add_argument("--high-frequency-ok", action=argparse.BooleanOptionalAction, default=None,
                     help="silence (or, with --no-, restore) the high-frequency warning of the job")
     je.add_argument("--check-import", action="store_true", help="as for jobs add")

@@ -55,12 +55,14 @@ class BaseScheduledJob:
     ``high_frequency_by_design`` silences the "fires more often than every 5
     minutes" warning; ``isolation`` ("thread" or "process") is the default for
     jobs of this type; ``default_max_runtime`` (seconds) applies when a job sets
-    none.
+    none; ``retry`` (a ``mjsched.RetryPolicy``) applies to jobs that have no
+    policy of their own.
     """
 
     high_frequency_by_design: ClassVar[bool] = False
     isolation: ClassVar[str] = "thread"
     default_max_runtime: ClassVar[float | None] = None
+    retry: ClassVar[Any] = None   # a mjsched.RetryPolicy: the default of jobs without their own
     driver_name: ClassVar[str] = ""
 
     def validate_configuration(self, configuration: dict[str, Any]) -> None:

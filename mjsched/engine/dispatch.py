@@ -211,12 +211,18 @@ class Dispatcher:
             self._skip(Completion(run_id, token, RunStatus.SKIPPED.value, plan.note, {"missed": plan.missed},
                                   nxt, guard=True, expected_next_run_at=seen))
             return 0
+        # A queued claim may be a retry (attempt > 1) of an earlier tick (README "Retries").
+        attempt = self._attempt_of(run_id) if claim.from_queue else 1
         if job.concurrency_mode is ConcurrencyMode.CONCURRENT and not claim.from_queue:
             nxt = scheduling.computed(scheduling.next_run_after, job, scheduled_for, db_now,
                                       catch_up=plan.catch_up)
             self._backend.advance_job(job.id, token, nxt, release=True)
+        elif job.concurrency_mode is ConcurrencyMode.CONCURRENT and attempt > 1:
+            # a Concurrent retry runs beside the ticks, as a tick run does: it keeps only its run
+            # lease, and the schedule stays as it is
+            self._backend.advance_job(job.id, token, job.next_run_at, release=True)
         run = self._lifecycle.new_run(job, run_id, token, scheduled_for, manual=False, catch_up=plan.catch_up,
-                                      seen_next_run_at=seen)
+                                      seen_next_run_at=seen, attempt=attempt)
         if scheduled_for is not None:
             # Only ticks that come due while this run runs are queued: those before the claim were
             # missed (a tick's claim) or were queued or refused already (a queued run's claim).
@@ -232,6 +238,11 @@ class Dispatcher:
         self._lifecycle.submit(run)
         self._stats["dispatched"] += 1
         return 1
+
+    def _attempt_of(self, run_id: str) -> int:
+        """The attempt number of a claimed Queued run (a Queue-mode tick's is 1)."""
+        found = self._backend.get_run(run_id)
+        return found.attempt if found is not None else 1
 
     def _skip(self, completion: Completion) -> None:
         """A claimed run that will not execute: recorded Skipped, then the loop polls again."""
@@ -275,7 +286,8 @@ class Dispatcher:
         """Keep ticks of our running Queue-mode jobs as Queued runs; return seconds to the next one."""
         wait = self._options.max_poll_interval
         for run in self._registry.busy():
-            if run.job.concurrency_mode is not ConcurrencyMode.QUEUE or run.manual or run.catch_up:
+            if run.job.concurrency_mode is not ConcurrencyMode.QUEUE or run.manual or run.catch_up \
+                    or run.attempt > 1:   # ticks due during a retry stay due: served when it ends
                 continue
             try:
                 schedule = scheduling.schedule_of(run.job)

@@ -25,6 +25,7 @@ from ..errors import SchedulerError
 from ..execution import effective_max_runtime, failure, run_driver
 from ..models import ConcurrencyMode, Job, JobRun, RunStatus
 from ..notify import Notifier, safe_notify
+from . import retrying
 from .background import BackgroundTasks
 from .cancellation import cancel_message
 from .completions import CompletionWriter
@@ -57,7 +58,7 @@ class RunLifecycle:
     # -- start -----------------------------------------------------------------------------
     def new_run(self, job: Job, run_id: str, token: str, scheduled_for: datetime | None, *, manual: bool,
                 catch_up: bool, seen_next_run_at: datetime | None = None,
-                parameters: dict[str, Any] | None = None) -> Run:
+                parameters: dict[str, Any] | None = None, attempt: int = 1) -> Run:
         """``job`` is what the driver sees (with ``parameters`` already merged into its
         configuration for a manual run with parameters)."""
         try:
@@ -67,12 +68,12 @@ class RunLifecycle:
         max_runtime = effective_max_runtime(job, driver_cls)
         run = Run(job=job, run_id=run_id, token=token, scheduled_for=scheduled_for, manual=manual,
                   catch_up=catch_up, deadline=time.monotonic() + max_runtime if max_runtime else None,
-                  seen_next_run_at=seen_next_run_at)
+                  seen_next_run_at=seen_next_run_at, attempt=attempt)
         record = JobRun(id=run_id, scheduled_job_id=job.id, scheduled_for=scheduled_for, status=RunStatus.RUNNING,
                         success=None, error_message=None, details=None, queued_at=None,
                         started_at=self._clock.now(), completed_at=None, duration_ms=None,
                         executed_by_instance=self._instance, lock_token=token, lease_expires_at=None,
-                        parameters=parameters)
+                        parameters=parameters, attempt=attempt)
         run.context = ExecutionContext(job=job, run=record, cancel_event=run.cancel_event,
                                        logger=logging.getLogger(f"mjsched.job.{job.driver}"),
                                        heartbeat=partial(self._context_heartbeat, run))
@@ -137,13 +138,17 @@ class RunLifecycle:
 
     def completion(self, run: Run, status: RunStatus, error: str | None,
                    details: dict[str, Any] | None) -> Completion:
-        """The run's end, moving the schedule on only if nobody edited it since the claim."""
+        """The run's end, moving the schedule on only if nobody edited it since the claim; a Failed
+        or Timeout attempt of a tick with a retry left also asks for the next attempt."""
+        run.retry_in = retrying.retry_in(run, status)
         return Completion(run.run_id, run.token, status.value, error, details, self._next_run_of(run),
-                          guard=True, expected_next_run_at=run.seen_next_run_at)
+                          guard=True, expected_next_run_at=run.seen_next_run_at, retry_in=run.retry_in)
 
     def _next_run_of(self, run: Run) -> datetime | None:
-        """Where the job's schedule goes when this run ends (None: leave it alone)."""
-        if run.manual or run.job.concurrency_mode is ConcurrencyMode.CONCURRENT:
+        """Where the job's schedule goes when this run ends (None: leave it alone). A retry
+        leaves it too: its tick's first attempt already moved it, and a tick that came due
+        while the retry ran is still due, so a retry never costs a tick."""
+        if run.manual or run.attempt > 1 or run.job.concurrency_mode is ConcurrencyMode.CONCURRENT:
             return None
         try:
             return scheduling.next_run_after(run.job, run.scheduled_for, self._clock.now(), run.catch_up)
@@ -173,7 +178,10 @@ class RunLifecycle:
         log.info("%s job %r (run %s) in %d ms%s", status.value.lower(), run.job.name, run.run_id,
                  elapsed_ms, f": {result.error_message}" if result.error_message else "",
                  extra={"action": "run_finished", "status": status.value})
-        if (result.success and run.job.notify_on_success) or (not result.success and run.job.notify_on_failure):
+        retried = retrying.announce(run, self._clock.now())
+        if retried and run.job.notify_final_attempt_only:
+            run.notified.set()   # not the final attempt: the failure notifies when no retry follows
+        elif (result.success and run.job.notify_on_success) or (not result.success and run.job.notify_on_failure):
             self._side_work.submit(self._notify, run, result, driver, status, elapsed_ms)
         else:
             run.notified.set()

@@ -48,6 +48,8 @@ class Run:
     catch_up: bool = False
     deadline: float | None = None              # time.monotonic() past which the run times out
     seen_next_run_at: datetime | None = None   # the job's next_run_at when claimed (completion's guard)
+    attempt: int = 1                           # 1 for a tick's first run, then its retries
+    retry_in: float | None = None              # set by its completion: seconds until the next attempt
     cancel_event: threading.Event = field(default_factory=threading.Event)
     started: float = field(default_factory=time.monotonic)
     state: State = State.RUNNING

@@ -344,6 +344,53 @@ BEGIN
 END;
 GO
 
+-- Added for retries (009_retries.sql holds their rules, the per-attempt UNIQUE index and the
+-- reasons): the job's retry policy (all NULL: none of its own; the driver's default applies),
+-- whether failures notify on the final attempt only, how many retries were scheduled; on a
+-- run, its attempt number within its tick and, for a Queued retry, when it is due. Added
+-- here, before 002_procedures.sql, because SQL Server resolves the columns of an existing
+-- table when a procedure that reads them is created.
+IF COL_LENGTH(N'mjsched.scheduled_job', N'retry_max_attempts') IS NULL
+BEGIN
+    ALTER TABLE mjsched.scheduled_job ADD retry_max_attempts int NULL;
+END;
+IF COL_LENGTH(N'mjsched.scheduled_job', N'retry_initial_delay') IS NULL
+BEGIN
+    ALTER TABLE mjsched.scheduled_job ADD retry_initial_delay float NULL;
+END;
+IF COL_LENGTH(N'mjsched.scheduled_job', N'retry_factor') IS NULL
+BEGIN
+    ALTER TABLE mjsched.scheduled_job ADD retry_factor float NULL;
+END;
+IF COL_LENGTH(N'mjsched.scheduled_job', N'retry_max_delay') IS NULL
+BEGIN
+    ALTER TABLE mjsched.scheduled_job ADD retry_max_delay float NULL;
+END;
+IF COL_LENGTH(N'mjsched.scheduled_job', N'retry_jitter') IS NULL
+BEGIN
+    ALTER TABLE mjsched.scheduled_job ADD retry_jitter float NULL;
+END;
+IF COL_LENGTH(N'mjsched.scheduled_job', N'notify_final_attempt_only') IS NULL
+BEGIN
+    ALTER TABLE mjsched.scheduled_job ADD notify_final_attempt_only bit NOT NULL
+        CONSTRAINT df_scheduled_job_notify_final_attempt_only DEFAULT 1;
+END;
+IF COL_LENGTH(N'mjsched.scheduled_job', N'retry_count') IS NULL
+BEGIN
+    ALTER TABLE mjsched.scheduled_job ADD retry_count int NOT NULL
+        CONSTRAINT df_scheduled_job_retry_count DEFAULT 0;
+END;
+IF COL_LENGTH(N'mjsched.scheduled_job_run', N'attempt') IS NULL
+BEGIN
+    ALTER TABLE mjsched.scheduled_job_run ADD attempt int NOT NULL
+        CONSTRAINT df_scheduled_job_run_attempt DEFAULT 1;
+END;
+IF COL_LENGTH(N'mjsched.scheduled_job_run', N'retry_at') IS NULL
+BEGIN
+    ALTER TABLE mjsched.scheduled_job_run ADD retry_at datetimeoffset NULL;
+END;
+GO
+
 -- An upgrade fills last_success_at from the history (only where it is still empty, so a
 -- re-run changes nothing); its own batch, since the column may be new in the one above.
 UPDATE j

@@ -310,8 +310,8 @@ END;
 GO
 
 -- expire_ended_jobs: Active jobs past end_at become Expired (a filtered-index seek, so
--- every claim can afford it). Rows other callers hold are skipped. Returns how many
--- (the return code).
+-- every claim can afford it); their pending retries end Skipped (the window closed). Rows
+-- other callers hold are skipped. Returns how many (the return code).
 CREATE OR ALTER PROCEDURE mjsched.expire_ended_jobs
     @p_now datetimeoffset
 AS
@@ -325,6 +325,12 @@ BEGIN
     OUTPUT inserted.id INTO @v_expired
       FROM mjsched.scheduled_job AS j WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
      WHERE j.status = N'Active' AND j.end_at IS NOT NULL AND j.end_at <= @p_now;
+    UPDATE q
+       SET status = N'Skipped', success = 0, completed_at = @p_now, duration_ms = 0,
+           error_message = N'retry not run: the job''s window ended (end_at) before it was due'
+      FROM mjsched.scheduled_job_run AS q WITH (ROWLOCK)
+      JOIN @v_expired AS e ON e.id = q.scheduled_job_id
+     WHERE q.status = N'Queued' AND q.attempt > 1;
     SET @v_rows = (SELECT COUNT(*) FROM @v_expired);
     RETURN @v_rows;
 END;
@@ -667,12 +673,15 @@ RETURN
        AND j.lock_token = t.claim_token;
 GO
 
--- claim_queued: lock claimable jobs holding a Queued run (skipping rows other engines
--- hold), take over lapsed locks, take the locks (only where a Queued run is still there)
--- and start each job's oldest queued run. The checks for Queued runs that choose the
--- candidates skip locked runs (READPAST): every writer of a job's Queued runs holds that
--- job's row lock, and a job whose row is locked is skipped anyway. Rows go to
--- #mjsched_claimed when the caller created it (claim_due_jobs), else to the client.
+-- claim_queued: lock claimable jobs holding a due Queued run (a Queue-mode tick, or a retry
+-- whose retry_at has come; skipping rows other engines hold), take over lapsed locks, take
+-- the locks (only where a Queued run is still there) and start each job's oldest due queued
+-- run (oldest tick, then lowest attempt). Skip mode: while the job's next tick is due its
+-- retries wait for claim_ticks, which runs the tick and supersedes them. The checks for
+-- Queued runs that choose the candidates skip locked runs (READPAST): every writer of a
+-- job's Queued runs holds that job's row lock, and a job whose row is locked is skipped
+-- anyway. Rows go to #mjsched_claimed when the caller created it (claim_due_jobs), else
+-- to the client.
 CREATE OR ALTER PROCEDURE mjsched.claim_queued
     @p_instance nvarchar(255),
     @p_max_jobs int,
@@ -702,7 +711,9 @@ BEGIN
          CROSS APPLY mjsched.claimable(j.status, j.start_at, j.end_at, j.lock_token,
                                        j.expected_completion_at, @p_now) AS c
          WHERE EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS q WITH (READCOMMITTEDLOCK, READPAST)
-                        WHERE q.scheduled_job_id = j.id AND q.status = N'Queued');
+                        WHERE q.scheduled_job_id = j.id AND q.status = N'Queued'
+                          AND (q.retry_at IS NULL OR q.retry_at <= @p_now)
+                          AND NOT (q.attempt > 1 AND j.concurrency_mode = N'Skip' AND j.next_run_at <= @p_now));
         IF EXISTS (SELECT 1 FROM @v_candidates)
         BEGIN
             EXEC mjsched.test_pause @p_point = N'claim_due_jobs:queued_jobs_locked';
@@ -751,9 +762,14 @@ BEGIN
               INTO @v_started
               FROM mjsched.scheduled_job_run AS r WITH (ROWLOCK)
               JOIN @v_taken AS t ON t.job_id = r.scheduled_job_id
-             WHERE r.id = (SELECT TOP (1) q.id FROM mjsched.scheduled_job_run AS q WITH (READCOMMITTEDLOCK)
+             WHERE r.id = (SELECT TOP (1) q.id
+                             FROM mjsched.scheduled_job_run AS q WITH (READCOMMITTEDLOCK)
+                             JOIN mjsched.scheduled_job AS qj ON qj.id = q.scheduled_job_id
                             WHERE q.scheduled_job_id = t.job_id AND q.status = N'Queued'
-                            ORDER BY q.queued_at, q.scheduled_for);
+                              AND (q.retry_at IS NULL OR q.retry_at <= @p_now)
+                              AND NOT (q.attempt > 1 AND qj.concurrency_mode = N'Skip'
+                                       AND qj.next_run_at <= @p_now)
+                            ORDER BY q.scheduled_for, q.attempt, q.queued_at);
         END;
         IF @v_own_transaction = 1
         BEGIN
@@ -780,8 +796,10 @@ END;
 GO
 
 -- claim_ticks: lock claimable due jobs (oldest tick first; an index range scan on
--- (status, next_run_at)) that hold no Queued run, skipping rows other engines hold;
--- take over lapsed locks, take the locks and start a run for each tick. A tick that
+-- (status, next_run_at)) that hold no Queued tick (a pending retry holds no tick back),
+-- skipping rows other engines hold; take over lapsed locks, take the locks and start a run
+-- for each tick. Skip mode: the tick supersedes the job's pending retries, recorded Skipped
+-- with the reason. A tick that
 -- already has a run (a zombie's, say) comes back with run_id NULL. The tick check before
 -- a run is inserted does not skip: it must see every run of the tick (READCOMMITTEDLOCK),
 -- and it reads only runs of jobs whose row lock this claim already holds, a lock every
@@ -815,7 +833,7 @@ BEGIN
                                        j.expected_completion_at, @p_now) AS c
          WHERE j.status = N'Active' AND j.next_run_at <= @p_now
            AND NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS q WITH (READCOMMITTEDLOCK, READPAST)
-                            WHERE q.scheduled_job_id = j.id AND q.status = N'Queued')
+                            WHERE q.scheduled_job_id = j.id AND q.status = N'Queued' AND q.attempt = 1)
          ORDER BY j.next_run_at;
         IF EXISTS (SELECT 1 FROM @v_candidates)
         BEGIN
@@ -854,6 +872,14 @@ BEGIN
               JOIN @v_candidates AS c ON c.id = j.id
              CROSS APPLY mjsched.claim_token(@p_claim_id, j.id) AS t
              CROSS APPLY (SELECT mjsched.lease_interval(@p_lease_seconds, j.max_runtime_seconds) AS lease_s) AS x;
+            UPDATE q
+               SET status = N'Skipped', success = 0, completed_at = @p_now, duration_ms = 0,
+                   error_message = CONCAT(N'retry not run: the next tick (', CONVERT(nvarchar(40), t.next_run_at, 127),
+                                          N') came due first (concurrency_mode Skip)')
+              FROM mjsched.scheduled_job_run AS q WITH (ROWLOCK)
+              JOIN @v_taken AS t ON t.job_id = q.scheduled_job_id
+              JOIN mjsched.scheduled_job AS j ON j.id = t.job_id
+             WHERE q.status = N'Queued' AND q.attempt > 1 AND j.concurrency_mode = N'Skip';
             -- ON CONFLICT DO NOTHING: we hold these jobs' row locks, and every writer of a
             -- tick's run takes the job's row lock first.
             INSERT INTO mjsched.scheduled_job_run
@@ -892,8 +918,8 @@ BEGIN
 END;
 GO
 
--- next_due_at: the earliest instant something may become claimable (a tick, a lapsing
--- lock or run lease); NULL when nothing is scheduled. Advisory, so rows other engines
+-- next_due_at: the earliest instant something may become claimable (a tick, a retry, a
+-- lapsing lock or run lease); NULL when nothing is scheduled. Advisory, so rows other engines
 -- are writing at that instant are skipped (READPAST) rather than waited for.
 CREATE OR ALTER FUNCTION mjsched.next_due_at(@p_now datetimeoffset)
 RETURNS datetimeoffset
@@ -909,6 +935,9 @@ BEGIN
         UNION ALL
         SELECT MIN(r.lease_expires_at) FROM mjsched.scheduled_job_run AS r WITH (READCOMMITTEDLOCK, READPAST)
          WHERE r.status = N'Running' AND r.lease_expires_at > @p_now
+        UNION ALL
+        SELECT MIN(r.retry_at) FROM mjsched.scheduled_job_run AS r WITH (READCOMMITTEDLOCK, READPAST)
+         WHERE r.status = N'Queued' AND r.retry_at IS NOT NULL AND r.retry_at > @p_now
     ) AS s
      WHERE s.t IS NOT NULL;
     RETURN @v_next;
@@ -1052,7 +1081,7 @@ GO
 -- complete_items: the completion complete_runs and complete_job_runs share (its one
 -- definition). Finish many runs in one transaction (batched completion).
 -- @p_items: JSON array of {run_id, token, status, error_message, details, next_run_at,
--- guard, expected_next_run_at}. Each run is fenced by its token and must still be
+-- guard, expected_next_run_at, retry_in}. Each run is fenced by its token and must still be
 -- Running; the job's statistics follow, and the job lock is released (and next_run_at
 -- set) only where the same token still holds it. With guard true, next_run_at is set
 -- only while the job's next_run_at is still expected_next_run_at (what the engine saw
@@ -1063,6 +1092,10 @@ GO
 -- it locks: SKIP LOCKED), and an item whose run is still Running under its token but
 -- whose job row another session holds is answered busy = 1 (nothing of it written; a
 -- later call completes it); otherwise in id order, waiting.
+-- Retries (009_retries.sql): an item with retry_in (seconds, the delay the engine drew from
+-- the job's policy) that ends a tick's attempt Failed or Timeout records the next attempt of
+-- the same tick in this transaction: a Queued run (attempt + 1) due at now + retry_in, or,
+-- when that is not before the job's end_at, a Skipped one saying so. retry_count counts them.
 -- With a temporary table #mjsched_completed (run_id, completed, busy) in scope, the rows
 -- go there instead of to the client: that is how complete_runs, complete_job_runs and
 -- complete_job_run reuse this procedure.
@@ -1080,11 +1113,13 @@ BEGIN
     DECLARE @v_items TABLE (run_id uniqueidentifier NULL, token uniqueidentifier NULL, status nvarchar(20) NULL,
                             error_message nvarchar(max) NULL, details nvarchar(max) NULL,
                             next_run_at datetimeoffset NULL, guard bit NOT NULL,
-                            expected_next_run_at datetimeoffset NULL);
+                            expected_next_run_at datetimeoffset NULL, retry_in float NULL);
     DECLARE @v_finished TABLE (run_id uniqueidentifier NOT NULL PRIMARY KEY, scheduled_job_id uniqueidentifier NOT NULL,
                                lock_token uniqueidentifier NULL, status nvarchar(20) NOT NULL,
                                duration_ms bigint NULL, next_run_at datetimeoffset NULL, guard bit NOT NULL,
-                               expected_next_run_at datetimeoffset NULL);
+                               expected_next_run_at datetimeoffset NULL, scheduled_for datetimeoffset NULL,
+                               attempt int NOT NULL, retry_at datetimeoffset NULL);
+    DECLARE @v_retried TABLE (scheduled_job_id uniqueidentifier NOT NULL, status nvarchar(20) NOT NULL);
     DECLARE @v_jobs TABLE (id uniqueidentifier NOT NULL);
     DECLARE @v_job_ids TABLE (id uniqueidentifier NOT NULL PRIMARY KEY);
     DECLARE @v_locked TABLE (id uniqueidentifier NOT NULL);
@@ -1093,10 +1128,17 @@ BEGIN
         BEGIN
             THROW 50022, N'items must be a JSON array', 1;
         END;
+        IF EXISTS (SELECT 1 FROM OPENJSON(@p_items) AS e
+                    CROSS APPLY OPENJSON(CASE WHEN e.[type] = 5 THEN e.[value] END) AS x
+                    WHERE x.[key] COLLATE Latin1_General_BIN2 = N'retry_in' AND x.[type] <> 0
+                      AND (x.[type] <> 2 OR NOT (TRY_CONVERT(float, x.[value]) BETWEEN 0 AND 31536000)))
+        BEGIN
+            THROW 50022, N'retry_in must be a number of seconds in [0, 31536000]', 1;
+        END;
         INSERT INTO @v_items (run_id, token, status, error_message, details, next_run_at, guard,
-                              expected_next_run_at)
+                              expected_next_run_at, retry_in)
         SELECT i.run_id, i.token, i.status, i.error_message, i.details, i.next_run_at, COALESCE(i.guard, 0),
-               i.expected_next_run_at
+               i.expected_next_run_at, i.retry_in
           FROM OPENJSON(@p_items)
                WITH (run_id uniqueidentifier '$.run_id',
                      token uniqueidentifier '$.token',
@@ -1105,7 +1147,8 @@ BEGIN
                      details nvarchar(max) '$.details' AS JSON,
                      next_run_at datetimeoffset '$.next_run_at',
                      guard bit '$.guard',
-                     expected_next_run_at datetimeoffset '$.expected_next_run_at') AS i;
+                     expected_next_run_at datetimeoffset '$.expected_next_run_at',
+                     retry_in float '$.retry_in') AS i;
         IF EXISTS (SELECT 1 FROM @v_items AS e
                     WHERE e.status IS NULL
                        OR e.status NOT IN (N'Completed', N'Failed', N'Timeout', N'Cancelled', N'Skipped'))
@@ -1158,17 +1201,45 @@ BEGIN
                                   THEN DATEDIFF_BIG(millisecond, r.started_at, @v_now) ELSE 0 END,
                lease_expires_at = NULL
         OUTPUT inserted.id, inserted.scheduled_job_id, inserted.lock_token, inserted.status,
-               inserted.duration_ms, i.next_run_at, i.guard, i.expected_next_run_at
+               inserted.duration_ms, i.next_run_at, i.guard, i.expected_next_run_at, inserted.scheduled_for,
+               inserted.attempt,
+               CASE WHEN inserted.status IN (N'Failed', N'Timeout') AND inserted.scheduled_for IS NOT NULL
+                    THEN DATEADD(millisecond, CAST((i.retry_in - FLOOR(i.retry_in)) * 1000 AS int),
+                                 DATEADD(second, CAST(FLOOR(i.retry_in) AS int), @v_now)) END
           INTO @v_finished
           FROM mjsched.scheduled_job_run AS r WITH (ROWLOCK)
           JOIN @v_items AS i ON i.run_id = r.id
          WHERE r.lock_token = i.token AND r.status = N'Running'
            AND EXISTS (SELECT 1 FROM @v_locked AS l WHERE l.id = r.scheduled_job_id);
 
+        -- Retries (009_retries.sql): an item with retry_in that ended a tick's attempt Failed or
+        -- Timeout records the next attempt of the same tick here: Queued, due at retry_at, or
+        -- Skipped when that is not before the job's end_at. The job rows are ours (locked above).
+        INSERT INTO mjsched.scheduled_job_run
+               (scheduled_job_id, scheduled_for, attempt, status, queued_at, retry_at,
+                success, completed_at, duration_ms, error_message)
+        OUTPUT inserted.scheduled_job_id, inserted.status INTO @v_retried
+        SELECT f.scheduled_job_id, f.scheduled_for, f.attempt + 1,
+               CASE WHEN l.late = 1 THEN N'Skipped' ELSE N'Queued' END, @v_now, f.retry_at,
+               CASE WHEN l.late = 1 THEN 0 END, CASE WHEN l.late = 1 THEN @v_now END,
+               CASE WHEN l.late = 1 THEN 0 END,
+               CASE WHEN l.late = 1
+                    THEN CONCAT(N'retry not run: due at ', CONVERT(nvarchar(40), f.retry_at, 127),
+                                N', not before the job''s end_at (', CONVERT(nvarchar(40), j.end_at, 127), N')') END
+          FROM @v_finished AS f
+          JOIN mjsched.scheduled_job AS j WITH (ROWLOCK) ON j.id = f.scheduled_job_id
+         CROSS APPLY (SELECT CASE WHEN j.end_at IS NOT NULL AND f.retry_at >= j.end_at THEN 1 ELSE 0 END AS late) AS l
+         WHERE f.retry_at IS NOT NULL AND f.attempt < 100
+           AND NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS o WITH (READCOMMITTEDLOCK)
+                            WHERE o.scheduled_job_id = f.scheduled_job_id AND o.scheduled_for = f.scheduled_for
+                              AND o.attempt = f.attempt + 1);
+
         -- last_ms: duration_ms is never negative, so -1 stands for "no run" without a NULL
         -- in the aggregate (which would raise an ANSI warning).
         UPDATE j
            SET run_count = j.run_count + p.runs,
+               retry_count = j.retry_count + (SELECT COUNT(*) FROM @v_retried AS x
+                                               WHERE x.scheduled_job_id = j.id AND x.status = N'Queued'),
                success_count = j.success_count + p.ok,
                failure_count = j.failure_count + p.bad,
                total_duration_ms = j.total_duration_ms + p.total_ms,
@@ -1408,7 +1479,8 @@ GO
 -- Queued run: at most one per tick, at most max_queued_runs, and only a tick later than
 -- the start of the Running run that holds the job's lock and not in the future. A tick
 -- refused once (queue full) is never queued later. The job's row lock (UPDLOCK, like FOR
--- NO KEY UPDATE) serialises racing enqueuers of one job.
+-- NO KEY UPDATE) serialises racing enqueuers of one job. Pending retries (009_retries.sql)
+-- take no queue slot.
 CREATE OR ALTER PROCEDURE mjsched.enqueue_job_run
     @p_job_id uniqueidentifier,
     @p_scheduled_for datetimeoffset,
@@ -1439,7 +1511,7 @@ BEGIN
         IF @v_limit IS NOT NULL AND @v_started IS NOT NULL
            AND @p_scheduled_for > @v_started AND @p_scheduled_for <= @v_now
            AND (SELECT COUNT(*) FROM mjsched.scheduled_job_run AS q WITH (READCOMMITTEDLOCK)
-                 WHERE q.scheduled_job_id = @p_job_id AND q.status = N'Queued') < @v_limit
+                 WHERE q.scheduled_job_id = @p_job_id AND q.status = N'Queued' AND q.attempt = 1) < @v_limit
         BEGIN
             INSERT INTO mjsched.scheduled_job_run (scheduled_job_id, scheduled_for, status, queued_at)
             OUTPUT inserted.id INTO @v_queued

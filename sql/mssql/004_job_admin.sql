@@ -42,7 +42,7 @@ BEGIN
         THROW 50022, N'fields must be a JSON object', 1;
     END;
     SELECT TOP (1) @v_key = e.[key] FROM OPENJSON(@p_fields) AS e
-     WHERE e.[key] COLLATE Latin1_General_BIN2 NOT IN (N'job_type_id', N'name', N'description', N'cron_expression', N'timezone', N'start_at', N'end_at', N'status', N'configuration', N'owner', N'concurrency_mode', N'missed_run_policy', N'run_immediately_if_never_run', N'max_runtime_seconds', N'isolation', N'max_queued_runs', N'notify_on_success', N'notify_on_failure', N'notify_to', N'next_run_at', N'high_frequency_ok', N'keep_runs_days', N'keep_runs_count', N'interval_seconds', N'run_at');
+     WHERE e.[key] COLLATE Latin1_General_BIN2 NOT IN (N'job_type_id', N'name', N'description', N'cron_expression', N'timezone', N'start_at', N'end_at', N'status', N'configuration', N'owner', N'concurrency_mode', N'missed_run_policy', N'run_immediately_if_never_run', N'max_runtime_seconds', N'isolation', N'max_queued_runs', N'notify_on_success', N'notify_on_failure', N'notify_to', N'next_run_at', N'high_frequency_ok', N'keep_runs_days', N'keep_runs_count', N'interval_seconds', N'run_at', N'retry_max_attempts', N'retry_initial_delay', N'retry_factor', N'retry_max_delay', N'retry_jitter', N'notify_final_attempt_only');
     -- THROW takes an nvarchar(2048) message: the key (up to 4000 characters) is cut to fit.
     DECLARE @v_message nvarchar(2048) = CONCAT(N'fields.', LEFT(@v_key, 2000), N': not a job column that can be set');
     IF @v_key IS NOT NULL
@@ -58,10 +58,15 @@ BEGIN
             OR (e.[key] COLLATE Latin1_General_BIN2 = N'max_runtime_seconds' AND TRY_CONVERT(float, e.[value]) IS NULL)
             OR (e.[key] COLLATE Latin1_General_BIN2 IN (N'max_queued_runs', N'keep_runs_days', N'keep_runs_count', N'interval_seconds')
                 AND TRY_CONVERT(int, e.[value]) IS NULL)
+            OR (e.[key] COLLATE Latin1_General_BIN2 = N'retry_max_attempts' AND TRY_CONVERT(int, e.[value]) IS NULL)
+            OR (e.[key] COLLATE Latin1_General_BIN2 IN (N'retry_initial_delay', N'retry_factor', N'retry_max_delay',
+                                                        N'retry_jitter')
+                AND TRY_CONVERT(float, e.[value]) IS NULL)
             OR (e.[key] COLLATE Latin1_General_BIN2 = N'job_type_id'
                 AND TRY_CONVERT(uniqueidentifier, e.[value]) IS NULL)
             OR (e.[key] COLLATE Latin1_General_BIN2 IN (N'run_immediately_if_never_run', N'notify_on_success',
-                                                        N'notify_on_failure', N'high_frequency_ok')
+                                                        N'notify_on_failure', N'high_frequency_ok',
+                                                        N'notify_final_attempt_only')
                 AND TRY_CONVERT(bit, e.[value]) IS NULL)
             OR (e.[key] COLLATE Latin1_General_BIN2 = N'configuration' AND e.[type] <> 5))
      ORDER BY e.[key];
@@ -77,13 +82,20 @@ BEGIN
     DECLARE @v_configuration nvarchar(max), @v_status nvarchar(max), @v_mode nvarchar(max);
     DECLARE @v_policy nvarchar(max), @v_isolation nvarchar(max), @v_queued int;
     DECLARE @v_keep_days int, @v_keep_count int;
+    DECLARE @v_attempts int, @v_initial float, @v_factor float, @v_max_delay float, @v_jitter float;
+    DECLARE @v_retry_keys int = (SELECT COUNT(*) FROM OPENJSON(@p_fields) AS e
+                                  WHERE e.[key] COLLATE Latin1_General_BIN2 IN
+                                        (N'retry_max_attempts', N'retry_initial_delay', N'retry_factor',
+                                         N'retry_max_delay', N'retry_jitter'));
     DECLARE @v_interval int, @v_run_at datetimeoffset;
     SELECT @v_interval = f.interval_seconds, @v_run_at = f.run_at,
            @v_max_runtime = f.max_runtime_seconds, @v_start = f.start_at, @v_end = f.end_at,
            @v_next = f.next_run_at, @v_name = f.name, @v_cron = f.cron_expression, @v_zone = f.timezone,
            @v_description = f.description, @v_configuration = f.configuration, @v_status = f.status,
            @v_mode = f.concurrency_mode, @v_policy = f.missed_run_policy, @v_isolation = f.isolation,
-           @v_queued = f.max_queued_runs, @v_keep_days = f.keep_runs_days, @v_keep_count = f.keep_runs_count
+           @v_queued = f.max_queued_runs, @v_keep_days = f.keep_runs_days, @v_keep_count = f.keep_runs_count,
+           @v_attempts = f.retry_max_attempts, @v_initial = f.retry_initial_delay,
+           @v_factor = f.retry_factor, @v_max_delay = f.retry_max_delay, @v_jitter = f.retry_jitter
       FROM OPENJSON(@p_fields) WITH (
             max_runtime_seconds float '$.max_runtime_seconds',
             start_at datetimeoffset '$.start_at',
@@ -102,7 +114,12 @@ BEGIN
             keep_runs_days int '$.keep_runs_days',
             keep_runs_count int '$.keep_runs_count',
             interval_seconds int '$.interval_seconds',
-            run_at datetimeoffset '$.run_at'
+            run_at datetimeoffset '$.run_at',
+            retry_max_attempts int '$.retry_max_attempts',
+            retry_initial_delay float '$.retry_initial_delay',
+            retry_factor float '$.retry_factor',
+            retry_max_delay float '$.retry_max_delay',
+            retry_jitter float '$.retry_jitter'
       ) AS f;
     SET @v_message = CASE
         WHEN NOT (@v_max_runtime > 0 AND @v_max_runtime <= 31536000)
@@ -172,6 +189,28 @@ BEGIN
         WHEN @v_keep_count NOT BETWEEN 0 AND 1000000000
             THEN CONCAT(N'fields.keep_runs_count: ', @v_keep_count,
                         N' must be between 0 (no count kept) and 1000000000')
+        -- the retry policy (009_retries.sql): all five keys or none, each inside its rule
+        WHEN @v_retry_keys > 0
+             AND NOT (@v_retry_keys = 5
+                      AND ((@v_attempts IS NULL AND @v_initial IS NULL AND @v_factor IS NULL
+                            AND @v_max_delay IS NULL AND @v_jitter IS NULL)
+                           OR (@v_attempts IS NOT NULL AND @v_initial IS NOT NULL AND @v_factor IS NOT NULL
+                               AND @v_max_delay IS NOT NULL AND @v_jitter IS NOT NULL)))
+            THEN CONCAT(N'fields.retry_max_attempts: a retry policy is all five retry_* values or none (got ',
+                        @v_retry_keys, N' of them)')
+        WHEN @v_attempts NOT BETWEEN 1 AND 100
+            THEN CONCAT(N'fields.retry_max_attempts: ', @v_attempts, N' must be between 1 and 100')
+        WHEN NOT (@v_initial >= 0 AND @v_initial <= 31536000)
+            THEN CONCAT(N'fields.retry_initial_delay: ', CONVERT(nvarchar(40), @v_initial),
+                        N' must be a finite number of seconds in [0, 31536000]')
+        WHEN NOT (@v_factor >= 1 AND @v_factor <= 100)
+            THEN CONCAT(N'fields.retry_factor: ', CONVERT(nvarchar(40), @v_factor), N' must be between 1 and 100')
+        WHEN NOT (@v_max_delay >= @v_initial AND @v_max_delay <= 31536000)
+            THEN CONCAT(N'fields.retry_max_delay: ', CONVERT(nvarchar(40), @v_max_delay),
+                        N' must be at least retry_initial_delay (', CONVERT(nvarchar(40), @v_initial),
+                        N') and at most 31536000')
+        WHEN NOT (@v_jitter >= 0 AND @v_jitter <= 1)
+            THEN CONCAT(N'fields.retry_jitter: ', CONVERT(nvarchar(40), @v_jitter), N' must be between 0 and 1')
     END;
     IF @v_message IS NOT NULL
     BEGIN
@@ -215,7 +254,7 @@ BEGIN
         THROW 50022, N'fields.cron_expression: a job needs a schedule: cron_expression, interval_seconds or run_at', 1;
     END;
     DECLARE @v_ids TABLE (id uniqueidentifier NOT NULL);
-    INSERT INTO mjsched.scheduled_job (job_type_id, name, description, cron_expression, timezone, start_at, end_at, status, configuration, owner, concurrency_mode, missed_run_policy, run_immediately_if_never_run, max_runtime_seconds, isolation, max_queued_runs, notify_on_success, notify_on_failure, notify_to, next_run_at, high_frequency_ok, keep_runs_days, keep_runs_count, interval_seconds, run_at)
+    INSERT INTO mjsched.scheduled_job (job_type_id, name, description, cron_expression, timezone, start_at, end_at, status, configuration, owner, concurrency_mode, missed_run_policy, run_immediately_if_never_run, max_runtime_seconds, isolation, max_queued_runs, notify_on_success, notify_on_failure, notify_to, next_run_at, high_frequency_ok, keep_runs_days, keep_runs_count, interval_seconds, run_at, retry_max_attempts, retry_initial_delay, retry_factor, retry_max_delay, retry_jitter, notify_final_attempt_only)
     OUTPUT inserted.id INTO @v_ids
     SELECT
                f.job_type_id,
@@ -242,7 +281,13 @@ BEGIN
                f.keep_runs_days,
                f.keep_runs_count,
                f.interval_seconds,
-               f.run_at
+               f.run_at,
+               f.retry_max_attempts,
+               f.retry_initial_delay,
+               f.retry_factor,
+               f.retry_max_delay,
+               f.retry_jitter,
+               COALESCE(f.notify_final_attempt_only, 1)
       FROM OPENJSON(@p_fields) WITH (
             job_type_id uniqueidentifier '$.job_type_id',
             name nvarchar(200) '$.name',
@@ -268,7 +313,13 @@ BEGIN
             keep_runs_days int '$.keep_runs_days',
             keep_runs_count int '$.keep_runs_count',
             interval_seconds int '$.interval_seconds',
-            run_at datetimeoffset '$.run_at'
+            run_at datetimeoffset '$.run_at',
+            retry_max_attempts int '$.retry_max_attempts',
+            retry_initial_delay float '$.retry_initial_delay',
+            retry_factor float '$.retry_factor',
+            retry_max_delay float '$.retry_max_delay',
+            retry_jitter float '$.retry_jitter',
+            notify_final_attempt_only bit '$.notify_final_attempt_only'
       ) AS f;
     SELECT i.id AS job_id FROM @v_ids AS i;
 END;
@@ -311,7 +362,13 @@ BEGIN
            keep_runs_days = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'keep_runs_days') THEN f.keep_runs_days ELSE j.keep_runs_days END,
            keep_runs_count = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'keep_runs_count') THEN f.keep_runs_count ELSE j.keep_runs_count END,
            interval_seconds = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'interval_seconds') THEN f.interval_seconds ELSE j.interval_seconds END,
-           run_at = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'run_at') THEN f.run_at ELSE j.run_at END
+           run_at = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'run_at') THEN f.run_at ELSE j.run_at END,
+           retry_max_attempts = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'retry_max_attempts') THEN f.retry_max_attempts ELSE j.retry_max_attempts END,
+           retry_initial_delay = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'retry_initial_delay') THEN f.retry_initial_delay ELSE j.retry_initial_delay END,
+           retry_factor = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'retry_factor') THEN f.retry_factor ELSE j.retry_factor END,
+           retry_max_delay = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'retry_max_delay') THEN f.retry_max_delay ELSE j.retry_max_delay END,
+           retry_jitter = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'retry_jitter') THEN f.retry_jitter ELSE j.retry_jitter END,
+           notify_final_attempt_only = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'notify_final_attempt_only') THEN COALESCE(f.notify_final_attempt_only, 1) ELSE j.notify_final_attempt_only END
     OUTPUT inserted.id INTO @v_ids
       FROM mjsched.scheduled_job AS j
      CROSS JOIN OPENJSON(@p_fields) WITH (
@@ -339,7 +396,13 @@ BEGIN
             keep_runs_days int '$.keep_runs_days',
             keep_runs_count int '$.keep_runs_count',
             interval_seconds int '$.interval_seconds',
-            run_at datetimeoffset '$.run_at'
+            run_at datetimeoffset '$.run_at',
+            retry_max_attempts int '$.retry_max_attempts',
+            retry_initial_delay float '$.retry_initial_delay',
+            retry_factor float '$.retry_factor',
+            retry_max_delay float '$.retry_max_delay',
+            retry_jitter float '$.retry_jitter',
+            notify_final_attempt_only bit '$.notify_final_attempt_only'
       ) AS f
      WHERE j.id = @p_job_id;
     SELECT COUNT(*) AS updated FROM @v_ids;

@@ -183,6 +183,21 @@ ALTER TABLE mjsched.scheduled_job ADD COLUMN IF NOT EXISTS keep_runs_count integ
 -- whose procedures write them.
 ALTER TABLE mjsched.scheduled_job ADD COLUMN IF NOT EXISTS interval_seconds integer;
 ALTER TABLE mjsched.scheduled_job ADD COLUMN IF NOT EXISTS run_at timestamptz;
+-- Added for retries (009_retries.sql holds their rules, the per-attempt UNIQUE index and the
+-- reasons): the job's retry policy (all NULL: none of its own; the driver's default applies),
+-- whether failures notify on the final attempt only, how many retries were scheduled; on a
+-- run, its attempt number within its tick and, for a Queued retry, when it is due. Added
+-- here, before 002_procedures.sql, because the procedures read them (SQL Server resolves
+-- the columns of an existing table when a procedure is created).
+ALTER TABLE mjsched.scheduled_job ADD COLUMN IF NOT EXISTS retry_max_attempts integer;
+ALTER TABLE mjsched.scheduled_job ADD COLUMN IF NOT EXISTS retry_initial_delay double precision;
+ALTER TABLE mjsched.scheduled_job ADD COLUMN IF NOT EXISTS retry_factor double precision;
+ALTER TABLE mjsched.scheduled_job ADD COLUMN IF NOT EXISTS retry_max_delay double precision;
+ALTER TABLE mjsched.scheduled_job ADD COLUMN IF NOT EXISTS retry_jitter double precision;
+ALTER TABLE mjsched.scheduled_job ADD COLUMN IF NOT EXISTS notify_final_attempt_only boolean NOT NULL DEFAULT true;
+ALTER TABLE mjsched.scheduled_job ADD COLUMN IF NOT EXISTS retry_count integer NOT NULL DEFAULT 0;
+ALTER TABLE mjsched.scheduled_job_run ADD COLUMN IF NOT EXISTS attempt integer NOT NULL DEFAULT 1;
+ALTER TABLE mjsched.scheduled_job_run ADD COLUMN IF NOT EXISTS retry_at timestamptz;
 
 -- A change to what defines a schedule (by anyone, through any client) clears
 -- next_run_at unless the writer set it, so an engine recomputes it; every change

@@ -163,7 +163,7 @@ LANGUAGE sql AS $$
 $$;
 
 -- expire_ended_jobs: Active jobs past end_at become Expired (a partial-index scan, so
--- every claim can afford it).
+-- every claim can afford it); their pending retries end Skipped (the window closed).
 CREATE OR REPLACE FUNCTION mjsched.expire_ended_jobs(p_now timestamptz) RETURNS integer
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
@@ -173,6 +173,12 @@ BEGIN
         SELECT j.id FROM mjsched.scheduled_job j
          WHERE j.status = 'Active' AND j.end_at IS NOT NULL AND j.end_at <= p_now
            FOR NO KEY UPDATE SKIP LOCKED
+    ), dropped AS (
+        UPDATE mjsched.scheduled_job_run q
+           SET status = 'Skipped', success = false, completed_at = p_now, duration_ms = 0,
+               error_message = 'retry not run: the job''s window ended (end_at) before it was due'
+          FROM ended e
+         WHERE q.scheduled_job_id = e.id AND q.status = 'Queued' AND q.attempt > 1
     )
     UPDATE mjsched.scheduled_job j SET status = 'Expired', next_run_at = NULL
       FROM ended e
@@ -432,7 +438,10 @@ LANGUAGE sql STABLE AS $$
        AND j.lock_token = md5(p_claim_id::text || j.id::text)::uuid
 $$;
 
--- claim_queued: lock claimable jobs holding a Queued run and start their oldest one.
+-- claim_queued: lock claimable jobs holding a due Queued run (a Queue-mode tick, or a retry
+-- whose retry_at has come) and start their oldest one (oldest tick, then lowest attempt).
+-- Skip mode: while the job's next tick is due its retries wait for claim_ticks, which runs
+-- the tick and supersedes them.
 CREATE OR REPLACE FUNCTION mjsched.claim_queued(
     p_instance varchar, p_max_jobs integer, p_lease_seconds double precision, p_now timestamptz,
     p_claim_id uuid)
@@ -447,7 +456,9 @@ BEGIN
     SELECT coalesce(array_agg(c.id), '{}'), coalesce(array_agg(c.lock_token) FILTER (WHERE c.lock_token IS NOT NULL), '{}')
       INTO v_ids, v_old
       FROM (SELECT j.id, j.lock_token FROM mjsched.scheduled_job j
-             WHERE j.id IN (SELECT q.scheduled_job_id FROM mjsched.scheduled_job_run q WHERE q.status = 'Queued')
+             WHERE j.id IN (SELECT q.scheduled_job_id FROM mjsched.scheduled_job_run q
+                             WHERE q.status = 'Queued' AND (q.retry_at IS NULL OR q.retry_at <= p_now)
+                               AND NOT (q.attempt > 1 AND j.concurrency_mode = 'Skip' AND j.next_run_at <= p_now))
                AND mjsched.claimable(j.status, j.start_at, j.end_at, j.lock_token, j.expected_completion_at, p_now)
              LIMIT p_max_jobs
                FOR NO KEY UPDATE OF j SKIP LOCKED) c;
@@ -484,12 +495,14 @@ BEGIN
          WHERE j.id = ANY (v_ids)
            AND EXISTS (SELECT 1 FROM mjsched.scheduled_job_run q
                         WHERE q.scheduled_job_id = j.id AND q.status = 'Queued')
-     RETURNING j.id, j.lock_token, j.expected_completion_at AS lease_until
+     RETURNING j.id, j.lock_token, j.expected_completion_at AS lease_until, j.concurrency_mode, j.next_run_at
     ), picked AS (
         SELECT DISTINCT ON (q.scheduled_job_id) q.id, t.lock_token, t.lease_until
           FROM taken t
           JOIN mjsched.scheduled_job_run q ON q.scheduled_job_id = t.id AND q.status = 'Queued'
-         ORDER BY q.scheduled_job_id, q.queued_at, q.scheduled_for
+         WHERE (q.retry_at IS NULL OR q.retry_at <= p_now)
+           AND NOT (q.attempt > 1 AND t.concurrency_mode = 'Skip' AND t.next_run_at <= p_now)
+         ORDER BY q.scheduled_job_id, q.scheduled_for, q.attempt, q.queued_at
     ), started AS (
         UPDATE mjsched.scheduled_job_run r
            SET status = 'Running', started_at = p_now, executed_by_instance = p_instance,
@@ -503,7 +516,9 @@ END;
 $$;
 
 -- claim_ticks: lock claimable due jobs (oldest tick first; an index range scan on
--- (status, next_run_at)) that hold no Queued run, and start a run for each tick.
+-- (status, next_run_at)) that hold no Queued tick (a pending retry holds no tick back), and
+-- start a run for each tick. Skip mode: the tick supersedes the job's pending retries,
+-- recorded Skipped with the reason.
 CREATE OR REPLACE FUNCTION mjsched.claim_ticks(
     p_instance varchar, p_max_jobs integer, p_lease_seconds double precision, p_now timestamptz,
     p_claim_id uuid)
@@ -521,7 +536,7 @@ BEGIN
              WHERE j.status = 'Active' AND j.next_run_at <= p_now
                AND mjsched.claimable(j.status, j.start_at, j.end_at, j.lock_token, j.expected_completion_at, p_now)
                AND NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run q
-                                WHERE q.scheduled_job_id = j.id AND q.status = 'Queued')
+                                WHERE q.scheduled_job_id = j.id AND q.status = 'Queued' AND q.attempt = 1)
              ORDER BY j.next_run_at
              LIMIT p_max_jobs
                FOR NO KEY UPDATE OF j SKIP LOCKED) c;
@@ -556,14 +571,22 @@ BEGIN
                locked_at = p_now, locked_by_instance = p_instance,
                expected_completion_at = p_now + mjsched.lease_interval(p_lease_seconds, j.max_runtime_seconds)
          WHERE j.id = ANY (v_ids)
-     RETURNING j.id, j.lock_token, j.next_run_at, j.expected_completion_at AS lease_until
+     RETURNING j.id, j.lock_token, j.next_run_at, j.expected_completion_at AS lease_until, j.concurrency_mode
+    ), superseded AS (
+        UPDATE mjsched.scheduled_job_run q
+           SET status = 'Skipped', success = false, completed_at = p_now, duration_ms = 0,
+               error_message = format('retry not run: the next tick (%s) came due first (concurrency_mode Skip)',
+                                      t.next_run_at)
+          FROM taken t
+         WHERE q.scheduled_job_id = t.id AND q.status = 'Queued' AND q.attempt > 1
+           AND t.concurrency_mode = 'Skip'
     ), inserted AS (
         INSERT INTO mjsched.scheduled_job_run
                (scheduled_job_id, scheduled_for, status, started_at, executed_by_instance,
                 lock_token, lease_expires_at)
         SELECT t.id, t.next_run_at, 'Running', p_now, p_instance, t.lock_token, t.lease_until
           FROM taken t
-        ON CONFLICT (scheduled_job_id, scheduled_for) DO NOTHING
+        ON CONFLICT DO NOTHING
         RETURNING id, scheduled_job_id
     )
     SELECT t.id, i.id, t.lock_token, t.next_run_at, false
@@ -572,11 +595,13 @@ BEGIN
 END;
 $$;
 
--- next_due_at: the earliest instant something may become claimable (a tick, a lapsing
--- lock or run lease); NULL when nothing is scheduled.
+-- next_due_at: the earliest instant something may become claimable (a tick, a retry, a
+-- lapsing lock or run lease); NULL when nothing is scheduled. (plpgsql: its columns are
+-- resolved when it runs, not when this script creates it.)
 CREATE OR REPLACE FUNCTION mjsched.next_due_at(p_now timestamptz) RETURNS timestamptz
-LANGUAGE sql STABLE AS $$
-    SELECT min(s.t) FROM (
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (SELECT min(s.t) FROM (
         SELECT min(j.next_run_at) AS t FROM mjsched.scheduled_job j
          WHERE j.status = 'Active' AND j.next_run_at > p_now
         UNION ALL
@@ -585,7 +610,11 @@ LANGUAGE sql STABLE AS $$
         UNION ALL
         SELECT min(r.lease_expires_at) FROM mjsched.scheduled_job_run r
          WHERE r.status = 'Running' AND r.lease_expires_at > p_now
-    ) s
+        UNION ALL
+        SELECT min(r.retry_at) FROM mjsched.scheduled_job_run r
+         WHERE r.status = 'Queued' AND r.retry_at IS NOT NULL AND r.retry_at > p_now
+    ) s);
+END;
 $$;
 
 -- claim_counters: for DispatchResult, due jobs left unclaimed for want of slots (counted
@@ -612,7 +641,7 @@ $$;
 -- complete_items: the completion complete_runs and complete_job_runs share (its one
 -- definition). Finish many runs in one transaction (batched completion).
 -- p_items: JSON array of {run_id, token, status, error_message, details, next_run_at,
--- guard, expected_next_run_at}. Each run is fenced by its token and must still be
+-- guard, expected_next_run_at, retry_in}. Each run is fenced by its token and must still be
 -- Running; the job's statistics follow, and the job lock is released (and next_run_at
 -- set) only where the same token still holds it. With guard true, next_run_at is set
 -- only while the job's next_run_at is still expected_next_run_at (what the engine saw
@@ -622,6 +651,10 @@ $$;
 -- whose run is still Running under its token but whose job row another session holds
 -- (an operator's open transaction) is answered busy = 1: nothing of it was written, and a
 -- later call completes it. Without it the job rows are locked in id order, waiting.
+-- Retries (009_retries.sql): an item with retry_in (seconds, the delay the engine drew from
+-- the job's policy) that ends a tick's attempt Failed or Timeout records the next attempt of
+-- the same tick in this transaction: a Queued run (attempt + 1) due at now + retry_in, or,
+-- when that is not before the job's end_at, a Skipped one saying so. retry_count counts them.
 CREATE OR REPLACE FUNCTION mjsched.complete_items(p_items jsonb, p_now timestamptz, p_skip_busy boolean)
 RETURNS TABLE (run_id uuid, completed integer, busy integer)
 LANGUAGE plpgsql AS $$
@@ -640,6 +673,12 @@ BEGIN
                    OR e->>'status' NOT IN ('Completed', 'Failed', 'Timeout', 'Cancelled', 'Skipped')) THEN
         RAISE EXCEPTION 'status must be one of Completed, Failed, Timeout, Cancelled, Skipped'
             USING ERRCODE = '22023';
+    END IF;
+    IF EXISTS (SELECT 1 FROM jsonb_array_elements(p_items) e
+                WHERE CASE jsonb_typeof(e->'retry_in')
+                          WHEN 'number' THEN NOT ((e->>'retry_in')::double precision BETWEEN 0 AND 31536000)
+                          ELSE jsonb_typeof(e->'retry_in') <> 'null' END) THEN
+        RAISE EXCEPTION 'retry_in must be a number of seconds in [0, 31536000]' USING ERRCODE = '22023';
     END IF;
 
     -- (the run ids as an array first: = ANY reaches the runs through their primary key, where
@@ -666,10 +705,11 @@ BEGIN
     RETURN QUERY
     WITH items AS (
         SELECT i.run_id, i.token, i.status, i.error_message, i.details, i.next_run_at,
-               coalesce(i.guard, false) AS guard, i.expected_next_run_at
+               coalesce(i.guard, false) AS guard, i.expected_next_run_at, i.retry_in
           FROM jsonb_to_recordset(p_items) AS i(run_id uuid, token uuid, status varchar,
                                                error_message text, details jsonb, next_run_at timestamptz,
-                                               guard boolean, expected_next_run_at timestamptz)
+                                               guard boolean, expected_next_run_at timestamptz,
+                                               retry_in double precision)
     ), finished AS (
         UPDATE mjsched.scheduled_job_run r
            SET status = i.status,
@@ -684,7 +724,24 @@ BEGIN
          WHERE r.id = i.run_id AND r.lock_token = i.token AND r.status = 'Running'
            AND r.scheduled_job_id = ANY (v_jobs)
      RETURNING r.id, r.scheduled_job_id, r.lock_token, r.status, r.duration_ms, i.next_run_at, i.guard,
-               i.expected_next_run_at
+               i.expected_next_run_at, r.scheduled_for, r.attempt,
+               CASE WHEN r.status IN ('Failed', 'Timeout') AND r.scheduled_for IS NOT NULL
+                    THEN v_now + make_interval(secs => i.retry_in) END AS retry_at
+    ), retried AS (
+        INSERT INTO mjsched.scheduled_job_run AS q
+               (scheduled_job_id, scheduled_for, attempt, status, queued_at, retry_at,
+                success, completed_at, duration_ms, error_message)
+        SELECT f.scheduled_job_id, f.scheduled_for, f.attempt + 1,
+               CASE WHEN l.late THEN 'Skipped' ELSE 'Queued' END, v_now, f.retry_at,
+               CASE WHEN l.late THEN false END, CASE WHEN l.late THEN v_now END, CASE WHEN l.late THEN 0 END,
+               CASE WHEN l.late THEN format('retry not run: due at %s, not before the job''s end_at (%s)',
+                                            f.retry_at, j.end_at) END
+          FROM finished f
+          JOIN mjsched.scheduled_job j ON j.id = f.scheduled_job_id
+         CROSS JOIN LATERAL (SELECT coalesce(f.retry_at >= j.end_at, false) AS late) l
+         WHERE f.retry_at IS NOT NULL AND f.attempt < 100
+        ON CONFLICT DO NOTHING
+        RETURNING q.scheduled_job_id, q.status
     ), per_job AS (
         SELECT f.scheduled_job_id,
                count(*) FILTER (WHERE f.status <> 'Skipped') AS runs,
@@ -702,6 +759,8 @@ BEGIN
     ), jobs AS (
         UPDATE mjsched.scheduled_job j
            SET run_count = j.run_count + p.runs,
+               retry_count = j.retry_count + (SELECT count(*) FROM retried x
+                                               WHERE x.scheduled_job_id = j.id AND x.status = 'Queued'),
                success_count = j.success_count + p.ok,
                failure_count = j.failure_count + p.bad,
                total_duration_ms = j.total_duration_ms + p.total_ms,
@@ -838,7 +897,8 @@ $$;
 -- enqueue_job_run (Queue mode): keep a tick that came due while the job runs as one
 -- Queued run: at most one per tick (the UNIQUE index), at most max_queued_runs, and
 -- only a tick later than the start of the Running run that holds the job's lock and
--- not in the future. A tick refused once (queue full) is never queued later.
+-- not in the future. A tick refused once (queue full) is never queued later. Pending
+-- retries (009_retries.sql) take no queue slot.
 CREATE OR REPLACE FUNCTION mjsched.enqueue_job_run(
     p_job_id uuid, p_scheduled_for timestamptz, p_now timestamptz DEFAULT NULL)
 RETURNS TABLE (enqueued integer)
@@ -866,10 +926,10 @@ BEGIN
     IF v_limit IS NOT NULL AND v_started IS NOT NULL
        AND p_scheduled_for > v_started AND p_scheduled_for <= v_now
        AND (SELECT count(*) FROM mjsched.scheduled_job_run q
-             WHERE q.scheduled_job_id = p_job_id AND q.status = 'Queued') < v_limit THEN
+             WHERE q.scheduled_job_id = p_job_id AND q.status = 'Queued' AND q.attempt = 1) < v_limit THEN
         INSERT INTO mjsched.scheduled_job_run (scheduled_job_id, scheduled_for, status, queued_at)
         VALUES (p_job_id, p_scheduled_for, 'Queued', v_now)
-        ON CONFLICT (scheduled_job_id, scheduled_for) DO NOTHING;
+        ON CONFLICT DO NOTHING;
         GET DIAGNOSTICS v_rows = ROW_COUNT;
     END IF;
     RETURN QUERY SELECT v_rows;
@@ -937,7 +997,7 @@ BEGIN
            (scheduled_job_id, scheduled_for, status, started_at, executed_by_instance,
             lock_token, lease_expires_at)
     VALUES (p_job_id, p_scheduled_for, 'Running', v_now, p_instance, p_token, v_lease)
-    ON CONFLICT (scheduled_job_id, scheduled_for) DO NOTHING
+    ON CONFLICT DO NOTHING
     RETURNING id;
 END;
 $$;

@@ -28,7 +28,9 @@ BEGIN
                      'run_immediately_if_never_run', 'max_runtime_seconds', 'isolation', 'max_queued_runs',
                      'notify_on_success', 'notify_on_failure', 'notify_to', 'next_run_at', 'high_frequency_ok',
                      'keep_runs_days', 'keep_runs_count',
-                     'interval_seconds', 'run_at')
+                     'interval_seconds', 'run_at',
+                     'retry_max_attempts', 'retry_initial_delay', 'retry_factor', 'retry_max_delay', 'retry_jitter',
+                     'notify_final_attempt_only')
      LIMIT 1;
     IF v_key IS NOT NULL THEN
         RAISE EXCEPTION 'fields.%: not a job column that can be set', v_key USING ERRCODE = '22023';
@@ -130,6 +132,37 @@ BEGIN
         RAISE EXCEPTION 'fields.keep_runs_count: % must be between 0 (no count kept) and 1000000000',
             r.keep_runs_count USING ERRCODE = '22023';
     END IF;
+    -- the retry policy (009_retries.sql): all five keys or none, each inside its rule
+    IF p_fields ?| ARRAY['retry_max_attempts', 'retry_initial_delay', 'retry_factor', 'retry_max_delay', 'retry_jitter']
+       AND NOT (p_fields ?& ARRAY['retry_max_attempts', 'retry_initial_delay', 'retry_factor', 'retry_max_delay',
+                                  'retry_jitter']
+                AND ((r.retry_max_attempts IS NULL AND r.retry_initial_delay IS NULL AND r.retry_factor IS NULL
+                      AND r.retry_max_delay IS NULL AND r.retry_jitter IS NULL)
+                     OR (r.retry_max_attempts IS NOT NULL AND r.retry_initial_delay IS NOT NULL
+                         AND r.retry_factor IS NOT NULL AND r.retry_max_delay IS NOT NULL
+                         AND r.retry_jitter IS NOT NULL))) THEN
+        RAISE EXCEPTION 'fields.retry_max_attempts: a retry policy is all five retry_* values or none (got %)',
+            left((SELECT jsonb_object_agg(k, p_fields -> k) FROM jsonb_object_keys(p_fields) k
+                   WHERE k LIKE 'retry\_%')::text, 200) USING ERRCODE = '22023';
+    END IF;
+    IF r.retry_max_attempts NOT BETWEEN 1 AND 100 THEN
+        RAISE EXCEPTION 'fields.retry_max_attempts: % must be between 1 and 100', r.retry_max_attempts
+            USING ERRCODE = '22023';
+    END IF;
+    IF NOT (r.retry_initial_delay >= 0 AND r.retry_initial_delay <= 31536000) THEN
+        RAISE EXCEPTION 'fields.retry_initial_delay: % must be a finite number of seconds in [0, 31536000]',
+            r.retry_initial_delay USING ERRCODE = '22023';
+    END IF;
+    IF NOT (r.retry_factor >= 1 AND r.retry_factor <= 100) THEN
+        RAISE EXCEPTION 'fields.retry_factor: % must be between 1 and 100', r.retry_factor USING ERRCODE = '22023';
+    END IF;
+    IF NOT (r.retry_max_delay >= r.retry_initial_delay AND r.retry_max_delay <= 31536000) THEN
+        RAISE EXCEPTION 'fields.retry_max_delay: % must be at least retry_initial_delay (%) and at most 31536000',
+            r.retry_max_delay, r.retry_initial_delay USING ERRCODE = '22023';
+    END IF;
+    IF NOT (r.retry_jitter >= 0 AND r.retry_jitter <= 1) THEN
+        RAISE EXCEPTION 'fields.retry_jitter: % must be between 0 and 1', r.retry_jitter USING ERRCODE = '22023';
+    END IF;
 END;
 $$;
 
@@ -166,7 +199,8 @@ BEGIN
             configuration, owner, concurrency_mode, missed_run_policy, run_immediately_if_never_run,
             max_runtime_seconds, isolation, max_queued_runs, notify_on_success, notify_on_failure,
             notify_to, next_run_at, high_frequency_ok, keep_runs_days, keep_runs_count,
-            interval_seconds, run_at)
+            interval_seconds, run_at, retry_max_attempts, retry_initial_delay,
+            retry_factor, retry_max_delay, retry_jitter, notify_final_attempt_only)
     VALUES (r.job_type_id, r.name, r.description, r.cron_expression,
             CASE WHEN p_fields ? 'timezone' THEN r.timezone ELSE 'UTC' END,
             r.start_at, r.end_at,
@@ -181,7 +215,9 @@ BEGIN
             coalesce(r.notify_on_failure, true),
             r.notify_to, r.next_run_at,
             coalesce(r.high_frequency_ok, false),
-            r.keep_runs_days, r.keep_runs_count, r.interval_seconds, r.run_at)
+            r.keep_runs_days, r.keep_runs_count, r.interval_seconds, r.run_at,
+            r.retry_max_attempts, r.retry_initial_delay, r.retry_factor, r.retry_max_delay, r.retry_jitter,
+            coalesce(r.notify_final_attempt_only, true))
     RETURNING j.id;
 END;
 $$;
@@ -228,7 +264,17 @@ BEGIN
         keep_runs_days = CASE WHEN p_fields ? 'keep_runs_days' THEN r.keep_runs_days ELSE j.keep_runs_days END,
         keep_runs_count = CASE WHEN p_fields ? 'keep_runs_count' THEN r.keep_runs_count ELSE j.keep_runs_count END,
         interval_seconds = CASE WHEN p_fields ? 'interval_seconds' THEN r.interval_seconds ELSE j.interval_seconds END,
-        run_at = CASE WHEN p_fields ? 'run_at' THEN r.run_at ELSE j.run_at END
+        run_at = CASE WHEN p_fields ? 'run_at' THEN r.run_at ELSE j.run_at END,
+        retry_max_attempts = CASE WHEN p_fields ? 'retry_max_attempts' THEN r.retry_max_attempts
+                                  ELSE j.retry_max_attempts END,
+        retry_initial_delay = CASE WHEN p_fields ? 'retry_initial_delay' THEN r.retry_initial_delay
+                                   ELSE j.retry_initial_delay END,
+        retry_factor = CASE WHEN p_fields ? 'retry_factor' THEN r.retry_factor ELSE j.retry_factor END,
+        retry_max_delay = CASE WHEN p_fields ? 'retry_max_delay' THEN r.retry_max_delay ELSE j.retry_max_delay END,
+        retry_jitter = CASE WHEN p_fields ? 'retry_jitter' THEN r.retry_jitter ELSE j.retry_jitter END,
+        notify_final_attempt_only = CASE WHEN p_fields ? 'notify_final_attempt_only'
+                                         THEN coalesce(r.notify_final_attempt_only, true)
+                                         ELSE j.notify_final_attempt_only END
      WHERE j.id = p_job_id;
     GET DIAGNOSTICS v_rows = ROW_COUNT;
     RETURN QUERY SELECT v_rows;

@@ -219,6 +219,17 @@ POISON: list[tuple[str, str, bool]] = [
     ("run_at", "run_at = now()", False),
     *[("run_at", f"cron_expression = NULL, run_at = '{v}'", False) for v in BAD_INSTANTS],
     ("run_at", "cron_expression = NULL, run_at = now() - interval '1 hour'", True),
+    # the retry policy (009_retries.sql): each value in its range, and all five or none
+    *[("retry_max_attempts", f"retry_max_attempts = {v}", False) for v in (0, 101)],
+    *[(c, f"{c} = {v}", False) for c in ("retry_initial_delay", "retry_max_delay")
+      for v in ("-1", "'NaN'", "1e308")],
+    *[("retry_factor", f"retry_factor = {v}", False) for v in ("0.5", "'NaN'", "101")],
+    *[("retry_jitter", f"retry_jitter = {v}", False) for v in ("-0.1", "'NaN'", "1.5")],
+    ("retry_policy", "retry_max_attempts = 3", False),
+    ("retry_policy", "retry_max_attempts = 3, retry_initial_delay = 60, retry_factor = 2, retry_max_delay = 10, "
+                     "retry_jitter = 0", False),
+    ("notify_final_attempt_only", "notify_final_attempt_only = NULL", False),
+    *[("retry_count", f"retry_count = {v}", False) for v in (-1, 2147483647)],
 ]
 # Rules about two columns, named after what they relate.
 CONSTRAINT_OF = {"end_at": "ck_scheduled_job_window", "lock_token": "ck_scheduled_job_lock",

@@ -176,6 +176,8 @@ def _complete(s: State, rng: random.Random) -> Call | None:
                       "error_message": None, "details": None,
                       "next_run_at": _iso(s.now + timedelta(seconds=30)) if scheduled else None,
                       "guard": scheduled, "expected_next_run_at": _iso(job.next_run_at) if scheduled else None})
+        if scheduled and items[-1]["status"] in ("Failed", "Timeout") and rng.random() < 0.6:
+            items[-1]["retry_in"] = rng.choice((0, 0.5, 30))   # retries (009): the next attempt, recorded here
     return Call("complete", "complete_job_runs", (json.dumps(items), s.now),
                 moves=tuple(i["token"] for i in items))
 

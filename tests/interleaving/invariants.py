@@ -2,8 +2,11 @@
 
 (I1) at most one Running run per Skip/Queue job.
 (I2) every Running run of a Skip/Queue job has its job locked by the same token.
-(I3) at most one run per (job, tick) (scheduled_for not NULL).
-(I4) a job's Queued runs are at most max_queued_runs, and every Queued tick is later
+(I3) at most one run per (job, tick, attempt) (scheduled_for not NULL); with retries (009)
+     also: every later attempt of a tick follows a Failed or Timeout attempt of it, and a
+     tick has at most one attempt pending (Queued or Running).
+(I4) a job's Queued ticks (attempt 1; retries take no queue slot) are at most
+     max_queued_runs, and every Queued tick is later
      than the start of each run of its job that had started before the tick was queued
      (r.started_at < q.queued_at implies q.scheduled_for > r.started_at): only ticks that
      came due while the job ran are queued, never one older than the run then in progress.
@@ -21,6 +24,7 @@ The SQL is written for both dialects (CAST, CASE, no FILTER, no ::).
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Sequence
@@ -32,6 +36,7 @@ ID = "CAST({} AS varchar(36))"
 RUN = "mjsched.scheduled_job_run"
 JOB = "mjsched.scheduled_job"
 LOCKING = "('Skip', 'Queue')"
+ATTEMPT = "{}.attempt"
 
 TABLE_CHECKS = f"""
 SELECT 'I1' AS inv, {ID.format('r.scheduled_job_id')} AS job_id, CAST(NULL AS varchar(36)) AS run_id,
@@ -47,16 +52,27 @@ SELECT 'I2', {ID.format('j.id')}, {ID.format('r.id')}, NULL, NULL
 UNION ALL
 SELECT 'I3', {ID.format('r.scheduled_job_id')}, NULL, CAST(count(*) AS bigint), NULL
   FROM {RUN} r WHERE r.scheduled_for IS NOT NULL
+ GROUP BY r.scheduled_job_id, r.scheduled_for, {ATTEMPT.format('r')} HAVING count(*) > 1
+UNION ALL
+SELECT 'I3', {ID.format('r.scheduled_job_id')}, {ID.format('r.id')}, CAST({ATTEMPT.format('r')} AS bigint), NULL
+  FROM {RUN} r
+ WHERE {ATTEMPT.format('r')} > 1
+   AND NOT EXISTS (SELECT 1 FROM {RUN} p
+                    WHERE p.scheduled_job_id = r.scheduled_job_id AND p.scheduled_for = r.scheduled_for
+                      AND {ATTEMPT.format('p')} = {ATTEMPT.format('r')} - 1 AND p.status IN ('Failed', 'Timeout'))
+UNION ALL
+SELECT 'I3', {ID.format('r.scheduled_job_id')}, NULL, CAST(count(*) AS bigint), NULL
+  FROM {RUN} r WHERE r.scheduled_for IS NOT NULL AND r.status IN ('Queued', 'Running')
  GROUP BY r.scheduled_job_id, r.scheduled_for HAVING count(*) > 1
 UNION ALL
 SELECT 'I4', {ID.format('j.id')}, NULL, CAST(count(*) AS bigint), CAST(j.max_queued_runs AS bigint)
   FROM {RUN} q JOIN {JOB} j ON j.id = q.scheduled_job_id
- WHERE q.status = 'Queued'
+ WHERE q.status = 'Queued' AND {ATTEMPT.format('q')} = 1
  GROUP BY j.id, j.max_queued_runs HAVING count(*) > j.max_queued_runs
 UNION ALL
 SELECT 'I4', {ID.format('q.scheduled_job_id')}, {ID.format('q.id')}, NULL, NULL
   FROM {RUN} q
- WHERE q.status = 'Queued'
+ WHERE q.status = 'Queued' AND {ATTEMPT.format('q')} = 1
    AND EXISTS (SELECT 1 FROM {RUN} r
                 WHERE r.scheduled_job_id = q.scheduled_job_id AND r.status <> 'Queued'
                   AND r.started_at < q.queued_at AND q.scheduled_for <= r.started_at)
@@ -73,10 +89,16 @@ SELECT 'I6', {ID.format('j.id')}, NULL, CAST(j.run_count AS bigint), CAST(coales
 """
 TABLE_INVARIANTS = ("I1", "I2", "I3", "I4", "I6")
 
+
+def table_checks(retries: bool) -> str:
+    """TABLE_CHECKS for a schema with retries (009), or for an older one (every run attempt 1)."""
+    return TABLE_CHECKS if retries else re.sub(r"\b[rpq]\.attempt\b", "1", TABLE_CHECKS)
+
 WHAT = {
     "I1": "two Running runs of one Skip/Queue job",
     "I2": "a Running run of a Skip/Queue job whose job is not locked by its token",
-    "I3": "two runs of one tick",
+    "I3": "two runs of one tick and attempt, a retry without a failed attempt before it, or two attempts "
+          "of one tick pending at once",
     "I4": "Queued runs beyond max_queued_runs, or a queued tick older than a run then in progress",
     "I5": "a token reported renewed whose job lock or run lease was not extended",
     "I6": "job statistics differ from its finished runs",

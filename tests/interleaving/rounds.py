@@ -30,7 +30,8 @@ import psycopg2.extras
 from tests.interleaving import invariants
 from tests.interleaving.catalogue import Call, replay_of
 from tests.interleaving.invariants import Outcome, Violation
-from tests.interleaving.states import JOB_COLUMNS, RUN_COLUMNS, State, generate, job_rows, run_rows
+from tests.interleaving.states import (JOB_COLUMNS, RETRY_COLUMNS, RUN_COLUMNS, State, generate, job_rows,
+                                       run_rows)
 
 log = logging.getLogger("mjsched.tests.interleaving")
 
@@ -153,6 +154,9 @@ class Arena:
         self.type_id = str(self.rows("INSERT INTO mjsched.scheduled_job_type (name, driver_class) "
                                      "VALUES ('interleaving', 'interleaving') RETURNING id")[0]["id"])
         self._installs = 0
+        self.retries = bool(self.rows(   # a schema with retries (009): attempts, retry_at
+            "SELECT 1 AS x FROM information_schema.columns WHERE table_schema = 'mjsched' "
+            "AND table_name = 'scheduled_job_run' AND column_name = 'attempt'"))
 
     def close(self) -> None:
         for w in [self.admin, self.controller, *self.workers]:
@@ -187,7 +191,9 @@ class Arena:
         with self.admin.conn.cursor() as cur:
             parts = [wipe]
             for table, columns, rows in (("scheduled_job", JOB_COLUMNS, job_rows(state, self.type_id)),
-                                         ("scheduled_job_run", RUN_COLUMNS, run_rows(state))):
+                                         ("scheduled_job_run", RUN_COLUMNS + RETRY_COLUMNS if self.retries
+                                          else RUN_COLUMNS, [r if self.retries else r[:len(RUN_COLUMNS)]
+                                                             for r in run_rows(state)])):
                 if rows:
                     marks = "(" + ", ".join(["%s"] * len(columns)) + ")"
                     values = ", ".join(cur.mogrify(marks, r).decode() for r in rows)
@@ -196,7 +202,7 @@ class Arena:
 
     # -- checks ------------------------------------------------------------------------------
     def check(self, state: State, calls: Sequence[Call], outcomes: Sequence[Outcome]) -> tuple[list[Violation], int]:
-        found = invariants.table_violations(self.rows(invariants.TABLE_CHECKS), state)
+        found = invariants.table_violations(self.rows(invariants.table_checks(self.retries)), state)
         checks = len(invariants.TABLE_INVARIANTS) + 1   # + I7, read from the outcomes
         renewals = ("renew", "renew_skip")
         renewed = [str(r["lock_token"]) for c, o in zip(calls, outcomes) if c.op in renewals for r in o.rows]

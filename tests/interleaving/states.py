@@ -29,6 +29,7 @@ C = "eng-c"           # a third engine: claims, manual runs
 FINISHED = ("Completed", "Failed", "Timeout", "Cancelled", "Abandoned")
 RUN_COLUMNS = ("id", "scheduled_job_id", "scheduled_for", "status", "success", "queued_at", "started_at",
                "completed_at", "duration_ms", "executed_by_instance", "lock_token", "lease_expires_at")
+RETRY_COLUMNS = ("attempt", "retry_at")   # a schema with retries (009) only
 JOB_COLUMNS = ("id", "job_type_id", "name", "cron_expression", "status", "concurrency_mode", "next_run_at",
                "end_at", "max_queued_runs", "max_runtime_seconds", "lock_token", "locked_at",
                "locked_by_instance", "expected_completion_at", "run_count", "success_count", "failure_count",
@@ -50,6 +51,8 @@ class Run:
     instance: str | None = None
     queued_at: datetime | None = None
     completed_at: datetime | None = None
+    attempt: int = 1                    # retries (009): a tick's later attempts
+    retry_at: datetime | None = None    # a Queued retry: when it is due
 
 
 @dataclass
@@ -192,6 +195,23 @@ def make_job(kind: str, rng: random.Random, now: datetime) -> Job:
         job.next_run_at = tick                  # its claim has not advanced the schedule yet
         _held(job, rng, now, A, tick, lapsed)
         job.lock_role = "claimed"
+    elif kind in ("retry_waiting", "held_retry"):
+        # a tick whose first attempt failed: its retry (attempt 2) waits for retry_at, or runs
+        done = sec(-rng.uniform(1, 6))
+        job.runs.append(Run(new_id(), rng.choice(("Failed", "Timeout")), tick, tick + timedelta(seconds=0.5),
+                            new_id(), None, A, None, done))
+        if kind == "retry_waiting":
+            job.next_run_at = sec(rng.choice((-1, 5, 30)))
+            job.runs.append(Run(new_id(), "Queued", tick, queued_at=done, attempt=2,
+                                retry_at=sec(rng.choice((-0.5, 0, 4)))))
+            if job.mode == "Queue" and rng.random() < 0.5:   # a tick kept while the failed attempt ran
+                q_tick = tick + timedelta(seconds=4.5)
+                job.runs.append(Run(new_id(), "Queued", q_tick, queued_at=q_tick + timedelta(seconds=0.1)))
+        else:
+            job.mode = rng.choice(("Skip", "Queue"))
+            job.next_run_at = sec(rng.choice((-1, 30)))     # a retry leaves the schedule alone
+            run = _held(job, rng, now, A, tick, lapsed)
+            run.attempt, run.started_at = 2, done + timedelta(seconds=0.5)
     elif kind == "concurrent_running":
         job.mode = "Concurrent"
         job.next_run_at = sec(rng.choice((-1, 5)))
@@ -222,11 +242,14 @@ PROVIDES: dict[str, Any] = {
     "served_lock": lambda j: {"free_lock", "advance_lock", "a_token"},
     "concurrent_claimed": lambda j: {"a_run", "a_token", "advance_lock"},
     "concurrent_running": lambda j: {"a_run", "a_token"},
+    "retry_waiting": lambda j: set(),
+    "held_retry": lambda j: {"a_run", "a_token"},
 }
 KINDS = tuple(PROVIDES)
 PROVIDERS: dict[str, tuple[str, ...]] = {
-    "a_run": ("held_run", "held_queue", "manual_run", "concurrent_claimed", "concurrent_running"),
-    "a_token": ("held_run", "held_queue", "manual_lock", "manual_run", "concurrent_claimed", "concurrent_running"),
+    "a_run": ("held_run", "held_queue", "manual_run", "concurrent_claimed", "concurrent_running", "held_retry"),
+    "a_token": ("held_run", "held_queue", "manual_lock", "manual_run", "concurrent_claimed", "concurrent_running",
+                "held_retry"),
     "queue_run": ("held_queue",),
     "manual_lock": ("manual_lock",),
     "free_lock": ("manual_lock", "served_lock"),
@@ -262,5 +285,5 @@ def run_rows(state: State) -> list[tuple[Any, ...]]:
             done = r.completed_at is not None
             rows.append((r.id, j.id, r.scheduled_for, r.status,
                          (r.status == "Completed") if done else None, r.queued_at, r.started_at, r.completed_at,
-                         1000 if done else None, r.instance, r.token, r.lease))
+                         1000 if done else None, r.instance, r.token, r.lease, r.attempt, r.retry_at))
     return rows

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.interleaving
 REACHED_ROUNDS = 3        # per (point, other operation): rounds in which the point was reached
 ATTEMPTS = 12             # states tried per (point, other operation) before giving up on reaching it
 # kinds that make a boundary reachable (a claimable queue for the queued path, say)
-POINT_KINDS = {"claim_due_jobs:queued_jobs_locked": ("queue_waiting",),
+POINT_KINDS = {"claim_due_jobs:queued_jobs_locked": ("queue_waiting", "retry_waiting"),
                "claim_due_jobs:due_jobs_locked": ("free_due",)}
 KEYS = count(7_340_000)
 
