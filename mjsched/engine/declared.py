@@ -31,10 +31,8 @@ log = logging.getLogger("mjsched.engine")
 REMOVE_MISSING = ("keep", "pause", "delete")
 ATTEMPTS = 3     # rounds of "create, or else update" while other callers create or delete the same name
 
-# The schedule kinds a declaration may give. Issue 14 item 4 adds every= and run_at= to
-# create_job; wiring them here is adding their names to this tuple.
-SCHEDULE_KINDS: tuple[str, ...] = ("cron",)
-LATER_SCHEDULE_KINDS = ("every", "run_at")
+# The schedule kinds a declaration may give (exactly one of them).
+SCHEDULE_KINDS: tuple[str, ...] = ("cron", "every", "run_at")
 
 # What a definition field a declaration does not give is set to: what create_job gives it.
 # status is not here (kept unless declared); neither are name, driver and the schedule (required).
@@ -43,9 +41,11 @@ DEFAULTS: dict[str, Any] = {
     "concurrency_mode": "Skip", "missed_run_policy": "RunOnce", "run_immediately_if_never_run": False,
     "max_runtime": None, "isolation": None, "max_queued_runs": 5, "start_at": None, "end_at": None,
     "notify_on_success": False, "notify_on_failure": True, "notify_to": None, "high_frequency_ok": False,
+    "keep_runs_days": None, "keep_runs_count": None, "retry": None, "notify_final_attempt_only": True,
 }
 # The API keyword of a column validation.job_fields returns, where the two differ.
-FIELD_OF_COLUMN = {"cron_expression": "cron", "max_runtime_seconds": "max_runtime"}
+FIELD_OF_COLUMN = {"cron_expression": "cron", "max_runtime_seconds": "max_runtime", "interval_seconds": "every"}
+RETRY_COLUMNS = ("retry_max_attempts", "retry_initial_delay", "retry_factor", "retry_max_delay", "retry_jitter")
 
 
 @dataclass(frozen=True)
@@ -66,17 +66,12 @@ def declare(spec: Any) -> Declaration:
     if not isinstance(spec, Mapping):
         raise ConfigurationError("jobs[]", spec, "each declared job must be a dict of create_job's keywords")
     fields = dict(spec)
-    for kind in LATER_SCHEDULE_KINDS:
+    for kind in SCHEDULE_KINDS:
         if fields.get(kind) is None:
             fields.pop(kind, None)
-        elif kind not in SCHEDULE_KINDS:
-            raise ConfigurationError(kind, fields[kind], "interval (every=) and one-off (run_at=) schedules are not "
-                                                         "available in this version; give cron=")
-    if fields.get("cron") is None:
-        fields.pop("cron", None)
-        if not any(kind in fields for kind in SCHEDULE_KINDS):
-            raise ConfigurationError("cron", None, "a declared job needs a schedule: "
-                                                   + " or ".join(f"{k}=" for k in SCHEDULE_KINDS))
+    if not any(kind in fields for kind in SCHEDULE_KINDS):
+        raise ConfigurationError("cron", None, "a declared job needs a schedule: "
+                                               + " or ".join(f"{k}=" for k in SCHEDULE_KINDS))
     full = {**DEFAULTS, **fields}
     validation.job_fields(full, creating=True)       # every check create_job makes, nothing written
     return Declaration(name=str(full["name"]), fields=full, status_declared="status" in fields)
@@ -89,9 +84,13 @@ def differences(job: Job, decl: Declaration) -> dict[str, FieldChange]:
         wanted.pop("status", None)
     out: dict[str, FieldChange] = {}
     for column, new in wanted.items():
+        if column in RETRY_COLUMNS:
+            continue
         old = _plain(getattr(job, column, None))
         if not _same(old, new):
             out[FIELD_OF_COLUMN.get(column, column)] = FieldChange(old, new)
+    if any(not _same(getattr(job, c, None), wanted.get(c)) for c in RETRY_COLUMNS):   # one policy, five columns
+        out["retry"] = FieldChange(job.retry, decl.fields.get("retry"))
     return out
 
 

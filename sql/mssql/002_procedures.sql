@@ -708,12 +708,17 @@ BEGIN
         INSERT INTO @v_candidates (id, lock_token)
         SELECT TOP (@p_max_jobs) j.id, j.lock_token
           FROM mjsched.scheduled_job AS j WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
-         CROSS APPLY mjsched.claimable(j.status, j.start_at, j.end_at, j.lock_token,
+         -- a one-off (run_at) is Expired once its tick is served, but the retries of that tick
+         -- still run: its only Queued runs are retries (one tick, never queued behind itself)
+         CROSS APPLY mjsched.claimable(CASE WHEN j.status = N'Expired' AND j.run_at IS NOT NULL THEN N'Active'
+                                            ELSE j.status END,
+                                       j.start_at, j.end_at, j.lock_token,
                                        j.expected_completion_at, @p_now) AS c
          WHERE EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS q WITH (READCOMMITTEDLOCK, READPAST)
                         WHERE q.scheduled_job_id = j.id AND q.status = N'Queued'
                           AND (q.retry_at IS NULL OR q.retry_at <= @p_now)
-                          AND NOT (q.attempt > 1 AND j.concurrency_mode = N'Skip' AND j.next_run_at <= @p_now));
+                          AND NOT (q.attempt > 1 AND j.concurrency_mode = N'Skip'
+                                       AND j.next_run_at IS NOT NULL AND j.next_run_at <= @p_now));
         IF EXISTS (SELECT 1 FROM @v_candidates)
         BEGIN
             EXEC mjsched.test_pause @p_point = N'claim_due_jobs:queued_jobs_locked';
@@ -768,7 +773,7 @@ BEGIN
                             WHERE q.scheduled_job_id = t.job_id AND q.status = N'Queued'
                               AND (q.retry_at IS NULL OR q.retry_at <= @p_now)
                               AND NOT (q.attempt > 1 AND qj.concurrency_mode = N'Skip'
-                                       AND qj.next_run_at <= @p_now)
+                                       AND qj.next_run_at IS NOT NULL AND qj.next_run_at <= @p_now)
                             ORDER BY q.scheduled_for, q.attempt, q.queued_at);
         END;
         IF @v_own_transaction = 1

@@ -458,8 +458,13 @@ BEGIN
       FROM (SELECT j.id, j.lock_token FROM mjsched.scheduled_job j
              WHERE j.id IN (SELECT q.scheduled_job_id FROM mjsched.scheduled_job_run q
                              WHERE q.status = 'Queued' AND (q.retry_at IS NULL OR q.retry_at <= p_now)
-                               AND NOT (q.attempt > 1 AND j.concurrency_mode = 'Skip' AND j.next_run_at <= p_now))
-               AND mjsched.claimable(j.status, j.start_at, j.end_at, j.lock_token, j.expected_completion_at, p_now)
+                               AND NOT (q.attempt > 1 AND j.concurrency_mode = 'Skip'
+                                       AND j.next_run_at IS NOT NULL AND j.next_run_at <= p_now))
+               -- a one-off (run_at) is Expired once its tick is served, but the retries of that
+               -- tick still run: its only Queued runs are retries (one tick, never queued behind itself)
+               AND mjsched.claimable(CASE WHEN j.status = 'Expired' AND j.run_at IS NOT NULL THEN 'Active'
+                                          ELSE j.status END,
+                                     j.start_at, j.end_at, j.lock_token, j.expected_completion_at, p_now)
              LIMIT p_max_jobs
                FOR NO KEY UPDATE OF j SKIP LOCKED) c;
     IF cardinality(v_ids) = 0 THEN
@@ -501,7 +506,8 @@ BEGIN
           FROM taken t
           JOIN mjsched.scheduled_job_run q ON q.scheduled_job_id = t.id AND q.status = 'Queued'
          WHERE (q.retry_at IS NULL OR q.retry_at <= p_now)
-           AND NOT (q.attempt > 1 AND t.concurrency_mode = 'Skip' AND t.next_run_at <= p_now)
+           AND NOT (q.attempt > 1 AND t.concurrency_mode = 'Skip'
+                                       AND t.next_run_at IS NOT NULL AND t.next_run_at <= p_now)
          ORDER BY q.scheduled_job_id, q.scheduled_for, q.attempt, q.queued_at
     ), started AS (
         UPDATE mjsched.scheduled_job_run r

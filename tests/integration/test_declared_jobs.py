@@ -212,14 +212,38 @@ def test_ensure_job_refuses_bad_input_before_writing(db: Any, make_engine: Calla
     with pytest.raises(ConfigurationError) as info:
         engine.ensure_job("report", "shell", configuration=SHELL)
     assert info.value.field == "cron"
-    for kind, value in (("every", 90), ("run_at", FAR)):
-        with pytest.raises(ConfigurationError) as info:
-            engine.ensure_job("report", "shell", **{kind: value}, configuration=SHELL)
-        assert info.value.field == kind
+    with pytest.raises(ConfigurationError):      # two schedule kinds at once
+        engine.ensure_job("report", "shell", "0 2 * * *", every=90, configuration=SHELL)
     with pytest.raises(ConfigurationError) as info:
         engine.ensure_job("other", "shell", "0 2 * * *", configuration=SHELL, colour="red")
     assert info.value.field == "colour"
     assert engine.get_job("report") == stored and job_count(db) == 1
+
+
+def test_ensure_job_declares_every_kind_retries_and_retention_and_is_idempotent(
+        db: Any, make_engine: Callable[..., Any]) -> None:
+    """Every definition field of the other issue-14 features takes part: a second identical
+    declaration writes nothing; a changed one updates only what changed; switching the schedule
+    kind replaces the old kind."""
+    import mjsched
+    engine = make_engine(dsn=db.dsn)
+    policy = mjsched.RetryPolicy(max_attempts=3, initial_delay=10.0, factor=2.0, max_delay=60.0, jitter=0.0)
+    spec = dict(configuration=SHELL, every="90s", retry=policy, keep_runs_days=7, keep_runs_count=50)
+    engine.ensure_job("interval", "shell", **spec)
+    job = engine.get_job("interval")
+    assert (job.interval_seconds, job.cron_expression, job.retry, job.keep_runs_days) == (90, None, policy, 7)
+    result = engine.sync_jobs([{"name": "interval", "driver": "shell", **spec}])
+    assert result.unchanged == ["interval"] and not result.changes
+    changed = engine.sync_jobs([{"name": "interval", "driver": "shell", **{**spec, "retry": None}}])
+    assert changed.updated == ["interval"] and set(changed.changes["interval"]) == {"retry"}
+    assert engine.get_job("interval").retry is None
+    engine.ensure_job("interval", "shell", "*/5 * * * *", **{k: v for k, v in spec.items() if k != "every"})
+    switched = engine.get_job("interval")
+    assert (switched.cron_expression, switched.interval_seconds, switched.id) == ("*/5 * * * *", None, job.id)
+    once = engine.ensure_job("one-off", "shell", run_at=FAR, configuration=SHELL)
+    assert once.run_at == FAR and once.cron_expression is None
+    assert engine.sync_jobs([{"name": "one-off", "driver": "shell", "run_at": FAR,
+                              "configuration": SHELL}]).unchanged == ["one-off"]
 
 
 # -- sync_jobs --------------------------------------------------------------------------------------------
