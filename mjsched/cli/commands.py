@@ -890,7 +890,7 @@ def build_parser() -> argparse.ArgumentParser:
     add(sub, "init-db", cmd_init_db, "create or upgrade the mjsched schema and procedures (idempotent)")
 
     run = add(sub, "run", cmd_run, "run an engine: poll until SIGINT/SIGTERM, then drain running jobs "
-                                   "(bounded) and exit 0")
+                                   "(bounded) and exit 0; --once: run what is due now, wait, exit")
     run.add_argument("--once", action="store_true",
                      help="run what is due now (claiming again as slots free up), wait for those runs and exit: "
                           "0 if all Completed, else 1 (for system cron and scripts)")
