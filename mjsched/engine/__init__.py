@@ -4,6 +4,11 @@ What lives here, one concern a module:
   facade.py        SchedulingEngine: job CRUD, start/stop polling, execute_job, close
   control.py       EngineControl: the order of the steps that start, stop and close an engine
   once.py          DuePass: run_due_jobs, one pass over what is due now for scripts
+  manual.py        ManualRuns: execute_job (with run parameters) and unlock_job
+  wiring.py        how the parts are built and connected (wire), the backend's defaults
+  cancellation.py  cancel_run: the request, and the engine's side of acting on it
+  retention.py     RunPurger: run-history retention passes; prune_runs
+  retrying.py      the next attempt of a failed tick, drawn from the retry policy
   options.py       EngineOptions: the engine's tuning, validated once (the CLI builds it too)
   jobs.py          the row values of a job created or changed (validated, first due instant)
   refs.py          a job named by id or by name: the one rule the API and the CLI use

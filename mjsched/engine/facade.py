@@ -7,45 +7,29 @@ the completion writer and the change feed together (see the package docstring).
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import logging
-import time
-import uuid
 import weakref
 from typing import Any, Iterable
 
-from .. import parameters as run_parameters
 from .. import validation
 from ..backends import Backend, open_backend
-from ..backends.watchdog import call_timeout_for_lease
-from ..clock import DbClock
-from ..drivers.registry import get_driver
-from ..errors import ConfigurationError, JobNotActive, JobNotFound, LockNotAcquired
+from ..errors import ConfigurationError, JobNotFound
 from ..models import DispatchResult, Job, JobRun, JobStatus, RunStatus, SyncResult
 from ..notify import LoggingNotifier, Notifier
-from . import declared, refs
-from .background import BackgroundTasks
-from .cancellation import Cancellation, default_requester
-from .changes import ChangeFeed
-from .completions import CompletionWriter
-from .control import EngineControl
-from .dispatch import Dispatcher
-from .housekeeping import Housekeeping
 from ..schedules import schedule_text
+from . import declared, refs
+from .cancellation import default_requester
+from .control import EngineControl
 from .jobs import changed_job_values, new_job_values, schedule_created
-from .leases import LeaseKeeper
-from .lifecycle import RunLifecycle
-from .listeners import EngineListener, Listeners
-from .once import DuePass, check_timeout
+from .listeners import EngineListener
+from .manual import ManualRuns
+from .once import check_timeout
 from .options import EngineOptions
-from .retention import RunPurger, prune
-from .poller import Poller
-from .runs import RunRegistry, WorkerPool
+from .retention import prune
+from .wiring import backend_defaults, wire
 
 log = logging.getLogger("mjsched.engine")
 
-MANUAL_NOTIFY_WAIT_SECONDS = 5.0    # execute_job waits at most this long for its run's notification
-MANUAL_START_BUSY_SECONDS = 2.0     # execute_job asks again this long while the job's row is only busy
 
 # Engines not closed yet: at interpreter exit each is closed, so what it holds is handed back.
 _open_engines: "weakref.WeakSet[SchedulingEngine]" = weakref.WeakSet()
@@ -96,51 +80,14 @@ class SchedulingEngine:
         if notifier is not None and not callable(getattr(notifier, "notify", None)):
             raise ConfigurationError("notifier", notifier, "must have a notify(job, run, notification) method")
         self.notifier: Notifier = notifier or LoggingNotifier()
-        backend_options.setdefault("pool_size", self.max_concurrent_jobs + 4)
-        # Every call is bounded relative to the lease (README "Timeouts and half-open connections")
-        backend_options.setdefault("call_timeout", call_timeout_for_lease(
-            self.lease_timeout, float(backend_options.get("statement_timeout", 60.0))))
-        backend_options.setdefault("retry_max_delay", max(backend_options["call_timeout"],
-                                                          min(15.0, self.lease_timeout / 2)))
         if backend is None and not dsn:
             raise ConfigurationError("dsn", dsn, "a database URL is required (postgresql://... or mssql://...)")
-        self.backend: Backend = backend or open_backend(str(dsn), **backend_options)
+        self.backend: Backend = backend or open_backend(str(dsn), **backend_defaults(opts, backend_options))
         self.stats = {"dispatched": 0, "timeouts": 0, "leases_lost": 0, "fenced_completions": 0, "runs_purged": 0}
-        self._wire(opts)
+        wire(self, opts)
         self._control = EngineControl(self)
+        self._manual = ManualRuns(self)
         _open_engines.add(self)
-
-    def _wire(self, opts: EngineOptions) -> None:
-        """The parts, each of one concern; the lifecycle and the dispatcher hold the others."""
-        self._listeners = Listeners()
-        self._clock = DbClock(self.backend.db_now)
-        self._registry = RunRegistry(on_slot_freed=lambda: self._poller.wake())
-        self._pool = WorkerPool(self.max_concurrent_jobs)
-        self._side_work = BackgroundTasks()    # notifications: never on the completion writer's thread
-        self._writer = CompletionWriter(self.backend, batch_window=opts.completion_batch_window,
-                                        give_up_after=self.lease_timeout + 60)
-        self._runs = RunLifecycle(backend=self.backend, registry=self._registry, pool=self._pool,
-                                  writer=self._writer, keeper=lambda: self._keeper, side_work=self._side_work,
-                                  clock=self._clock, notifier=lambda: self.notifier, listeners=self._listeners,
-                                  stats=self.stats, instance_name=self.instance_name,
-                                  allowed_drivers=self.allowed_drivers, wake=lambda: self._poller.wake())
-        self._cancels = Cancellation(self.backend, self._registry, grace=opts.cancel_grace,
-                                     on_overdue_soon=lambda: self._keeper.poke())
-        self._keeper = LeaseKeeper(self.backend, self._registry, instance=self.instance_name,
-                                   lease_seconds=self.lease_timeout, interval=opts.heartbeat_interval,
-                                   on_timeout=self._runs.time_out, on_lost=self._runs.lose,
-                                   on_cancel_check=self._cancels.check, on_cancel_overdue=self._runs.cancel_overdue)
-        self._purger = RunPurger(self.backend, opts, self.stats)
-        self._housekeeping = Housekeeping(self.backend, self._clock, purger=self._purger)
-        self._dispatcher = Dispatcher(backend=self.backend, options=opts, registry=self._registry,
-                                      lifecycle=self._runs, writer=self._writer, keeper=self._keeper,
-                                      housekeeping=self._housekeeping, clock=self._clock,
-                                      side_work=self._side_work, stats=self.stats, wake=lambda: self._poller.wake())
-        self._due_pass = DuePass(dispatch=lambda sweep: self._observed_dispatch(sweep)[0], registry=self._registry,
-                                 backend=self.backend, side_work=self._side_work, cap=self.max_concurrent_jobs)
-        self._poller = Poller(self._poll, min_interval=self.min_poll_interval,
-                              max_interval=self.max_poll_interval)
-        self._changes = ChangeFeed(self.backend, self.on_job_changed)
 
     # -- schema ----------------------------------------------------------------------
     def install(self) -> list[str]:
@@ -314,56 +261,7 @@ class SchedulingEngine:
         deliberate run of a paused job). Lock and run are taken in one replay-safe call,
         so a lost reply never leaves the job locked by a run nobody executes.
         """
-        job = self.get_job(job_id)
-        if not isinstance(force, bool):
-            raise ConfigurationError("force", force, "must be True or False")
-        params = run_parameters.check_parameters(parameters)
-        if params:
-            job = dataclasses.replace(job, configuration=run_parameters.merged_configuration(job, params))
-        # What this process cannot run (an import path it lacks) is refused before a run is recorded.
-        get_driver(job.driver)().check_can_run(job.configuration)
-        start = self._start_manual_run(job, force, params)
-        if start.outcome == "not_found":
-            raise JobNotFound(job.id)
-        if start.outcome == "not_active":
-            raise JobNotActive(job.id, self.get_job(job.id).status.value)
-        if start.outcome != "started" or not start.run_id or not start.lock_token:
-            raise LockNotAcquired(job.id)
-        run_id, token = start.run_id, start.lock_token
-        held = self._runs.new_run(job, run_id, token, None, manual=True, catch_up=False, parameters=params)
-        self._registry.add(held)
-        self._runs.watch(held)
-        self._runs.execute_in_thread(held)
-        # Done when the run's completion is written (on return, or at its timeout), and its
-        # notification sent: a script that exits right after must not lose it (bounded wait:
-        # a notifier that hangs only delays the return).
-        self._registry.wait_gone(held, timeout=None)
-        if not held.notified.wait(MANUAL_NOTIFY_WAIT_SECONDS):
-            log.warning("job %r: its notification is still being sent; execute_job returns without it",
-                        job.name, extra={"action": "notification_pending"})
-        run = self.backend.get_run(run_id)
-        if run is None:
-            raise JobNotFound(job.id)
-        return run
-
-    def _start_manual_run(self, job: Job, force: bool, parameters: dict[str, Any] | None = None) -> Any:
-        """start_manual_run, asked again for a moment while the job's row is only *busy*: it
-        answers 'locked' at once, without waiting, when another session holds the row, which
-        an engine's claim or completion does for milliseconds. A job a run holds (a lock with a
-        holder) is refused at once."""
-        request = str(uuid.uuid4())
-        deadline = time.monotonic() + MANUAL_START_BUSY_SECONDS
-        delay = 0.01
-        while True:
-            start = self.backend.start_manual_run(job.id, request, self.instance_name, self.lease_timeout,
-                                                  force=force, parameters=parameters)
-            if start.outcome != "locked" or time.monotonic() >= deadline:
-                return start
-            current = self.backend.get_job(job.id)
-            if current is None or current.locked_by_instance is not None:
-                return start
-            time.sleep(delay)
-            delay = min(delay * 2, 0.2)
+        return self._manual.execute(job_id, parameters, force)
 
     def cancel_run(self, run_id: str, *, requested_by: str | None = None) -> None:
         """Cancel a run, from any process (mjsched/engine/cancellation.py): a Queued run ends
@@ -378,16 +276,7 @@ class SchedulingEngine:
         """Operator override: free the job's lock whoever holds it. The run that held it ends
         Abandoned and its holder's late completion is refused (fenced by its token).
         Returns False when the job was not locked."""
-        job = self.get_job(job_id)
-        freed = self.backend.force_unlock_job(job.id, f"Abandoned: an operator unlocked the job "
-                                                      f"(through engine {self.instance_name})")
-        if freed is None:
-            log.info("job %r was not locked; nothing to unlock", job.name, extra={"action": "job_unlock_noop"})
-            return False
-        holder, abandoned = freed
-        log.warning("job %r unlocked by an operator: the lock of %s was freed, %d run(s) abandoned", job.name,
-                    holder or "?", abandoned, extra={"action": "job_unlocked"})
-        return True
+        return self._manual.unlock(job_id)
 
     # -- lifecycle -------------------------------------------------------------------------------
     def close(self) -> None:

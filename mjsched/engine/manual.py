@@ -1,0 +1,97 @@
+"""Runs an operator or a script asks for: ``execute_job`` and ``unlock_job``.
+
+A manual run is taken with its lock in one replay-safe call (start_manual_run), runs on a
+thread of its own outside the cap, and the call waits for its completion and notification.
+``SchedulingEngine`` delegates here.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+import uuid
+from typing import Any
+
+from .. import parameters as run_parameters
+from ..drivers.registry import get_driver
+from ..errors import ConfigurationError, JobNotActive, JobNotFound, LockNotAcquired
+from ..models import Job, JobRun
+
+log = logging.getLogger("mjsched.engine")
+
+MANUAL_NOTIFY_WAIT_SECONDS = 5.0    # execute_job waits at most this long for its run's notification
+MANUAL_START_BUSY_SECONDS = 2.0     # execute_job asks again this long while the job's row is only busy
+
+
+class ManualRuns:
+    def __init__(self, engine: Any) -> None:
+        """``engine``: the SchedulingEngine whose parts these use (typed Any: the facade
+        imports this module, so naming its class here would make an import cycle)."""
+        self._e = engine
+
+    def execute(self, job_id: str, parameters: dict[str, Any] | None, force: bool) -> JobRun:
+        """See ``SchedulingEngine.execute_job``."""
+        job = self._e.get_job(job_id)
+        if not isinstance(force, bool):
+            raise ConfigurationError("force", force, "must be True or False")
+        params = run_parameters.check_parameters(parameters)
+        if params:
+            job = dataclasses.replace(job, configuration=run_parameters.merged_configuration(job, params))
+        # What this process cannot run (an import path it lacks) is refused before a run is recorded.
+        get_driver(job.driver)().check_can_run(job.configuration)
+        start = self._start(job, force, params)
+        if start.outcome == "not_found":
+            raise JobNotFound(job.id)
+        if start.outcome == "not_active":
+            raise JobNotActive(job.id, self._e.get_job(job.id).status.value)
+        if start.outcome != "started" or not start.run_id or not start.lock_token:
+            raise LockNotAcquired(job.id)
+        run_id, token = start.run_id, start.lock_token
+        held = self._e._runs.new_run(job, run_id, token, None, manual=True, catch_up=False, parameters=params)
+        self._e._registry.add(held)
+        self._e._runs.watch(held)
+        self._e._runs.execute_in_thread(held)
+        # Done when the run's completion is written (on return, or at its timeout), and its
+        # notification sent: a script that exits right after must not lose it (bounded wait:
+        # a notifier that hangs only delays the return).
+        self._e._registry.wait_gone(held, timeout=None)
+        if not held.notified.wait(MANUAL_NOTIFY_WAIT_SECONDS):
+            log.warning("job %r: its notification is still being sent; execute_job returns without it",
+                        job.name, extra={"action": "notification_pending"})
+        run = self._e.backend.get_run(run_id)
+        if run is None:
+            raise JobNotFound(job.id)
+        return run
+
+    def _start(self, job: Job, force: bool, parameters: dict[str, Any] | None = None) -> Any:
+        """start_manual_run, asked again for a moment while the job's row is only *busy*: it
+        answers 'locked' at once, without waiting, when another session holds the row, which
+        an engine's claim or completion does for milliseconds. A job a run holds (a lock with a
+        holder) is refused at once."""
+        request = str(uuid.uuid4())
+        deadline = time.monotonic() + MANUAL_START_BUSY_SECONDS
+        delay = 0.01
+        while True:
+            start = self._e.backend.start_manual_run(job.id, request, self._e.instance_name, self._e.lease_timeout,
+                                                  force=force, parameters=parameters)
+            if start.outcome != "locked" or time.monotonic() >= deadline:
+                return start
+            current = self._e.backend.get_job(job.id)
+            if current is None or current.locked_by_instance is not None:
+                return start
+            time.sleep(delay)
+            delay = min(delay * 2, 0.2)
+
+
+    def unlock(self, job_id: str) -> bool:
+        """See ``SchedulingEngine.unlock_job``."""
+        job = self._e.get_job(job_id)
+        freed = self._e.backend.force_unlock_job(job.id, f"Abandoned: an operator unlocked the job "
+                                                      f"(through engine {self._e.instance_name})")
+        if freed is None:
+            log.info("job %r was not locked; nothing to unlock", job.name, extra={"action": "job_unlock_noop"})
+            return False
+        holder, abandoned = freed
+        log.warning("job %r unlocked by an operator: the lock of %s was freed, %d run(s) abandoned", job.name,
+                    holder or "?", abandoned, extra={"action": "job_unlocked"})
+        return True
