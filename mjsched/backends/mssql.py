@@ -512,11 +512,35 @@ class MssqlBackend(Backend):
         return PurgeBatch.from_row(rows[0])
 
     def list_runs(self, job_id: str | None = None, status: str | None = None, limit: int = 100) -> list[JobRun]:
+        if job_id is not None:
+            return self._job_runs(job_id, status, limit)
         rows = self._rows("list_runs", f"""
             SET NOCOUNT ON;
             DECLARE @job uniqueidentifier = ?, @status nvarchar(20) = ?, @limit int = ?;
             SELECT TOP (@limit) {self._readable("scheduled_job_run", "r")} FROM mjsched.scheduled_job_run AS r
              WHERE (@job IS NULL OR r.scheduled_job_id = @job) AND (@status IS NULL OR r.status = @status)
+             ORDER BY COALESCE(r.started_at, r.queued_at) DESC, r.id DESC
+            OPTION (RECOMPILE);""", (job_id, status, int(limit)))
+        return [JobRun.from_row(r) for r in rows]
+
+    def _job_runs(self, job_id: str, status: str | None, limit: int) -> list[JobRun]:
+        """One job's runs, newest first: two index range scans on (scheduled_job_id,
+        started_at DESC), started runs and the few not started, merged (as in PostgreSQL)."""
+        rows = self._rows("list_runs", f"""
+            SET NOCOUNT ON;
+            DECLARE @job uniqueidentifier = ?, @status nvarchar(20) = ?, @limit int = ?;
+            SELECT TOP (@limit) {self._readable("scheduled_job_run", "r")} FROM (
+                SELECT a.* FROM (SELECT TOP (@limit) {self._readable("scheduled_job_run", "s")}
+                                   FROM mjsched.scheduled_job_run AS s
+                                  WHERE s.scheduled_job_id = @job AND s.started_at IS NOT NULL
+                                    AND (@status IS NULL OR s.status = @status)
+                                  ORDER BY s.started_at DESC, s.id DESC) AS a
+                UNION ALL
+                SELECT b.* FROM (SELECT TOP (@limit) {self._readable("scheduled_job_run", "q")}
+                                   FROM mjsched.scheduled_job_run AS q
+                                  WHERE q.scheduled_job_id = @job AND q.started_at IS NULL
+                                    AND (@status IS NULL OR q.status = @status)
+                                  ORDER BY q.queued_at DESC, q.id DESC) AS b) AS r
              ORDER BY COALESCE(r.started_at, r.queued_at) DESC, r.id DESC
             OPTION (RECOMPILE);""", (job_id, status, int(limit)))
         return [JobRun.from_row(r) for r in rows]

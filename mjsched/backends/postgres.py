@@ -494,10 +494,33 @@ class PostgresBackend(Backend):
         return PurgeBatch.from_row(rows[0])
 
     def list_runs(self, job_id: str | None = None, status: str | None = None, limit: int = 100) -> list[JobRun]:
+        if job_id is not None:
+            return self._job_runs(job_id, status, limit)
         rows = self._rows("list_runs", f"""
             SELECT {self._readable("scheduled_job_run")} FROM mjsched.scheduled_job_run
              WHERE (%(job)s::uuid IS NULL OR scheduled_job_id = %(job)s::uuid)
                AND (%(status)s::varchar IS NULL OR status = %(status)s::varchar)
+             ORDER BY coalesce(started_at, queued_at) DESC NULLS LAST, id DESC
+             LIMIT %(limit)s""", {"job": job_id, "status": status, "limit": limit})
+        return [JobRun.from_row(r) for r in rows]
+
+    def _job_runs(self, job_id: str, status: str | None, limit: int) -> list[JobRun]:
+        """One job's runs, newest first, in the order list_runs promises. Two index range scans
+        on (scheduled_job_id, started_at DESC), one for started runs and one for the few not
+        started (Queued), merged: the single ORDER BY coalesce(...) sorted the job's whole
+        history (79 ms p99 with 5,000 runs a job; bench.history)."""
+        cols = self._readable("scheduled_job_run")
+        rows = self._rows("list_runs", f"""
+            SELECT {cols} FROM (
+                (SELECT {cols} FROM mjsched.scheduled_job_run
+                  WHERE scheduled_job_id = %(job)s::uuid AND started_at IS NOT NULL
+                    AND (%(status)s::varchar IS NULL OR status = %(status)s::varchar)
+                  ORDER BY started_at DESC, id DESC LIMIT %(limit)s)
+                UNION ALL
+                (SELECT {cols} FROM mjsched.scheduled_job_run
+                  WHERE scheduled_job_id = %(job)s::uuid AND started_at IS NULL
+                    AND (%(status)s::varchar IS NULL OR status = %(status)s::varchar)
+                  ORDER BY queued_at DESC NULLS LAST, id DESC LIMIT %(limit)s)) AS r
              ORDER BY coalesce(started_at, queued_at) DESC NULLS LAST, id DESC
              LIMIT %(limit)s""", {"job": job_id, "status": status, "limit": limit})
         return [JobRun.from_row(r) for r in rows]
