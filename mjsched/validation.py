@@ -159,16 +159,24 @@ def _redacted(value: Any) -> str:
     return redact(repr(value))
 
 
-def job_id(value: Any) -> str:
-    """A canonical UUID string; anything else cannot name a job."""
+def canonical_uuid(value: Any) -> str | None:
+    """``value`` as a canonical UUID string (any form uuid.UUID reads), or None when it is none."""
     if isinstance(value, uuid.UUID):
         return str(value)
     if isinstance(value, str):
         try:
             return str(uuid.UUID(value))
         except ValueError:
-            pass
-    raise JobNotFound(value)
+            return None
+    return None
+
+
+def job_id(value: Any) -> str:
+    """A canonical UUID string; anything else cannot name a job."""
+    found = canonical_uuid(value)
+    if found is None:
+        raise JobNotFound(value)
+    return found
 
 
 def job_name(value: Any) -> str:

@@ -20,7 +20,6 @@ import getpass
 import logging
 import socket
 import time
-import uuid
 from datetime import datetime, timezone
 from typing import Callable
 
@@ -50,14 +49,10 @@ def default_requester(instance: str | None = None) -> str:
 
 def run_uuid(value: object) -> str:
     """A canonical UUID string; anything else names no run (RunNotFound)."""
-    if isinstance(value, uuid.UUID):
-        return str(value)
-    if isinstance(value, str):
-        try:
-            return str(uuid.UUID(value))
-        except ValueError:
-            pass
-    raise RunNotFound(value)
+    found = validation.canonical_uuid(value)
+    if found is None:
+        raise RunNotFound(value)
+    return found
 
 
 def cancel_message(request: CancelRequest, detail: str | None = None) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from .. import validation
 from ..backends import Backend
 from ..errors import ConfigurationError, JobNotFound
 from ..models import Job
@@ -18,14 +19,9 @@ from ..models import Job
 
 def as_job_id(value: Any) -> str | None:
     """The canonical id ``value`` stands for, or None when it is to be read as a name."""
-    if isinstance(value, uuid.UUID):
-        return str(value)
-    if isinstance(value, str):
-        try:
-            return str(uuid.UUID(value))
-        except ValueError:
-            return None
-    raise JobNotFound(value)
+    if not isinstance(value, (str, uuid.UUID)):
+        raise JobNotFound(value)
+    return validation.canonical_uuid(value)
 
 
 def resolve_job(backend: Backend, ref: Any) -> Job:
