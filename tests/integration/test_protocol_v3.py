@@ -234,6 +234,9 @@ def test_a_restart_under_the_same_instance_name_releases_what_the_clean_stop_lef
     engine.backend.unregister_engine("web-1")
     engine.start_polling()
     assert [r["status"] for r in run_rows(sql, job)] == ["Abandoned"]     # the tick it held was served
+    # The poll loop may take the job for a moment (it advances past the served tick, under the
+    # job's lock): stop it, so the lock seen free below stays free for execute_job.
+    engine.stop_polling(wait=True, max_wait=10)
     wait_for(lambda: job_row(sql, job)["lock_token"] is None, message="the lock to be free")
     engine.execute_job(job)                                               # and the job is free to run
 
