@@ -80,7 +80,7 @@ def declare(spec: Any) -> Declaration:
 def differences(job: Job, decl: Declaration) -> dict[str, FieldChange]:
     """The fields (create_job's keywords) whose stored value differs from the declared one."""
     wanted = validation.job_fields(decl.fields, creating=True)
-    if not decl.status_declared:
+    if not decl.status_declared or _served_one_off(job, wanted):
         wanted.pop("status", None)
     out: dict[str, FieldChange] = {}
     for column, new in wanted.items():
@@ -216,6 +216,13 @@ def _named(admin: Any, name: str) -> Job | None:
         raise ConfigurationError("name", name, f"{len(jobs)} jobs have this name (the schema is older than "
                                                "005_job_names: run install() to resolve them)")
     return jobs[0] if jobs else None
+
+
+def _served_one_off(job: Job, wanted: Mapping[str, Any]) -> bool:
+    """A one-off whose tick was served is Expired for good: declaring it Active again with the
+    same run_at changes nothing (a new run_at is a new tick, and that is a change)."""
+    return (job.status is JobStatus.EXPIRED and job.run_at is not None and wanted.get("status") == "Active"
+            and _same(job.run_at, wanted.get("run_at")))
 
 
 def _plain(value: Any) -> Any:

@@ -331,6 +331,22 @@ BEGIN
       FROM mjsched.scheduled_job_run AS q WITH (ROWLOCK)
       JOIN @v_expired AS e ON e.id = q.scheduled_job_id
      WHERE q.status = N'Queued' AND q.attempt > 1;
+    -- A one-off is Expired as soon as its tick is served, so the statement above never visits
+    -- it: its pending retries end Skipped here once its window closed (found from the few
+    -- Queued runs; job rows locked first, as every writer of Queued runs does).
+    DECLARE @v_one_offs TABLE (id uniqueidentifier NOT NULL PRIMARY KEY);
+    INSERT INTO @v_one_offs (id)
+    SELECT j.id
+      FROM mjsched.scheduled_job AS j WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+     WHERE j.status = N'Expired' AND j.run_at IS NOT NULL AND j.end_at IS NOT NULL AND j.end_at <= @p_now
+       AND j.id IN (SELECT q.scheduled_job_id FROM mjsched.scheduled_job_run AS q
+                     WHERE q.status = N'Queued' AND q.attempt > 1);
+    UPDATE q
+       SET status = N'Skipped', success = 0, completed_at = @p_now, duration_ms = 0,
+           error_message = N'retry not run: the job''s window ended (end_at) before it was due'
+      FROM mjsched.scheduled_job_run AS q WITH (ROWLOCK)
+      JOIN @v_one_offs AS e ON e.id = q.scheduled_job_id
+     WHERE q.status = N'Queued' AND q.attempt > 1;
     SET @v_rows = (SELECT COUNT(*) FROM @v_expired);
     RETURN @v_rows;
 END;
@@ -884,7 +900,8 @@ BEGIN
               FROM mjsched.scheduled_job_run AS q WITH (ROWLOCK)
               JOIN @v_taken AS t ON t.job_id = q.scheduled_job_id
               JOIN mjsched.scheduled_job AS j ON j.id = t.job_id
-             WHERE q.status = N'Queued' AND q.attempt > 1 AND j.concurrency_mode = N'Skip';
+             WHERE q.status = N'Queued' AND q.attempt > 1 AND j.concurrency_mode = N'Skip'
+               AND q.scheduled_for < t.next_run_at;   -- retries of earlier ticks only
             -- ON CONFLICT DO NOTHING: we hold these jobs' row locks, and every writer of a
             -- tick's run takes the job's row lock first.
             INSERT INTO mjsched.scheduled_job_run

@@ -341,7 +341,10 @@ BEGIN
            job_type_id = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'job_type_id') THEN f.job_type_id ELSE j.job_type_id END,
            name = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'name') THEN f.name ELSE j.name END,
            description = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'description') THEN f.description ELSE j.description END,
-           cron_expression = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'cron_expression') THEN f.cron_expression ELSE j.cron_expression END,
+           -- a write that gives one schedule kind replaces the schedule: the kinds it leaves out are cleared
+           cron_expression = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'cron_expression') THEN f.cron_expression
+                                  WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name IN (N'interval_seconds', N'run_at')) THEN NULL
+                                  ELSE j.cron_expression END,
            timezone = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'timezone') THEN f.timezone ELSE j.timezone END,
            start_at = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'start_at') THEN f.start_at ELSE j.start_at END,
            end_at = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'end_at') THEN f.end_at ELSE j.end_at END,
@@ -361,8 +364,12 @@ BEGIN
            high_frequency_ok = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'high_frequency_ok') THEN COALESCE(f.high_frequency_ok, 0) ELSE j.high_frequency_ok END,
            keep_runs_days = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'keep_runs_days') THEN f.keep_runs_days ELSE j.keep_runs_days END,
            keep_runs_count = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'keep_runs_count') THEN f.keep_runs_count ELSE j.keep_runs_count END,
-           interval_seconds = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'interval_seconds') THEN f.interval_seconds ELSE j.interval_seconds END,
-           run_at = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'run_at') THEN f.run_at ELSE j.run_at END,
+           interval_seconds = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'interval_seconds') THEN f.interval_seconds
+                                   WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name IN (N'cron_expression', N'run_at')) THEN NULL
+                                   ELSE j.interval_seconds END,
+           run_at = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'run_at') THEN f.run_at
+                         WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name IN (N'cron_expression', N'interval_seconds')) THEN NULL
+                         ELSE j.run_at END,
            retry_max_attempts = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'retry_max_attempts') THEN f.retry_max_attempts ELSE j.retry_max_attempts END,
            retry_initial_delay = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'retry_initial_delay') THEN f.retry_initial_delay ELSE j.retry_initial_delay END,
            retry_factor = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'retry_factor') THEN f.retry_factor ELSE j.retry_factor END,

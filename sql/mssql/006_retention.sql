@@ -125,7 +125,9 @@ BEGIN
     END;
     INSERT INTO @v_jobs (id, next_run_at, keep_seconds, keep_count)
     SELECT r.id, r.next_run_at, r.keep_seconds, r.keep_count
-      FROM (SELECT j.id, j.next_run_at,
+      -- a served one-off (Expired, next_run_at NULL) keeps the runs of its run_at tick: they
+      -- are what stops that tick running again if the job is made Active
+      FROM (SELECT j.id, COALESCE(j.next_run_at, j.run_at) AS next_run_at,
                    CASE WHEN @v_per_job = 1 AND j.keep_runs_days IS NOT NULL
                         THEN NULLIF(j.keep_runs_days, 0) * 86400.0 ELSE NULLIF(@p_keep_seconds, 0) END AS keep_seconds,
                    CASE WHEN @v_per_job = 1 AND j.keep_runs_count IS NOT NULL

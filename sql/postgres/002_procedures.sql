@@ -184,6 +184,21 @@ BEGIN
       FROM ended e
      WHERE j.id = e.id;
     GET DIAGNOSTICS v_rows = ROW_COUNT;
+    -- A one-off is Expired as soon as its tick is served, so the statement above never visits
+    -- it: its pending retries end Skipped here once its window closed (found from the few
+    -- Queued runs; job rows locked first, as every writer of Queued runs does).
+    WITH ended_one_offs AS (
+        SELECT j.id FROM mjsched.scheduled_job j
+         WHERE j.status = 'Expired' AND j.run_at IS NOT NULL AND j.end_at IS NOT NULL AND j.end_at <= p_now
+           AND j.id IN (SELECT q.scheduled_job_id FROM mjsched.scheduled_job_run q
+                         WHERE q.status = 'Queued' AND q.attempt > 1)
+           FOR NO KEY UPDATE SKIP LOCKED
+    )
+    UPDATE mjsched.scheduled_job_run q
+       SET status = 'Skipped', success = false, completed_at = p_now, duration_ms = 0,
+           error_message = 'retry not run: the job''s window ended (end_at) before it was due'
+      FROM ended_one_offs e
+     WHERE q.scheduled_job_id = e.id AND q.status = 'Queued' AND q.attempt > 1;
     RETURN v_rows;
 END;
 $$;
@@ -585,7 +600,7 @@ BEGIN
                                       t.next_run_at)
           FROM taken t
          WHERE q.scheduled_job_id = t.id AND q.status = 'Queued' AND q.attempt > 1
-           AND t.concurrency_mode = 'Skip'
+           AND t.concurrency_mode = 'Skip' AND q.scheduled_for < t.next_run_at   -- retries of earlier ticks only
     ), inserted AS (
         INSERT INTO mjsched.scheduled_job_run
                (scheduled_job_id, scheduled_for, status, started_at, executed_by_instance,

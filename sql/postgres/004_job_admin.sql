@@ -236,7 +236,9 @@ BEGIN
         job_type_id = CASE WHEN p_fields ? 'job_type_id' THEN r.job_type_id ELSE j.job_type_id END,
         name = CASE WHEN p_fields ? 'name' THEN r.name ELSE j.name END,
         description = CASE WHEN p_fields ? 'description' THEN r.description ELSE j.description END,
-        cron_expression = CASE WHEN p_fields ? 'cron_expression' THEN r.cron_expression ELSE j.cron_expression END,
+        -- a write that gives one schedule kind replaces the schedule: the kinds it leaves out are cleared
+        cron_expression = CASE WHEN p_fields ? 'cron_expression' THEN r.cron_expression
+                               WHEN p_fields ?| ARRAY['interval_seconds', 'run_at'] THEN NULL ELSE j.cron_expression END,
         timezone = CASE WHEN p_fields ? 'timezone' THEN r.timezone ELSE j.timezone END,
         start_at = CASE WHEN p_fields ? 'start_at' THEN r.start_at ELSE j.start_at END,
         end_at = CASE WHEN p_fields ? 'end_at' THEN r.end_at ELSE j.end_at END,
@@ -263,8 +265,10 @@ BEGIN
                                  ELSE j.high_frequency_ok END,
         keep_runs_days = CASE WHEN p_fields ? 'keep_runs_days' THEN r.keep_runs_days ELSE j.keep_runs_days END,
         keep_runs_count = CASE WHEN p_fields ? 'keep_runs_count' THEN r.keep_runs_count ELSE j.keep_runs_count END,
-        interval_seconds = CASE WHEN p_fields ? 'interval_seconds' THEN r.interval_seconds ELSE j.interval_seconds END,
-        run_at = CASE WHEN p_fields ? 'run_at' THEN r.run_at ELSE j.run_at END,
+        interval_seconds = CASE WHEN p_fields ? 'interval_seconds' THEN r.interval_seconds
+                                WHEN p_fields ?| ARRAY['cron_expression', 'run_at'] THEN NULL ELSE j.interval_seconds END,
+        run_at = CASE WHEN p_fields ? 'run_at' THEN r.run_at
+                      WHEN p_fields ?| ARRAY['cron_expression', 'interval_seconds'] THEN NULL ELSE j.run_at END,
         retry_max_attempts = CASE WHEN p_fields ? 'retry_max_attempts' THEN r.retry_max_attempts
                                   ELSE j.retry_max_attempts END,
         retry_initial_delay = CASE WHEN p_fields ? 'retry_initial_delay' THEN r.retry_initial_delay

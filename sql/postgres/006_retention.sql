@@ -127,7 +127,9 @@ BEGIN
     END IF;
     FOR j IN
         SELECT r.id, r.next_run_at, r.keep_seconds, r.keep_count
-          FROM (SELECT s.id, s.next_run_at,
+          -- a served one-off (Expired, next_run_at NULL) keeps the runs of its run_at tick: they
+          -- are what stops that tick running again if the job is made Active
+          FROM (SELECT s.id, coalesce(s.next_run_at, s.run_at) AS next_run_at,
                        CASE WHEN coalesce(p_per_job, true) AND s.keep_runs_days IS NOT NULL
                             THEN nullif(s.keep_runs_days, 0) * 86400.0 ELSE nullif(p_keep_seconds, 0) END AS keep_seconds,
                        CASE WHEN coalesce(p_per_job, true) AND s.keep_runs_count IS NOT NULL

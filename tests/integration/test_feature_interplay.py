@@ -64,3 +64,76 @@ def test_run_due_jobs_returns_the_attempts_it_ran_and_leaves_later_retries_queue
              message="the retry to come due")
     (second,) = engine.run_due_jobs(timeout=30)
     assert (second.status, second.attempt) == (mjsched.RunStatus.COMPLETED, 2)
+
+
+# -- found by review after the merge: each failed before its fix ------------------------------------------
+def served_one_off(engine: mjsched.SchedulingEngine, name: str, **fields: Any) -> str:
+    when = engine.backend.db_now() - timedelta(seconds=1)
+    job = engine.create_job(name, "test-flaky", run_at=when, configuration=fields.pop("configuration",
+                                                                                       {"fail": 0}), **fields)
+    engine.run_due_jobs(timeout=30)
+    assert engine.get_job(job).status is mjsched.JobStatus.EXPIRED
+    return job
+
+
+def db_time_passes(sql: Any, seconds: float) -> None:
+    """Wait until the database clock is ``seconds`` past now (its clock decides what is due)."""
+    target = sql.one("SELECT now() + make_interval(secs => %s)", (seconds,))
+    wait_for(lambda: sql.one("SELECT now() >= %s", (target,)), timeout=seconds + 10,
+             message=f"{seconds}s of database time")
+
+
+def test_purging_a_served_one_off_never_lets_it_run_again(make_engine: Callable[..., Any], sql: Any) -> None:
+    """Its served run is what stops the tick running twice: retention keeps it, so resuming
+    the job (or declaring it Active again) runs nothing."""
+    engine = make_engine()
+    job = served_one_off(engine, "once-purged")
+    db_time_passes(sql, 0.2)
+    engine.prune_runs(older_than=0.05)
+    assert [r["status"] for r in runs(sql, job)] == ["Completed"]        # kept: it guards the tick
+    engine.resume_job(job)
+    assert engine.run_due_jobs(timeout=30) == []
+    assert engine.get_job(job).status is mjsched.JobStatus.EXPIRED
+
+
+def test_declaring_a_served_one_off_again_keeps_its_pending_retry(make_engine: Callable[..., Any],
+                                                                   sql: Any) -> None:
+    engine = make_engine()
+    policy = mjsched.RetryPolicy(max_attempts=3, initial_delay=1.0, factor=1.0, max_delay=1.0, jitter=0.0)
+    spec = dict(name="once-declared", driver="test-flaky", run_at=engine.backend.db_now() - timedelta(seconds=1),
+                retry=policy, configuration={"fail": 1}, status="Active")
+    engine.sync_jobs([spec])
+    job = engine.get_job("once-declared").id
+    (first,) = engine.run_due_jobs(timeout=30)
+    assert first.status is mjsched.RunStatus.FAILED
+    again = engine.sync_jobs([spec])                   # the application restarts and declares its jobs
+    assert again.unchanged == ["once-declared"]
+    engine.resume_job(job)                             # an operator's resume does not drop the retry either
+    engine.run_due_jobs(timeout=30)
+    db_time_passes(sql, 1.0)
+    engine.run_due_jobs(timeout=30)
+    assert [(r["status"], r["attempt"]) for r in runs(sql, job)] == [("Failed", 1), ("Completed", 2)]
+
+
+def test_a_one_off_retry_left_when_its_window_closes_ends_skipped(make_engine: Callable[..., Any],
+                                                                  sql: Any) -> None:
+    engine = make_engine()
+    now = engine.backend.db_now()
+    policy = mjsched.RetryPolicy(max_attempts=3, initial_delay=0.5, factor=1.0, max_delay=0.5, jitter=0.0)
+    job = engine.create_job("once-window", "test-flaky", run_at=now - timedelta(seconds=1),
+                            end_at=now + timedelta(seconds=2), retry=policy, configuration={"fail": 1})
+    engine.run_due_jobs(timeout=30)
+    assert [r["status"] for r in runs(sql, job)] == ["Failed", "Queued"]
+    db_time_passes(sql, 2.5)                          # no engine ran it in time: the window closed
+    engine.run_due_jobs(timeout=30)
+    (retry,) = [r for r in runs(sql, job) if r["attempt"] == 2]
+    assert retry["status"] == "Skipped" and "window ended" in retry["error_message"]
+
+
+def test_an_admin_write_of_one_schedule_kind_replaces_the_schedule(make_engine: Callable[..., Any],
+                                                                   sql: Any) -> None:
+    engine = make_engine()
+    job = engine.create_job("kinds", "test-flaky", every="1m", configuration={"fail": 0})
+    sql.run("SELECT * FROM mjsched.update_job(%s, '{\"cron_expression\": \"*/5 * * * *\"}'::jsonb)", (job,))
+    stored = engine.get_job(job)
+    assert (stored.cron_expression, stored.interval_seconds, stored.run_at) == ("*/5 * * * *", None, None)
