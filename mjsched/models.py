@@ -209,7 +209,8 @@ class JobRun:
 
 @dataclass(frozen=True)
 class DispatchResult:
-    """What one poll did (the reference's four counters, and the runs it started)."""
+    """What one poll did: runs swept, runs dispatched, due jobs held by others, due jobs left for want
+    of a slot, and the runs it started."""
 
     swept: int = 0
     dispatched: int = 0

@@ -11,7 +11,8 @@ The rules (README "Time semantics" is the user-facing copy):
   also come by the claim time ``now`` (inclusive: ``next(T) <= now``). The
   number of missed ticks ``n`` is the number of ticks in ``(T, now]``: ``T`` and
   the ``n - 1`` ticks after it were missed, the ``n``-th is the current one.
-  No grace constant (as the reference). Ticks that come while a run of the job
+  No grace period: a tick is missed as soon as the next one has come, however
+  close. Ticks that come while a run of the job
   is still executing are not missed ticks: the job's next_run_at only moves at
   completion (Skip mode drops them; Queue mode keeps them as Queued runs, which
   never go through ``plan_tick``), and Concurrent mode claims them as they come.
@@ -239,7 +240,8 @@ def schedule_gap(text: str, timezone: str, now: datetime) -> timedelta | None:
     """The shortest gap between fires of a schedule text (``schedules.schedule_text``: a cron,
     ``every <n>s`` or ``at <instant>``) when under five minutes, else None.
 
-    A cron is measured over the next six fire times after ``now`` (as the reference); an
+    A cron is measured over the next six fire times after ``now`` (enough to see a burst such as
+    "every minute from 9 to 10" without scanning a day); an
     interval is its length; a one-off never is. Exactly five minutes is not high-frequency.
     """
     _aware("now", now)
