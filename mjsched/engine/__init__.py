@@ -15,10 +15,12 @@ What lives here, one concern a module:
   declared.py      jobs declared in code: ensure_job, sync_jobs (create, or update to match)
   dispatch.py      Dispatcher: one poll (sweep cadence, schedule refresh, claim and replay with a
                    PendingClaim, starting claims, Queue-mode enqueue, the next delay), the stop gate
-  runs.py          Run, the registry of runs in flight, the capped worker pool
-  lifecycle.py     RunLifecycle: a run's transitions (start, finish, time out, lose its
-                   lease, hand back) and what follows them (completion, notification)
-  leases.py        LeaseKeeper: the heartbeat thread, max_runtime, stalled completions
+  run.py           Run: one run's life, its methods the transitions (start, finish, time out,
+                   cancel, lose the lease, hand back), its fields changed only by them
+  outcomes.py      what follows a run's written end: log line, listeners, retry notice, notification
+  runs.py          the registry of runs in flight (the one lock runs change under), the capped pool
+  leases.py        LeaseKeeper: one renewal call per beat for the runs that want it, max_runtime,
+                   stalled completions
   completions.py   CompletionWriter: batched, retried completion writes
   housekeeping.py  start-up checks (schema, gone engines of this host), scheduling of unscheduled
                    jobs, the permission probe, the high-frequency warning

@@ -29,7 +29,7 @@ from ..drivers.registry import get_driver
 from ..errors import RunNotCancellable, RunNotFound, SchedulerError
 from ..execution import effective_isolation
 from ..models import Isolation
-from .runs import Run, RunRegistry
+from .runs import HeldRun, RunRegistry
 
 log = logging.getLogger("mjsched.engine")
 
@@ -64,7 +64,8 @@ def cancel_message(request: CancelRequest, detail: str | None = None) -> str:
 
 
 class Cancellation:
-    """Requests (any run) and deliveries (this engine's runs); the lifecycle ends the runs."""
+    """Requests (any run) and deliveries (this engine's runs); a run past its grace ends itself
+    (``Run.cancel_overdue``, called by the lease keeper)."""
 
     def __init__(self, backend: Backend, registry: RunRegistry, *, grace: float,
                  on_overdue_soon: Callable[[], None]) -> None:
@@ -109,10 +110,10 @@ class Cancellation:
             if request is not None:
                 self.deliver(run, request)
 
-    def deliver(self, run: Run, request: CancelRequest) -> bool:
+    def deliver(self, run: HeldRun, request: CancelRequest) -> bool:
         """Set the run's cancel_event and its grace deadline, once, while it is still RUNNING."""
         deadline = time.monotonic() + self.grace + (ISOLATED_BACKSTOP if self._isolated(run) else 0.0)
-        if not self._registry.deliver_cancel(run, request, deadline):
+        if not run.deliver_cancel(request, deadline):
             return False
         if run.context is not None:
             run.context.cancel_grace = self.grace    # before the event: the child's supervisor reads it
@@ -124,7 +125,7 @@ class Cancellation:
         return True
 
     @staticmethod
-    def _isolated(run: Run) -> bool:
+    def _isolated(run: HeldRun) -> bool:
         try:
             driver_cls = get_driver(run.job.driver)
         except SchedulerError:

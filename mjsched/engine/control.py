@@ -15,6 +15,7 @@ from typing import Any
 
 from ..errors import ConfigurationError
 from ..version import __version__
+from .run import hand_back_held
 
 log = logging.getLogger("mjsched.engine")
 
@@ -114,7 +115,7 @@ class EngineControl:
             e._registry.wait_idle(CLOSE_GRACE_SECONDS)
         e._writer.flush(5.0)
         e._purger.join(5.0)
-        e._runs.hand_back_held()
+        hand_back_held(e._runs)
         e._keeper.stop()
         e._writer.stop(timeout=5.0)
         e._side_work.flush(5.0)

@@ -25,8 +25,8 @@ from .background import BackgroundTasks
 from .completions import CompletionWriter
 from .housekeeping import Housekeeping
 from .leases import LeaseKeeper
-from .lifecycle import RunLifecycle
 from .options import EngineOptions
+from .run import Run, RunServices
 from .runs import RunRegistry
 
 log = logging.getLogger("mjsched.engine")
@@ -59,13 +59,13 @@ class PendingClaim:
 
 class Dispatcher:
     def __init__(self, *, backend: Backend, options: EngineOptions, registry: RunRegistry,
-                 lifecycle: RunLifecycle, writer: CompletionWriter, keeper: LeaseKeeper,
+                 services: RunServices, writer: CompletionWriter, keeper: LeaseKeeper,
                  housekeeping: Housekeeping, clock: DbClock, side_work: BackgroundTasks,
                  stats: dict[str, int], wake: Callable[[], None]) -> None:
         self._backend = backend
         self._options = options
         self._registry = registry
-        self._lifecycle = lifecycle
+        self._services = services
         self._writer = writer
         self._keeper = keeper
         self._housekeeping = housekeeping
@@ -221,8 +221,8 @@ class Dispatcher:
             # a Concurrent retry runs beside the ticks, as a tick run does: it keeps only its run
             # lease, and the schedule stays as it is
             self._backend.advance_job(job.id, token, job.next_run_at, release=True)
-        run = self._lifecycle.new_run(job, run_id, token, scheduled_for, manual=False, catch_up=plan.catch_up,
-                                      seen_next_run_at=seen, attempt=attempt)
+        run = Run.begin(self._services, job, run_id, token, scheduled_for, manual=False, catch_up=plan.catch_up,
+                        seen_next_run_at=seen, attempt=attempt)
         if scheduled_for is not None:
             # Only ticks that come due while this run runs are queued: those before the claim were
             # missed (a tick's claim) or were queued or refused already (a queued run's claim).
@@ -234,8 +234,7 @@ class Dispatcher:
         if not accepted:   # stop_polling() began while this claim was in the database: hand it back
             self._hand_back(job.id, run_id, token, job.name)
             return 0
-        self._lifecycle.watch(run)         # also when polled by hand (dispatch_due_jobs without start_polling)
-        self._lifecycle.submit(run)
+        run.start()         # its lease watched also when polled by hand (dispatch_due_jobs without start_polling)
         self._stats["dispatched"] += 1
         return 1
 

@@ -1,4 +1,4 @@
-"""The lease keeper: renews every held lease in one call, and enforces max_runtime.
+"""The lease keeper: renews every lease its runs want kept in one call, and enforces max_runtime.
 
 It runs on its own thread, at least four times per lease, from the engine's
 first run until the engine closes (so it keeps running while a stopping engine
@@ -16,7 +16,7 @@ import time
 from typing import Callable
 
 from ..backends.base import Backend
-from .runs import Run, RunRegistry, State
+from .runs import RunRegistry, State
 from ..errors import SchedulerError
 
 log = logging.getLogger(__name__)
@@ -26,10 +26,8 @@ CANCEL_CHECK_SECONDS = 5.0   # cancel requests are read at least this often (and
 
 class LeaseKeeper:
     def __init__(self, backend: Backend, registry: RunRegistry, *, instance: str, lease_seconds: float,
-                 on_timeout: Callable[[Run], None], on_lost: Callable[[Run], None],
                  interval: float | None = None, completion_window: float | None = None,
-                 on_cancel_check: Callable[[list[str]], None] | None = None,
-                 on_cancel_overdue: Callable[[Run], None] | None = None) -> None:
+                 on_cancel_check: Callable[[list[str]], None] | None = None) -> None:
         self._backend = backend
         self._registry = registry
         self._instance = instance
@@ -37,10 +35,7 @@ class LeaseKeeper:
         self.interval = interval if interval is not None else max(0.005, lease_seconds / 4)
         self.completion_window = completion_window if completion_window is not None else lease_seconds / 2
         self._stalled: set[str] = set()  # runs already reported as a stalled completion
-        self._on_timeout = on_timeout
-        self._on_lost = on_lost
         self._on_cancel_check = on_cancel_check      # the held tokens' cancel requests (check_cancels)
-        self._on_cancel_overdue = on_cancel_overdue  # a cancelled run past its grace
         # Cancel requests are read in the keeper's pass, at least as often as it renews (a read of
         # the held tokens' rows, no write, its own call: the renewal stays one call), and at least
         # every CANCEL_CHECK_SECONDS: a 600 s lease renews every 150 s, too slow for an operator.
@@ -139,13 +134,13 @@ class LeaseKeeper:
         self._stalled = {e.run_id for e in stalled}
 
     def enforce_timeouts(self) -> None:
+        """Runs past max_runtime time out; cancelled runs past their grace end Cancelled."""
         now = time.monotonic()
         for entry in self._registry.snapshot():
             if entry.state is State.RUNNING and entry.deadline is not None and entry.deadline <= now:
-                self._on_timeout(entry)
-            if (entry.state is State.RUNNING and entry.cancel_deadline is not None and entry.cancel_deadline <= now
-                    and self._on_cancel_overdue is not None):
-                self._on_cancel_overdue(entry)
+                entry.time_out()
+            if entry.state is State.RUNNING and entry.cancel_deadline is not None and entry.cancel_deadline <= now:
+                entry.cancel_overdue()
 
     def renew(self, tokens: list[str] | None = None) -> bool:
         """Renew ``tokens`` (default: every lease held) in one call; False on error."""
@@ -178,7 +173,7 @@ class LeaseKeeper:
                     log.warning("Lease of run %s (job %r) was NOT extended (token mismatch): the slot has "
                                 "been handed off; cancelling the run", entry.run_id, entry.job.name,
                                 extra={"action": "lease_lost"})
-                self._on_lost(entry)
+                entry.lose()
             return True
 
     def _deleted_jobs(self, job_ids: set[str]) -> set[str]:

@@ -16,6 +16,7 @@ from .. import parameters as run_parameters
 from ..drivers.registry import get_driver
 from ..errors import ConfigurationError, JobNotActive, JobNotFound, LockNotAcquired
 from ..models import Job, JobRun
+from .run import Run
 
 log = logging.getLogger("mjsched.engine")
 
@@ -47,10 +48,8 @@ class ManualRuns:
         if start.outcome != "started" or not start.run_id or not start.lock_token:
             raise LockNotAcquired(job.id)
         run_id, token = start.run_id, start.lock_token
-        held = self._e._runs.new_run(job, run_id, token, None, manual=True, catch_up=False, parameters=params)
-        self._e._registry.add(held)
-        self._e._runs.watch(held)
-        self._e._runs.execute_in_thread(held)
+        held = Run.begin(self._e._runs, job, run_id, token, None, manual=True, catch_up=False, parameters=params)
+        held.start_manual()
         # Done when the run's completion is written (on return, or at its timeout), and its
         # notification sent: a script that exits right after must not lose it (bounded wait:
         # a notifier that hangs only delays the return).

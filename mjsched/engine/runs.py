@@ -1,4 +1,5 @@
-"""Runs in flight: the Run record, its registry, and the capped thread pool that executes them.
+"""Runs in flight: their registry (and the one lock their fields change under), and the capped
+thread pool that executes them.
 
 The cap is hard: a slot is taken under a lock before a run is submitted and
 given back the moment the driver returns, times out or loses its lease. A
@@ -14,9 +15,8 @@ import queue
 import threading
 import time
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Protocol
 
 from ..models import Job
 
@@ -28,183 +28,145 @@ class State(enum.Enum):
     COMPLETING = "completing"  # driver returned, completion being written: lease renewed
     TIMED_OUT = "timed_out"    # past max_runtime: completion written as Timeout
     CANCELLED = "cancelled"    # an operator's cancel, not obeyed within the grace: written as Cancelled
-    LOST = "lost"              # lease taken over or abandoned: nothing more to write
+    LOST = "lost"              # lease taken over or abandoned, or handed back: nothing more to write
 
 
-@dataclass(eq=False)
-class Run:
-    """One claimed (or manual) run this engine is responsible for, from claim to completion.
-
-    ``state``, ``thread_alive`` and ``completing_since`` change only in the registry's
-    transitions, under its lock; the fields the dispatcher and the facade adjust
-    (``renew``, ``last_enqueued``) change only through the methods below, under this run's
-    own lock. Everything else is fixed at the claim.
-    """
+class HeldRun(Protocol):
+    """What the parts below a run (this registry, the lease keeper, cancellation, retries,
+    outcomes) see of it: its fields, and the transitions they may ask of it. The class is
+    ``engine.run.Run``, which uses these parts; they never import it."""
     job: Job
     run_id: str
     token: str
     scheduled_for: datetime | None
-    manual: bool = False
-    catch_up: bool = False
-    deadline: float | None = None              # time.monotonic() past which the run times out
-    seen_next_run_at: datetime | None = None   # the job's next_run_at when claimed (completion's guard)
-    attempt: int = 1                           # 1 for a tick's first run, then its retries
-    retry_in: float | None = None              # set by its completion: seconds until the next attempt
-    cancel_event: threading.Event = field(default_factory=threading.Event)
-    started: float = field(default_factory=time.monotonic)
-    state: State = State.RUNNING
-    thread_alive: bool = True
-    last_enqueued: datetime | None = None      # Queue mode: newest tick kept as a Queued run
-    renew: bool = True                         # False: left to lapse (stop_polling gave up on it)
-    completing_since: float | None = None      # time.monotonic() when its completion was handed over
-    context: Any = None
-    notified: threading.Event = field(default_factory=threading.Event)   # its notification is out (or none)
-    cancel_request: Any = None                 # an operator's CancelRequest, once delivered (registry lock)
-    cancel_deadline: float | None = None       # time.monotonic() past which a cancelled run is ended anyway
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    manual: bool
+    catch_up: bool
+    attempt: int
+    retry_in: float | None
+    state: State
+    thread_alive: bool
+    deadline: float | None
+    cancel_deadline: float | None
+    cancel_request: Any
+    completing_since: float | None
+    started: float
+    context: Any
+    notified: threading.Event
+    cancel_event: threading.Event
+    last_enqueued: datetime | None
 
-    def keep_lease(self) -> None:
-        """Renew its lease again (polling restarted, or the engine closes and hands it back)."""
-        with self._lock:
-            self.renew = True
-
-    def cancel(self, *, keep_lease: bool) -> None:
-        """Ask the driver to stop; ``keep_lease`` False lets its lease lapse, so another
-        engine can take the job over once it expires."""
-        with self._lock:
-            self.renew = keep_lease
-        self.cancel_event.set()
-
-    def note_enqueued(self, tick: datetime) -> None:
-        """Queue mode: ``tick`` is kept as a Queued run; the next one to keep comes after it."""
-        with self._lock:
-            self.last_enqueued = tick
+    def wants_lease(self, completing_since_at_least: float | None) -> bool: ...
+    def time_out(self) -> None: ...
+    def cancel_overdue(self) -> None: ...
+    def lose(self) -> None: ...
+    def deliver_cancel(self, request: Any, deadline: float) -> bool: ...
 
 
 class RunRegistry:
-    """Every run this engine is responsible for, keyed by run id."""
+    """Every run this engine is responsible for, keyed by run id, and the one lock their
+    fields change under (``changed``: a run's transitions take it, and waiters wait on it)."""
 
     def __init__(self, on_slot_freed: Callable[[], None] = lambda: None) -> None:
-        self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)
-        self._entries: dict[str, Run] = {}
+        self.changed = threading.Condition(threading.Lock())
+        self._entries: dict[str, HeldRun] = {}
         self._leaked: set[str] = set()
         self._on_slot_freed = on_slot_freed
         self.leaked_total = 0
 
-    def add(self, entry: Run) -> None:
-        with self._lock:
+    def add(self, entry: HeldRun) -> None:
+        with self.changed:
             self._entries[entry.run_id] = entry
 
     def live_count(self) -> int:
         """Runs holding a slot (manual runs are the caller's and do not count)."""
-        with self._lock:
-            return sum(1 for e in self._entries.values() if e.state is State.RUNNING and not e.manual)
+        with self.changed:
+            return self._live()
 
-    def snapshot(self) -> list[Run]:
-        with self._lock:
+    def _live(self) -> int:
+        return sum(1 for e in self._entries.values() if e.state is State.RUNNING and not e.manual)
+
+    def snapshot(self) -> list[HeldRun]:
+        with self.changed:
             return list(self._entries.values())
 
     def tokens_to_renew(self, completion_window: float | None = None) -> list[str]:
-        """Tokens of running runs, and of completing runs whose completion was handed over
-        less than ``completion_window`` seconds ago (None: all of them)."""
+        """Tokens of the runs that want their lease renewed: running ones, and completing ones
+        whose completion was handed over less than ``completion_window`` seconds ago (None:
+        all of them). Each run decides (``wants_lease``); the keeper renews them in one call."""
         oldest = None if completion_window is None else time.monotonic() - completion_window
-        with self._lock:
-            return list({e.token for e in self._entries.values()
-                         if e.renew and (e.state is State.RUNNING or (
-                             e.state is State.COMPLETING and (
-                                 oldest is None or e.completing_since is None or e.completing_since >= oldest)))})
+        with self.changed:
+            return list({e.token for e in self._entries.values() if e.wants_lease(oldest)})
 
-    def stalled_completions(self, completion_window: float) -> list[Run]:
+    def stalled_completions(self, completion_window: float) -> list[HeldRun]:
         """Completing runs whose completion has not landed within ``completion_window`` seconds."""
         oldest = time.monotonic() - completion_window
-        with self._lock:
+        with self.changed:
             return [e for e in self._entries.values() if e.state is State.COMPLETING
                     and e.completing_since is not None and e.completing_since < oldest]
 
-    def transition(self, entry: Run, new: State, *, only_from: tuple[State, ...] = (State.RUNNING,)) -> bool:
-        """Move ``entry`` to ``new`` if it is still in one of ``only_from``; True when it moved."""
-        with self._lock:
-            if entry.state not in only_from or self._entries.get(entry.run_id) is not entry:
-                return False
-            freed = entry.state is State.RUNNING
-            entry.state = new
-            if new is State.COMPLETING:
-                entry.completing_since = time.monotonic()
-            if new in (State.TIMED_OUT, State.CANCELLED, State.LOST) and entry.thread_alive:
-                self._leaked.add(entry.run_id)
-                self.leaked_total += 1
-            self._changed.notify_all()
-        if freed:
-            self._on_slot_freed()
-        return True
+    # -- for a run's transitions, which hold ``changed`` while they call these ---------------
+    def holds(self, entry: HeldRun) -> bool:
+        """``entry`` is the registered run of its id (not one forgotten, nor an older one)."""
+        return self._entries.get(entry.run_id) is entry
 
-    def deliver_cancel(self, entry: Run, request: Any, deadline: float) -> bool:
-        """Note an operator's cancel on ``entry`` while it is still RUNNING and has none yet;
-        True when noted. Under the lock ``transition`` takes, so a run whose driver returned
-        first (COMPLETING) keeps its own outcome, and one noted before that ends Cancelled."""
-        with self._lock:
-            if (entry.state is not State.RUNNING or entry.cancel_request is not None
-                    or self._entries.get(entry.run_id) is not entry):
-                return False
-            entry.cancel_request = request
-            entry.cancel_deadline = deadline
-            self._changed.notify_all()
-            return True
+    def count_leak(self, entry: HeldRun) -> None:
+        """``entry`` ended while its thread still runs: that thread is leaked until it returns."""
+        self._leaked.add(entry.run_id)
+        self.leaked_total += 1
 
-    def by_run_ids(self, run_ids: set[str]) -> list[Run]:
-        with self._lock:
+    def forget_leak(self, entry: HeldRun) -> None:
+        self._leaked.discard(entry.run_id)
+
+    def slot_freed(self) -> None:
+        """A run left RUNNING (called after ``changed`` is released): the dispatcher may claim."""
+        self._on_slot_freed()
+
+    # -- lookups and waits ------------------------------------------------------------------
+    def by_run_ids(self, run_ids: set[str]) -> list[HeldRun]:
+        with self.changed:
             return [e for e in self._entries.values() if e.run_id.lower() in run_ids]
 
-    def thread_done(self, entry: Run) -> None:
-        with self._lock:
-            entry.thread_alive = False
-            self._leaked.discard(entry.run_id)
-            self._changed.notify_all()
-
-    def remove(self, entry: Run) -> None:
+    def remove(self, entry: HeldRun) -> None:
         """Forget ``entry`` (identity-checked: a newer entry under the same id stays)."""
-        with self._lock:
+        with self.changed:
             if self._entries.get(entry.run_id) is entry:
                 del self._entries[entry.run_id]
-            self._changed.notify_all()
+            self.changed.notify_all()
 
-    def by_tokens(self, tokens: set[str]) -> list[Run]:
-        with self._lock:
+    def by_tokens(self, tokens: set[str]) -> list[HeldRun]:
+        with self.changed:
             return [e for e in self._entries.values() if e.token in tokens]
 
     @property
     def leaked(self) -> int:
-        with self._lock:
+        with self.changed:
             return len(self._leaked)
 
     def wait_idle(self, timeout: float | None) -> bool:
         """Wait until no run is executing or completing (None: no bound); False on timeout."""
-        with self._lock:
-            return self._changed.wait_for(
+        with self.changed:
+            return self.changed.wait_for(
                 lambda: not any(e.state in (State.RUNNING, State.COMPLETING) for e in self._entries.values()),
                 timeout)
 
-    def wait_gone(self, entry: Run, timeout: float | None) -> bool:
+    def wait_gone(self, entry: HeldRun, timeout: float | None) -> bool:
         """Wait until ``entry`` left the registry (its completion was written)."""
-        with self._lock:
-            return self._changed.wait_for(lambda: self._entries.get(entry.run_id) is not entry, timeout)
+        with self.changed:
+            return self.changed.wait_for(lambda: self._entries.get(entry.run_id) is not entry, timeout)
 
     def wait_all_gone(self, run_ids: Iterable[str], timeout: float | None) -> bool:
         """Wait until none of ``run_ids`` is in the registry (each completion written, or lost)."""
         ids = set(run_ids)
-        with self._lock:
-            return self._changed.wait_for(lambda: not ids & self._entries.keys(), timeout)
+        with self.changed:
+            return self.changed.wait_for(lambda: not ids & self._entries.keys(), timeout)
 
     def wait_free_slot(self, cap: int, timeout: float | None) -> bool:
         """Wait until fewer than ``cap`` runs hold a slot; False on timeout."""
-        with self._lock:
-            return self._changed.wait_for(
-                lambda: sum(1 for e in self._entries.values() if e.state is State.RUNNING and not e.manual) < cap,
-                timeout)
+        with self.changed:
+            return self.changed.wait_for(lambda: self._live() < cap, timeout)
 
-    def busy(self) -> list[Run]:
-        with self._lock:
+    def busy(self) -> list[HeldRun]:
+        with self.changed:
             return [e for e in self._entries.values() if e.state in (State.RUNNING, State.COMPLETING)]
 
 

@@ -1,7 +1,7 @@
 """How the engine's parts are built and connected: one place that says who calls whom.
 
 ``wire`` gives a SchedulingEngine its parts (as attributes the facade and the tests use):
-the registry and pool of runs, the run lifecycle, the lease keeper, cancellation, the purger,
+the registry and pool of runs, what every run shares (RunServices), the lease keeper, cancellation, the purger,
 housekeeping, the dispatcher, the one-pass runner, the poller and the change feed.
 """
 from __future__ import annotations
@@ -17,12 +17,13 @@ from .completions import CompletionWriter
 from .dispatch import Dispatcher
 from .housekeeping import Housekeeping
 from .leases import LeaseKeeper
-from .lifecycle import RunLifecycle
 from .listeners import Listeners
 from .once import DuePass
 from .options import EngineOptions
+from .outcomes import Outcomes
 from .poller import Poller
 from .retention import RunPurger
+from .run import RunServices
 from .runs import RunRegistry, WorkerPool
 
 
@@ -38,7 +39,7 @@ def backend_defaults(opts: EngineOptions, backend_options: dict[str, Any]) -> di
 
 
 def wire(engine: Any, opts: EngineOptions) -> None:
-    """The parts, each of one concern; the lifecycle and the dispatcher hold the others.
+    """The parts, each of one concern; the runs (through RunServices) and the dispatcher hold the others.
     (``engine`` is typed Any: the facade imports this module.)"""
     engine._listeners = Listeners()
     engine._clock = DbClock(engine.backend.db_now)
@@ -47,21 +48,21 @@ def wire(engine: Any, opts: EngineOptions) -> None:
     engine._side_work = BackgroundTasks()    # notifications: never on the completion writer's thread
     engine._writer = CompletionWriter(engine.backend, batch_window=opts.completion_batch_window,
                                       give_up_after=engine.lease_timeout + 60)
-    engine._runs = RunLifecycle(backend=engine.backend, registry=engine._registry, pool=engine._pool,
-                                writer=engine._writer, keeper=lambda: engine._keeper, side_work=engine._side_work,
-                                clock=engine._clock, notifier=lambda: engine.notifier, listeners=engine._listeners,
-                                stats=engine.stats, instance_name=engine.instance_name,
-                                allowed_drivers=engine.allowed_drivers, wake=lambda: engine._poller.wake())
+    outcomes = Outcomes(stats=engine.stats, listeners=engine._listeners, clock=engine._clock,
+                        side_work=engine._side_work, notifier=lambda: engine.notifier)
+    engine._runs = RunServices(backend=engine.backend, registry=engine._registry, pool=engine._pool,
+                               writer=engine._writer, keeper=lambda: engine._keeper, outcomes=outcomes,
+                               clock=engine._clock, stats=engine.stats, instance=engine.instance_name,
+                               allowed_drivers=engine.allowed_drivers, wake=lambda: engine._poller.wake())
     engine._cancels = Cancellation(engine.backend, engine._registry, grace=opts.cancel_grace,
                                    on_overdue_soon=lambda: engine._keeper.poke())
     engine._keeper = LeaseKeeper(engine.backend, engine._registry, instance=engine.instance_name,
                                  lease_seconds=engine.lease_timeout, interval=opts.heartbeat_interval,
-                                 on_timeout=engine._runs.time_out, on_lost=engine._runs.lose,
-                                 on_cancel_check=engine._cancels.check, on_cancel_overdue=engine._runs.cancel_overdue)
+                                 on_cancel_check=engine._cancels.check)
     engine._purger = RunPurger(engine.backend, opts, engine.stats)
     engine._housekeeping = Housekeeping(engine.backend, engine._clock, purger=engine._purger)
     engine._dispatcher = Dispatcher(backend=engine.backend, options=opts, registry=engine._registry,
-                                    lifecycle=engine._runs, writer=engine._writer, keeper=engine._keeper,
+                                    services=engine._runs, writer=engine._writer, keeper=engine._keeper,
                                     housekeeping=engine._housekeeping, clock=engine._clock,
                                     side_work=engine._side_work, stats=engine.stats, wake=lambda: engine._poller.wake())
     engine._due_pass = DuePass(dispatch=lambda sweep: engine._observed_dispatch(sweep)[0], registry=engine._registry,

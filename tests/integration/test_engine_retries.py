@@ -16,7 +16,7 @@ import pytest
 
 import mjsched
 from mjsched.engine import retrying
-from mjsched.engine.runs import Run
+from mjsched.engine.run import Run
 from mjsched.models import RunStatus
 from tests.support import drivers
 from tests.support.pg import Sql, wait_for
@@ -159,9 +159,9 @@ def test_cancelled_abandoned_and_manual_runs_ask_for_no_retry(make_engine: Calla
     engine = make_engine()
     policy = mjsched.RetryPolicy(max_attempts=5, initial_delay=1.0, jitter=0.0)
     job = engine.get_job(engine.create_job(unique("r"), "test-flaky", DAILY, retry=policy))
-    tick = Run(job=job, run_id="r", token="t", scheduled_for=job.next_run_at)
-    manual = Run(job=job, run_id="m", token="t", scheduled_for=None, manual=True)
-    last = Run(job=job, run_id="l", token="t", scheduled_for=job.next_run_at, attempt=5)
+    tick = Run(engine._runs, job=job, run_id="r", token="t", scheduled_for=job.next_run_at)
+    manual = Run(engine._runs, job=job, run_id="m", token="t", scheduled_for=None, manual=True)
+    last = Run(engine._runs, job=job, run_id="l", token="t", scheduled_for=job.next_run_at, attempt=5)
     assert retrying.retry_in(tick, RunStatus.FAILED) == 1.0
     assert retrying.retry_in(tick, RunStatus.TIMEOUT) == 1.0
     for status in (RunStatus.CANCELLED, RunStatus.ABANDONED, RunStatus.COMPLETED, RunStatus.SKIPPED):

@@ -1,0 +1,362 @@
+"""One run's life in one class: ``Run``, whose methods are its transitions.
+
+A run is claimed (or started by hand), executes on a pool thread, and ends in exactly one
+way: it finishes (the driver returned), times out (past max_runtime), is cancelled by an
+operator and does not stop within the grace, loses its lease (taken over, swept or the job
+deleted), or is handed back when the engine closes. Each of those is a method here. The
+fields that change after the claim (``state``, ``thread_alive``, ``completing_since``,
+``renew``, ``last_enqueued``, the cancel request, ``retry_in``) change only inside these
+methods, under one lock: the registry's, which also counts the slots, so a transition and
+the cap can never disagree, and two threads (a worker returning, the lease keeper timing
+the run out) can never both end a run. The thread that wins a transition then does what
+follows it: hands the completion to the writer, logs, tells the listeners, notifies.
+
+Heartbeat: each run says whether its lease is still wanted (``wants_lease``) and reacts to
+losing it (``lose``); the lease keeper only gathers the runs that want one into a single
+``renew_leases`` call per beat, so N runs cost one statement, not N. A driver may also
+renew its own run's lease at once (``heartbeat``, as ``ExecutionContext.heartbeat``).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import partial
+from typing import Any, Callable
+
+from .. import scheduling
+from ..backends.base import Backend, CancelRequest, Completion
+from ..clock import DbClock
+from ..drivers.base import BaseScheduledJob, ExecutionContext, JobResult
+from ..drivers.registry import get_driver
+from ..errors import SchedulerError
+from ..execution import effective_max_runtime, failure, run_driver
+from ..models import ConcurrencyMode, Job, JobRun, RunStatus
+from . import retrying
+from .cancellation import cancel_message
+from .completions import CompletionWriter
+from .leases import LeaseKeeper
+from .outcomes import Outcomes
+from .runs import RunRegistry, State, WorkerPool
+
+log = logging.getLogger("mjsched.engine")
+
+
+ENDED_EARLY = (State.TIMED_OUT, State.CANCELLED, State.LOST)   # a thread still going then counts as leaked
+
+
+@dataclass(frozen=True)
+class RunServices:
+    """What every run of one engine shares: where it executes, who writes its end, who keeps
+    its lease, and who hears about it. Built once by ``wiring.wire``."""
+    backend: Backend
+    registry: RunRegistry
+    pool: WorkerPool
+    writer: CompletionWriter
+    keeper: Callable[[], LeaseKeeper]   # a callable: the keeper is built after this (it calls runs back)
+    outcomes: Outcomes                  # what follows a written end: log, listeners, notification
+    clock: DbClock
+    stats: dict[str, int]
+    instance: str
+    allowed_drivers: frozenset[str] | None
+    wake: Callable[[], None]            # the dispatcher polls again (a slot or a job came free)
+
+
+@dataclass(eq=False)
+class Run:
+    """One claimed (or manual) run this engine is responsible for, from claim to completion.
+
+    Fixed at the claim: the job, ids, the tick, ``deadline`` and ``seen_next_run_at`` (the
+    job's next_run_at when claimed: the completion's compare-and-set guard). Everything else
+    changes only in the methods below, under ``services.registry.changed``.
+    """
+    services: RunServices = field(repr=False)
+    job: Job
+    run_id: str
+    token: str
+    scheduled_for: datetime | None
+    manual: bool = False
+    catch_up: bool = False
+    deadline: float | None = None              # time.monotonic() past which the run times out
+    seen_next_run_at: datetime | None = None
+    attempt: int = 1                           # 1 for a tick's first run, then its retries
+    retry_in: float | None = None              # set by its completion: seconds until the next attempt
+    cancel_event: threading.Event = field(default_factory=threading.Event)
+    started: float = field(default_factory=time.monotonic)
+    state: State = State.RUNNING
+    thread_alive: bool = True
+    last_enqueued: datetime | None = None      # Queue mode: newest tick kept as a Queued run
+    renew: bool = True                         # False: left to lapse (stop_polling gave up on it)
+    completing_since: float | None = None      # time.monotonic() when its completion was handed over
+    context: Any = None
+    notified: threading.Event = field(default_factory=threading.Event)   # its notification is out (or none)
+    cancel_request: CancelRequest | None = None   # an operator's cancel, once delivered
+    cancel_deadline: float | None = None       # time.monotonic() past which a cancelled run is ended anyway
+
+    @classmethod
+    def begin(cls, services: RunServices, job: Job, run_id: str, token: str, scheduled_for: datetime | None, *,
+              manual: bool, catch_up: bool, seen_next_run_at: datetime | None = None,
+              parameters: dict[str, Any] | None = None, attempt: int = 1) -> Run:
+        """A run just claimed, with the context its driver will see. ``job`` is what the driver
+        sees (a manual run's ``parameters`` already merged into its configuration)."""
+        try:
+            driver_cls: type[BaseScheduledJob] | None = get_driver(job.driver)
+        except SchedulerError:
+            driver_cls = None
+        max_runtime = effective_max_runtime(job, driver_cls)
+        run = cls(services, job, run_id, token, scheduled_for, manual=manual, catch_up=catch_up,
+                  deadline=time.monotonic() + max_runtime if max_runtime else None,
+                  seen_next_run_at=seen_next_run_at, attempt=attempt)
+        record = JobRun(id=run_id, scheduled_job_id=job.id, scheduled_for=scheduled_for, status=RunStatus.RUNNING,
+                        success=None, error_message=None, details=None, queued_at=None,
+                        started_at=services.clock.now(), completed_at=None, duration_ms=None,
+                        executed_by_instance=services.instance, lock_token=token, lease_expires_at=None,
+                        parameters=parameters, attempt=attempt)
+        run.context = ExecutionContext(job=job, run=record, cancel_event=run.cancel_event,
+                                       logger=logging.getLogger(f"mjsched.job.{job.driver}"),
+                                       heartbeat=run.heartbeat)
+        return run
+
+    # -- start -----------------------------------------------------------------------------
+    def start(self) -> None:
+        """A claimed, registered run: its lease and max_runtime are watched, then the capped
+        pool executes it (a shut-down pool forgets it: SchedulerError)."""
+        self._watch()
+        try:
+            self.services.pool.submit(self.execute)
+        except RuntimeError:
+            self.services.registry.remove(self)
+            raise SchedulerError("worker pool is shut down") from None
+
+    def start_manual(self) -> None:
+        """A manual run: registered, watched, and on a thread of its own outside the cap."""
+        self.services.registry.add(self)
+        self._watch()
+        threading.Thread(target=self.execute, name="mjsched-execute", daemon=True).start()
+
+    def _watch(self) -> None:
+        keeper = self.services.keeper()
+        keeper.start()
+        if self.deadline is not None:
+            keeper.poke()    # the keeper re-reads deadlines
+
+    # -- its lease -------------------------------------------------------------------------
+    def wants_lease(self, completing_since_at_least: float | None) -> bool:
+        """Whether the next beat renews this run's lease: while it runs, and while its completion
+        is being written, unless that has taken longer than the keeper's completion window
+        (``completing_since_at_least``; None: no window), or the engine gave up on it."""
+        if not self.renew:
+            return False
+        if self.state is State.RUNNING:
+            return True
+        return self.state is State.COMPLETING and (
+            completing_since_at_least is None or self.completing_since is None
+            or self.completing_since >= completing_since_at_least)
+
+    def heartbeat(self) -> bool:
+        """Renew this run's lease now (a driver's ``context.heartbeat()``); False once the run
+        is no longer RUNNING or the renewal failed."""
+        if self.state is not State.RUNNING:
+            return False
+        return self.services.keeper().renew([self.token]) and self.state is State.RUNNING
+
+    def keep_lease(self) -> None:
+        """Renew its lease again (polling restarted, or the engine closes and hands it back)."""
+        with self.services.registry.changed:
+            self.renew = True
+
+    def cancel(self, *, keep_lease: bool) -> None:
+        """Ask the driver to stop; ``keep_lease`` False lets its lease lapse, so another
+        engine can take the job over once it expires."""
+        with self.services.registry.changed:
+            self.renew = keep_lease
+        self.cancel_event.set()
+
+    def note_enqueued(self, tick: datetime) -> None:
+        """Queue mode: ``tick`` is kept as a Queued run; the next one to keep comes after it."""
+        with self.services.registry.changed:
+            self.last_enqueued = tick
+
+    # -- finish ----------------------------------------------------------------------------
+    def execute(self) -> None:
+        """The worker thread's body: run the driver, then finish."""
+        driver: BaseScheduledJob | None = None
+        if self.state is not State.RUNNING:   # timed out or lost while it waited for a thread
+            self._thread_done()
+            return
+        try:
+            log.debug("starting job %r (run %s)", self.job.name, self.run_id, extra={"action": "run_started"})
+            result, driver = run_driver(self.context, self.services.allowed_drivers)
+        except BaseException as exc:  # noqa: BLE001 - even KeyboardInterrupt from a driver: the run must end
+            result = failure(exc)
+        finally:
+            self._thread_done()
+        self.finish(result, driver)
+
+    def finish(self, result: JobResult, driver: BaseScheduledJob | None) -> None:
+        """The driver returned: RUNNING -> COMPLETING, its completion to the writer. An
+        operator's cancel noted before this (under the same lock) makes it Cancelled."""
+        if not self._move(State.COMPLETING):
+            log.warning("run %s of job %r returned after it was %s; its result is discarded", self.run_id,
+                        self.job.name, self.state.value, extra={"action": "leaked_run_finished"})
+            return
+        status = RunStatus.COMPLETED if result.success else RunStatus.FAILED
+        if self.cancel_request is not None:
+            status = RunStatus.CANCELLED
+            result = JobResult(success=False, error_message=cancel_message(self.cancel_request, result.error_message),
+                               details=result.details)
+        elif not result.success and self.cancel_event.is_set():
+            status = RunStatus.CANCELLED   # it gave up because the engine asked it to (shutdown)
+        self._write_end(status, result, driver)
+
+    def time_out(self) -> None:
+        """Past max_runtime (the keeper's call): RUNNING -> TIMED_OUT, recorded Timeout; a
+        thread still going is leaked and no longer holds a slot."""
+        if not self._end_early(State.TIMED_OUT, only_if=lambda: True):
+            return
+        self.cancel_event.set()
+        self.services.stats["timeouts"] += 1
+        message = f"exceeded max_runtime of {effective_max_runtime(self.job, None) or 0:g}s; cancelled"
+        if self.thread_alive:
+            log.warning("run %s of job %r timed out; its thread is still running and is counted as leaked "
+                        "(%d leaked now)", self.run_id, self.job.name, self.services.registry.leaked,
+                        extra={"action": "run_timed_out"})
+        self._write_end(RunStatus.TIMEOUT, JobResult(success=False, error_message=message), None)
+
+    def deliver_cancel(self, request: CancelRequest, deadline: float) -> bool:
+        """Note an operator's cancel while the run is still RUNNING and has none yet; True when
+        noted. Under the lock ``finish`` moves under: a run whose driver returned first keeps
+        its own outcome, one noted before that ends Cancelled."""
+        registry = self.services.registry
+        with registry.changed:
+            if self.state is not State.RUNNING or self.cancel_request is not None or not registry.holds(self):
+                return False
+            self.cancel_request = request
+            self.cancel_deadline = deadline
+            registry.changed.notify_all()
+            return True
+
+    def cancel_overdue(self) -> None:
+        """An operator's cancel not obeyed within the grace (the keeper's call): RUNNING ->
+        CANCELLED, recorded Cancelled; a thread still going is leaked (an isolated child was killed)."""
+        if not self._end_early(State.CANCELLED, only_if=lambda: self.cancel_request is not None):
+            return
+        assert self.cancel_request is not None
+        message = cancel_message(self.cancel_request, "the run did not stop within the grace period; its "
+                                 "thread is left running")
+        log.warning("run %s of job %r ignored its cancel; recorded Cancelled, its thread is counted as leaked "
+                    "(%d leaked now)", self.run_id, self.job.name, self.services.registry.leaked,
+                    extra={"action": "run_cancel_overdue"})
+        self._write_end(RunStatus.CANCELLED, JobResult(success=False, error_message=message), None)
+
+    def lose(self) -> None:
+        """Its lease was taken over or abandoned (the keeper's call): -> LOST, nothing more to
+        write or notify; the driver is asked to stop."""
+        if not self._move(State.LOST, only_from=(State.RUNNING, State.COMPLETING)):
+            return
+        self.cancel_event.set()
+        self.services.stats["leases_lost"] += 1
+        if self.thread_alive and not self.manual:
+            self.services.pool.absorb_leak()
+        self.notified.set()       # a lost run sends no notification
+        self.services.registry.remove(self)
+        self.services.wake()
+
+    def hand_back(self) -> Completion | None:
+        """At close, a run still executing: -> LOST, and the Cancelled completion that releases
+        its lock (written by ``hand_back_held`` in one call); None when it ended meanwhile."""
+        if not self._move(State.LOST):
+            return None
+        self.notified.set()
+        self.services.registry.remove(self)
+        return self.completion(RunStatus.CANCELLED, "the engine closed while the run was still executing; "
+                                                    "handed back", None)
+
+    def completion(self, status: RunStatus, error: str | None, details: dict[str, Any] | None) -> Completion:
+        """The run's end, moving the schedule on only if nobody edited it since the claim; a Failed
+        or Timeout attempt of a tick with a retry left also asks for the next attempt."""
+        retry_in = retrying.retry_in(self, status)
+        with self.services.registry.changed:
+            self.retry_in = retry_in
+        return Completion(self.run_id, self.token, status.value, error, details, self._next_run_at(),
+                          guard=True, expected_next_run_at=self.seen_next_run_at, retry_in=retry_in)
+
+    # -- the steps the transitions share -----------------------------------------------------
+    def _move(self, new: State, *, only_from: tuple[State, ...] = (State.RUNNING,)) -> bool:
+        """Move to ``new`` if still in one of ``only_from`` and registered; True when it moved.
+        Leaving RUNNING frees a slot, and the dispatcher hears of it."""
+        registry = self.services.registry
+        with registry.changed:
+            if self.state not in only_from or not registry.holds(self):
+                return False
+            freed = self.state is State.RUNNING
+            self.state = new
+            if new is State.COMPLETING:
+                self.completing_since = time.monotonic()
+            if new in ENDED_EARLY and self.thread_alive:
+                registry.count_leak(self)
+            registry.changed.notify_all()
+        if freed:
+            registry.slot_freed()
+        return True
+
+    def _end_early(self, new: State, only_if: Callable[[], bool]) -> bool:
+        """A RUNNING run ended by the keeper, not by its driver. A thread still going is given
+        up first, so new work never queues behind it in the pool."""
+        if self.state is not State.RUNNING or not only_if():
+            return False
+        if self.thread_alive and not self.manual:
+            self.services.pool.absorb_leak()
+        return self._move(new)
+
+    def _thread_done(self) -> None:
+        registry = self.services.registry
+        with registry.changed:
+            self.thread_alive = False
+            registry.forget_leak(self)
+            registry.changed.notify_all()
+
+    def _write_end(self, status: RunStatus, result: JobResult, driver: BaseScheduledJob | None) -> None:
+        self.services.writer.submit(self.completion(status, result.error_message, result.details),
+                                    partial(self._written, result, driver, status))
+
+    def _written(self, result: JobResult, driver: BaseScheduledJob | None, status: RunStatus,
+                 outcome: bool | None) -> None:
+        """The writer's callback: the outcome is recorded (logged, listeners, notification),
+        then the run leaves the registry (execute_job waits for that) and the dispatcher polls."""
+        try:
+            self.services.outcomes.record(self, result, driver, status, outcome)
+        finally:
+            self.services.registry.remove(self)
+            self.services.wake()
+
+    def _next_run_at(self) -> datetime | None:
+        """Where the job's schedule goes when this run ends (None: leave it alone). A retry
+        leaves it too: its tick's first attempt already moved it, and a tick that came due
+        while the retry ran is still due, so a retry never costs a tick."""
+        if self.manual or self.attempt > 1 or self.job.concurrency_mode is ConcurrencyMode.CONCURRENT:
+            return None
+        try:
+            return scheduling.next_run_after(self.job, self.scheduled_for, self.services.clock.now(), self.catch_up)
+        except Exception as exc:  # noqa: BLE001 - the run's outcome is still recorded; its next claim sets it aside
+            log.error("job %r: cannot compute its next run: %s: %s", self.job.name, type(exc).__name__, exc)
+            return None
+
+
+def hand_back_held(services: RunServices) -> None:
+    """Runs still executing at close are recorded Cancelled and their locks released, in
+    one fenced call, so no lock outlives the engine; a thread that returns later finds its
+    run lost and its result is discarded (logged)."""
+    items = [c for c in (run.hand_back() for run in services.registry.busy()) if c is not None]
+    if not items:
+        return
+    try:
+        done = services.backend.complete_job_runs(items)
+    except SchedulerError as exc:
+        log.error("close: could not hand back %d run(s) (%s); their leases will lapse", len(items), exc,
+                  extra={"action": "hand_back_failed"})
+        return
+    log.warning("closed with %d run(s) still executing: %d recorded Cancelled and their locks released",
+                len(items), sum(1 for ok in done.values() if ok), extra={"action": "handed_back_at_close"})
