@@ -6,11 +6,13 @@ back what is left, then close the connections. ``SchedulingEngine`` delegates he
 """
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import socket
 import threading
 import time
+import weakref
 from typing import Any
 
 from ..errors import ConfigurationError
@@ -20,6 +22,19 @@ from .run import hand_back_held
 log = logging.getLogger("mjsched.engine")
 
 CLOSE_GRACE_SECONDS = 5.0   # close(): how long cancelled runs may take to return and be recorded
+
+
+# Engines not closed yet: at interpreter exit each is closed, so what it holds is handed back.
+_open_engines: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_engines() -> None:
+    for engine in list(_open_engines):
+        try:
+            engine.close()
+        except Exception as exc:  # noqa: BLE001 - exit must go on
+            log.warning("closing engine %s at exit failed: %s", engine.instance_name, exc)
 
 
 class EngineControl:
@@ -32,6 +47,7 @@ class EngineControl:
         self._lock = threading.Lock()
         self.polling = False
         self.closed = False
+        _open_engines.add(engine)
 
     def start(self) -> None:
         """Run the start-up steps, then poll in the background; returns at once."""
@@ -105,6 +121,7 @@ class EngineControl:
             if self.closed:
                 return False
             self.closed = True
+        _open_engines.discard(e)
         if self.polling:
             self.stop(wait=False, max_wait=None)
         e._changes.join(timeout=10.0)

@@ -6,9 +6,7 @@ the completion writer and the change feed together (see the package docstring).
 """
 from __future__ import annotations
 
-import atexit
 import logging
-import weakref
 from typing import Any, Iterable
 
 from .. import validation
@@ -16,11 +14,10 @@ from ..backends import Backend, open_backend
 from ..errors import ConfigurationError, JobNotFound
 from ..models import DispatchResult, Job, JobRun, JobStatus, RunStatus, SyncResult
 from ..notify import LoggingNotifier, Notifier
-from ..schedules import schedule_text
 from . import declared, refs
 from .cancellation import default_requester
 from .control import EngineControl
-from .jobs import changed_job_values, new_job_values, schedule_created
+from .jobs import changed_job_values, create_job
 from .listeners import EngineListener
 from .manual import ManualRuns
 from .once import check_timeout
@@ -29,19 +26,6 @@ from .retention import prune
 from .wiring import backend_defaults, wire
 
 log = logging.getLogger("mjsched.engine")
-
-
-# Engines not closed yet: at interpreter exit each is closed, so what it holds is handed back.
-_open_engines: "weakref.WeakSet[SchedulingEngine]" = weakref.WeakSet()
-
-
-@atexit.register
-def _close_open_engines() -> None:
-    for engine in list(_open_engines):
-        try:
-            engine.close()
-        except Exception as exc:  # noqa: BLE001 - exit must go on
-            log.warning("closing engine %s at exit failed: %s", engine.instance_name, exc)
 
 
 class SchedulingEngine:
@@ -87,7 +71,6 @@ class SchedulingEngine:
         wire(self, opts)
         self._control = EngineControl(self)
         self._manual = ManualRuns(self)
-        _open_engines.add(self)
 
     # -- schema ----------------------------------------------------------------------
     def install(self) -> list[str]:
@@ -107,17 +90,9 @@ class SchedulingEngine:
         """Validate everything, then insert the job; returns its id (a UUID string). The schedule
         is exactly one of ``cron``, ``every`` (a timedelta or '90s', '15m', '2h', '1d') and
         ``run_at`` (an aware datetime: one run, then the job is Expired)."""
-        values, driver_name = new_job_values(self.backend, {"name": name, "driver": driver, "cron": cron,
-                                                            "every": every, "run_at": run_at,
-                                                            "timezone": timezone, "configuration": configuration,
-                                                            **fields})
-        job_id = self.backend.insert_job(values)
-        if "next_run_at" not in values:
-            schedule_created(self.backend, job_id)
-        log.info("created job %r (%s), driver %s, schedule %r %s", values["name"], job_id, driver_name,
-                 schedule_text(values["cron_expression"], values["interval_seconds"], values["run_at"]),
-                 values["timezone"], extra={"action": "job_created"})
-        return job_id
+        return create_job(self.backend, {"name": name, "driver": driver, "cron": cron, "every": every,
+                                         "run_at": run_at, "timezone": timezone, "configuration": configuration,
+                                         **fields})
 
     def get_job(self, job_id: str) -> Job:
         """The job ``job_id`` names: an id, or a name (a value that is not a UUID); JobNotFound
@@ -226,7 +201,7 @@ class SchedulingEngine:
 
     def dispatch_due_jobs(self) -> DispatchResult:
         """One poll, by hand: sweep, claim up to the free slots, hand runs to the pool."""
-        return self._observed_dispatch(sweep=True)[0]
+        return self._listeners.observe(lambda: self._dispatcher.dispatch(True))[0]
 
     def run_due_jobs(self, timeout: float | None = None) -> list[JobRun]:
         """Claim everything due now (pass after pass while slots free up), wait for those runs
@@ -236,19 +211,6 @@ class SchedulingEngine:
         if self._control.polling:
             raise ConfigurationError("run_due_jobs", "while polling", "stop_polling() first, or let the loop run")
         return self._due_pass.run(timeout)
-
-    def _poll(self) -> float:
-        """The poll loop's call: the dispatcher decides whether this poll sweeps."""
-        return self._observed_dispatch(sweep=None)[1]
-
-    def _observed_dispatch(self, sweep: bool | None) -> tuple[DispatchResult, float]:
-        try:
-            result, delay = self._dispatcher.poll() if sweep is None else self._dispatcher.dispatch(sweep)
-        except BaseException:
-            self._listeners.poll_failed()
-            raise
-        self._listeners.poll(result)
-        return result, delay
 
     # -- manual execution ---------------------------------------------------------------
     def execute_job(self, job_id: str, parameters: dict[str, Any] | None = None, *, force: bool = False) -> JobRun:
@@ -284,8 +246,7 @@ class SchedulingEngine:
         ``cancel_event`` and CLOSE_GRACE_SECONDS to return (their outcome is recorded as
         usual); what is left after that is handed back (recorded Cancelled, its lock released,
         fenced by its token) before the connections close. Also called at interpreter exit."""
-        if self._control.close():
-            _open_engines.discard(self)
+        self._control.close()
 
     def __enter__(self) -> "SchedulingEngine":
         return self

@@ -1,15 +1,18 @@
 """The values a job row gets when it is created or changed: validated fields, the job type
 of its driver, and its first due instant when it is (or becomes) Active. The facade inserts
-or updates the row with them."""
+or updates the row with them (``create_job`` does all of a creation)."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any
 
 from .. import schedules, scheduling, validation
 from ..backends import Backend
 from ..drivers.registry import get_driver
 from ..models import Job, JobStatus
+
+log = logging.getLogger("mjsched.engine")
 
 # A change to one recomputes next_run_at (the schema's trigger clears it for other writers).
 RESCHEDULING_FIELDS = ("cron_expression", "interval_seconds", "run_at", "timezone", "start_at")
@@ -31,6 +34,18 @@ def new_job_values(backend: Backend, fields: dict[str, Any]) -> tuple[dict[str, 
             schedule, backend.db_now(), start_at=values.get("start_at"),
             run_immediately=values.get("run_immediately_if_never_run", False), never_ran=True)
     return values, driver_name
+
+
+def create_job(backend: Backend, fields: dict[str, Any]) -> str:
+    """Validate everything, insert the job, give it its first due instant; returns its id."""
+    values, driver_name = new_job_values(backend, fields)
+    job_id = backend.insert_job(values)
+    if "next_run_at" not in values:
+        schedule_created(backend, job_id)
+    log.info("created job %r (%s), driver %s, schedule %r %s", values["name"], job_id, driver_name,
+             schedules.schedule_text(values["cron_expression"], values["interval_seconds"], values["run_at"]),
+             values["timezone"], extra={"action": "job_created"})
+    return job_id
 
 
 def schedule_created(backend: Backend, job_id: str) -> None:

@@ -46,6 +46,17 @@ class Listeners:
             if callable(handler):
                 self._hooks[hook].append((listener, handler))
 
+    def observe(self, poll: Callable[[], tuple[DispatchResult, float]]) -> tuple[DispatchResult, float]:
+        """Run one poll (the loop's, run_due_jobs's or dispatch_due_jobs's) and tell the
+        listeners how it went: ``on_poll`` with its result, or ``on_poll_failed`` as it raises."""
+        try:
+            result, delay = poll()
+        except BaseException:
+            self.poll_failed()
+            raise
+        self.poll(result)
+        return result, delay
+
     def poll(self, result: DispatchResult) -> None:
         self._call("on_poll", result)
 

@@ -65,8 +65,9 @@ def wire(engine: Any, opts: EngineOptions) -> None:
                                     services=engine._runs, writer=engine._writer, keeper=engine._keeper,
                                     housekeeping=engine._housekeeping, clock=engine._clock,
                                     side_work=engine._side_work, stats=engine.stats, wake=lambda: engine._poller.wake())
-    engine._due_pass = DuePass(dispatch=lambda sweep: engine._observed_dispatch(sweep)[0], registry=engine._registry,
+    engine._due_pass = DuePass(dispatch=lambda sweep: engine._listeners.observe(
+                                   lambda: engine._dispatcher.dispatch(sweep))[0], registry=engine._registry,
                                backend=engine.backend, side_work=engine._side_work, cap=engine.max_concurrent_jobs)
-    engine._poller = Poller(engine._poll, min_interval=engine.min_poll_interval,
+    engine._poller = Poller(lambda: engine._listeners.observe(engine._dispatcher.poll)[1], min_interval=engine.min_poll_interval,
                             max_interval=engine.max_poll_interval)
     engine._changes = ChangeFeed(engine.backend, engine.on_job_changed)
