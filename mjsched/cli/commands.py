@@ -463,53 +463,30 @@ def _diff_value(value: Any) -> str:
     return repr(value)
 
 
-def cmd_jobs_preview(ctx: Context) -> int:
-    from ..cron import next_run_times, resolve_timezone
+@dataclasses.dataclass(frozen=True)
+class _PreviewTarget:
+    """What ``jobs preview`` shows: a stored job's schedule, or one given as flags (no job)."""
+    given: dict[str, Any]          # at most one of cron, every, run_at once checked
+    zone: str
+    after: datetime
+    anchor: datetime | None = None  # an interval's ticks: anchor + k * every
+    job: Any = None
 
-    from ..schedules import format_duration, next_run_times as preview_times
+
+def cmd_jobs_preview(ctx: Context) -> int:
+    from ..cron import resolve_timezone
 
     a = ctx.args
-    after = parse_instant("--after", a.after, a.timezone or "UTC") if a.after else datetime.now(UTC)
-    job = None
-    given = schedule_fields(a, a.timezone or "UTC")
-    if a.job is not None:
-        if given:
-            raise UsageError("give a job or a schedule (--cron, --every, --run-at), not both")
-        job = resolve_job(ctx.engine(), a.job)
-        zone = a.timezone or job.timezone
-        kind = {"cron": job.cron_expression, "every": job.interval_seconds, "run_at": job.run_at}
-        given = {k: v for k, v in kind.items() if v is not None}
-        anchor = job.start_at or job.created_at   # an interval's ticks: start_at (else created_at) + k * every
-        if "run_at" in given and job.status.value == "Expired":
-            given = {}   # a one-off that ended has no run left
-        elif job.start_at is not None and job.start_at > after:
-            after = job.start_at - _EPS   # a tick exactly at start_at fires
-    elif given:
-        zone, anchor = a.timezone or "UTC", None
-    else:
-        raise UsageError("give a job id or name, or a schedule: --cron EXPR, --every DURATION or --run-at ISO")
-    if len(given) > 1:
+    target = _preview_target(ctx)
+    if len(target.given) > 1:
         raise UsageError("give one of --cron, --every, --run-at")
-    if "every" in given:
-        times = preview_times(every=given["every"], timezone=zone, after=after, count=a.count, start_at=anchor)
-    elif "run_at" in given:
-        times = preview_times(run_at=given["run_at"], timezone=zone, after=after, count=a.count)
-    elif "cron" in given:
-        times = next_run_times(given["cron"], zone, after=after, count=a.count)
-    else:
-        times = []
-    if job is not None and job.end_at is not None:
-        times = [t for t in times if t < job.end_at]
+    job, zone, times = target.job, target.zone, _fire_times(target, a.count)
     tz = resolve_timezone(zone)
     rows = [{"local": t.astimezone(tz).isoformat(), "utc": t.astimezone(UTC).isoformat()} for t in times]
-    every = given.get("every")
-    shown = (given.get("cron") if "cron" in given
-             else f"every {format_duration(every if isinstance(every, int) else parse_every(every))}" if every
-             else f"once at {given['run_at'].astimezone(UTC).isoformat()}" if "run_at" in given else "ended")
-    cron = given.get("cron")
+    shown = _schedule_text(target.given)
     if ctx.json:
-        ctx.emit_json({"cron": cron, "schedule": shown, "timezone": zone, "job": job.id if job else None,
-                       "times": rows})
+        ctx.emit_json({"cron": target.given.get("cron"), "schedule": shown, "timezone": zone,
+                       "job": job.id if job else None, "times": rows})
         return EXIT_OK
     title = f"job {job.name!r} ({job.id})" if job else "schedule"
     ctx.emit(f"next {len(times)} fire time(s) of {title}: {shown!r} in {zone}")
@@ -520,6 +497,57 @@ def cmd_jobs_preview(ctx: Context) -> int:
     if job is not None and job.end_at is not None and len(times) < a.count:
         ctx.emit(f"(the job's window ends at {ts(job.end_at)} UTC)")
     return EXIT_OK
+
+
+def _preview_target(ctx: Context) -> _PreviewTarget:
+    """A job or a schedule, never both; a job's ticks start at its start_at, and an expired
+    one-off has none left."""
+    a = ctx.args
+    after = parse_instant("--after", a.after, a.timezone or "UTC") if a.after else datetime.now(UTC)
+    given = schedule_fields(a, a.timezone or "UTC")
+    if a.job is None:
+        if not given:
+            raise UsageError("give a job id or name, or a schedule: --cron EXPR, --every DURATION or --run-at ISO")
+        return _PreviewTarget(given, a.timezone or "UTC", after)
+    if given:
+        raise UsageError("give a job or a schedule (--cron, --every, --run-at), not both")
+    job = resolve_job(ctx.engine(), a.job)
+    kind = {"cron": job.cron_expression, "every": job.interval_seconds, "run_at": job.run_at}
+    given = {k: v for k, v in kind.items() if v is not None}
+    if "run_at" in given and job.status.value == "Expired":
+        given = {}   # a one-off that ended has no run left
+    elif job.start_at is not None and job.start_at > after:
+        after = job.start_at - _EPS   # a tick exactly at start_at fires
+    return _PreviewTarget(given, a.timezone or job.timezone, after, anchor=job.start_at or job.created_at, job=job)
+
+
+def _fire_times(target: _PreviewTarget, count: int) -> list[datetime]:
+    """The next ``count`` fire times after target.after, none at or past a job's end_at."""
+    from ..cron import next_run_times
+    from ..schedules import next_run_times as preview_times
+
+    given, zone, after = target.given, target.zone, target.after
+    if "every" in given:
+        times = preview_times(every=given["every"], timezone=zone, after=after, count=count, start_at=target.anchor)
+    elif "run_at" in given:
+        times = preview_times(run_at=given["run_at"], timezone=zone, after=after, count=count)
+    elif "cron" in given:
+        times = next_run_times(given["cron"], zone, after=after, count=count)
+    else:
+        times = []
+    if target.job is not None and target.job.end_at is not None:
+        times = [t for t in times if t < target.job.end_at]
+    return times
+
+
+def _schedule_text(given: dict[str, Any]) -> str:
+    """The schedule as the preview's heading shows it ("ended" when nothing is left)."""
+    from ..schedules import format_duration
+
+    every = given.get("every")
+    return (given.get("cron") if "cron" in given
+            else f"every {format_duration(every if isinstance(every, int) else parse_every(every))}" if every
+            else f"once at {given['run_at'].astimezone(UTC).isoformat()}" if "run_at" in given else "ended")
 
 
 def run_row(run: Any) -> dict[str, Any]:
@@ -1222,55 +1250,14 @@ def setup_logging(verbosity: int, command: str | None, json_lines: bool = False)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Parse, prepare the process, run the command, flush; exit code 0 ok, 1 failed, 2 bad usage or input."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    verbosity = int(getattr(args, "verbose", 0) or 0)
     if getattr(args, "command", None) is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
-    for directory in reversed(getattr(args, "app_dir", None) or []):
-        sys.path.insert(0, str(Path(directory).expanduser().resolve()))
-    if args.command != "demo":
-        setup_logging(verbosity, args.command, json_lines=bool(getattr(args, "json", False)))
-    else:
-        args.verbose = verbosity
-    ctx: Context | None = None
-    previous_term = signal.getsignal(signal.SIGTERM)
-    code = EXIT_FAILED
-    try:
-        # SIGTERM ends one-shot commands through the same cleanup as Ctrl-C.
-        signal.signal(signal.SIGTERM, _raise_interrupt)
-        settings = config_mod.load(flag_settings(args), config_file=args.config)
-        ctx = Context(args, settings)
-        code = int(args.handler(ctx))
-    except LockNotAcquired as exc:
-        print(f"mjsched: error: {_one_line(exc)} (it is running elsewhere; try again later)", file=sys.stderr)
-        code = EXIT_FAILED
-    except JobNotActive as exc:
-        print(f"mjsched: error: {_one_line(exc)}", file=sys.stderr)
-        code = EXIT_FAILED
-    except SchedulerError as exc:
-        print(f"mjsched: error: {_one_line(exc)}", file=sys.stderr)
-        code = EXIT_USAGE
-    except KeyboardInterrupt:
-        print("mjsched: interrupted", file=sys.stderr)
-        code = 130
-    except BrokenPipeError:   # `mjsched runs | head`: the reader left; not an error of ours
-        _silence_stdout()
-        code = EXIT_OK
-    except Exception as exc:  # noqa: BLE001 - a bug in mjsched: one line, the traceback with -v
-        if verbosity:
-            log.exception("unexpected error")
-        print(f"mjsched: internal error: {type(exc).__name__}: {_one_line(exc)} (run with -v for the traceback)",
-              file=sys.stderr)
-        code = EXIT_FAILED
-    finally:
-        try:
-            if ctx is not None:
-                ctx.close()
-        finally:
-            if signal.getsignal(signal.SIGTERM) is _raise_interrupt:   # not while `run` is stopping
-                signal.signal(signal.SIGTERM, previous_term)
+    _prepare_process(args)
+    code = _run_command(args)
     try:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -1279,6 +1266,63 @@ def main(argv: Sequence[str] | None = None) -> int:
     if _threads_left():
         os._exit(code)   # runs still executing past the drain bound: their leases lapse; do not hang
     return code
+
+
+def _prepare_process(args: argparse.Namespace) -> None:
+    """--app-dir first on sys.path, then logging (the demo sets up its own, from args.verbose)."""
+    verbosity = int(getattr(args, "verbose", 0) or 0)
+    for directory in reversed(getattr(args, "app_dir", None) or []):
+        sys.path.insert(0, str(Path(directory).expanduser().resolve()))
+    if args.command != "demo":
+        setup_logging(verbosity, args.command, json_lines=bool(getattr(args, "json", False)))
+    else:
+        args.verbose = verbosity
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    """The command's handler, with SIGTERM ending it through the same cleanup as Ctrl-C; its context
+    is closed whatever happens."""
+    ctx: Context | None = None
+    previous_term = signal.getsignal(signal.SIGTERM)
+    try:
+        signal.signal(signal.SIGTERM, _raise_interrupt)
+        settings = config_mod.load(flag_settings(args), config_file=args.config)
+        ctx = Context(args, settings)
+        return int(args.handler(ctx))
+    except (KeyboardInterrupt, Exception) as exc:  # noqa: BLE001 - each reported as one line by _report
+        return _report(exc, verbosity=int(getattr(args, "verbose", 0) or 0))
+    finally:
+        try:
+            if ctx is not None:
+                ctx.close()
+        finally:
+            if signal.getsignal(signal.SIGTERM) is _raise_interrupt:   # not while `run` is stopping
+                signal.signal(signal.SIGTERM, previous_term)
+
+
+def _report(exc: BaseException, verbosity: int) -> int:
+    """A command's error as one line on stderr, and its exit code (called while handling it)."""
+    if isinstance(exc, LockNotAcquired):
+        print(f"mjsched: error: {_one_line(exc)} (it is running elsewhere; try again later)", file=sys.stderr)
+        return EXIT_FAILED
+    if isinstance(exc, JobNotActive):
+        print(f"mjsched: error: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_FAILED
+    if isinstance(exc, SchedulerError):
+        print(f"mjsched: error: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_USAGE
+    if isinstance(exc, KeyboardInterrupt):
+        print("mjsched: interrupted", file=sys.stderr)
+        return 130
+    if isinstance(exc, BrokenPipeError):   # `mjsched runs | head`: the reader left; not an error of ours
+        _silence_stdout()
+        return EXIT_OK
+    # Anything else is a bug in mjsched: one line, the traceback with -v.
+    if verbosity:
+        log.exception("unexpected error")
+    print(f"mjsched: internal error: {type(exc).__name__}: {_one_line(exc)} (run with -v for the traceback)",
+          file=sys.stderr)
+    return EXIT_FAILED
 
 
 def _silence_stdout() -> None:
