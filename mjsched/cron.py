@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass, field as dc_field
 from datetime import datetime, timedelta, timezone
 from itertools import islice
-from typing import Iterator, NoReturn
+from typing import Callable, Iterator, NoReturn
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
@@ -203,6 +203,59 @@ def _expand(f: _Field, item: str) -> tuple[list[int] | range, bool]:
     return expanded, interval
 
 
+def _split_fields(expression: str, bad: Callable[[str], NoReturn]) -> list[str]:
+    """The expression's 5 or 6 fields as written (a macro replaced by its fields), after the
+    checks that need no field: type, NUL, length, emptiness, a known macro."""
+    if not isinstance(expression, str):
+        bad(f"must be a string, not {type(expression).__name__}")
+    if "\x00" in expression:
+        bad("contains a NUL byte")
+    if len(expression) > MAX_EXPRESSION_LENGTH:
+        bad(f"longer than {MAX_EXPRESSION_LENGTH} characters ({len(expression)})")
+    text = expression.strip()
+    if not text:
+        bad("is empty")
+    if text.startswith("@"):
+        macro = text.lower()
+        if macro not in _MACROS:
+            known = ", ".join(_MACROS)
+            bad(f"macro {text!r} is not supported (known: {known})")
+        text = _MACROS[macro]
+    parts = re.split(r"[ \t]+", text)
+    if len(parts) not in (5, 6):
+        bad(f"has {len(parts)} fields; expected 5 (minute hour day-of-month month "
+            "day-of-week) or 6 with seconds first")
+    return parts
+
+
+def _check_day_fields(parts: list[str], fields: list[tuple[str, list[int] | None, bool]],
+                      bad: Callable[[str], NoReturn]) -> None:
+    """Refuse day fields croniter would misread, and a day of month no listed month has."""
+    spelled = [f[0] for f in fields]
+    dom_special = any(c in spelled[3] for c in "lw")
+    dow_special = any(c in spelled[5] for c in "#l")
+    if spelled[3] != "*" and spelled[5] != "*" and (dom_special or dow_special):
+        # croniter ORs plain day fields but ANDs (or drops) L/W/#: refuse the mix.
+        bad(f"day-of-month field {parts[3]!r} and day-of-week field {parts[5]!r}: "
+            "'L', 'W' and '#' need '*' or '?' in the other day field")
+    dom, months = fields[3][1], fields[4][1]
+    if dom and months and spelled[5] == "*":
+        longest = max(_DAYS_IN_MONTH[m - 1] for m in months)
+        if min(dom) > longest:
+            bad(f"day-of-month field {parts[3]!r}: day {min(dom)} never "
+                f"occurs in month field {parts[4]!r}, so this never fires")
+
+
+def _check_fires(cron_expr: str, bad: Callable[[str], NoReturn]) -> None:
+    """croniter itself must accept the expression and find a fire time."""
+    try:
+        croniter(cron_expr, datetime(2000, 1, 1), ret_type=datetime).get_next()
+    except CroniterBadDateError:
+        bad("day-of-month/month/day-of-week combination never fires")
+    except (CroniterError, ValueError, TypeError, KeyError) as exc:
+        bad(f"rejected by croniter: {exc}")
+
+
 @dataclass(frozen=True)
 class CronSchedule:
     """A validated cron expression bound to an IANA zone.
@@ -232,25 +285,7 @@ class CronSchedule:
         def bad(reason: str) -> NoReturn:
             raise InvalidCronExpression(expression, reason, field=field)
 
-        if not isinstance(expression, str):
-            bad(f"must be a string, not {type(expression).__name__}")
-        if "\x00" in expression:
-            bad("contains a NUL byte")
-        if len(expression) > MAX_EXPRESSION_LENGTH:
-            bad(f"longer than {MAX_EXPRESSION_LENGTH} characters ({len(expression)})")
-        text = expression.strip()
-        if not text:
-            bad("is empty")
-        if text.startswith("@"):
-            macro = text.lower()
-            if macro not in _MACROS:
-                known = ", ".join(_MACROS)
-                bad(f"macro {text!r} is not supported (known: {known})")
-            text = _MACROS[macro]
-        parts = re.split(r"[ \t]+", text)
-        if len(parts) not in (5, 6):
-            bad(f"has {len(parts)} fields; expected 5 (minute hour day-of-month month "
-                "day-of-week) or 6 with seconds first")
+        parts = _split_fields(expression, bad)
         has_seconds = len(parts) == 6
         if not has_seconds:
             parts = ["0", *parts]
@@ -259,27 +294,10 @@ class CronSchedule:
         zone = resolve_timezone(timezone)
         # Cronos: a '*', range or step in second/minute/hour makes it an interval.
         is_interval = any(f[2] for f in fields[:3])
-        dom_special = any(c in spelled[3] for c in "lw")
-        dow_special = any(c in spelled[5] for c in "#l")
-        if spelled[3] != "*" and spelled[5] != "*" and (dom_special or dow_special):
-            # croniter ORs plain day fields but ANDs (or drops) L/W/#: refuse the mix.
-            bad(f"day-of-month field {parts[3]!r} and day-of-week field {parts[5]!r}: "
-                "'L', 'W' and '#' need '*' or '?' in the other day field")
-        dom, months = fields[3][1], fields[4][1]
-        if dom and months and spelled[5] == "*":
-            longest = max(_DAYS_IN_MONTH[m - 1] for m in months)
-            if min(dom) > longest:
-                raise InvalidCronExpression(
-                    expression, f"day-of-month field {parts[3]!r}: day {min(dom)} never "
-                    f"occurs in month field {parts[4]!r}, so this never fires", field=field)
+        _check_day_fields(parts, fields, bad)
         # croniter order: minute hour dom month dow second.
         cron_expr = " ".join([*spelled[1:], spelled[0]])
-        try:
-            croniter(cron_expr, datetime(2000, 1, 1), ret_type=datetime).get_next()
-        except CroniterBadDateError:
-            bad("day-of-month/month/day-of-week combination never fires")
-        except (CroniterError, ValueError, TypeError, KeyError) as exc:
-            bad(f"rejected by croniter: {exc}")
+        _check_fires(cron_expr, bad)
         return cls(expression, timezone, zone, has_seconds, is_interval, cron_expr)
 
     @functools.cached_property
