@@ -84,18 +84,32 @@ def _require_aware(value: object, field: str) -> datetime:
     return value.astimezone(UTC)
 
 
-def _parse_value(token: str, name: str, low: int, high: int,
-                 bad: Callable[[str], NoReturn]) -> int:
-    """One number or name, range-checked, so errors name the exact value."""
-    names = _NAMES.get(name, {})
-    if token in names:
-        return names[token]
-    if not token.isdigit():
-        bad(f"{token!r} is not a number" + (" or a 3-letter name" if names else ""))
-    number = int(token)
-    if not low <= number <= high:
-        bad(f"value {number} is out of range {low}-{high}")
-    return number
+@dataclass(frozen=True)
+class _Field:
+    """One field of an expression being checked: its kind, bounds and text, so each error names
+    the exact field and value."""
+
+    expr: str
+    text: str
+    field: str
+    name: str
+    low: int
+    high: int
+
+    def bad(self, reason: str) -> NoReturn:
+        raise InvalidCronExpression(self.expr, f"{self.name} field {self.text!r}: {reason}", field=self.field)
+
+    def value(self, token: str) -> int:
+        """One number or name, range-checked."""
+        names = _NAMES.get(self.name, {})
+        if token in names:
+            return names[token]
+        if not token.isdigit():
+            self.bad(f"{token!r} is not a number" + (" or a 3-letter name" if names else ""))
+        number = int(token)
+        if not self.low <= number <= self.high:
+            self.bad(f"value {number} is out of range {self.low}-{self.high}")
+        return number
 
 
 def _normalize_field(expr: str, index: int, text: str,
@@ -107,15 +121,11 @@ def _normalize_field(expr: str, index: int, text: str,
     (None when the field holds ``*``, ``L``, ``W`` or ``#``) feed the static
     never-fires check.
     """
-    name, low, high = _FIELDS[index]
-
-    def bad(reason: str) -> NoReturn:
-        raise InvalidCronExpression(expr, f"{name} field {text!r}: {reason}", field=field)
-
+    f = _Field(expr, text, field, *_FIELDS[index])
     token = text.lower()
     if token == "?":
-        if name not in ("day-of-month", "day-of-week"):
-            bad("'?' is only allowed in day-of-month and day-of-week")
+        if f.name not in ("day-of-month", "day-of-week"):
+            f.bad("'?' is only allowed in day-of-month and day-of-week")
         return "*", None, False
     if token == "*":
         return "*", None, True
@@ -126,52 +136,124 @@ def _normalize_field(expr: str, index: int, text: str,
     interval = False
     for item in items:
         if not item:
-            bad("empty list item")
-        w_day = _W_RE.match(item)
-        if name == "day-of-month" and (item == "l" or w_day):
-            if w_day:
-                _parse_value(w_day.group(1), name, low, high, bad)
-                if len(items) > 1:
-                    bad(f"'{item.upper()}' cannot be combined with other values")
-            out.append(item)
+            f.bad("empty list item")
+        if f.name == "day-of-month" and (item == "l" or _W_RE.match(item)):
+            out.append(_last_or_weekday(f, item, alone=len(items) == 1))
             values = None
-            continue
-        nth, last = _NTH_RE.match(item), _LAST_DOW_RE.match(item)
-        if name == "day-of-week" and (nth or last):
-            raw = nth.group(1) if nth else (last.group(1) or last.group(2)) if last else ""
-            day = _parse_value(raw, name, low, high, bad) % 7
-            if nth and not 1 <= int(nth.group(2)) <= 5:
-                bad(f"occurrence '#{nth.group(2)}' is out of range 1-5")
-            out.append(f"{day}#{int(nth.group(2))}" if nth else f"l{day}")
+        elif f.name == "day-of-week" and (_NTH_RE.match(item) or _LAST_DOW_RE.match(item)):
+            out.append(_nth_or_last_day_of_week(f, item))
             special += 1
             values = None
-            continue
-        match = _ITEM_RE.match(item)
-        if not match:
-            bad(f"{item!r} is not a value, range or step")
-        base, step = match.group(1), match.group(2)
-        # An open end ('*/2', '5/15') stops at Saturday (6), not at the Sunday alias 7.
-        top = 6 if name == "day-of-week" else high
-        if base == "*":
-            first, end = low, top
         else:
-            bounds = [_parse_value(p, name, low, high, bad) for p in base.split("-")]
-            first = bounds[0]
-            end = bounds[1] if len(bounds) == 2 else (top if step else first)
-            if first > end:
-                bad(f"range {base!r} starts after it ends")
-        if step is not None and not 1 <= int(step) <= high - low + 1:
-            bad(f"step {step} is out of range 1-{high - low + 1}")
-        interval = interval or base == "*" or "-" in base or step is not None
-        expanded: list[int] | range = range(first, end + 1, int(step or 1))
-        if name == "day-of-week":
-            expanded = sorted({v % 7 for v in expanded})
-        out.extend(str(v) for v in expanded)
-        if values is not None:
-            values.extend(expanded)
+            expanded, is_interval = _expand(f, item)
+            interval = interval or is_interval
+            out.extend(str(v) for v in expanded)
+            if values is not None:
+                values.extend(expanded)
     if special and special != len(items):
-        bad("'#' and 'L' days cannot be mixed with plain days")
+        f.bad("'#' and 'L' days cannot be mixed with plain days")
     return ",".join(dict.fromkeys(out)), values, interval
+
+
+def _last_or_weekday(f: _Field, item: str, alone: bool) -> str:
+    """Day-of-month ``L`` (the last day) or ``15W`` (the weekday nearest the 15th), which must
+    stand alone; croniter reads both as written."""
+    w_day = _W_RE.match(item)
+    if w_day:
+        f.value(w_day.group(1))
+        if not alone:
+            f.bad(f"'{item.upper()}' cannot be combined with other values")
+    return item
+
+
+def _nth_or_last_day_of_week(f: _Field, item: str) -> str:
+    """Day-of-week ``FRI#3`` (the third Friday) or ``5L``/``L5`` (the last Friday), in croniter's
+    spelling with the day as a number 0-6."""
+    nth, last = _NTH_RE.match(item), _LAST_DOW_RE.match(item)
+    raw = nth.group(1) if nth else (last.group(1) or last.group(2)) if last else ""
+    day = f.value(raw) % 7
+    if nth and not 1 <= int(nth.group(2)) <= 5:
+        f.bad(f"occurrence '#{nth.group(2)}' is out of range 1-5")
+    return f"{day}#{int(nth.group(2))}" if nth else f"l{day}"
+
+
+def _expand(f: _Field, item: str) -> tuple[list[int] | range, bool]:
+    """A value, range or step as the explicit values it stands for, and whether it is an interval
+    (``*``, a range or a step rather than one value)."""
+    match = _ITEM_RE.match(item)
+    if not match:
+        f.bad(f"{item!r} is not a value, range or step")
+    base, step = match.group(1), match.group(2)
+    # An open end ('*/2', '5/15') stops at Saturday (6), not at the Sunday alias 7.
+    top = 6 if f.name == "day-of-week" else f.high
+    if base == "*":
+        first, end = f.low, top
+    else:
+        bounds = [f.value(p) for p in base.split("-")]
+        first = bounds[0]
+        end = bounds[1] if len(bounds) == 2 else (top if step else first)
+        if first > end:
+            f.bad(f"range {base!r} starts after it ends")
+    if step is not None and not 1 <= int(step) <= f.high - f.low + 1:
+        f.bad(f"step {step} is out of range 1-{f.high - f.low + 1}")
+    interval = base == "*" or "-" in base or step is not None
+    expanded: list[int] | range = range(first, end + 1, int(step or 1))
+    if f.name == "day-of-week":
+        expanded = sorted({v % 7 for v in expanded})
+    return expanded, interval
+
+
+def _split_fields(expression: str, bad: Callable[[str], NoReturn]) -> list[str]:
+    """The expression's 5 or 6 fields as written (a macro replaced by its fields), after the
+    checks that need no field: type, NUL, length, emptiness, a known macro."""
+    if not isinstance(expression, str):
+        bad(f"must be a string, not {type(expression).__name__}")
+    if "\x00" in expression:
+        bad("contains a NUL byte")
+    if len(expression) > MAX_EXPRESSION_LENGTH:
+        bad(f"longer than {MAX_EXPRESSION_LENGTH} characters ({len(expression)})")
+    text = expression.strip()
+    if not text:
+        bad("is empty")
+    if text.startswith("@"):
+        macro = text.lower()
+        if macro not in _MACROS:
+            known = ", ".join(_MACROS)
+            bad(f"macro {text!r} is not supported (known: {known})")
+        text = _MACROS[macro]
+    parts = re.split(r"[ \t]+", text)
+    if len(parts) not in (5, 6):
+        bad(f"has {len(parts)} fields; expected 5 (minute hour day-of-month month "
+            "day-of-week) or 6 with seconds first")
+    return parts
+
+
+def _check_day_fields(parts: list[str], fields: list[tuple[str, list[int] | None, bool]],
+                      bad: Callable[[str], NoReturn]) -> None:
+    """Refuse day fields croniter would misread, and a day of month no listed month has."""
+    spelled = [f[0] for f in fields]
+    dom_special = any(c in spelled[3] for c in "lw")
+    dow_special = any(c in spelled[5] for c in "#l")
+    if spelled[3] != "*" and spelled[5] != "*" and (dom_special or dow_special):
+        # croniter ORs plain day fields but ANDs (or drops) L/W/#: refuse the mix.
+        bad(f"day-of-month field {parts[3]!r} and day-of-week field {parts[5]!r}: "
+            "'L', 'W' and '#' need '*' or '?' in the other day field")
+    dom, months = fields[3][1], fields[4][1]
+    if dom and months and spelled[5] == "*":
+        longest = max(_DAYS_IN_MONTH[m - 1] for m in months)
+        if min(dom) > longest:
+            bad(f"day-of-month field {parts[3]!r}: day {min(dom)} never "
+                f"occurs in month field {parts[4]!r}, so this never fires")
+
+
+def _check_fires(cron_expr: str, bad: Callable[[str], NoReturn]) -> None:
+    """croniter itself must accept the expression and find a fire time."""
+    try:
+        croniter(cron_expr, datetime(2000, 1, 1), ret_type=datetime).get_next()
+    except CroniterBadDateError:
+        bad("day-of-month/month/day-of-week combination never fires")
+    except (CroniterError, ValueError, TypeError, KeyError) as exc:
+        bad(f"rejected by croniter: {exc}")
 
 
 @dataclass(frozen=True)
@@ -203,25 +285,7 @@ class CronSchedule:
         def bad(reason: str) -> NoReturn:
             raise InvalidCronExpression(expression, reason, field=field)
 
-        if not isinstance(expression, str):
-            bad(f"must be a string, not {type(expression).__name__}")
-        if "\x00" in expression:
-            bad("contains a NUL byte")
-        if len(expression) > MAX_EXPRESSION_LENGTH:
-            bad(f"longer than {MAX_EXPRESSION_LENGTH} characters ({len(expression)})")
-        text = expression.strip()
-        if not text:
-            bad("is empty")
-        if text.startswith("@"):
-            macro = text.lower()
-            if macro not in _MACROS:
-                known = ", ".join(_MACROS)
-                bad(f"macro {text!r} is not supported (known: {known})")
-            text = _MACROS[macro]
-        parts = re.split(r"[ \t]+", text)
-        if len(parts) not in (5, 6):
-            bad(f"has {len(parts)} fields; expected 5 (minute hour day-of-month month "
-                "day-of-week) or 6 with seconds first")
+        parts = _split_fields(expression, bad)
         has_seconds = len(parts) == 6
         if not has_seconds:
             parts = ["0", *parts]
@@ -230,27 +294,10 @@ class CronSchedule:
         zone = resolve_timezone(timezone)
         # Cronos: a '*', range or step in second/minute/hour makes it an interval.
         is_interval = any(f[2] for f in fields[:3])
-        dom_special = any(c in spelled[3] for c in "lw")
-        dow_special = any(c in spelled[5] for c in "#l")
-        if spelled[3] != "*" and spelled[5] != "*" and (dom_special or dow_special):
-            # croniter ORs plain day fields but ANDs (or drops) L/W/#: refuse the mix.
-            bad(f"day-of-month field {parts[3]!r} and day-of-week field {parts[5]!r}: "
-                "'L', 'W' and '#' need '*' or '?' in the other day field")
-        dom, months = fields[3][1], fields[4][1]
-        if dom and months and spelled[5] == "*":
-            longest = max(_DAYS_IN_MONTH[m - 1] for m in months)
-            if min(dom) > longest:
-                raise InvalidCronExpression(
-                    expression, f"day-of-month field {parts[3]!r}: day {min(dom)} never "
-                    f"occurs in month field {parts[4]!r}, so this never fires", field=field)
+        _check_day_fields(parts, fields, bad)
         # croniter order: minute hour dom month dow second.
         cron_expr = " ".join([*spelled[1:], spelled[0]])
-        try:
-            croniter(cron_expr, datetime(2000, 1, 1), ret_type=datetime).get_next()
-        except CroniterBadDateError:
-            bad("day-of-month/month/day-of-week combination never fires")
-        except (CroniterError, ValueError, TypeError, KeyError) as exc:
-            bad(f"rejected by croniter: {exc}")
+        _check_fires(cron_expr, bad)
         return cls(expression, timezone, zone, has_seconds, is_interval, cron_expr)
 
     @functools.cached_property

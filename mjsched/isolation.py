@@ -366,66 +366,66 @@ def _kill_own_tree(sig: int) -> None:
         _signal_pid(pid, started, sig)
 
 
+class _ParentLine:
+    """The child's end of the socket to the parent: sends are serialised (the driver's threads log
+    too), a reader thread takes the parent's cancel and heartbeat replies, and a closed line means
+    the parent died."""
+
+    def __init__(self, conn: Connection, grace: float) -> None:
+        self.conn = conn
+        self.grace = grace
+        self.cancel = threading.Event()
+        self._send_lock = threading.Lock()
+        self._replies: queue.Queue[bool] = queue.Queue()
+
+    def send(self, message: Any) -> None:
+        with self._send_lock:
+            self.conn.send(message)
+
+    def heartbeat(self) -> bool:
+        """Ask the parent whether the run still holds its lease; no answer counts as no."""
+        try:
+            self.send(("heartbeat",))
+            return self._replies.get(timeout=HEARTBEAT_REPLY_TIMEOUT)
+        except (OSError, queue.Empty):
+            return False
+
+    def read(self) -> None:
+        try:
+            while True:
+                message = self.conn.recv()
+                if message[0] == "cancel":
+                    self.cancel.set()
+                elif message[0] == "heartbeat":
+                    self._replies.put(bool(message[1]))
+        except (EOFError, OSError):
+            self._parent_gone()
+
+    def _parent_gone(self) -> None:
+        """The engine died: cancel, give the driver the grace period, then kill the whole tree."""
+        self.cancel.set()
+        time.sleep(self.grace)
+        _kill_own_tree(signal.SIGKILL)
+        os._exit(137)
+
+
 def _child_main(fd: int) -> None:
     """Entry point of the child interpreter (see ``_BOOTSTRAP``)."""
     os.set_inheritable(fd, False)   # grandchildren must not keep the parent's line open
     conn = Connection(fd)
     sys.path[:] = conn.recv()
     payload = conn.recv()
-    grace = float(payload["grace"])
-    cancel = threading.Event()
-    send_lock = threading.Lock()
-    replies: queue.Queue[bool] = queue.Queue()
-
-    def send(message: Any) -> None:
-        with send_lock:
-            conn.send(message)
-
-    def parent_gone() -> None:
-        cancel.set()
-        time.sleep(grace)
-        _kill_own_tree(signal.SIGKILL)
-        os._exit(137)
-
-    def reader() -> None:
-        try:
-            while True:
-                message = conn.recv()
-                if message[0] == "cancel":
-                    cancel.set()
-                elif message[0] == "heartbeat":
-                    replies.put(bool(message[1]))
-        except (EOFError, OSError):
-            parent_gone()
-
-    signal.signal(signal.SIGTERM, lambda *_: cancel.set())
+    line = _ParentLine(conn, float(payload["grace"]))
+    signal.signal(signal.SIGTERM, lambda *_: line.cancel.set())
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    threading.Thread(target=reader, name="mjsched-isolation-reader", daemon=True).start()
+    threading.Thread(target=line.read, name="mjsched-isolation-reader", daemon=True).start()
     root = logging.getLogger()
-    root.handlers[:] = [_PipeLogHandler(send)]
+    root.handlers[:] = [_PipeLogHandler(line.send)]
     root.setLevel(payload["log_level"])
-
-    def heartbeat() -> bool:
-        try:
-            send(("heartbeat",))
-            return replies.get(timeout=HEARTBEAT_REPLY_TIMEOUT)
-        except (OSError, queue.Empty):
-            return False
-
-    job, run = payload["job"], payload["run"]
-    context = ExecutionContext(job=job, run=run, cancel_event=cancel, heartbeat=heartbeat,
-                               logger=logging.getLogger(f"mjsched.job.{job.driver}"))
-    try:
-        from .results import normalise
-
-        result = normalise(load_driver(payload["driver"])().execute(context))
-        message: tuple[str, dict[str, Any]] = ("result", dataclasses.asdict(result))
-    except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent as a failure
-        tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-TRACEBACK_TAIL:]
-        message = ("error", {"type": type(exc).__name__, "message": str(exc), "traceback": tail})
+    message = _run_driver(payload, line)
     _kill_own_tree(signal.SIGKILL)   # nothing the driver started outlives the run
     try:
-        send(message)
+        line.send(message)
         conn.close()
     except OSError:
         pass
@@ -435,3 +435,18 @@ def _child_main(fd: int) -> None:
         except Exception:  # noqa: BLE001
             pass
     os._exit(0)   # do not wait for non-daemon threads the driver left behind
+
+
+def _run_driver(payload: dict[str, Any], line: _ParentLine) -> tuple[str, dict[str, Any]]:
+    """The driver's result, or its exception as a message: everything goes back to the parent."""
+    job, run = payload["job"], payload["run"]
+    context = ExecutionContext(job=job, run=run, cancel_event=line.cancel, heartbeat=line.heartbeat,
+                               logger=logging.getLogger(f"mjsched.job.{job.driver}"))
+    try:
+        from .results import normalise
+
+        result = normalise(load_driver(payload["driver"])().execute(context))
+        return ("result", dataclasses.asdict(result))
+    except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent as a failure
+        tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-TRACEBACK_TAIL:]
+        return ("error", {"type": type(exc).__name__, "message": str(exc), "traceback": tail})

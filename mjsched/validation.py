@@ -213,24 +213,48 @@ def check_runnable(driver_name: str, conf: Any) -> None:
     driver.validate_configuration(data)
 
 
+JOB_FIELDS = frozenset({
+    "name", "driver", "cron", "every", "run_at", "timezone", "configuration", "description", "owner",
+    "concurrency_mode", "missed_run_policy", "run_immediately_if_never_run", "max_runtime", "isolation",
+    "max_queued_runs", "start_at", "end_at", "notify_on_success", "notify_on_failure", "notify_to", "status",
+    "high_frequency_ok", "keep_runs_days", "keep_runs_count", "retry", "notify_final_attempt_only"})
+FLAG_FIELDS = ("run_immediately_if_never_run", "notify_on_success", "notify_on_failure", "high_frequency_ok",
+               "notify_final_attempt_only")
+
+
 def job_fields(fields: Mapping[str, Any], *, creating: bool,
                current: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Validate create/update keyword arguments; returns column -> value to store.
 
     ``current`` holds the stored values an update is checked against (cron with a
-    new timezone, a new start with the old end).
+    new timezone, a new start with the old end). The checks run in a fixed order, so
+    of several bad fields the same one is always reported.
     """
-    allowed = {"name", "driver", "cron", "every", "run_at", "timezone", "configuration", "description", "owner",
-               "concurrency_mode", "missed_run_policy", "run_immediately_if_never_run", "max_runtime",
-               "isolation", "max_queued_runs", "start_at", "end_at", "notify_on_success",
-               "notify_on_failure", "notify_to", "status", "high_frequency_ok", "keep_runs_days", "keep_runs_count", "retry",
-               "notify_final_attempt_only"}
-    for key in fields:
-        if key not in allowed:
-            raise ConfigurationError(key, fields[key], f"unknown job field; known: {', '.join(sorted(allowed))}")
+    _reject_unknown(fields)
     cur = dict(current or {})
-    out: dict[str, Any] = {}
+    out = _texts(fields, creating=creating)
+    out.update(_timezone(fields, creating=creating, current=cur))
+    zone = out.get("timezone", cur.get("timezone")) or "UTC"
+    out.update(_schedule(fields, creating=creating, current=cur, zone=zone))
+    out.update(_driver(fields, creating=creating, current=cur))
+    out.update(_run_policies(fields, creating=creating))
+    out.update(_retry(fields))
+    out.update({key: flag(key, fields[key]) for key in FLAG_FIELDS if key in fields})
+    out.update(_retention(fields))
+    out.update(_window(fields, current=cur))
+    _check_one_run(fields, current=cur, new=out)
+    return out
 
+
+def _reject_unknown(fields: Mapping[str, Any]) -> None:
+    for key in fields:
+        if key not in JOB_FIELDS:
+            raise ConfigurationError(key, fields[key], f"unknown job field; known: {', '.join(sorted(JOB_FIELDS))}")
+
+
+def _texts(fields: Mapping[str, Any], *, creating: bool) -> dict[str, Any]:
+    """The free-text columns; only a new job must have a name."""
+    out: dict[str, Any] = {}
     if creating or "name" in fields:
         out["name"] = job_name(fields.get("name"))
     if "description" in fields:
@@ -239,25 +263,36 @@ def job_fields(fields: Mapping[str, Any], *, creating: bool,
         out["owner"] = text("owner", fields["owner"], limit=MAX_OWNER)
     if "notify_to" in fields:
         out["notify_to"] = text("notify_to", fields["notify_to"], limit=MAX_NOTIFY_TO)
+    return out
 
-    tz = fields.get("timezone", cur.get("timezone", "UTC")) if (creating or "timezone" in fields) else cur.get("timezone")
-    if creating or "timezone" in fields:
-        resolve_timezone(tz)  # type: ignore[arg-type]  # raises UnknownTimezone for non-strings too
-        out["timezone"] = tz
-    out.update(_schedule(fields, creating=creating, current=cur, zone=tz or "UTC"))
 
+def _timezone(fields: Mapping[str, Any], *, creating: bool, current: Mapping[str, Any]) -> dict[str, Any]:
+    """The zone a cron is read in: given, else (new job) the stored one or UTC."""
+    if not (creating or "timezone" in fields):
+        return {}
+    tz = fields.get("timezone", current.get("timezone", "UTC"))
+    resolve_timezone(tz)  # raises UnknownTimezone for non-strings too
+    return {"timezone": tz}
+
+
+def _driver(fields: Mapping[str, Any], *, creating: bool, current: Mapping[str, Any]) -> dict[str, Any]:
+    """Driver and configuration: a configuration is checked by the driver it will run under."""
     if creating or "driver" in fields:
         driver_name = str(text("driver", fields.get("driver"), required=True, limit=255))
         driver_cls = get_driver(driver_name)  # raises UnknownDriver
-        out["driver"] = driver_name
         conf = configuration(fields.get("configuration"))
         _validate_with(driver_name, driver_cls, conf)
-        out["configuration"] = conf
-    elif "configuration" in fields:
+        return {"driver": driver_name, "configuration": conf}
+    if "configuration" in fields:
         conf = configuration(fields["configuration"])
-        _validate_with(cur["driver"], get_driver(cur["driver"]), conf)
-        out["configuration"] = conf
+        _validate_with(current["driver"], get_driver(current["driver"]), conf)
+        return {"configuration": conf}
+    return {}
 
+
+def _run_policies(fields: Mapping[str, Any], *, creating: bool) -> dict[str, Any]:
+    """How runs are started and bounded; a new job gets the enums' defaults."""
+    out: dict[str, Any] = {}
     if creating or "concurrency_mode" in fields:
         out["concurrency_mode"] = enum_value("concurrency_mode", fields.get("concurrency_mode", "Skip"),
                                              ConcurrencyMode).value
@@ -273,38 +308,48 @@ def job_fields(fields: Mapping[str, Any], *, creating: bool,
         out["max_runtime_seconds"] = positive_number("max_runtime", fields["max_runtime"])
     if "max_queued_runs" in fields:
         out["max_queued_runs"] = positive_int("max_queued_runs", fields["max_queued_runs"], maximum=1000)
-    if "retry" in fields:   # None: the job's own policy is removed (its driver's default applies)
-        found = retry_policy(fields["retry"])
-        out.update(found.to_fields() if found is not None else dict.fromkeys(RETRY_COLUMNS))
-    for key in ("run_immediately_if_never_run", "notify_on_success", "notify_on_failure", "high_frequency_ok",
-                "notify_final_attempt_only"):
-        if key in fields:
-            out[key] = flag(key, fields[key])
+    return out
 
+
+def _retry(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The retry columns; None removes the job's own policy (its driver's default applies)."""
+    if "retry" not in fields:
+        return {}
+    found = retry_policy(fields["retry"])
+    return found.to_fields() if found is not None else dict.fromkeys(RETRY_COLUMNS)
+
+
+def _retention(fields: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
     if "keep_runs_days" in fields:
         out["keep_runs_days"] = retention.keep_days("keep_runs_days", fields["keep_runs_days"])
     if "keep_runs_count" in fields:
         out["keep_runs_count"] = retention.keep_count("keep_runs_count", fields["keep_runs_count"])
+    return out
 
-    start = aware("start_at", fields["start_at"]) if "start_at" in fields else cur.get("start_at")
-    end = aware("end_at", fields["end_at"]) if "end_at" in fields else cur.get("end_at")
+
+def _window(fields: Mapping[str, Any], *, current: Mapping[str, Any]) -> dict[str, Any]:
+    """start_at and end_at to store; with the stored bound a new one leaves, the window must not be empty."""
+    start = aware("start_at", fields["start_at"]) if "start_at" in fields else current.get("start_at")
+    end = aware("end_at", fields["end_at"]) if "end_at" in fields else current.get("end_at")
     if start is not None and end is not None and start >= end:
         raise ConfigurationError("end_at", end, f"must be after start_at ({start.isoformat()})")
-    if "start_at" in fields:
-        out["start_at"] = start
-    if "end_at" in fields:
-        out["end_at"] = end
-    run_at = out["run_at"] if "run_at" in out else cur.get("run_at")
-    if run_at is not None and ("run_at" in out or "start_at" in fields or "end_at" in fields):
+    return {key: value for key, value in (("start_at", start), ("end_at", end)) if key in fields}
+
+
+def _check_one_run(fields: Mapping[str, Any], *, current: Mapping[str, Any], new: Mapping[str, Any]) -> None:
+    """A run_at job's one run must fall inside its window (else it never comes), and it cannot
+    also run immediately."""
+    run_at, start, end = (new[key] if key in new else current.get(key) for key in ("run_at", "start_at", "end_at"))
+    if run_at is not None and ("run_at" in new or "start_at" in fields or "end_at" in fields):
         if (start is not None and run_at < start) or (end is not None and run_at >= end):
             window = f"[{start.isoformat() if start else '-'}, {end.isoformat() if end else '-'})"
             raise ConfigurationError("run_at", run_at, f"must lie inside the job's window {window}: "
                                                        "outside it the one run never comes")
-    immediately = fields.get("run_immediately_if_never_run", cur.get("run_immediately_if_never_run"))
+    immediately = fields.get("run_immediately_if_never_run", current.get("run_immediately_if_never_run"))
     if run_at is not None and immediately:
         raise ConfigurationError("run_immediately_if_never_run", True,
                                  "has no meaning for a run_at job (its one run is at run_at)")
-    return out
 
 
 SCHEDULE_KINDS = ("cron", "every", "run_at")

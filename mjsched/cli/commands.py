@@ -463,53 +463,30 @@ def _diff_value(value: Any) -> str:
     return repr(value)
 
 
-def cmd_jobs_preview(ctx: Context) -> int:
-    from ..cron import next_run_times, resolve_timezone
+@dataclasses.dataclass(frozen=True)
+class _PreviewTarget:
+    """What ``jobs preview`` shows: a stored job's schedule, or one given as flags (no job)."""
+    given: dict[str, Any]          # at most one of cron, every, run_at once checked
+    zone: str
+    after: datetime
+    anchor: datetime | None = None  # an interval's ticks: anchor + k * every
+    job: Any = None
 
-    from ..schedules import format_duration, next_run_times as preview_times
+
+def cmd_jobs_preview(ctx: Context) -> int:
+    from ..cron import resolve_timezone
 
     a = ctx.args
-    after = parse_instant("--after", a.after, a.timezone or "UTC") if a.after else datetime.now(UTC)
-    job = None
-    given = schedule_fields(a, a.timezone or "UTC")
-    if a.job is not None:
-        if given:
-            raise UsageError("give a job or a schedule (--cron, --every, --run-at), not both")
-        job = resolve_job(ctx.engine(), a.job)
-        zone = a.timezone or job.timezone
-        kind = {"cron": job.cron_expression, "every": job.interval_seconds, "run_at": job.run_at}
-        given = {k: v for k, v in kind.items() if v is not None}
-        anchor = job.start_at or job.created_at   # an interval's ticks: start_at (else created_at) + k * every
-        if "run_at" in given and job.status.value == "Expired":
-            given = {}   # a one-off that ended has no run left
-        elif job.start_at is not None and job.start_at > after:
-            after = job.start_at - _EPS   # a tick exactly at start_at fires
-    elif given:
-        zone, anchor = a.timezone or "UTC", None
-    else:
-        raise UsageError("give a job id or name, or a schedule: --cron EXPR, --every DURATION or --run-at ISO")
-    if len(given) > 1:
+    target = _preview_target(ctx)
+    if len(target.given) > 1:
         raise UsageError("give one of --cron, --every, --run-at")
-    if "every" in given:
-        times = preview_times(every=given["every"], timezone=zone, after=after, count=a.count, start_at=anchor)
-    elif "run_at" in given:
-        times = preview_times(run_at=given["run_at"], timezone=zone, after=after, count=a.count)
-    elif "cron" in given:
-        times = next_run_times(given["cron"], zone, after=after, count=a.count)
-    else:
-        times = []
-    if job is not None and job.end_at is not None:
-        times = [t for t in times if t < job.end_at]
+    job, zone, times = target.job, target.zone, _fire_times(target, a.count)
     tz = resolve_timezone(zone)
     rows = [{"local": t.astimezone(tz).isoformat(), "utc": t.astimezone(UTC).isoformat()} for t in times]
-    every = given.get("every")
-    shown = (given.get("cron") if "cron" in given
-             else f"every {format_duration(every if isinstance(every, int) else parse_every(every))}" if every
-             else f"once at {given['run_at'].astimezone(UTC).isoformat()}" if "run_at" in given else "ended")
-    cron = given.get("cron")
+    shown = _schedule_text(target.given)
     if ctx.json:
-        ctx.emit_json({"cron": cron, "schedule": shown, "timezone": zone, "job": job.id if job else None,
-                       "times": rows})
+        ctx.emit_json({"cron": target.given.get("cron"), "schedule": shown, "timezone": zone,
+                       "job": job.id if job else None, "times": rows})
         return EXIT_OK
     title = f"job {job.name!r} ({job.id})" if job else "schedule"
     ctx.emit(f"next {len(times)} fire time(s) of {title}: {shown!r} in {zone}")
@@ -520,6 +497,57 @@ def cmd_jobs_preview(ctx: Context) -> int:
     if job is not None and job.end_at is not None and len(times) < a.count:
         ctx.emit(f"(the job's window ends at {ts(job.end_at)} UTC)")
     return EXIT_OK
+
+
+def _preview_target(ctx: Context) -> _PreviewTarget:
+    """A job or a schedule, never both; a job's ticks start at its start_at, and an expired
+    one-off has none left."""
+    a = ctx.args
+    after = parse_instant("--after", a.after, a.timezone or "UTC") if a.after else datetime.now(UTC)
+    given = schedule_fields(a, a.timezone or "UTC")
+    if a.job is None:
+        if not given:
+            raise UsageError("give a job id or name, or a schedule: --cron EXPR, --every DURATION or --run-at ISO")
+        return _PreviewTarget(given, a.timezone or "UTC", after)
+    if given:
+        raise UsageError("give a job or a schedule (--cron, --every, --run-at), not both")
+    job = resolve_job(ctx.engine(), a.job)
+    kind = {"cron": job.cron_expression, "every": job.interval_seconds, "run_at": job.run_at}
+    given = {k: v for k, v in kind.items() if v is not None}
+    if "run_at" in given and job.status.value == "Expired":
+        given = {}   # a one-off that ended has no run left
+    elif job.start_at is not None and job.start_at > after:
+        after = job.start_at - _EPS   # a tick exactly at start_at fires
+    return _PreviewTarget(given, a.timezone or job.timezone, after, anchor=job.start_at or job.created_at, job=job)
+
+
+def _fire_times(target: _PreviewTarget, count: int) -> list[datetime]:
+    """The next ``count`` fire times after target.after, none at or past a job's end_at."""
+    from ..cron import next_run_times
+    from ..schedules import next_run_times as preview_times
+
+    given, zone, after = target.given, target.zone, target.after
+    if "every" in given:
+        times = preview_times(every=given["every"], timezone=zone, after=after, count=count, start_at=target.anchor)
+    elif "run_at" in given:
+        times = preview_times(run_at=given["run_at"], timezone=zone, after=after, count=count)
+    elif "cron" in given:
+        times = next_run_times(given["cron"], zone, after=after, count=count)
+    else:
+        times = []
+    if target.job is not None and target.job.end_at is not None:
+        times = [t for t in times if t < target.job.end_at]
+    return times
+
+
+def _schedule_text(given: dict[str, Any]) -> str:
+    """The schedule as the preview's heading shows it ("ended" when nothing is left)."""
+    from ..schedules import format_duration
+
+    every = given.get("every")
+    return (given.get("cron") if "cron" in given
+            else f"every {format_duration(every if isinstance(every, int) else parse_every(every))}" if every
+            else f"once at {given['run_at'].astimezone(UTC).isoformat()}" if "run_at" in given else "ended")
 
 
 def run_row(run: Any) -> dict[str, Any]:
@@ -870,8 +898,30 @@ def _common() -> Parser:
     return common
 
 
+# add(parent, name, handler, help_text, **kw) -> the new subcommand's parser (see _verb_adder).
+AddVerb = Callable[..., Any]
+
+
 def build_parser() -> argparse.ArgumentParser:
+    """The whole command line: the global flags, then each verb group from its own builder, in --help order."""
     common = _common()
+    parser = _top_parser(common)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    add = _verb_adder(common)
+    add(sub, "init-db", cmd_init_db, "create or upgrade the mjsched schema and procedures (idempotent)")
+    _add_run(sub, add)
+    _add_jobs(sub, add, common)
+    _add_execute(sub, add)
+    _add_runs(sub, add)
+    add(sub, "status", cmd_status, "engines seen, and how many jobs are due, running, queued, failing, abandoned")
+    add(sub, "config", cmd_config, "the effective settings and where each comes from")
+    _add_dashboard(sub, add)
+    _add_demo(sub, add)
+    return parser
+
+
+def _top_parser(common: Parser) -> Parser:
+    """``mjsched`` itself: the global flags, and --config and --version, which come before the command."""
     parser = Parser(prog="mjsched", parents=[common],
                     description="Cron-scheduled jobs out of a SQL database, safely, on one server or many.",
                     epilog="Exit codes: 0 ok, 1 a run failed, 2 bad usage or input. Settings: flags > MJSCHED_* "
@@ -880,15 +930,20 @@ def build_parser() -> argparse.ArgumentParser:
                         help="TOML settings file (default: $MJSCHED_CONFIG, else ./mjsched.toml if present); "
                              "give it before the command")
     parser.add_argument("--version", action="version", version=f"mjsched {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    return parser
 
+
+def _verb_adder(common: Parser) -> AddVerb:
+    """Subcommands take the global flags after their name too, and their help line is their description."""
     def add(parent: Any, name: str, handler: Callable[[Context], int], help_text: str, **kw: Any) -> Any:
         p = parent.add_parser(name, parents=[common], help=help_text, description=help_text, **kw)
         p.set_defaults(handler=handler)
         return p
+    return add
 
-    add(sub, "init-db", cmd_init_db, "create or upgrade the mjsched schema and procedures (idempotent)")
 
+def _add_run(sub: Any, add: AddVerb) -> None:
+    """``run``: an engine in the foreground, and the settings it takes as flags."""
     run = add(sub, "run", cmd_run, "run an engine: poll until SIGINT/SIGTERM, then drain running jobs "
                                    "(bounded) and exit 0; --once: run what is due now, wait, exit")
     run.add_argument("--once", action="store_true",
@@ -921,13 +976,26 @@ def build_parser() -> argparse.ArgumentParser:
                      help="address for --dashboard-port (default 127.0.0.1; any other needs MJSCHED_DASHBOARD_TOKEN "
                           "or MJSCHED_DASHBOARD_USER/PASSWORD)")
 
+
+def _add_jobs(sub: Any, add: AddVerb, common: Parser) -> None:
+    """``jobs ACTION``: one builder per action; without an ACTION it prints its help."""
     jobs = sub.add_parser("jobs", parents=[common],
                           help="add, edit, apply, list, show, pause, resume, remove, unlock, preview jobs",
                           description="Manage jobs. A JOB is an id (a UUID) or a name (names are unique; a value "
                                       "that is not a UUID is a name), or a unique id prefix of 4+ characters.")
     jobs.set_defaults(handler=lambda ctx: _missing_subcommand(jobs))
     jsub = jobs.add_subparsers(dest="jobs_command", metavar="ACTION", parser_class=Parser)
+    _add_jobs_add(jsub, add)
+    _add_jobs_edit(jsub, add)
+    _add_jobs_apply(jsub, add)
+    _add_jobs_list(jsub, add)
+    _add_jobs_by_ref(jsub, add)
+    _add_jobs_preview(jsub, add)
+    _add_jobs_import_celery(jsub, add)
 
+
+def _add_jobs_add(jsub: Any, add: AddVerb) -> None:
+    """``jobs add``: one of --cron, --every, --run-at is required; the rest have create_job's defaults."""
     ja = add(jsub, "add", cmd_jobs_add, "create a job")
     ja.add_argument("--name", required=True)
     ja.add_argument("--driver", required=True, help="shell, python, sql, http, or a registered driver")
@@ -973,6 +1041,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="also import a python job's callable here (by default only its form is checked: the "
                          "engines' hosts, not this shell, must be able to import it)")
 
+
+def _add_jobs_edit(jsub: Any, add: AddVerb) -> None:
+    """``jobs edit``: every flag is optional; --clear-* sets a field back to "none of its own"."""
     je = add(jsub, "edit", cmd_jobs_edit, "change fields of a job in place (id and run history kept); "
                                           "a new schedule takes effect from its next tick")
     je.add_argument("job", metavar="JOB")
@@ -1013,6 +1084,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="silence (or, with --no-, restore) the high-frequency warning of the job")
     je.add_argument("--check-import", action="store_true", help="as for jobs add")
 
+
+def _add_jobs_apply(jsub: Any, add: AddVerb) -> None:
+    """``jobs apply FILE.toml``: declarative create-or-update by name."""
     jy = add(jsub, "apply", cmd_jobs_apply,
              "create or update the jobs a TOML file declares ([jobs.NAME] tables of create_job's fields), by name; "
              "fields a table leaves out take their defaults, status is kept unless given")
@@ -1022,9 +1096,16 @@ def build_parser() -> argparse.ArgumentParser:
                     help="jobs in the database the file does not declare: keep (default), pause the Active ones, "
                          "or delete them with their history")
 
+
+def _add_jobs_list(jsub: Any, add: AddVerb) -> None:
+    """``jobs list``: Disabled jobs are hidden unless asked for."""
     jl = add(jsub, "list", cmd_jobs_list, "list jobs (Disabled ones only with --all or --status Disabled)")
     jl.add_argument("--all", action="store_true", help="include Disabled jobs")
     jl.add_argument("--status", type=enum_arg(JOB_STATUSES), help="only jobs with this status")
+
+
+def _add_jobs_by_ref(jsub: Any, add: AddVerb) -> None:
+    """The job actions whose only argument is the JOB they act on."""
     for name, handler, text in (("show", cmd_jobs_show, "show every field of a job"),
                                 ("pause", cmd_jobs_pause, "pause a job (status Paused)"),
                                 ("resume", cmd_jobs_resume, "resume a job (status Active; next run from now)"),
@@ -1033,6 +1114,10 @@ def build_parser() -> argparse.ArgumentParser:
                                 ("unlock", cmd_jobs_unlock, "free a job's lock whoever holds it (operator "
                                                             "override; the holding run ends Abandoned)")):
         add(jsub, name, handler, text).add_argument("job", metavar="JOB")
+
+
+def _add_jobs_preview(jsub: Any, add: AddVerb) -> None:
+    """``jobs preview``: fire times of a stored job, or of a schedule given as flags."""
     jp = add(jsub, "preview", cmd_jobs_preview, "the next fire times of a job or a cron expression, in its "
                                                 "zone and in UTC")
     jp.add_argument("job", metavar="JOB", nargs="?")
@@ -1044,6 +1129,9 @@ def build_parser() -> argparse.ArgumentParser:
     jp.add_argument("-n", "--count", type=int, default=5, help="how many (default 5)")
     jp.add_argument("--after", metavar="ISO", help="start after this instant (default now)")
 
+
+def _add_jobs_import_celery(jsub: Any, add: AddVerb) -> None:
+    """``jobs import-celery``: one job per beat_schedule entry of a Celery app."""
     ji = add(jsub, "import-celery", cmd_jobs_import_celery,
              "create or update one celery job per beat_schedule entry of a Celery app (by name; exit 1 when "
              "an entry has no faithful cron form: solar, an interval cron cannot express, an unsupported option)")
@@ -1054,6 +1142,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="send (default, what beat does) or wait (hold the slot until the task finished)")
     ji.add_argument("--dry-run", action="store_true", help="show what would change; write nothing")
 
+
+def _add_execute(sub: Any, add: AddVerb) -> None:
+    """``execute JOB``: one run now, under the job's lock; --param changes its configuration for that run only."""
     ex = add(sub, "execute", cmd_execute, "run a job now, under its lock, and print the run (exit 1 if it failed)")
     ex.add_argument("job", metavar="JOB")
     ex.add_argument("--force", action="store_true", help="run it even if it is not Active (Paused, Disabled...)")
@@ -1061,6 +1152,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="merged over the job's configuration for this run only (repeatable; VALUE is JSON when "
                          "it parses, else a string), e.g. --param day=2026-11-30")
 
+
+def _add_runs(sub: Any, add: AddVerb) -> None:
+    """``runs``: the history on its own; ``runs cancel`` and ``runs prune`` as optional actions."""
     rn = add(sub, "runs", cmd_runs, "run history, newest first; `runs cancel RUN_ID` cancels a Queued or "
                                     "Running run; `runs prune` deletes old finished runs")
     rn.add_argument("--job", metavar="JOB")
@@ -1070,11 +1164,21 @@ def build_parser() -> argparse.ArgumentParser:
                     help="keep printing runs as they start and end, until Ctrl-C (--json: one object a line)")
     rn.add_argument("--interval", type=float, default=1.0, metavar="SECONDS", help="--follow's poll interval")
     rsub = rn.add_subparsers(dest="runs_command", metavar="ACTION", parser_class=Parser, required=False)
+    _add_runs_cancel(rsub, add)
+    _add_runs_prune(rsub, add)
+
+
+def _add_runs_cancel(rsub: Any, add: AddVerb) -> None:
+    """``runs cancel RUN_ID``: cancellation is recorded in the database, so it works from any machine."""
     rc = add(rsub, "cancel", cmd_runs_cancel, "cancel a Queued or Running run, from any machine: its engine "
                                              "ends it Cancelled at its next lease renewal")
     rc.add_argument("run", metavar="RUN_ID")
     rc.add_argument("--wait", action="store_true", help="wait for the run to end; exit 1 unless it ends Cancelled")
     rc.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS", help="--wait's bound (default 120)")
+
+
+def _add_runs_prune(rsub: Any, add: AddVerb) -> None:
+    """``runs prune``: finished runs only, by explicit bounds or else by the retention settings."""
     rp = add(rsub, "prune", cmd_runs_prune, "delete finished runs now, in small batches (never Running or Queued "
                                             "ones); without --older-than/--keep-last: by the retention settings")
     rp.add_argument("--older-than", metavar="DURATION", help="runs that finished longer ago: 30d, 12h, 90m, 2w")
@@ -1083,15 +1187,19 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--dry-run", action="store_true", help="count what would be deleted; delete nothing")
     rp.add_argument("--batch-size", type=int, metavar="N", help="rows per batch (default 1000, at most 4000)")
 
-    add(sub, "status", cmd_status, "engines seen, and how many jobs are due, running, queued, failing, abandoned")
-    add(sub, "config", cmd_config, "the effective settings and where each comes from")
+
+def _add_dashboard(sub: Any, add: AddVerb) -> None:
+    """``dashboard``: the web UI served from this process; a bind beyond loopback needs auth."""
     db = add(sub, "dashboard", cmd_dashboard, "serve the web dashboard (needs mjsched[web]); beyond loopback only "
                                               "with MJSCHED_DASHBOARD_TOKEN or MJSCHED_DASHBOARD_USER/PASSWORD")
     db.add_argument("--bind", default="127.0.0.1:8080", metavar="HOST:PORT", help="default 127.0.0.1:8080")
     db.add_argument("--read-only", action="store_true", help="hide and refuse every action")
+
+
+def _add_demo(sub: Any, add: AddVerb) -> None:
+    """``demo``: the zero-setup tour."""
     dm = add(sub, "demo", cmd_demo, "a zero-setup tour: sample jobs, an engine, a live table of runs")
     dm.add_argument("--duration", type=float, metavar="SECONDS", help="stop after this long (default: Ctrl-C)")
-    return parser
 
 
 def _missing_subcommand(parser: argparse.ArgumentParser) -> int:
@@ -1142,55 +1250,14 @@ def setup_logging(verbosity: int, command: str | None, json_lines: bool = False)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Parse, prepare the process, run the command, flush; exit code 0 ok, 1 failed, 2 bad usage or input."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    verbosity = int(getattr(args, "verbose", 0) or 0)
     if getattr(args, "command", None) is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
-    for directory in reversed(getattr(args, "app_dir", None) or []):
-        sys.path.insert(0, str(Path(directory).expanduser().resolve()))
-    if args.command != "demo":
-        setup_logging(verbosity, args.command, json_lines=bool(getattr(args, "json", False)))
-    else:
-        args.verbose = verbosity
-    ctx: Context | None = None
-    previous_term = signal.getsignal(signal.SIGTERM)
-    code = EXIT_FAILED
-    try:
-        # SIGTERM ends one-shot commands through the same cleanup as Ctrl-C.
-        signal.signal(signal.SIGTERM, _raise_interrupt)
-        settings = config_mod.load(flag_settings(args), config_file=args.config)
-        ctx = Context(args, settings)
-        code = int(args.handler(ctx))
-    except LockNotAcquired as exc:
-        print(f"mjsched: error: {_one_line(exc)} (it is running elsewhere; try again later)", file=sys.stderr)
-        code = EXIT_FAILED
-    except JobNotActive as exc:
-        print(f"mjsched: error: {_one_line(exc)}", file=sys.stderr)
-        code = EXIT_FAILED
-    except SchedulerError as exc:
-        print(f"mjsched: error: {_one_line(exc)}", file=sys.stderr)
-        code = EXIT_USAGE
-    except KeyboardInterrupt:
-        print("mjsched: interrupted", file=sys.stderr)
-        code = 130
-    except BrokenPipeError:   # `mjsched runs | head`: the reader left; not an error of ours
-        _silence_stdout()
-        code = EXIT_OK
-    except Exception as exc:  # noqa: BLE001 - a bug in mjsched: one line, the traceback with -v
-        if verbosity:
-            log.exception("unexpected error")
-        print(f"mjsched: internal error: {type(exc).__name__}: {_one_line(exc)} (run with -v for the traceback)",
-              file=sys.stderr)
-        code = EXIT_FAILED
-    finally:
-        try:
-            if ctx is not None:
-                ctx.close()
-        finally:
-            if signal.getsignal(signal.SIGTERM) is _raise_interrupt:   # not while `run` is stopping
-                signal.signal(signal.SIGTERM, previous_term)
+    _prepare_process(args)
+    code = _run_command(args)
     try:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -1199,6 +1266,63 @@ def main(argv: Sequence[str] | None = None) -> int:
     if _threads_left():
         os._exit(code)   # runs still executing past the drain bound: their leases lapse; do not hang
     return code
+
+
+def _prepare_process(args: argparse.Namespace) -> None:
+    """--app-dir first on sys.path, then logging (the demo sets up its own, from args.verbose)."""
+    verbosity = int(getattr(args, "verbose", 0) or 0)
+    for directory in reversed(getattr(args, "app_dir", None) or []):
+        sys.path.insert(0, str(Path(directory).expanduser().resolve()))
+    if args.command != "demo":
+        setup_logging(verbosity, args.command, json_lines=bool(getattr(args, "json", False)))
+    else:
+        args.verbose = verbosity
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    """The command's handler, with SIGTERM ending it through the same cleanup as Ctrl-C; its context
+    is closed whatever happens."""
+    ctx: Context | None = None
+    previous_term = signal.getsignal(signal.SIGTERM)
+    try:
+        signal.signal(signal.SIGTERM, _raise_interrupt)
+        settings = config_mod.load(flag_settings(args), config_file=args.config)
+        ctx = Context(args, settings)
+        return int(args.handler(ctx))
+    except (KeyboardInterrupt, Exception) as exc:  # noqa: BLE001 - each reported as one line by _report
+        return _report(exc, verbosity=int(getattr(args, "verbose", 0) or 0))
+    finally:
+        try:
+            if ctx is not None:
+                ctx.close()
+        finally:
+            if signal.getsignal(signal.SIGTERM) is _raise_interrupt:   # not while `run` is stopping
+                signal.signal(signal.SIGTERM, previous_term)
+
+
+def _report(exc: BaseException, verbosity: int) -> int:
+    """A command's error as one line on stderr, and its exit code (called while handling it)."""
+    if isinstance(exc, LockNotAcquired):
+        print(f"mjsched: error: {_one_line(exc)} (it is running elsewhere; try again later)", file=sys.stderr)
+        return EXIT_FAILED
+    if isinstance(exc, JobNotActive):
+        print(f"mjsched: error: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_FAILED
+    if isinstance(exc, SchedulerError):
+        print(f"mjsched: error: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_USAGE
+    if isinstance(exc, KeyboardInterrupt):
+        print("mjsched: interrupted", file=sys.stderr)
+        return 130
+    if isinstance(exc, BrokenPipeError):   # `mjsched runs | head`: the reader left; not an error of ours
+        _silence_stdout()
+        return EXIT_OK
+    # Anything else is a bug in mjsched: one line, the traceback with -v.
+    if verbosity:
+        log.exception("unexpected error")
+    print(f"mjsched: internal error: {type(exc).__name__}: {_one_line(exc)} (run with -v for the traceback)",
+          file=sys.stderr)
+    return EXIT_FAILED
 
 
 def _silence_stdout() -> None:

@@ -19,7 +19,9 @@ from collections import deque
 from datetime import datetime, timezone
 from typing import Any
 
+from ..errors import ConfigurationError
 from ..notify import LoggingNotifier
+from .terminal import EXIT_OK, GracefulStop, clip, drain, duration as fmt_ms, table
 
 UTC = timezone.utc
 log = logging.getLogger(__name__)
@@ -90,68 +92,110 @@ def _summary_line(run: Any) -> str:
 
 
 def run_demo(ctx: Any, duration: float | None) -> int:
-    from .terminal import EXIT_OK, GracefulStop, clip, drain, duration as fmt_ms, table
-
-    if duration is not None and not (0 < duration <= 86_400):
-        from ..errors import ConfigurationError
-
-        raise ConfigurationError("--duration", duration, "must be between 0 and 86400 seconds")
+    """The tour, top to bottom: sample jobs, an engine, the live view until the duration is up or
+    a signal comes, a bounded drain, then the demo jobs paused and a summary."""
+    _check_duration(duration)
     tty = sys.stdout.isatty() and os.environ.get("TERM") != "dumb"
-    verbose = int(getattr(ctx.args, "verbose", 0) or 0)
+    events = _capture_log(int(getattr(ctx.args, "verbose", 0) or 0), echo=not tty)
+    print("mjsched demo: starting" + (" the embedded PostgreSQL" if ctx.on_embedded else ""), flush=True)
+    engine = ctx.engine(long_running=True, install=True, max_concurrent_jobs=4, lease_timeout=30.0,
+                        max_poll_interval=1.0, notifier=LoggingNotifier(logging.getLogger("mjsched.demo.notify")))
+    jobs = _ensure_jobs(engine)
+    began_db = engine.backend.db_now()
+    print(f"mjsched demo: {len(jobs)} jobs on {ctx.describe_database()}; "
+          + (f"running for {duration:g} s" if duration else "press Ctrl-C to stop"), flush=True)
+    view = _LiveView(ctx, jobs, events, duration, tty)
+    stop = GracefulStop()
+    started = time.monotonic()
+    with stop.installed():
+        engine.start_polling()
+        _watch(engine, view, began_db, started, stop)
+        print("mjsched demo: stopping (waiting up to 10 s for running jobs)", flush=True)
+        code = drain(engine, 10.0, stop)
+    for job in jobs.values():
+        engine.pause_job(job.id)
+    runs = _demo_runs(engine, view.ids, began_db, limit=1000)
+    _print_summary(runs, jobs, view.ids, time.monotonic() - started)
+    return EXIT_OK if code == EXIT_OK else code
+
+
+def _check_duration(duration: float | None) -> None:
+    if duration is not None and not (0 < duration <= 86_400):
+        raise ConfigurationError("--duration", duration, "must be between 0 and 86400 seconds")
+
+
+def _capture_log(verbose: int, echo: bool) -> deque[str]:
+    """The mjsched log's warnings and notifications go to the returned list the view shows (and,
+    with echo, to stdout); -v adds the whole log on stderr."""
     events: deque[str] = deque(maxlen=6)
-    handler = _Events(events, echo=not tty)
     mjlog = logging.getLogger("mjsched")
-    mjlog.handlers[:] = [handler]
+    mjlog.handlers[:] = [_Events(events, echo=echo)]
     mjlog.setLevel(logging.INFO)
     mjlog.propagate = False
     if verbose:
         logging.basicConfig(level=logging.DEBUG if verbose > 1 else logging.INFO, stream=sys.stderr)
         mjlog.propagate = True
+    return events
 
-    print("mjsched demo: starting" + (" the embedded PostgreSQL" if ctx.on_embedded else ""), flush=True)
-    engine = ctx.engine(long_running=True, install=True, max_concurrent_jobs=4, lease_timeout=30.0,
-                        max_poll_interval=1.0, notifier=LoggingNotifier(logging.getLogger("mjsched.demo.notify")))
-    jobs = _ensure_jobs(engine)
-    ids = {j.id: j.name for j in jobs.values()}
-    began_db = engine.backend.db_now()
-    print(f"mjsched demo: {len(jobs)} jobs on {ctx.describe_database()}; "
-          + (f"running for {duration:g} s" if duration else "press Ctrl-C to stop"), flush=True)
 
-    stop = GracefulStop()
-    started = time.monotonic()
-    shown: set[str] = set()
-    drawn = 0
-    with stop.installed():
-        engine.start_polling()
-        while True:
-            elapsed = time.monotonic() - started
-            runs = [r for r in engine.list_runs(limit=200) if r.scheduled_job_id in ids
-                    and r.started_at is not None and r.started_at >= began_db]
-            if tty:
-                frame = _frame(engine, jobs, runs, events, elapsed, duration, ctx, table, clip, fmt_ms)
-                width = shutil.get_terminal_size((100, 30)).columns
-                lines = [line[:width] for line in frame]
-                sys.stdout.write((f"\x1b[{drawn}F" if drawn else "") + "\x1b[J" + "\n".join(lines) + "\n")
-                sys.stdout.flush()
-                drawn = len(lines)
-            else:
-                for run in sorted(runs, key=lambda r: r.started_at):
-                    if run.finished and run.id not in shown:
-                        shown.add(run.id)
-                        print(f"{run.started_at.astimezone(UTC):%H:%M:%S}  {ids[run.scheduled_job_id]:<13} "
-                              f"{run.status.value:<10} {fmt_ms(run.duration_ms):>7}  {clip(_summary_line(run), 70)}",
-                              flush=True)
-            if duration is not None and elapsed >= duration:
-                break
-            if stop.wait(min(0.5 if tty else 1.0, max(0.05, (duration or 1e9) - elapsed))):
-                break
-        print("mjsched demo: stopping (waiting up to 10 s for running jobs)", flush=True)
-        code = drain(engine, 10.0, stop)
-    for job in jobs.values():
-        engine.pause_job(job.id)
-    runs = [r for r in engine.list_runs(limit=1000) if r.scheduled_job_id in ids and r.started_at is not None
-            and r.started_at >= began_db]
-    total = time.monotonic() - started
+def _demo_runs(engine: Any, ids: dict[str, str], since: datetime, limit: int) -> list[Any]:
+    """This demo's runs: of the demo jobs, started since it began (by the database's clock)."""
+    return [r for r in engine.list_runs(limit=limit) if r.scheduled_job_id in ids and r.started_at is not None
+            and r.started_at >= since]
+
+
+def _watch(engine: Any, view: _LiveView, began_db: datetime, started: float, stop: GracefulStop) -> None:
+    """Refresh the view (twice a second on a terminal, else once) until the duration is up or a signal came."""
+    duration = view.duration
+    while True:
+        elapsed = time.monotonic() - started
+        view.show(_demo_runs(engine, view.ids, began_db, limit=200), elapsed)
+        if duration is not None and elapsed >= duration:
+            return
+        if stop.wait(min(0.5 if view.tty else 1.0, max(0.05, (duration or 1e9) - elapsed))):
+            return
+
+
+class _LiveView:
+    """On a terminal, one frame redrawn in place; otherwise one plain line per finished run, each
+    printed once (a pipe or a log file gets no escape codes)."""
+
+    def __init__(self, ctx: Any, jobs: dict[str, Any], events: deque[str], duration: float | None,
+                 tty: bool) -> None:
+        self.ctx = ctx
+        self.jobs = jobs
+        self.events = events
+        self.duration = duration
+        self.tty = tty
+        self.ids = {j.id: j.name for j in jobs.values()}
+        self._shown: set[str] = set()
+        self._drawn = 0
+
+    def show(self, runs: list[Any], elapsed: float) -> None:
+        if self.tty:
+            self._redraw(runs, elapsed)
+        else:
+            self._print_finished(runs)
+
+    def _redraw(self, runs: list[Any], elapsed: float) -> None:
+        frame = _frame(self.jobs, runs, self.events, elapsed, self.duration, self.ctx)
+        width = shutil.get_terminal_size((100, 30)).columns
+        lines = [line[:width] for line in frame]
+        sys.stdout.write((f"\x1b[{self._drawn}F" if self._drawn else "") + "\x1b[J" + "\n".join(lines) + "\n")
+        sys.stdout.flush()
+        self._drawn = len(lines)
+
+    def _print_finished(self, runs: list[Any]) -> None:
+        for run in sorted(runs, key=lambda r: r.started_at):
+            if run.finished and run.id not in self._shown:
+                self._shown.add(run.id)
+                print(f"{run.started_at.astimezone(UTC):%H:%M:%S}  {self.ids[run.scheduled_job_id]:<13} "
+                      f"{run.status.value:<10} {fmt_ms(run.duration_ms):>7}  {clip(_summary_line(run), 70)}",
+                      flush=True)
+
+
+def _print_summary(runs: list[Any], jobs: dict[str, Any], ids: dict[str, str], total: float) -> None:
+    """Runs by status, a table per demo job, and what to try next."""
     by_status: dict[str, int] = {}
     for run in runs:
         by_status[run.status.value] = by_status.get(run.status.value, 0) + 1
@@ -168,11 +212,10 @@ def run_demo(ctx: Any, duration: float | None) -> int:
     print("  mjsched runs                 # the run history")
     print("  mjsched status               # engines, due, running, failing")
     print("  mjsched jobs list            # the jobs; `mjsched jobs resume demo-shell` and `mjsched run` to go on")
-    return EXIT_OK if code == EXIT_OK else code
 
 
-def _frame(engine: Any, jobs: dict[str, Any], runs: list[Any], events: deque[str], elapsed: float,
-           duration: float | None, ctx: Any, table: Any, clip: Any, fmt_ms: Any) -> list[str]:
+def _frame(jobs: dict[str, Any], runs: list[Any], events: deque[str], elapsed: float,
+           duration: float | None, ctx: Any) -> list[str]:
     lines = []
     if duration:
         done = min(1.0, elapsed / duration)

@@ -196,6 +196,27 @@ def import_beat_schedule(app: Any, engine: Any, *, app_path: str | None = None, 
     nothing is written for them. Until ``engine.ensure_job`` exists the lookup is by
     ``list_jobs()``; two jobs of one name are refused rather than guessed between.
     """
+    app, app_path = _checked_arguments(app, app_path, mode, status)
+    schedule = app.conf.beat_schedule or {}
+    by_name: dict[str, list[Any]] = {}
+    for job in engine.list_jobs():
+        by_name.setdefault(job.name, []).append(job)
+    result = ImportResult()
+    for name in sorted(schedule):
+        try:
+            spec = beat_entry_to_job(name, schedule[name], app, app_path, mode)
+            _import_entry(engine, name, spec, by_name.get(name, []), result, app_path=app_path, status=status,
+                          dry_run=dry_run)
+        except Refused as exc:
+            result.refused[name] = str(exc)
+    log.info("celery beat import from %s: %d created, %d updated, %d unchanged, %d refused%s", app_path,
+             len(result.created), len(result.updated), len(result.unchanged), len(result.refused),
+             " (dry run)" if dry_run else "")
+    return result
+
+
+def _checked_arguments(app: Any, app_path: str | None, mode: str, status: str) -> tuple[Any, str]:
+    """The app and the path the engines import it by (an app given as a path is loaded here)."""
     from ..drivers.celery import MODES
     from ..errors import ConfigurationError
 
@@ -207,44 +228,33 @@ def import_beat_schedule(app: Any, engine: Any, *, app_path: str | None = None, 
         raise ConfigurationError("mode", mode, "must be 'send' or 'wait'")
     if status not in ("Active", "Paused", "Disabled"):
         raise ConfigurationError("status", status, "must be Active, Paused or Disabled")
-    schedule = app.conf.beat_schedule or {}
-    by_name: dict[str, list[Any]] = {}
-    for job in engine.list_jobs():
-        by_name.setdefault(job.name, []).append(job)
-    result = ImportResult()
-    for name in sorted(schedule):
-        try:
-            spec = beat_entry_to_job(name, schedule[name], app, app_path, mode)
-        except Refused as exc:
-            result.refused[name] = str(exc)
-            continue
-        existing = by_name.get(name, [])
-        if len(existing) > 1:
-            result.refused[name] = f"{len(existing)} jobs are named {name!r}; rename or delete all but one"
-            continue
-        if not existing:
-            if not dry_run:
-                engine.create_job(name, "celery", spec["cron"], spec["timezone"], configuration=spec["configuration"],
-                                  status=status, description=f"imported from celery beat ({app_path})")
-            result.created.append(name)
-            continue
-        job = existing[0]
-        changes: dict[str, Any] = {}
-        if job.driver != "celery":
-            changes["driver"] = "celery"
-        if job.cron_expression != spec["cron"]:
-            changes["cron"] = spec["cron"]
-        if job.timezone != spec["timezone"]:
-            changes["timezone"] = spec["timezone"]
-        if job.configuration != spec["configuration"] or "driver" in changes:
-            changes["configuration"] = spec["configuration"]
-        if not changes:
-            result.unchanged.append(name)
-            continue
+    return app, app_path
+
+
+def _import_entry(engine: Any, name: str, spec: dict[str, Any], existing: list[Any], result: ImportResult, *,
+                  app_path: str, status: str, dry_run: bool) -> None:
+    """Create the entry's job, or bring the one job of its name in line (schedule, configuration)."""
+    if len(existing) > 1:
+        raise Refused(f"{len(existing)} jobs are named {name!r}; rename or delete all but one")
+    if not existing:
         if not dry_run:
-            engine.update_job(job.id, **changes)
-        result.updated.append(name)
-    log.info("celery beat import from %s: %d created, %d updated, %d unchanged, %d refused%s", app_path,
-             len(result.created), len(result.updated), len(result.unchanged), len(result.refused),
-             " (dry run)" if dry_run else "")
-    return result
+            engine.create_job(name, "celery", spec["cron"], spec["timezone"], configuration=spec["configuration"],
+                              status=status, description=f"imported from celery beat ({app_path})")
+        result.created.append(name)
+        return
+    job = existing[0]
+    changes: dict[str, Any] = {}
+    if job.driver != "celery":
+        changes["driver"] = "celery"
+    if job.cron_expression != spec["cron"]:
+        changes["cron"] = spec["cron"]
+    if job.timezone != spec["timezone"]:
+        changes["timezone"] = spec["timezone"]
+    if job.configuration != spec["configuration"] or "driver" in changes:
+        changes["configuration"] = spec["configuration"]
+    if not changes:
+        result.unchanged.append(name)
+        return
+    if not dry_run:
+        engine.update_job(job.id, **changes)
+    result.updated.append(name)

@@ -148,6 +148,30 @@ def validate_form(configuration: Any) -> None:
             raise ConfigurationError(f"configuration.{key}", configuration[key],
                                      f"unknown key; known: {', '.join(sorted(KNOWN_KEYS))}")
     app = configuration.get("app")
+    _check_app(app)
+    backend = configuration.get("backend")
+    if backend is not None:
+        if not _is_broker_url(app):
+            raise ConfigurationError("configuration.backend", backend,
+                                     "only with a broker URL in 'app'; an app names its own result backend")
+        if not isinstance(backend, str) or "://" not in backend:
+            raise ConfigurationError("configuration.backend", backend, "must be a result backend URL")
+    _check_message(configuration)
+    mode = configuration.get("mode", "wait")
+    if mode not in MODES:
+        raise ConfigurationError("configuration.mode", mode, "must be 'wait' or 'send'")
+    for key in ("send_timeout", "unregistered_check"):
+        value = configuration.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0
+                                  or value > 3600 or (key == "send_timeout" and value == 0)):
+            raise ConfigurationError(f"configuration.{key}", value, "must be a number of seconds (0..3600)")
+    if mode == "wait" and _is_broker_url(app) and not backend:
+        raise ConfigurationError("configuration.mode", mode,
+                                 "'wait' needs a result backend: set configuration.backend, or use mode 'send'")
+
+
+def _check_app(app: Any) -> None:
+    """An app path ('pkg.module:app') or a broker URL of a known scheme."""
     if not isinstance(app, str) or not app.strip():
         raise ConfigurationError("configuration.app", app, "required: 'pkg.module:app' or a broker URL")
     if _is_broker_url(app):
@@ -158,13 +182,10 @@ def validate_form(configuration: Any) -> None:
     elif not APP_PATH_RE.match(app):
         raise ConfigurationError("configuration.app", app, "must be 'pkg.module:app' or a broker URL such as "
                                                            "redis://127.0.0.1:6379/0")
-    backend = configuration.get("backend")
-    if backend is not None:
-        if not _is_broker_url(app):
-            raise ConfigurationError("configuration.backend", backend,
-                                     "only with a broker URL in 'app'; an app names its own result backend")
-        if not isinstance(backend, str) or "://" not in backend:
-            raise ConfigurationError("configuration.backend", backend, "must be a result backend URL")
+
+
+def _check_message(configuration: dict[str, Any]) -> None:
+    """The task message: its name, arguments and routing."""
     task = configuration.get("task")
     if not isinstance(task, str) or not task.strip() or len(task) > 255:
         raise ConfigurationError("configuration.task", task, "required: the task name the workers register")
@@ -182,17 +203,6 @@ def validate_form(configuration: Any) -> None:
     if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)
                                  or not 0 <= priority <= 255):
         raise ConfigurationError("configuration.priority", priority, "must be an integer 0..255 or null")
-    mode = configuration.get("mode", "wait")
-    if mode not in MODES:
-        raise ConfigurationError("configuration.mode", mode, "must be 'wait' or 'send'")
-    for key in ("send_timeout", "unregistered_check"):
-        value = configuration.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0
-                                  or value > 3600 or (key == "send_timeout" and value == 0)):
-            raise ConfigurationError(f"configuration.{key}", value, "must be a number of seconds (0..3600)")
-    if mode == "wait" and _is_broker_url(app) and not backend:
-        raise ConfigurationError("configuration.mode", mode,
-                                 "'wait' needs a result backend: set configuration.backend, or use mode 'send'")
 
 
 def _summary(value: Any) -> str:
@@ -201,6 +211,25 @@ def _summary(value: Any) -> str:
     except Exception:  # noqa: BLE001
         text = object.__repr__(value)
     return text if len(text) <= RESULT_SUMMARY_CHARS else text[:RESULT_SUMMARY_CHARS] + "..."
+
+
+def _finished(state: str | None, meta: Any, task_name: str, task_id: str,
+              details: dict[str, Any]) -> JobResult | None:
+    """The run's result once the task reached a final state (SUCCESS, FAILURE, REVOKED); else None."""
+    if state == "SUCCESS":
+        details.update(state=state, result=_summary(meta.get("result")), worker=_worker(meta))
+        return JobResult(True, None, details)
+    if state == "FAILURE":
+        remote = meta.get("result")
+        text = f"{type(remote).__name__}: {remote}" if isinstance(remote, BaseException) else _summary(remote)
+        details.update(state=state, exception=text, worker=_worker(meta),
+                       traceback_tail=str(meta.get("traceback") or "")[-2000:])
+        return JobResult(False, f"task {task_name} [{task_id}] failed on the worker: {text}", details)
+    if state == "REVOKED":
+        details.update(state=state)
+        return JobResult(False, f"task {task_name} [{task_id}] was revoked before it finished "
+                                "(by an operator, or a worker's time limit)", details)
+    return None
 
 
 @driver_named("celery")
@@ -317,19 +346,9 @@ class CeleryJob(BaseScheduledJob):
                                             f"{BACKEND_FAILURE_BUDGET:g}s: {_why(meta, BACKEND_CALL_TIMEOUT)}",
                                      details)
                 state = None
-            if state == "SUCCESS":
-                details.update(state=state, result=_summary(meta.get("result")), worker=_worker(meta))
-                return JobResult(True, None, details)
-            if state == "FAILURE":
-                remote = meta.get("result")
-                text = f"{type(remote).__name__}: {remote}" if isinstance(remote, BaseException) else _summary(remote)
-                details.update(state=state, exception=text, worker=_worker(meta),
-                               traceback_tail=str(meta.get("traceback") or "")[-2000:])
-                return JobResult(False, f"task {task_name} [{task_id}] failed on the worker: {text}", details)
-            if state == "REVOKED":
-                details.update(state=state)
-                return JobResult(False, f"task {task_name} [{task_id}] was revoked before it finished "
-                                        "(by an operator, or a worker's time limit)", details)
+            finished = _finished(state, meta, task_name, task_id, details)
+            if finished is not None:
+                return finished
             if (state == "PENDING" and check_after and not checked
                     and time.monotonic() - started >= check_after):
                 checked = True

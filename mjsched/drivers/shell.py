@@ -122,84 +122,99 @@ class ShellJob(BaseScheduledJob):
         self.validate_configuration(configuration)
         command = configuration["command"]
         timeout = configuration.get("timeout")
-        cwd = configuration.get("cwd")
-        env = None
-        if configuration.get("env"):
-            env = {**os.environ, **configuration["env"]}
-        shown = command if isinstance(command, str) else " ".join(command)
-
-        try:
-            proc = subprocess.Popen(
-                command,
-                shell=isinstance(command, str),
-                cwd=cwd,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-            )
-        except FileNotFoundError as exc:
-            if cwd is not None and not os.path.isdir(cwd):
-                message = f"working directory not found: {cwd!r}"
-            else:
-                missing = exc.filename or (command[0] if isinstance(command, list) else shown)
-                message = f"executable not found: {missing!r}"
-            return JobResult(False, message, {"exit_code": None, "stdout_tail": "", "stderr_tail": ""})
-        except (PermissionError, NotADirectoryError, OSError) as exc:
-            message = f"could not start {shown!r}: {type(exc).__name__}: {exc}"
-            return JobResult(False, message, {"exit_code": None, "stdout_tail": "", "stderr_tail": ""})
-
-        context.logger.info("shell job started pid=%s: %s", proc.pid, shown, extra={"action": "shell_start"})
-        assert proc.stdout is not None and proc.stderr is not None
-        readers = [_TailReader(proc.stdout, f"mjsched-shell-out-{proc.pid}"),
-                   _TailReader(proc.stderr, f"mjsched-shell-err-{proc.pid}")]
-        for reader in readers:
-            reader.start()
-
-        deadline = time.monotonic() + timeout if timeout is not None else None
-        reason: str | None = None
-        while True:
-            try:
-                proc.wait(timeout=POLL_INTERVAL)
-                break
-            except subprocess.TimeoutExpired:
-                pass
-            if context.cancel_event.is_set():
-                reason = "cancelled"
-                break
-            if deadline is not None and time.monotonic() >= deadline:
-                reason = "timeout"
-                break
-
+        proc = _start(command, configuration.get("cwd"), configuration.get("env"))
+        if isinstance(proc, JobResult):
+            return proc
+        context.logger.info("shell job started pid=%s: %s", proc.pid, _shown(command), extra={"action": "shell_start"})
+        readers = _start_readers(proc)
+        reason = _wait(proc, context.cancel_event, timeout)
         if reason is not None:
             context.logger.warning("shell job %s, terminating process group %s", reason, proc.pid,
                                    extra={"action": "shell_terminate"})
             terminate_process_group(proc)
-
         for reader in readers:
             reader.join(READER_JOIN_TIMEOUT)
-        exit_code = proc.returncode
         details: dict[str, Any] = {
-            "exit_code": exit_code,
+            "exit_code": proc.returncode,
             "stdout_tail": readers[0].tail(),
             "stderr_tail": readers[1].tail(),
         }
-        if reason == "timeout":
-            details["timed_out"] = True
-            return JobResult(False, f"timed out after {timeout:g}s; process group killed", details)
-        if reason == "cancelled":
-            details["cancelled"] = True
-            return JobResult(False, "cancelled; process group killed", details)
-        if exit_code == 0:
-            return JobResult(True, None, details)
-        if exit_code is not None and exit_code < 0:
-            try:
-                name = signal.Signals(-exit_code).name
-            except ValueError:
-                name = f"signal {-exit_code}"
-            return JobResult(False, f"command killed by {name}", details)
-        return JobResult(False, f"command exited with status {exit_code}", details)
+        return _result(proc.returncode, reason, timeout, details)
+
+
+def _shown(command: str | list[str]) -> str:
+    return command if isinstance(command, str) else " ".join(command)
+
+
+def _start(command: str | list[str], cwd: str | None,
+           env: dict[str, str] | None) -> subprocess.Popen[bytes] | JobResult:
+    """The child in a session (so a process group) of its own, both outputs piped; a command
+    that cannot start is a failed run saying why, not an exception."""
+    try:
+        return subprocess.Popen(
+            command,
+            shell=isinstance(command, str),
+            cwd=cwd,
+            env={**os.environ, **env} if env else None,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+    except FileNotFoundError as exc:
+        if cwd is not None and not os.path.isdir(cwd):
+            message = f"working directory not found: {cwd!r}"
+        else:
+            missing = exc.filename or (command[0] if isinstance(command, list) else _shown(command))
+            message = f"executable not found: {missing!r}"
+    except (PermissionError, NotADirectoryError, OSError) as exc:
+        message = f"could not start {_shown(command)!r}: {type(exc).__name__}: {exc}"
+    return JobResult(False, message, {"exit_code": None, "stdout_tail": "", "stderr_tail": ""})
+
+
+def _start_readers(proc: subprocess.Popen[bytes]) -> list[_TailReader]:
+    """stdout's and stderr's readers, in that order, already draining."""
+    assert proc.stdout is not None and proc.stderr is not None
+    readers = [_TailReader(proc.stdout, f"mjsched-shell-out-{proc.pid}"),
+               _TailReader(proc.stderr, f"mjsched-shell-err-{proc.pid}")]
+    for reader in readers:
+        reader.start()
+    return readers
+
+
+def _wait(proc: subprocess.Popen[bytes], cancel_event: threading.Event, timeout: float | None) -> str | None:
+    """Wait for the child to exit (None), or until the run is cancelled ("cancelled") or its own
+    timeout passes ("timeout"); cancellation is checked every POLL_INTERVAL."""
+    deadline = time.monotonic() + timeout if timeout is not None else None
+    while True:
+        try:
+            proc.wait(timeout=POLL_INTERVAL)
+            return None
+        except subprocess.TimeoutExpired:
+            pass
+        if cancel_event.is_set():
+            return "cancelled"
+        if deadline is not None and time.monotonic() >= deadline:
+            return "timeout"
+
+
+def _result(exit_code: int | None, reason: str | None, timeout: float | None, details: dict[str, Any]) -> JobResult:
+    """Only exit status 0 of a child left to finish is success; the message says how it ended."""
+    if reason == "timeout":
+        details["timed_out"] = True
+        return JobResult(False, f"timed out after {timeout:g}s; process group killed", details)
+    if reason == "cancelled":
+        details["cancelled"] = True
+        return JobResult(False, "cancelled; process group killed", details)
+    if exit_code == 0:
+        return JobResult(True, None, details)
+    if exit_code is not None and exit_code < 0:
+        try:
+            name = signal.Signals(-exit_code).name
+        except ValueError:
+            name = f"signal {-exit_code}"
+        return JobResult(False, f"command killed by {name}", details)
+    return JobResult(False, f"command exited with status {exit_code}", details)
 
 
 def _group_alive(pgid: int) -> bool:

@@ -88,43 +88,57 @@ def cron_in_words(expression: str, timezone: str = "UTC") -> str:
         seconds, fields = fields[0], fields[1:]
     if len(fields) != 5:
         return text
+    if seconds is not None and seconds != "0":
+        return _seconds_in_words(seconds, fields) or text
     minute, hour, dom, month, dow = fields
-    if seconds is not None:
-        if seconds == "*" and fields == ["*"] * 5:
-            return "every second"
-        step = _step(seconds)
-        if step and fields == ["*"] * 5:
-            return f"every {step} seconds"
-        if seconds != "0":
-            return text
     if month != "*" or (dom != "*" and dow != "*"):
         return text
     if hour == "*" and dom == "*" and dow == "*":
-        if minute == "*":
-            return "every minute"
-        step = _step(minute)
-        if step:
-            return f"every {step} minutes"
-        m = _int(minute)
-        if m is not None and 0 <= m <= 59:
-            return "every hour, on the hour" if m == 0 else f"every hour at minute {m}"
-        return text
+        return _hourly_in_words(minute) or text
+    return _daily_in_words(minute, hour, dom, dow, zone) or text
+
+
+def _seconds_in_words(seconds: str, fields: list[str]) -> str | None:
+    """Seconds other than 0 have words only when every other field is ``*``."""
+    if fields != ["*"] * 5:
+        return None
+    if seconds == "*":
+        return "every second"
+    step = _step(seconds)
+    return f"every {step} seconds" if step else None
+
+
+def _hourly_in_words(minute: str) -> str | None:
+    """Every hour (hour, day and weekday all ``*``): by the minute field alone."""
+    if minute == "*":
+        return "every minute"
+    step = _step(minute)
+    if step:
+        return f"every {step} minutes"
+    m = _int(minute)
+    if m is not None and 0 <= m <= 59:
+        return "every hour, on the hour" if m == 0 else f"every hour at minute {m}"
+    return None
+
+
+def _daily_in_words(minute: str, hour: str, dom: str, dow: str, zone: str) -> str | None:
+    """Every few hours, or at one time of day on every day, some weekdays or one day of the month."""
     m, h = _int(minute), _int(hour)
     if m is not None and _step(hour) and dom == "*" and dow == "*":
         step = _step(hour)
         return f"every {step} hours at minute {m}"
     if m is None or h is None or not (0 <= m <= 59 and 0 <= h <= 23):
-        return text
+        return None
     at = f"at {h:02d}:{m:02d}{zone}"
     if dom == "*" and dow == "*":
         return f"every day {at}"
     if dom == "*":
         days = _days_of_week(dow)
-        return f"{days} {at}" if days else text
+        return f"{days} {at}" if days else None
     d = _int(dom)
     if d is not None and 1 <= d <= 31:
         return f"on the {_ordinal(d)} of every month {at}"
-    return text
+    return None
 
 
 def duration(ms: float | int | None) -> str:
