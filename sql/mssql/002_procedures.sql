@@ -730,11 +730,16 @@ BEGIN
                                             ELSE j.status END,
                                        j.start_at, j.end_at, j.lock_token,
                                        j.expected_completion_at, @p_now) AS c
-         WHERE EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS q WITH (READCOMMITTEDLOCK, READPAST)
-                        WHERE q.scheduled_job_id = j.id AND q.status = N'Queued'
-                          AND (q.retry_at IS NULL OR q.retry_at <= @p_now)
-                          AND NOT (q.attempt > 1 AND j.concurrency_mode = N'Skip'
-                                       AND j.next_run_at IS NOT NULL AND j.next_run_at <= @p_now));
+         -- Driven by the few Queued runs (ix_scheduled_job_run_queued), never by a scan of
+         -- every job: this runs at every poll. The candidates are the jobs with a due Queued
+         -- run; a Skip-mode job whose own tick is due takes only a Queue-mode tick's run
+         -- (attempt 1), not a retry (that retry is recorded Skipped by the tick's claim).
+         WHERE j.id IN (SELECT q.scheduled_job_id FROM mjsched.scheduled_job_run AS q WITH (READCOMMITTEDLOCK, READPAST)
+                         WHERE q.status = N'Queued' AND (q.retry_at IS NULL OR q.retry_at <= @p_now))
+           AND (NOT (j.concurrency_mode = N'Skip' AND j.next_run_at IS NOT NULL AND j.next_run_at <= @p_now)
+                OR EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS q WITH (READCOMMITTEDLOCK, READPAST)
+                            WHERE q.scheduled_job_id = j.id AND q.status = N'Queued' AND q.attempt <= 1
+                              AND (q.retry_at IS NULL OR q.retry_at <= @p_now)));
         IF EXISTS (SELECT 1 FROM @v_candidates)
         BEGIN
             EXEC mjsched.test_pause @p_point = N'claim_due_jobs:queued_jobs_locked';

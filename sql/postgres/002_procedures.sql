@@ -471,10 +471,16 @@ BEGIN
     SELECT coalesce(array_agg(c.id), '{}'), coalesce(array_agg(c.lock_token) FILTER (WHERE c.lock_token IS NOT NULL), '{}')
       INTO v_ids, v_old
       FROM (SELECT j.id, j.lock_token FROM mjsched.scheduled_job j
+             -- Driven by the few Queued runs (ix_scheduled_job_run_queued), never by a scan of
+             -- every job: this runs at every poll. The candidates are the jobs with a due
+             -- Queued run; a Skip-mode job whose own tick is due takes only a Queue-mode tick's
+             -- run (attempt 1), not a retry (that retry is recorded Skipped by the tick's claim).
              WHERE j.id IN (SELECT q.scheduled_job_id FROM mjsched.scheduled_job_run q
-                             WHERE q.status = 'Queued' AND (q.retry_at IS NULL OR q.retry_at <= p_now)
-                               AND NOT (q.attempt > 1 AND j.concurrency_mode = 'Skip'
-                                       AND j.next_run_at IS NOT NULL AND j.next_run_at <= p_now))
+                             WHERE q.status = 'Queued' AND (q.retry_at IS NULL OR q.retry_at <= p_now))
+               AND (NOT (j.concurrency_mode = 'Skip' AND j.next_run_at IS NOT NULL AND j.next_run_at <= p_now)
+                    OR EXISTS (SELECT 1 FROM mjsched.scheduled_job_run q
+                                WHERE q.scheduled_job_id = j.id AND q.status = 'Queued' AND q.attempt <= 1
+                                  AND (q.retry_at IS NULL OR q.retry_at <= p_now)))
                -- a one-off (run_at) is Expired once its tick is served, but the retries of that
                -- tick still run: its only Queued runs are retries (one tick, never queued behind itself)
                AND mjsched.claimable(CASE WHEN j.status = 'Expired' AND j.run_at IS NOT NULL THEN 'Active'
