@@ -21,6 +21,7 @@ from typing import Any
 
 from ..errors import ConfigurationError
 from ..notify import LoggingNotifier
+from .context import Context, UsageError
 from .terminal import EXIT_OK, GracefulStop, clip, drain, duration as fmt_ms, table
 
 UTC = timezone.utc
@@ -89,6 +90,14 @@ def _summary_line(run: Any) -> str:
     if "stdout_tail" in details:
         return str(details["stdout_tail"]).strip().splitlines()[-1] if str(details["stdout_tail"]).strip() else ""
     return ", ".join(f"{k}={v}" for k, v in details.items() if k != "python")
+
+
+def cmd_demo(ctx: Context) -> int:
+    """The verb's handler: the tour is for people, so there is no --json."""
+    if ctx.json:
+        raise UsageError("demo prints a live table for people and has no --json; "
+                         "script against `mjsched runs --json` or `mjsched status --json`")
+    return run_demo(ctx, ctx.args.duration)
 
 
 def run_demo(ctx: Any, duration: float | None) -> int:

@@ -126,7 +126,7 @@ def test_the_procedure_refuses_parameters_that_are_not_an_object(pg_dsn: str, ma
 
 
 def test_secrets_in_parameters_are_masked_where_shown(make_engine: Any, capsys: Any) -> None:
-    from mjsched.cli.commands import run_row
+    from mjsched.cli.runs_commands import run_row
 
     engine = make_engine()
     job_id = engine.create_job(name="py", driver="python", cron=YEARLY,

@@ -1,0 +1,200 @@
+"""The verbs about the engine and its database: ``init-db``, ``run`` (and --once), ``execute``,
+``status``, ``config``, ``dashboard``."""
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from typing import Any
+
+from ..errors import ConfigurationError
+from ..parameters import parse_assignment
+from ..version import __version__
+from .context import Context, UsageError, resolve_job
+from .runs_commands import run_lines, runs_table
+from .terminal import EXIT_FAILED, EXIT_OK, GracefulStop, ago, clip, drain, table, ts
+
+log = logging.getLogger("mjsched.cli")
+
+
+def cmd_init_db(ctx: Context) -> int:
+    engine = ctx.engine(install=False)
+    applied = engine.install()
+    if ctx.json:
+        ctx.emit_json({"applied": applied, "database": ctx.describe_database()})
+    elif applied:
+        ctx.emit(f"installed: {', '.join(applied)} on {ctx.describe_database()}")
+    else:
+        ctx.emit(f"schema is up to date on {ctx.describe_database()}")
+    return EXIT_OK
+
+
+def cmd_execute(ctx: Context) -> int:
+    engine = ctx.engine()
+    job = resolve_job(engine, ctx.args.job)
+    parameters = dict(parse_assignment(text) for text in ctx.args.param or []) or None
+    run = engine.execute_job(job.id, parameters, force=ctx.args.force)
+    if ctx.json:
+        ctx.emit_json(run)
+    else:
+        for line in run_lines(run, job.name):
+            ctx.emit(line)
+    return EXIT_OK if run.status.value == "Completed" else EXIT_FAILED
+
+
+def cmd_status(ctx: Context) -> int:
+    engine = ctx.engine()
+    from ..liveness import LIVE, engine_state, silent_seconds
+
+    summary = dict(engine.backend.status_summary())
+    engines = summary.pop("engines", [])
+    by_instance = summary.pop("running_by_instance", {}) or {}
+    for e in engines:
+        e["silent_seconds"] = silent_seconds(e)
+        e["state"] = engine_state(e, lease_seconds=ctx.settings["lease_timeout"])
+        e["stale"] = e["state"] != LIVE
+    live = {e["instance"] for e in engines if e["state"] == LIVE}
+    # Running runs whose engine is not live: left to lapse (the sweep makes them Abandoned).
+    orphaned = {instance: runs for instance, runs in by_instance.items() if instance not in live}
+    summary["orphaned_running"] = sum(orphaned.values())
+    if ctx.json:
+        ctx.emit_json({"database": ctx.describe_database(), "engines": engines, "counts": summary,
+                       "orphaned_running_by_instance": orphaned})
+        return EXIT_OK
+    ctx.emit(f"database: {ctx.describe_database()}")
+    ctx.emit("")
+    if engines:
+        ctx.emit(f"engines ({sum(e['state'] == LIVE for e in engines)} live of {len(engines)} registered)")
+        ctx.emit(table(["INSTANCE", "HOST", "PID", "VERSION", "STARTED (UTC)", "LAST SEEN", "STATE", "RUNNING", "CAP"],
+                       [[e["instance"], e["host"], e["pid"], e["version"], ts(e["started_at"]),
+                         ago(e["silent_seconds"]), e["state"], e.get("running", "-"),
+                         e.get("max_concurrent_jobs") or "-"] for e in engines]))
+    else:
+        ctx.emit("engines: none running (start one with `mjsched run`)")
+    if orphaned:
+        ctx.emit("")
+        ctx.emit(f"orphaned: {summary['orphaned_running']} Running run(s) of engines that are not live "
+                 f"({', '.join(f'{i} ({n})' for i, n in sorted(orphaned.items(), key=lambda kv: str(kv[0])))}); "
+                 "they end Abandoned when their lease lapses, or now with `mjsched jobs unlock JOB`")
+    ctx.emit("")
+    labels = [("active_jobs", "active jobs"), ("due", "due now"), ("running", "running"), ("queued", "queued"),
+              ("failing", "failing (last run not Completed)"), ("abandoned_24h", "abandoned (24 h)"),
+              ("orphaned_running", "orphaned (running, engine not live)")]
+    width = max(len(label) for _, label in labels)
+    for key, label in labels:
+        if key in summary:
+            ctx.emit(f"{label.ljust(width)}  {summary[key]}")
+    return EXIT_OK
+
+
+def cmd_config(ctx: Context) -> int:
+    rows = ctx.settings.describe()
+    if ctx.json:
+        ctx.emit_json({"config_file": ctx.settings.config_file, "settings": rows})
+        return EXIT_OK
+    ctx.emit(f"config file: {ctx.settings.config_file or '(none)'}")
+    ctx.emit(table(["KEY", "VALUE", "FROM"], [[r["key"], clip(json.dumps(r["value"]) if not isinstance(
+        r["value"], str) else r["value"], 50), r["source"]] for r in rows]))
+    return EXIT_OK
+
+
+def cmd_run(ctx: Context) -> int:
+    settings = ctx.settings
+    if not settings["enabled"]:
+        print(f"mjsched: scheduled jobs are disabled (enabled = false, from {settings.label('enabled')}); "
+              "not polling", file=sys.stderr)
+        return EXIT_OK
+    if ctx.args.once:
+        return run_once(ctx)
+    if ctx.args.timeout is not None:
+        raise UsageError("--timeout goes with --once (a polling engine stops on SIGINT/SIGTERM)")
+    engine = ctx.engine(long_running=True)
+    dashboard = start_dashboard(ctx, engine)
+    exporter = None
+    if settings["metrics.port"]:
+        from ..metrics import EngineMetrics
+
+        exporter = EngineMetrics(engine)
+        exporter.serve(settings["metrics.port"], settings["metrics.host"])
+        log.info("metrics on http://%s:%d/metrics", settings["metrics.host"], settings["metrics.port"],
+                 extra={"action": "metrics_started"})
+    stop = GracefulStop()
+    with stop.installed():
+        engine.start_polling()
+        log.info("mjsched %s running on %s; stop with SIGTERM or Ctrl-C (drain up to %gs)", __version__,
+                 ctx.describe_database(), settings["shutdown_timeout"], extra={"action": "cli_running"})
+        moved = ctx.watch_embedded(stop)
+        stop.wait()
+        if moved:    # its database is no longer where its connections point: nothing to drain into
+            log.error("%s", moved[0], extra={"action": "embedded_moved"})
+            drain(engine, 0.0, stop)
+            code = EXIT_FAILED
+        else:
+            log.info("received %s: stopping; waiting up to %gs for running jobs", stop.signal_name,
+                     settings["shutdown_timeout"], extra={"action": "cli_stopping"})
+            code = drain(engine, settings["shutdown_timeout"], stop)
+    if exporter is not None:
+        exporter.close()
+    if dashboard is not None:
+        dashboard.stop()
+    if moved:
+        print(f"mjsched: error: {moved[0]}", file=sys.stderr, flush=True)
+    return code
+
+
+def run_once(ctx: Context) -> int:
+    """``run --once``: one pass over what is due now, wait for those runs; exit 1 unless every
+    one of them Completed within --timeout (a run still going then is handed back Cancelled)."""
+    engine = ctx.engine(long_running=True)   # the runs' completions get the engine's patient retries
+    runs = engine.run_due_jobs(timeout=ctx.args.timeout)
+    ok = all(r.status.value == "Completed" for r in runs)
+    if ctx.json:
+        ctx.emit_json({"runs": runs, "ok": ok})
+    elif runs:
+        ctx.emit(runs_table(runs, {j.id: j.name for j in engine.list_jobs()}))
+    else:
+        ctx.emit("nothing was due")
+    return EXIT_OK if ok else EXIT_FAILED
+
+
+def cmd_dashboard(ctx: Context) -> int:
+    """Serve the web dashboard until Ctrl-C/SIGTERM (needs the 'web' extra; README "Dashboard")."""
+    try:
+        from ..web import auth_from_env, create_app, make_dashboard_server
+        from ..web.security import check_bind, parse_bind
+    except ImportError as exc:
+        raise ConfigurationError("dashboard", None, f"needs the 'web' extra: pip install 'mjsched[web]' ({exc})") \
+            from None
+    host, port = parse_bind(ctx.args.bind)
+    auth = auth_from_env()
+    check_bind(host, auth)          # before anything is opened: a public bind needs auth
+    app = create_app(ctx.engine(), read_only=ctx.args.read_only, auth=auth,
+                     stale_after=float(ctx.settings["lease_timeout"]))
+    server = make_dashboard_server(app, host, port)
+    bound = server.server_address
+    ctx.emit(f"mjsched dashboard on http://{host if ':' not in host else '[' + host + ']'}:{bound[1]}/ "
+             f"({'read-only, ' if ctx.args.read_only else ''}{'auth on' if auth else 'no auth: loopback only'}); "
+             "Ctrl-C to stop")
+    try:
+        server.serve_forever(poll_interval=0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+        app.close()
+    return EXIT_OK
+
+
+def start_dashboard(ctx: Context, engine: Any) -> Any:
+    """``run --dashboard-port``: the dashboard of this engine in a thread of this process."""
+    port = getattr(ctx.args, "dashboard_port", None)
+    if port is None:
+        return None
+    try:
+        from ..web import DashboardThread, auth_from_env, create_app
+    except ImportError as exc:
+        raise ConfigurationError("--dashboard-port", port, f"needs the 'web' extra: pip install 'mjsched[web]' "
+                                                           f"({exc})") from None
+    app = create_app(engine, auth=auth_from_env(), stale_after=float(ctx.settings["lease_timeout"]))
+    return DashboardThread(app, ctx.args.dashboard_host or "127.0.0.1", port).start()
+
