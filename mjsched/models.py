@@ -239,6 +239,9 @@ class Claim:
 @dataclass(frozen=True)
 class ClaimBatch:
     claims: list[Claim] = field(default_factory=list)
+    # Each claimed job's row as its claim left it, by job id (the claim's own result, so a
+    # poll is one round trip). lock_token is None in these rows: the claim's is Claim.lock_token.
+    jobs: dict[str, Job] = field(default_factory=dict)
     next_due_at: datetime | None = None
     db_now: datetime | None = None
     due_left: int = 0          # claimable due jobs left for want of slots

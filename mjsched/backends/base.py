@@ -196,18 +196,21 @@ def replayed_attempts(replay: bool, attempt: Callable[[Any, bool], list[dict[str
 
 
 def claim_batch(rows: Iterable[Mapping[str, Any]]) -> ClaimBatch:
-    """``claim_due_jobs``'s rows as a ClaimBatch: one row per claim, then the tail row
-    (job_id NULL) with db_now, next_due_at and the two counters."""
+    """``claim_due_jobs``'s rows as a ClaimBatch: one row per claim, with its job's columns,
+    then the tail row (job_id NULL) with db_now, next_due_at and the two counters."""
     claims: list[Claim] = []
+    jobs: dict[str, Job] = {}
     tail: Mapping[str, Any] = {}
     for r in rows:
         if r["job_id"] is None:
             tail = r
             continue
-        claims.append(Claim(job_id=str(r["job_id"]), run_id=str(r["run_id"]) if r["run_id"] else None,
+        job_id = str(r["job_id"])
+        claims.append(Claim(job_id=job_id, run_id=str(r["run_id"]) if r["run_id"] else None,
                             lock_token=str(r["lock_token"]), scheduled_for=r["scheduled_for"],
                             db_now=r["db_now"], from_queue=bool(r["from_queue"])))
-    return ClaimBatch(claims=claims, next_due_at=tail.get("next_due_at"), db_now=tail.get("db_now"),
+        jobs[job_id] = Job.from_row({**r, "id": r["job_id"], "lock_token": None})
+    return ClaimBatch(claims=claims, jobs=jobs, next_due_at=tail.get("next_due_at"), db_now=tail.get("db_now"),
                       due_left=int(tail.get("due_left") or 0), locked_out=int(tail.get("locked_out") or 0))
 
 
@@ -285,6 +288,8 @@ class Backend(abc.ABC):
                        replay: bool = False) -> ClaimBatch:
         """Lock up to ``max_jobs`` claimable jobs (Queued runs first, then due ticks),
         skipping rows others are claiming, and start their runs; all in one transaction.
+        The batch carries each claimed job's row as the claim left it (``ClaimBatch.jobs``,
+        read in that transaction: no second round trip), without its lock_token.
 
         Idempotent per ``claim_id`` (a fresh UUID when None): a retry after a lost reply
         is sent with ``replay`` and answers what the lost call claimed, if it committed.

@@ -164,12 +164,11 @@ class Dispatcher:
 
     def _start_claims(self, batch: ClaimBatch, db_now: datetime) -> list[str]:
         assert self._pending is not None
-        jobs = {j.id: j for j in self._backend.get_jobs({c.job_id for c in batch.claims})} if batch.claims else {}
-        self._housekeeping.warn_high_frequency(list(jobs.values()))
+        self._housekeeping.warn_high_frequency(list(batch.jobs.values()))
         started: list[str] = []
         for claim in batch.claims:
-            job = jobs.get(claim.job_id)
-            if job is None or not self._pending.first_time(claim):   # started before a replay of its claim
+            job = batch.jobs[claim.job_id]
+            if not self._pending.first_time(claim):   # started before a replay of its claim
                 continue
             try:
                 if self.start_claim(job, claim, db_now) and claim.run_id is not None:
@@ -190,8 +189,8 @@ class Dispatcher:
             log.warning("job %r: tick %s already has a run; advanced to %s", job.name, scheduled_for, nxt,
                         extra={"action": "tick_already_served"})
             return 0
-        # What next_run_at was at the claim: a due tick's claim serves it; for a queued run the
-        # job's row read just after the claim is the closest there is.
+        # What next_run_at was at the claim: a due tick's claim serves it; a queued run's claim
+        # carries the job's row as the claim left it.
         seen = scheduled_for if claim.is_tick else job.next_run_at
         refused = self._definition_refused(job)
         if refused is not None:   # no run of it can succeed: each tick is Skipped, reported once

@@ -1000,8 +1000,12 @@ GO
 -- zombie's, say) comes back with run_id NULL: the caller only advances the schedule past
 -- it. Taking over an expired lease abandons the old holder's Running runs (take_over).
 -- Ended jobs are expired first, so a job past end_at is Expired at the next poll.
--- The last row always has job_id NULL and carries db_now and next_due_at (the earliest
--- instant something may become claimable; NULL when nothing is scheduled).
+-- Each claim row also carries its job's row as the claim left it (read under the claim's
+-- row locks, before the commit) and the job type's driver, so a poll is one round trip:
+-- every column of scheduled_job but lock_token, which the engine and admin roles may not
+-- read (grants.sql; the claim's own token is the row's lock_token). The last row always has
+-- job_id NULL, no job columns, and carries db_now and next_due_at (the earliest instant
+-- something may become claimable; NULL when nothing is scheduled).
 --
 -- Idempotent when the caller names the claim (@p_claim_id, a fresh GUID per claim): each
 -- lock token is then derived from (@p_claim_id, job id) (claim_token), so a retry with
@@ -1038,6 +1042,25 @@ BEGIN
     CREATE TABLE #mjsched_claimed (seq int IDENTITY(1, 1) NOT NULL PRIMARY KEY, job_id uniqueidentifier NOT NULL,
                                    run_id uniqueidentifier NULL, lock_token uniqueidentifier NULL,
                                    scheduled_for datetimeoffset NULL, from_queue bit NOT NULL);
+    -- the claimed jobs' rows (scheduled_job's column types; lock_token left out)
+    CREATE TABLE #mjsched_claimed_jobs (
+        id uniqueidentifier NOT NULL PRIMARY KEY, job_type_id uniqueidentifier NOT NULL,
+        driver nvarchar(255) NOT NULL, name nvarchar(200) NOT NULL, description nvarchar(max) NULL,
+        cron_expression nvarchar(255) NULL, timezone nvarchar(64) NOT NULL, start_at datetimeoffset NULL,
+        end_at datetimeoffset NULL, status nvarchar(20) NOT NULL, configuration nvarchar(max) NULL,
+        owner nvarchar(255) NULL, concurrency_mode nvarchar(20) NOT NULL, missed_run_policy nvarchar(20) NOT NULL,
+        run_immediately_if_never_run bit NOT NULL, max_runtime_seconds float NULL, isolation nvarchar(10) NULL,
+        max_queued_runs int NOT NULL, notify_on_success bit NOT NULL, notify_on_failure bit NOT NULL,
+        notify_to nvarchar(1000) NULL, next_run_at datetimeoffset NULL, last_run_at datetimeoffset NULL,
+        last_success_at datetimeoffset NULL, run_count int NOT NULL, success_count int NOT NULL,
+        failure_count int NOT NULL, last_duration_ms bigint NULL, total_duration_ms bigint NOT NULL,
+        locked_at datetimeoffset NULL, locked_by_instance nvarchar(255) NULL,
+        expected_completion_at datetimeoffset NULL, created_at datetimeoffset NOT NULL,
+        updated_at datetimeoffset NOT NULL, high_frequency_ok bit NOT NULL, frequency_warned nvarchar(322) NULL,
+        keep_runs_days int NULL, keep_runs_count int NULL, interval_seconds int NULL, run_at datetimeoffset NULL,
+        retry_max_attempts int NULL, retry_initial_delay float NULL, retry_factor float NULL,
+        retry_max_delay float NULL, retry_jitter float NULL, notify_final_attempt_only bit NOT NULL,
+        retry_count int NOT NULL);
     BEGIN TRY
         EXEC mjsched.check_lease @p_lease_seconds = @p_lease_seconds;
         SET @v_message = CONCAT(N'max_jobs=', COALESCE(CONVERT(nvarchar(20), @p_max_jobs), N'NULL'),
@@ -1081,6 +1104,31 @@ BEGIN
         SET @v_batch_full = CASE WHEN @v_left <= 0 THEN 1 ELSE 0 END;
         SELECT @v_due_left = c.due_left, @v_locked_out = c.locked_out
           FROM mjsched.claim_counters(@p_instance, @v_batch_full, @v_now) AS c;
+        -- The claimed jobs' rows as the claims left them: this transaction holds their locks.
+        INSERT INTO #mjsched_claimed_jobs (
+            id, job_type_id, driver, name, description, cron_expression, timezone, start_at,
+            end_at, status, configuration, owner, concurrency_mode, missed_run_policy,
+            run_immediately_if_never_run, max_runtime_seconds, isolation, max_queued_runs,
+            notify_on_success, notify_on_failure, notify_to, next_run_at, last_run_at,
+            last_success_at, run_count, success_count, failure_count, last_duration_ms,
+            total_duration_ms, locked_at, locked_by_instance, expected_completion_at, created_at,
+            updated_at, high_frequency_ok, frequency_warned, keep_runs_days, keep_runs_count,
+            interval_seconds, run_at, retry_max_attempts, retry_initial_delay, retry_factor,
+            retry_max_delay, retry_jitter, notify_final_attempt_only, retry_count)
+        SELECT j.id, j.job_type_id, t.driver_class, j.name, j.description, j.cron_expression,
+               j.timezone, j.start_at, j.end_at, j.status, j.configuration, j.owner,
+               j.concurrency_mode, j.missed_run_policy, j.run_immediately_if_never_run,
+               j.max_runtime_seconds, j.isolation, j.max_queued_runs, j.notify_on_success,
+               j.notify_on_failure, j.notify_to, j.next_run_at, j.last_run_at, j.last_success_at,
+               j.run_count, j.success_count, j.failure_count, j.last_duration_ms,
+               j.total_duration_ms, j.locked_at, j.locked_by_instance, j.expected_completion_at,
+               j.created_at, j.updated_at, j.high_frequency_ok, j.frequency_warned,
+               j.keep_runs_days, j.keep_runs_count, j.interval_seconds, j.run_at,
+               j.retry_max_attempts, j.retry_initial_delay, j.retry_factor, j.retry_max_delay,
+               j.retry_jitter, j.notify_final_attempt_only, j.retry_count
+          FROM mjsched.scheduled_job AS j
+          JOIN mjsched.scheduled_job_type AS t ON t.id = j.job_type_id
+         WHERE j.id IN (SELECT c.job_id FROM #mjsched_claimed AS c);
         COMMIT TRANSACTION;
     END TRY
     BEGIN CATCH
@@ -1099,8 +1147,19 @@ BEGIN
                         due_left, locked_out)
     VALUES (NULL, NULL, NULL, NULL, 0, @v_now, @v_next, @v_due_left, @v_locked_out);
     SELECT o.job_id, o.run_id, o.lock_token, o.scheduled_for, o.from_queue, o.db_now, o.next_due_at,
-           o.due_left, o.locked_out
+           o.due_left, o.locked_out,
+           j.job_type_id, j.driver, j.name, j.description, j.cron_expression, j.timezone,
+           j.start_at, j.end_at, j.status, j.configuration, j.owner, j.concurrency_mode,
+           j.missed_run_policy, j.run_immediately_if_never_run, j.max_runtime_seconds, j.isolation,
+           j.max_queued_runs, j.notify_on_success, j.notify_on_failure, j.notify_to, j.next_run_at,
+           j.last_run_at, j.last_success_at, j.run_count, j.success_count, j.failure_count,
+           j.last_duration_ms, j.total_duration_ms, j.locked_at, j.locked_by_instance,
+           j.expected_completion_at, j.created_at, j.updated_at, j.high_frequency_ok,
+           j.frequency_warned, j.keep_runs_days, j.keep_runs_count, j.interval_seconds, j.run_at,
+           j.retry_max_attempts, j.retry_initial_delay, j.retry_factor, j.retry_max_delay,
+           j.retry_jitter, j.notify_final_attempt_only, j.retry_count
       FROM @v_out AS o
+      LEFT JOIN #mjsched_claimed_jobs AS j ON j.id = o.job_id
      ORDER BY o.seq;
 END;
 GO

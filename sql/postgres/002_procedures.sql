@@ -374,8 +374,12 @@ $$;
 -- say) comes back with run_id NULL: the caller only advances the schedule past it.
 -- Taking over an expired lease abandons the old holder's Running runs (take_over).
 -- Ended jobs are expired first, so a job past end_at is Expired at the next poll.
--- The last row always has job_id NULL and carries db_now and next_due_at (the
--- earliest instant something may become claimable; NULL when nothing is scheduled).
+-- Each claim row also carries its job's row as the claim left it (read under the claim's
+-- row lock, after it) and the job type's driver, so a poll is one round trip: every
+-- column of scheduled_job but lock_token, which the engine and admin roles may not read
+-- (grants.sql; the claim's own token is the row's lock_token). The last row always has
+-- job_id NULL, no job columns, and carries db_now and next_due_at (the earliest instant
+-- something may become claimable; NULL when nothing is scheduled).
 --
 -- Idempotent when the caller names the claim (p_claim_id, a fresh UUID per claim):
 -- each lock token is then derived from (p_claim_id, job id), so a retry with the same
@@ -384,18 +388,49 @@ $$;
 -- claiming nothing new (claim_replay); when it finds none, the first call did not
 -- commit and this one claims as usual. Without p_claim_id tokens are random and a lost
 -- reply costs those jobs one lease.
-CREATE OR REPLACE FUNCTION mjsched.claim_due_jobs(
+--
+-- Its result type grew the job columns, which CREATE OR REPLACE cannot change: the old
+-- definition is dropped, and whoever could execute it (grants.sql's engine role) may
+-- execute the new one, so engines keep claiming through the upgrade before grants.sql
+-- runs again.
+SELECT set_config('mjsched.claim_due_jobs_grantees',
+                  coalesce((SELECT string_agg(a.grantee::text, ',')
+                              FROM pg_proc p, aclexplode(p.proacl) a
+                             WHERE p.oid = to_regprocedure('mjsched.claim_due_jobs(varchar, integer, double precision, '
+                                                           'timestamptz, uuid, boolean)')
+                               AND a.privilege_type = 'EXECUTE' AND a.grantee <> 0 AND a.grantee <> p.proowner), ''),
+                  false);
+DROP FUNCTION IF EXISTS mjsched.claim_due_jobs(varchar, integer, double precision, timestamptz, uuid, boolean);
+CREATE FUNCTION mjsched.claim_due_jobs(
     p_instance varchar, p_max_jobs integer, p_lease_seconds double precision,
     p_now timestamptz DEFAULT NULL, p_claim_id uuid DEFAULT NULL, p_replay boolean DEFAULT false)
 RETURNS TABLE (job_id uuid, run_id uuid, lock_token uuid, scheduled_for timestamptz,
                from_queue boolean, db_now timestamptz, next_due_at timestamptz,
-               due_left integer, locked_out integer)
+               due_left integer, locked_out integer,
+               job_type_id uuid, driver varchar, name varchar, description text, cron_expression varchar,
+               timezone varchar, start_at timestamptz, end_at timestamptz, status varchar, configuration jsonb,
+               owner varchar, concurrency_mode varchar, missed_run_policy varchar,
+               run_immediately_if_never_run boolean, max_runtime_seconds double precision, isolation varchar,
+               max_queued_runs integer, notify_on_success boolean, notify_on_failure boolean, notify_to varchar,
+               next_run_at timestamptz, last_run_at timestamptz, last_success_at timestamptz, run_count integer,
+               success_count integer, failure_count integer, last_duration_ms bigint, total_duration_ms bigint,
+               locked_at timestamptz, locked_by_instance varchar, expected_completion_at timestamptz,
+               created_at timestamptz, updated_at timestamptz, high_frequency_ok boolean, frequency_warned varchar,
+               keep_runs_days integer, keep_runs_count integer, interval_seconds integer, run_at timestamptz,
+               retry_max_attempts integer, retry_initial_delay double precision, retry_factor double precision,
+               retry_max_delay double precision, retry_jitter double precision,
+               notify_final_attempt_only boolean, retry_count integer)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
     v_now timestamptz := coalesce(p_now, now());
     v_left integer := p_max_jobs;
-    v_rows integer;
+    -- the claims, in order (replayed, then queued runs, then ticks), one array per column
+    v_job_ids uuid[] := '{}'::uuid[];
+    v_run_ids uuid[] := '{}'::uuid[];
+    v_tokens uuid[] := '{}'::uuid[];
+    v_for timestamptz[] := '{}'::timestamptz[];
+    v_queued boolean[] := '{}'::boolean[];
 BEGIN
     PERFORM mjsched.check_test_clock(p_now);
     PERFORM mjsched.check_lease(p_lease_seconds);
@@ -408,29 +443,79 @@ BEGIN
      WHERE instance = p_instance AND last_seen_at < v_now - interval '1 second';
 
     IF p_replay AND p_claim_id IS NOT NULL THEN
-        RETURN QUERY SELECT c.*, v_now, NULL::timestamptz, NULL::integer, NULL::integer
-                       FROM mjsched.claim_replay(p_instance, p_claim_id, v_now) c;
-        GET DIAGNOSTICS v_rows = ROW_COUNT;
-        IF v_rows > 0 THEN
+        SELECT v_job_ids || array_agg(c.job_id), v_run_ids || array_agg(c.run_id), v_tokens || array_agg(c.lock_token),
+               v_for || array_agg(c.scheduled_for), v_queued || array_agg(c.from_queue)
+          INTO v_job_ids, v_run_ids, v_tokens, v_for, v_queued
+          FROM mjsched.claim_replay(p_instance, p_claim_id, v_now) c;
+        IF cardinality(v_job_ids) > 0 THEN
             v_left := 0;
         END IF;
     END IF;
     PERFORM mjsched.expire_ended_jobs(v_now);
     IF v_left > 0 THEN
-        RETURN QUERY SELECT c.*, v_now, NULL::timestamptz, NULL::integer, NULL::integer
-                       FROM mjsched.claim_queued(p_instance, v_left, p_lease_seconds, v_now, p_claim_id) c;
-        GET DIAGNOSTICS v_rows = ROW_COUNT;
-        v_left := v_left - v_rows;
+        SELECT v_job_ids || array_agg(c.job_id), v_run_ids || array_agg(c.run_id), v_tokens || array_agg(c.lock_token),
+               v_for || array_agg(c.scheduled_for), v_queued || array_agg(c.from_queue)
+          INTO v_job_ids, v_run_ids, v_tokens, v_for, v_queued
+          FROM mjsched.claim_queued(p_instance, v_left, p_lease_seconds, v_now, p_claim_id) c;
+        v_left := p_max_jobs - cardinality(v_job_ids);
     END IF;
     IF v_left > 0 THEN
-        RETURN QUERY SELECT c.*, v_now, NULL::timestamptz, NULL::integer, NULL::integer
-                       FROM mjsched.claim_ticks(p_instance, v_left, p_lease_seconds, v_now, p_claim_id) c;
-        GET DIAGNOSTICS v_rows = ROW_COUNT;
-        v_left := v_left - v_rows;
+        SELECT v_job_ids || array_agg(c.job_id), v_run_ids || array_agg(c.run_id), v_tokens || array_agg(c.lock_token),
+               v_for || array_agg(c.scheduled_for), v_queued || array_agg(c.from_queue)
+          INTO v_job_ids, v_run_ids, v_tokens, v_for, v_queued
+          FROM mjsched.claim_ticks(p_instance, v_left, p_lease_seconds, v_now, p_claim_id) c;
+        v_left := p_max_jobs - cardinality(v_job_ids);
     END IF;
+    -- A statement of its own: it sees the rows the claims above wrote (and holds their locks).
+    RETURN QUERY
+    SELECT c.job_id, c.run_id, c.lock_token, c.scheduled_for, c.from_queue, v_now, NULL::timestamptz,
+           NULL::integer, NULL::integer,
+           j.job_type_id, t.driver_class, j.name, j.description, j.cron_expression,
+           j.timezone, j.start_at, j.end_at, j.status, j.configuration,
+           j.owner, j.concurrency_mode, j.missed_run_policy,
+           j.run_immediately_if_never_run, j.max_runtime_seconds, j.isolation,
+           j.max_queued_runs, j.notify_on_success, j.notify_on_failure, j.notify_to,
+           j.next_run_at, j.last_run_at, j.last_success_at, j.run_count,
+           j.success_count, j.failure_count, j.last_duration_ms, j.total_duration_ms,
+           j.locked_at, j.locked_by_instance, j.expected_completion_at,
+           j.created_at, j.updated_at, j.high_frequency_ok, j.frequency_warned,
+           j.keep_runs_days, j.keep_runs_count, j.interval_seconds, j.run_at,
+           j.retry_max_attempts, j.retry_initial_delay, j.retry_factor,
+           j.retry_max_delay, j.retry_jitter,
+           j.notify_final_attempt_only, j.retry_count
+      FROM unnest(v_job_ids, v_run_ids, v_tokens, v_for, v_queued) WITH ORDINALITY
+           AS c(job_id, run_id, lock_token, scheduled_for, from_queue, n)
+      JOIN mjsched.scheduled_job j ON j.id = c.job_id
+      JOIN mjsched.scheduled_job_type t ON t.id = j.job_type_id
+     ORDER BY c.n;
     RETURN QUERY SELECT NULL::uuid, NULL::uuid, NULL::uuid, NULL::timestamptz, false, v_now,
-                        mjsched.next_due_at(v_now), t.due_left, t.locked_out
+                        mjsched.next_due_at(v_now), t.due_left, t.locked_out,
+                        NULL::uuid, NULL::varchar, NULL::varchar, NULL::text, NULL::varchar,
+                        NULL::varchar, NULL::timestamptz, NULL::timestamptz, NULL::varchar, NULL::jsonb,
+                        NULL::varchar, NULL::varchar, NULL::varchar,
+                        NULL::boolean, NULL::double precision, NULL::varchar,
+                        NULL::integer, NULL::boolean, NULL::boolean, NULL::varchar,
+                        NULL::timestamptz, NULL::timestamptz, NULL::timestamptz, NULL::integer,
+                        NULL::integer, NULL::integer, NULL::bigint, NULL::bigint,
+                        NULL::timestamptz, NULL::varchar, NULL::timestamptz,
+                        NULL::timestamptz, NULL::timestamptz, NULL::boolean, NULL::varchar,
+                        NULL::integer, NULL::integer, NULL::integer, NULL::timestamptz,
+                        NULL::integer, NULL::double precision, NULL::double precision,
+                        NULL::double precision, NULL::double precision,
+                        NULL::boolean, NULL::integer
                    FROM mjsched.claim_counters(p_instance, v_left <= 0, v_now) t;
+END;
+$$;
+DO $$
+DECLARE
+    v_grantee oid;
+BEGIN
+    FOREACH v_grantee IN ARRAY coalesce(string_to_array(
+            nullif(current_setting('mjsched.claim_due_jobs_grantees', true), ''), ',')::oid[], '{}') LOOP
+        EXECUTE format('GRANT EXECUTE ON FUNCTION mjsched.claim_due_jobs(varchar, integer, double precision, '
+                       'timestamptz, uuid, boolean) TO %I', pg_get_userbyid(v_grantee));
+    END LOOP;
+    PERFORM set_config('mjsched.claim_due_jobs_grantees', '', false);
 END;
 $$;
 

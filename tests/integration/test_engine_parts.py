@@ -60,3 +60,17 @@ def test_a_pending_claim_starts_each_run_once() -> None:
     run, tick = Claim("job-1", "run-1", "t", now, now), Claim("job-2", None, "t", now, now)
     assert [pending.first_time(c) for c in (run, tick, run, tick)] == [True, True, False, False]
     assert pending.handled == {"run-1", "job-2"}
+
+
+def test_a_poll_reads_its_jobs_from_the_claim(make_engine: Callable[..., Any], sql: Any,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """One claim round trip per poll: the claimed jobs' rows come with the claim, not from get_jobs."""
+    engine = make_engine()
+    job_id = engine.create_job(name="due", driver="python", cron="0 0 1 1 *", configuration={"callable": "os:getpid"})
+    sql.run("UPDATE mjsched.scheduled_job SET next_run_at = now() - interval '1 second' WHERE id = %s", (job_id,))
+
+    def no_get_jobs(job_ids: Any) -> Any:
+        raise AssertionError(f"get_jobs({sorted(job_ids)}) during a poll")
+    monkeypatch.setattr(engine.backend, "get_jobs", no_get_jobs)
+    result = engine.dispatch_due_jobs()
+    assert result.dispatched == 1, result

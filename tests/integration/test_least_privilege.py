@@ -266,6 +266,31 @@ def test_security_survives_an_upgrade_of_the_procedures(pg_dsn: str, sql: Any, m
     assert insecure == []
 
 
+CLAIM_DUE_JOBS = "mjsched.claim_due_jobs(varchar, integer, double precision, timestamptz, uuid, boolean)"
+
+
+def test_the_engine_role_keeps_claiming_when_an_upgrade_recreates_claim_due_jobs(engine_role: str, make_engine: Any,
+                                                                                sql: Any) -> None:
+    """claim_due_jobs's result type grew its jobs' columns, so 002 drops and recreates it: whoever
+    could execute it still may, so engines keep claiming before grants.sql runs again."""
+    admin = make_engine()
+    job_id = admin.create_job(**job_fields("polled"))
+    before = sql.one("SELECT %s::regprocedure::oid", (CLAIM_DUE_JOBS,))
+    sql.run("UPDATE mjsched.schema_version SET checksum = 'outdated' WHERE name = '002_procedures'")
+    assert "002_procedures" in admin.install()
+    assert sql.one("SELECT %s::regprocedure::oid", (CLAIM_DUE_JOBS,)) != before   # recreated
+    engine = make_engine(dsn=engine_role, lease_timeout=5.0)
+    claimed = None
+
+    def claim() -> bool:
+        nonlocal claimed
+        claimed = engine.backend.claim_due_jobs("upgraded", 1, 5.0)
+        return bool(claimed.claims)
+    wait_for(claim, timeout=5, message="a claim by the engine role")
+    assert claimed is not None and claimed.jobs[job_id].name == "polled"
+    assert claimed.jobs[job_id].lock_token is None and claimed.claims[0].lock_token   # its own token only
+
+
 def test_engine_role_cannot_move_the_database_clock(engine_role: str, make_engine: Any, sql: Any) -> None:
     """p_now (for tests) would let a SECURITY DEFINER caller abandon or steal live leases: owner only."""
     admin = make_engine(lease_timeout=60.0)

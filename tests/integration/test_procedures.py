@@ -5,6 +5,7 @@ PostgreSQL always and on SQL Server when a server is given (tests/support/mssql.
 """
 from __future__ import annotations
 
+import dataclasses
 import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -278,6 +279,25 @@ def test_queued_runs_are_claimed_before_new_ticks(backend: Backend, db: Db) -> N
     (claim,) = backend.claim_due_jobs("a", 5, 60).claims
     assert claim.from_queue and claim.scheduled_for == queued_tick
     assert db.run_status(claim.run_id) == "Running"
+
+
+def test_each_claim_carries_its_job_as_the_claim_left_it(backend: Backend, db: Db) -> None:
+    """The claim's rows hold the jobs' rows (one round trip per poll), read after the claim
+    took the locks, without lock_token; a replay answers them again."""
+    tick = new_job(backend, name="tick", next_run_at=past(5), max_runtime_seconds=600)
+    queued = new_job(backend, name="queued", concurrency_mode="Queue", next_run_at=past(5))
+    db.queue_tick(queued, past(30))
+    claim_id = str(uuid.uuid4())
+    batch = backend.claim_due_jobs("a", 5, 60, claim_id=claim_id)
+    assert sorted(batch.jobs) == sorted([tick, queued]) == sorted(c.job_id for c in batch.claims)
+    for job_id, job in batch.jobs.items():
+        assert job == dataclasses.replace(backend.get_job(job_id), lock_token=None)
+        assert job.locked_by_instance == "a" and job.expected_completion_at is not None and job.lock_token is None
+    assert batch.jobs[tick].driver == "python" and batch.jobs[tick].name == "tick"
+    assert batch.jobs[tick].expected_completion_at - batch.db_now >= timedelta(seconds=600)   # the claim's lease
+    assert batch.jobs[queued].concurrency_mode.value == "Queue"
+    again = backend.claim_due_jobs("a", 5, 60, claim_id=claim_id, replay=True)
+    assert again.jobs == batch.jobs
 
 
 def test_initialize_next_run_is_compare_and_set(backend: Backend) -> None:
