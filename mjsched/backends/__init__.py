@@ -4,6 +4,8 @@ which picks the gateway for a DSN.
   base.py      the Backend contract (docstrings are the spec the SQL meets), shared row parsing
   postgres.py  PostgreSQL through psycopg2 (the only psycopg2 import)
   mssql.py, odbc.py  SQL Server through pyodbc (the only pyodbc imports)
+  queries.py   the read queries by name, from sql/<dialect>/queries.sql (both dialects name the
+               same ones: tests/unit/test_read_queries.py); the procedures are the lock rules
   pool.py, watchdog.py  connection pool, bounded calls
 
 May import: models, errors, sqlfiles. ``base`` never imports the gateways (they import it).

@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 from ..errors import JobNameTaken, SchedulerError
 from ..models import Claim, ClaimBatch, Job, JobRun
 from ..retention import PurgeBatch
+from . import queries
 
 NAME_CONSTRAINT = "uq_scheduled_job_name"   # job names are unique (sql/*/005_job_names.sql)
 
@@ -226,6 +227,17 @@ class Backend(abc.ABC):
     dialect: str = ""
 
     # -- schema ------------------------------------------------------------------
+    def _query(self, name: str) -> str:
+        """Read query ``name`` of sql/<dialect>/queries.sql, its column lists those this role may
+        read (asked only for a query that lists columns, so the privilege lookup is one too)."""
+        needed = queries.placeholders(self.dialect, name)
+        columns = {}
+        if "job_columns" in needed:
+            columns["job_columns"] = self._readable("scheduled_job", "j")
+        if "run_columns" in needed:
+            columns["run_columns"] = self._readable("scheduled_job_run")
+        return queries.query(self.dialect, name, **columns)
+
     def _readable(self, table: str, alias: str | None = None) -> str:
         """``alias.*``, or the columns of ``table`` this role may read when it may not read all
         of them: grants.sql keeps lock_token from the roles (a token is the right to complete or

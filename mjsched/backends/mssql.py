@@ -43,7 +43,6 @@ from .odbc import (
     INVALID_PARAMETER,
     JOB_COLUMNS,
     _BATCH_SPLIT,
-    _JOB_SELECT,
     _SCHEMA_MISSING_NATIVE,
     _drain,
     _message,
@@ -269,9 +268,7 @@ class MssqlBackend(Backend):
 
     def installed_versions(self) -> list[str]:
         try:
-            rows = self._rows("installed_versions",
-                              "IF OBJECT_ID(N'mjsched.schema_version', N'U') IS NOT NULL "
-                              "SELECT name FROM mjsched.schema_version ORDER BY name;")
+            rows = self._read("installed_versions")
         except SchemaNotInstalled:
             return []
         return [r["name"] for r in rows]
@@ -424,73 +421,33 @@ class MssqlBackend(Backend):
         return bool(self._scalar("delete_job", job_id=job_id))
 
     def _column_privileges(self, table: str) -> list[dict[str, Any]]:
-        return self._rows("columns", """
-            SET NOCOUNT ON;
-            SELECT c.name AS name,
-                   HAS_PERMS_BY_NAME(CONCAT(N'mjsched.', ?), N'OBJECT', N'SELECT', c.name, N'COLUMN') AS readable
-              FROM sys.columns AS c
-             WHERE c.object_id = OBJECT_ID(CONCAT(N'mjsched.', ?))
-             ORDER BY c.column_id;""", (table, table))
+        return self._read("column_privileges", table)
+
+    def _read(self, name: str, *params: Any) -> list[dict[str, Any]]:
+        """Read query ``name`` of sql/mssql/queries.sql, with the columns this role may read."""
+        return self._rows(name, self._query(name), params)
 
     @staticmethod
     def _quote_identifier(name: str) -> str:
         return "[" + name.replace("]", "]]") + "]"
 
-    def _job_select(self) -> str:
-        return _JOB_SELECT.replace("j.*", self._readable("scheduled_job", "j"), 1)
-
     def get_jobs(self, job_ids: Iterable[str]) -> list[Job]:
         ids = [str(i) for i in job_ids]
         if not ids:
             return []
-        rows = self._rows("get_jobs", self._job_select() +
-                          " WHERE j.id IN (SELECT TRY_CONVERT(uniqueidentifier, e.value) FROM OPENJSON(?) AS e);",
-                          (json.dumps(ids),))
-        return [Job.from_row(r) for r in rows]
+        return [Job.from_row(r) for r in self._read("get_jobs", json.dumps(ids))]
 
     def jobs_named(self, name: str) -> list[Job]:
-        rows = self._rows("jobs_named", self._job_select() + " WHERE j.name = ? ORDER BY j.created_at, j.id;",
-                          (name,))
-        return [Job.from_row(r) for r in rows]
+        return [Job.from_row(r) for r in self._read("jobs_named", name)]
 
     def list_jobs(self, status: str | None = None) -> list[Job]:
-        if status is None:
-            rows = self._rows("list_jobs", self._job_select() + " ORDER BY j.name, j.created_at;")
-        else:
-            rows = self._rows("list_jobs", self._job_select() + " WHERE j.status = ? ORDER BY j.name, j.created_at;",
-                              (status,))
-        return [Job.from_row(r) for r in rows]
+        return [Job.from_row(r) for r in self._read("list_jobs", status)]
 
     def unscheduled_jobs(self, limit: int = 500, after: str | None = None) -> list[UnscheduledJob]:
-        rows = self._rows("unscheduled_jobs", """
-            SET NOCOUNT ON;
-            DECLARE @limit int = ?, @after uniqueidentifier = ?;
-            SELECT TOP (@limit) j.id, j.name, t.driver_class AS driver, j.cron_expression, j.timezone, j.start_at,
-                   j.run_immediately_if_never_run, j.last_run_at, j.run_count, j.high_frequency_ok,
-                   j.frequency_warned, j.interval_seconds, j.run_at, j.created_at
-              FROM mjsched.scheduled_job AS j JOIN mjsched.scheduled_job_type AS t ON t.id = j.job_type_id
-             WHERE j.status = N'Active' AND j.next_run_at IS NULL AND (@after IS NULL OR j.id > @after)
-             ORDER BY j.id
-            OPTION (RECOMPILE);""", (int(limit), after))
-        return [UnscheduledJob.from_row(r) for r in rows]
+        return [UnscheduledJob.from_row(r) for r in self._read("unscheduled_jobs", int(limit), after)]
 
     def active_schedules(self) -> list[dict[str, Any]]:
-        rows = self._rows("active_schedules", """
-            SELECT s.schedule, s.timezone, s.driver, MIN(s.name) AS example, COUNT(*) AS jobs,
-                   STRING_AGG(CASE WHEN s.nth <= 1000 THEN CAST(CONVERT(nvarchar(36), s.id) AS nvarchar(max)) END,
-                              N',') AS job_ids
-              FROM (SELECT j.id, j.name, k.schedule, j.timezone, t.driver_class AS driver,
-                           ROW_NUMBER() OVER (PARTITION BY k.schedule, j.timezone, t.driver_class
-                                              ORDER BY j.id) AS nth
-                      FROM mjsched.scheduled_job AS j
-                      JOIN mjsched.scheduled_job_type AS t ON t.id = j.job_type_id
-                     CROSS APPLY (SELECT COALESCE(j.cron_expression,
-                                                  CONCAT(N'every ', j.interval_seconds, N's')) AS schedule) AS k
-                     WHERE j.status = N'Active' AND j.high_frequency_ok = 0 AND j.run_at IS NULL
-                       AND (j.frequency_warned IS NULL
-                            OR j.frequency_warned COLLATE Latin1_General_BIN2
-                               <> CONCAT(k.schedule, N' | ', j.timezone) COLLATE Latin1_General_BIN2)) AS s
-             GROUP BY s.schedule, s.timezone, s.driver;""")
+        rows = self._read("active_schedules")
         for row in rows:
             row["job_ids"] = [i.lower() for i in (row.get("job_ids") or "").split(",") if i]
         return rows
@@ -512,75 +469,24 @@ class MssqlBackend(Backend):
         return PurgeBatch.from_row(rows[0])
 
     def list_runs(self, job_id: str | None = None, status: str | None = None, limit: int = 100) -> list[JobRun]:
-        if job_id is not None:
-            return self._job_runs(job_id, status, limit)
-        rows = self._rows("list_runs", f"""
-            SET NOCOUNT ON;
-            DECLARE @job uniqueidentifier = ?, @status nvarchar(20) = ?, @limit int = ?;
-            SELECT TOP (@limit) {self._readable("scheduled_job_run", "r")} FROM mjsched.scheduled_job_run AS r
-             WHERE (@job IS NULL OR r.scheduled_job_id = @job) AND (@status IS NULL OR r.status = @status)
-             ORDER BY COALESCE(r.started_at, r.queued_at) DESC, r.id DESC
-            OPTION (RECOMPILE);""", (job_id, status, int(limit)))
-        return [JobRun.from_row(r) for r in rows]
-
-    def _job_runs(self, job_id: str, status: str | None, limit: int) -> list[JobRun]:
-        """One job's runs, newest first: two index range scans on (scheduled_job_id,
-        started_at DESC), started runs and the few not started, merged (as in PostgreSQL)."""
-        rows = self._rows("list_runs", f"""
-            SET NOCOUNT ON;
-            DECLARE @job uniqueidentifier = ?, @status nvarchar(20) = ?, @limit int = ?;
-            SELECT TOP (@limit) {self._readable("scheduled_job_run", "r")} FROM (
-                SELECT a.* FROM (SELECT TOP (@limit) {self._readable("scheduled_job_run", "s")}
-                                   FROM mjsched.scheduled_job_run AS s
-                                  WHERE s.scheduled_job_id = @job AND s.started_at IS NOT NULL
-                                    AND (@status IS NULL OR s.status = @status)
-                                  ORDER BY s.started_at DESC, s.id DESC) AS a
-                UNION ALL
-                SELECT b.* FROM (SELECT TOP (@limit) {self._readable("scheduled_job_run", "q")}
-                                   FROM mjsched.scheduled_job_run AS q
-                                  WHERE q.scheduled_job_id = @job AND q.started_at IS NULL
-                                    AND (@status IS NULL OR q.status = @status)
-                                  ORDER BY q.queued_at DESC, q.id DESC) AS b) AS r
-             ORDER BY COALESCE(r.started_at, r.queued_at) DESC, r.id DESC
-            OPTION (RECOMPILE);""", (job_id, status, int(limit)))
+        """Newest first; one job's runs through job_runs (two index range scans merged)."""
+        rows = (self._read("list_runs", status, int(limit)) if job_id is None
+                else self._read("job_runs", job_id, status, int(limit)))
         return [JobRun.from_row(r) for r in rows]
 
     def get_run(self, run_id: str) -> JobRun | None:
-        rows = self._rows("get_run", f"SELECT {self._readable('scheduled_job_run', 'r')} "
-                                      "FROM mjsched.scheduled_job_run AS r WHERE r.id = ?;", (run_id,))
+        rows = self._read("get_run", run_id)
         return JobRun.from_row(rows[0]) if rows else None
 
     def db_now(self) -> datetime:
-        return self._rows("db_now", "SELECT SYSDATETIMEOFFSET() AS now;")[0]["now"]  # type: ignore[no-any-return]
+        return self._read("db_now")[0]["now"]  # type: ignore[no-any-return]
 
     def status_summary(self) -> dict[str, Any]:
-        engines = self._rows("status", """
-            SELECT e.instance, e.host, e.pid, e.version, e.started_at, e.last_seen_at,
-                   DATEDIFF_BIG(millisecond, e.last_seen_at, SYSDATETIMEOFFSET()) AS silent_for_ms,
-                   e.heartbeat_seconds, e.max_concurrent_jobs,
-                   (SELECT COUNT(*) FROM mjsched.scheduled_job_run AS r
-                     WHERE r.status = N'Running' AND r.executed_by_instance = e.instance) AS running
-              FROM mjsched.engine_instance AS e WHERE e.stopped_at IS NULL ORDER BY e.started_at;""")
+        engines = self._read("status_engines")
         for e in engines:
             e["silent_for"] = timedelta(milliseconds=int(e.pop("silent_for_ms") or 0))
-        running = self._rows("status", """
-            SELECT executed_by_instance AS instance, COUNT(*) AS runs
-              FROM mjsched.scheduled_job_run WHERE status = N'Running' GROUP BY executed_by_instance;""")
-        counts = self._rows("status", """
-            SELECT (SELECT COUNT(*) FROM mjsched.scheduled_job WHERE status = N'Active') AS active_jobs,
-                   (SELECT COUNT(*) FROM mjsched.scheduled_job
-                     WHERE status = N'Active' AND next_run_at <= SYSDATETIMEOFFSET()) AS due,
-                   (SELECT COUNT(*) FROM mjsched.scheduled_job_run WHERE status = N'Running') AS running,
-                   (SELECT COUNT(*) FROM mjsched.scheduled_job_run WHERE status = N'Queued') AS queued,
-                   (SELECT COUNT(*) FROM mjsched.scheduled_job AS j
-                     CROSS APPLY (SELECT TOP (1) r.status FROM mjsched.scheduled_job_run AS r
-                                   WHERE r.scheduled_job_id = j.id AND r.completed_at IS NOT NULL
-                                     AND r.status <> N'Skipped'
-                                   ORDER BY r.completed_at DESC) AS last_run
-                     WHERE j.status = N'Active' AND last_run.status <> N'Completed') AS failing,
-                   (SELECT COUNT(*) FROM mjsched.scheduled_job_run
-                     WHERE status = N'Abandoned'
-                       AND completed_at > DATEADD(hour, -24, SYSDATETIMEOFFSET())) AS abandoned_24h;""")
+        running = self._read("status_running")
+        counts = self._read("status_counts")
         return {"engines": engines, "running_by_instance": {r["instance"]: r["runs"] for r in running}, **counts[0]}
 
     # -- change feed -----------------------------------------------------------------------

@@ -36,10 +36,6 @@ JOB_COLUMNS = (
     "retry_max_attempts", "retry_initial_delay", "retry_factor", "retry_max_delay", "retry_jitter",
     "notify_final_attempt_only",
 )
-_JOB_SELECT = """
-SELECT j.*, t.driver_class AS driver
-  FROM mjsched.scheduled_job AS j JOIN mjsched.scheduled_job_type AS t ON t.id = j.job_type_id
-"""
 # Session options the filtered indexes need for every write, and the procedures' defaults.
 _SESSION_SETUP = ("SET NOCOUNT ON; SET XACT_ABORT ON; SET ANSI_NULLS ON; SET ANSI_PADDING ON; "
                   "SET ANSI_WARNINGS ON; SET ARITHABORT ON; SET CONCAT_NULL_YIELDS_NULL ON; "
