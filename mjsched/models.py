@@ -131,7 +131,12 @@ class Job:
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> "Job":
-        values: dict[str, Any] = {f.name: row.get(f.name) for f in dataclasses.fields(cls)}
+        names = cls.__dict__.get("_field_names")
+        if names is None:   # dataclasses.fields() per row cost more than the rest of this method
+            names = tuple(f.name for f in dataclasses.fields(cls))
+            setattr(cls, "_field_names", names)   # once per class (not a field: no annotation)
+        get = row.get
+        values: dict[str, Any] = {name: get(name) for name in names}
         values["id"] = str(values["id"])
         values["job_type_id"] = str(values["job_type_id"])
         values["status"] = JobStatus(values["status"])
@@ -190,7 +195,12 @@ class JobRun:
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> "JobRun":
-        values: dict[str, Any] = {f.name: row.get(f.name) for f in dataclasses.fields(cls)}
+        names = cls.__dict__.get("_field_names")
+        if names is None:   # dataclasses.fields() per row cost more than the rest of this method
+            names = tuple(f.name for f in dataclasses.fields(cls))
+            setattr(cls, "_field_names", names)   # once per class (not a field: no annotation)
+        get = row.get
+        values: dict[str, Any] = {name: get(name) for name in names}
         values["id"] = str(values["id"])
         values["scheduled_job_id"] = str(values["scheduled_job_id"])
         values["status"] = RunStatus(values["status"])
