@@ -133,10 +133,15 @@ class Job:
     def from_row(cls, row: Mapping[str, Any]) -> "Job":
         names = cls.__dict__.get("_field_names")
         if names is None:   # dataclasses.fields() per row cost more than the rest of this method
-            names = tuple(f.name for f in dataclasses.fields(cls))
+            order = tuple(f.name for f in dataclasses.fields(cls))
+            names = (order, frozenset(order))
             setattr(cls, "_field_names", names)   # once per class (not a field: no annotation)
-        get = row.get
-        values: dict[str, Any] = {name: get(name) for name in names}
+        # Every field, None where the row lacks the column; columns that are no field are dropped.
+        values: dict[str, Any] = dict.fromkeys(names[0])
+        values.update(row)
+        if len(values) != len(names[0]):
+            for extra in values.keys() - names[1]:
+                del values[extra]
         values["id"] = str(values["id"])
         values["job_type_id"] = str(values["job_type_id"])
         values["status"] = JobStatus(values["status"])
@@ -162,7 +167,13 @@ class Job:
             values["max_runtime_seconds"] = float(values["max_runtime_seconds"])
         if values["interval_seconds"] is not None:
             values["interval_seconds"] = int(values["interval_seconds"])
-        return cls(**values)
+        if "__post_init__" in cls.__dict__:
+            return cls(**values)
+        # Every field is in ``values``, and the frozen __init__ would only store them one by one
+        # through object.__setattr__ (48 of them, about 8 µs per claimed job): store them at once.
+        job = object.__new__(cls)
+        job.__dict__.update(values)
+        return job
 
 
 @dataclass(frozen=True)
@@ -197,10 +208,15 @@ class JobRun:
     def from_row(cls, row: Mapping[str, Any]) -> "JobRun":
         names = cls.__dict__.get("_field_names")
         if names is None:   # dataclasses.fields() per row cost more than the rest of this method
-            names = tuple(f.name for f in dataclasses.fields(cls))
+            order = tuple(f.name for f in dataclasses.fields(cls))
+            names = (order, frozenset(order))
             setattr(cls, "_field_names", names)   # once per class (not a field: no annotation)
-        get = row.get
-        values: dict[str, Any] = {name: get(name) for name in names}
+        # Every field, None where the row lacks the column; columns that are no field are dropped.
+        values: dict[str, Any] = dict.fromkeys(names[0])
+        values.update(row)
+        if len(values) != len(names[0]):
+            for extra in values.keys() - names[1]:
+                del values[extra]
         values["id"] = str(values["id"])
         values["scheduled_job_id"] = str(values["scheduled_job_id"])
         values["status"] = RunStatus(values["status"])
