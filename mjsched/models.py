@@ -110,6 +110,8 @@ class Job:
     @property
     def schedule_text(self) -> str:
         """The cron expression, 'every <n>s' or 'at <ISO instant>' (schedules.schedule_text)."""
+        if self.cron_expression is not None:   # the common kind, read per claimed job: no import
+            return self.cron_expression
         from .schedules import schedule_text
 
         return schedule_text(self.cron_expression, self.interval_seconds, self.run_at)
