@@ -208,6 +208,8 @@ def _validate_with(name: str, driver_cls: type, conf: dict[str, Any]) -> None:
 # kept: they are rare and each one is reported anew.
 _RUNNABLE: dict[tuple[Any, ...], None] = {}
 _RUNNABLE_MAX = 1024
+# json.dumps builds a new encoder per call whenever an option differs from its defaults
+_KEY_ENCODER = json.JSONEncoder(allow_nan=False, ensure_ascii=False)
 
 
 def _runnable_key(driver_cls: type, conf: Any) -> tuple[Any, ...] | None:
@@ -217,8 +219,10 @@ def _runnable_key(driver_cls: type, conf: Any) -> tuple[Any, ...] | None:
     if isinstance(conf, str):
         return (driver_cls, "text", conf)
     if type(conf) is dict:
+        if not conf:
+            return (driver_cls, "json", "{}")
         try:
-            return (driver_cls, "json", json.dumps(conf, allow_nan=False, ensure_ascii=False))
+            return (driver_cls, "json", _KEY_ENCODER.encode(conf))
         except (TypeError, ValueError):
             return None   # refused by configuration(), which names why
     return None
