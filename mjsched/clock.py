@@ -24,8 +24,7 @@ class DbClock:
                 self._base = (db_now, time.monotonic())
 
     def now(self) -> datetime:
-        with self._lock:
-            base = self._base
+        base = self._base   # one attribute read (observe() stores a whole tuple): no lock needed
         if base is None:
             self.observe(self._fetch())
             with self._lock:

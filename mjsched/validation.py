@@ -9,7 +9,7 @@ import json
 import math
 import uuid
 from datetime import datetime, timezone
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from . import retention
 from .cron import CronSchedule, resolve_timezone
@@ -116,7 +116,7 @@ def configuration(value: Any, field: str = "configuration") -> dict[str, Any]:
         encoded = json.dumps(value, allow_nan=False, ensure_ascii=False)
     except (TypeError, ValueError) as exc:
         raise ConfigurationError(field, _redacted(value), f"is not JSON-serialisable: {exc}") from None
-    _require_encodable(field, encoded, shown=_redacted(value))
+    _require_encodable(field, encoded, shown=lambda: _redacted(value))
     if len(encoded.encode("utf-8")) > MAX_CONFIGURATION_BYTES:
         raise ConfigurationError(field, f"<{len(encoded)} bytes>", f"is larger than {MAX_CONFIGURATION_BYTES} bytes")
     data = json.loads(encoded)
@@ -145,11 +145,13 @@ def _nul_path(data: Any, path: str) -> str | None:
     return None
 
 
-def _require_encodable(field: str, text: str, shown: Any = None) -> None:
+def _require_encodable(field: str, text: str, shown: Callable[[], Any] | None = None) -> None:
+    """``shown`` gives the value the error names: called only on failure, since redacting
+    costs more than the check itself and the check runs at every dispatch."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        raise ConfigurationError(field, text if shown is None else shown,
+        raise ConfigurationError(field, text if shown is None else shown(),
                                  "must be valid Unicode text (no unpaired surrogates)") from None
 
 
@@ -200,17 +202,50 @@ def _validate_with(name: str, driver_cls: type, conf: dict[str, Any]) -> None:
     driver.validate_configuration(conf)
 
 
+# (driver class, configuration as JSON text) pairs that passed check_runnable. Drivers check
+# the form only (Driver.validate_configuration), so a pair that passed once passes again;
+# the engine checks every claimed run, and jobs share a few configurations. Failures are not
+# kept: they are rare and each one is reported anew.
+_RUNNABLE: dict[tuple[Any, ...], None] = {}
+_RUNNABLE_MAX = 1024
+# json.dumps builds a new encoder per call whenever an option differs from its defaults
+_KEY_ENCODER = json.JSONEncoder(allow_nan=False, ensure_ascii=False)
+
+
+def _runnable_key(driver_cls: type, conf: Any) -> tuple[Any, ...] | None:
+    """What check_runnable's outcome depends on, or None when it cannot be told cheaply."""
+    if conf is None:
+        return (driver_cls, None)
+    if isinstance(conf, str):
+        return (driver_cls, "text", conf)
+    if type(conf) is dict:
+        if not conf:
+            return (driver_cls, "json", "{}")
+        try:
+            return (driver_cls, "json", _KEY_ENCODER.encode(conf))
+        except (TypeError, ValueError):
+            return None   # refused by configuration(), which names why
+    return None
+
+
 def check_runnable(driver_name: str, conf: Any) -> None:
     """What the API checks about a job's driver and configuration, for a row already stored
     (plain SQL can write what job_fields would refuse): raises naming the field and value.
     A driver that cannot even be constructed is left to its run, which fails saying so."""
     driver_cls = get_driver(driver_name)   # raises UnknownDriver
+    key = _runnable_key(driver_cls, conf)
+    if key is not None and key in _RUNNABLE:
+        return
     data = configuration(conf)
     try:
         driver = driver_cls()
     except Exception:  # noqa: BLE001 - a driver that cannot be built fails its run, not this check
         return
     driver.validate_configuration(data)
+    if key is not None:
+        if len(_RUNNABLE) >= _RUNNABLE_MAX:
+            _RUNNABLE.clear()
+        _RUNNABLE[key] = None
 
 
 JOB_FIELDS = frozenset({

