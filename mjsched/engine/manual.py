@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 import time
 import uuid
 from typing import Any
@@ -54,6 +55,7 @@ class ManualRuns:
         # notification sent: a script that exits right after must not lose it (bounded wait:
         # a notifier that hangs only delays the return).
         self._e._registry.wait_gone(held, timeout=None)
+        assert isinstance(held.notified, threading.Event)   # a manual run's is real
         if not held.notified.wait(MANUAL_NOTIFY_WAIT_SECONDS):
             log.warning("job %r: its notification is still being sent; execute_job returns without it",
                         job.name, extra={"action": "notification_pending"})

@@ -18,6 +18,7 @@ renew its own run's lease at once (``heartbeat``, as ``ExecutionContext.heartbea
 """
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -39,11 +40,21 @@ from .cancellation import cancel_message
 from .completions import CompletionWriter
 from .leases import LeaseKeeper
 from .outcomes import Outcomes
-from .runs import RunRegistry, State, WorkerPool
+from .runs import Flag, RunRegistry, State, WorkerPool
 
 log = logging.getLogger("mjsched.engine")
 
 
+class _NobodyWaits:
+    """The ``notified`` flag of a claimed run: only execute_job waits for a notification, so
+    only a manual run gets a real Event (one Condition less per claimed run)."""
+    __slots__ = ()
+
+    def set(self) -> None:
+        pass
+
+
+NOBODY_WAITS = _NobodyWaits()
 ENDED_EARLY = (State.TIMED_OUT, State.CANCELLED, State.LOST)   # a thread still going then counts as leaked
 
 
@@ -91,7 +102,7 @@ class Run:
     renew: bool = True                         # False: left to lapse (stop_polling gave up on it)
     completing_since: float | None = None      # time.monotonic() when its completion was handed over
     context: Any = None
-    notified: threading.Event = field(default_factory=threading.Event)   # its notification is out (or none)
+    notified: Flag = field(default_factory=lambda: NOBODY_WAITS)   # its notification is out (or none)
     cancel_request: CancelRequest | None = None   # an operator's cancel, once delivered
     cancel_deadline: float | None = None       # time.monotonic() past which a cancelled run is ended anyway
 
@@ -108,14 +119,15 @@ class Run:
         max_runtime = effective_max_runtime(job, driver_cls)
         run = cls(services, job, run_id, token, scheduled_for, manual=manual, catch_up=catch_up,
                   deadline=time.monotonic() + max_runtime if max_runtime else None,
-                  seen_next_run_at=seen_next_run_at, attempt=attempt)
+                  seen_next_run_at=seen_next_run_at, attempt=attempt,
+                  notified=threading.Event() if manual else NOBODY_WAITS)
         record = JobRun(id=run_id, scheduled_job_id=job.id, scheduled_for=scheduled_for, status=RunStatus.RUNNING,
                         success=None, error_message=None, details=None, queued_at=None,
                         started_at=services.clock.now(), completed_at=None, duration_ms=None,
                         executed_by_instance=services.instance, lock_token=token, lease_expires_at=None,
                         parameters=parameters, attempt=attempt)
         run.context = ExecutionContext(job=job, run=record, cancel_event=run.cancel_event,
-                                       logger=logging.getLogger(f"mjsched.job.{job.driver}"),
+                                       logger=_job_logger(job.driver),
                                        heartbeat=run.heartbeat)
         return run
 
@@ -343,6 +355,12 @@ class Run:
         except Exception as exc:  # noqa: BLE001 - the run's outcome is still recorded; its next claim sets it aside
             log.error("job %r: cannot compute its next run: %s: %s", self.job.name, type(exc).__name__, exc)
             return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _job_logger(driver: str) -> logging.Logger:
+    """A driver's logger, looked up once (getLogger takes logging's module lock each call)."""
+    return logging.getLogger(f"mjsched.job.{driver}")
 
 
 def hand_back_held(services: RunServices) -> None:

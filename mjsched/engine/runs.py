@@ -14,7 +14,6 @@ import logging
 import queue
 import threading
 import time
-from concurrent.futures import Future
 from datetime import datetime
 from typing import Any, Callable, Iterable, Protocol
 
@@ -29,6 +28,11 @@ class State(enum.Enum):
     TIMED_OUT = "timed_out"    # past max_runtime: completion written as Timeout
     CANCELLED = "cancelled"    # an operator's cancel, not obeyed within the grace: written as Cancelled
     LOST = "lost"              # lease taken over or abandoned, or handed back: nothing more to write
+
+
+class Flag(Protocol):
+    """Set once something the run owes is done (its notification)."""
+    def set(self) -> None: ...
 
 
 class HeldRun(Protocol):
@@ -51,7 +55,7 @@ class HeldRun(Protocol):
     completing_since: float | None
     started: float
     context: Any
-    notified: threading.Event
+    notified: Flag
     cancel_event: threading.Event
     last_enqueued: datetime | None
 
@@ -171,34 +175,35 @@ class RunRegistry:
 
 
 class _DaemonExecutor:
-    """The part of ThreadPoolExecutor the engine uses, on daemon threads.
+    """Daemon threads that run submitted calls, at most ``size`` at once.
 
     concurrent.futures joins its workers at interpreter exit (daemon or not, through
     ``threading._register_atexit``), so one job thread that ignores ``cancel_event``
     would keep the process alive after ``close()``. These threads are daemons that
-    nothing joins: once the engine handed the run back, the process may exit.
+    nothing joins: once the engine handed the run back, the process may exit. No Future
+    per call (a run reports its own end) and a plain count of idle workers: a run's
+    hand-off is one queue put, not three Conditions.
     """
 
     def __init__(self, size: int, name: str) -> None:
         self._size = size
         self._name = name
-        self._queue: queue.SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]] | None] = \
-            queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...]] | None] = queue.SimpleQueue()
         self._threads = 0
-        self._idle = threading.Semaphore(0)
+        self._idle = 0              # workers waiting on the queue, not yet promised a call
         self._lock = threading.Lock()
         self._shutdown = False
 
-    def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
-        future: Future[Any] = Future()
+    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
         with self._lock:
             if self._shutdown:
                 raise RuntimeError("cannot schedule new work after shutdown")
-            self._queue.put((future, fn, args))
-            if not self._idle.acquire(blocking=False) and self._threads < self._size:
+            self._queue.put((fn, args))
+            if self._idle > 0:
+                self._idle -= 1     # that worker takes this call
+            elif self._threads < self._size:
                 self._threads += 1
                 threading.Thread(target=self._work, name=f"{self._name}_{self._threads - 1}", daemon=True).start()
-        return future
 
     def _work(self) -> None:
         while True:
@@ -206,29 +211,26 @@ class _DaemonExecutor:
             if item is None:
                 self._queue.put(None)     # wake the next worker: every one of them ends
                 return
-            future, fn, args = item
-            if future.set_running_or_notify_cancel():
-                try:
-                    result = fn(*args)
-                except BaseException as exc:  # noqa: BLE001 - kept in the future, as concurrent.futures does
-                    future.set_exception(exc)
-                else:
-                    future.set_result(result)
-            del item, future, fn, args
-            self._idle.release()
+            fn, args = item
+            try:
+                fn(*args)
+            except BaseException:  # noqa: BLE001 - a run ends itself; anything else is a bug, logged
+                log.exception("worker call %r failed", fn)
+            del item, fn, args
+            with self._lock:
+                self._idle += 1
 
     def shutdown(self, cancel_futures: bool = False) -> None:
-        """Idle workers end; work already queued runs first unless ``cancel_futures``."""
+        """Idle workers end; work already queued runs first unless ``cancel_futures``
+        (then it is dropped: such a run stays registered until close hands it back)."""
         with self._lock:
             self._shutdown = True
             if cancel_futures:
                 while True:
                     try:
-                        item = self._queue.get_nowait()
+                        self._queue.get_nowait()
                     except queue.Empty:
                         break
-                    if item is not None:
-                        item[0].cancel()
             self._queue.put(None)
 
 
@@ -246,9 +248,9 @@ class WorkerPool:
         self._executor = _DaemonExecutor(size, name)
         self._leaks_absorbed = 0
 
-    def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
         with self._lock:
-            return self._executor.submit(fn, *args)
+            self._executor.submit(fn, *args)
 
     def absorb_leak(self) -> None:
         """A worker thread will not come back: start a fresh pool for new work."""
