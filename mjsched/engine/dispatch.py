@@ -38,10 +38,6 @@ SWEEP_INTERVAL_SECONDS = 1.0     # the background loop sweeps at most this often
 # again in the same poll, at most this many times, so a backlog of served ticks never starves runs.
 MAX_CLAIM_ROUNDS = 4
 DUE_MARGIN_SECONDS = 0.001       # wake just after the next due instant, not just before it
-# While due jobs wait for slots, a poll first lets the runs it started finish for at most this
-# long (a no-op driver needs the GIL for well under a millisecond): one full claim then takes
-# what several half-empty ones would, each a round trip plus a get_jobs on the critical path.
-SETTLE_SECONDS = 0.003
 
 
 @dataclass
@@ -126,8 +122,6 @@ class Dispatcher:
             if self._schedule_dirty or self._schedule_more or \
                     time.monotonic() - self._schedule_checked > SCHEDULE_REFRESH_SECONDS:
                 self.schedule_unscheduled()
-            if self._backlog:
-                self._settle_slots()
             started, free, batch, db_now = self._claim_rounds()
             dispatched = len(started)
             self._backlog = batch.due_left > 0 and len(batch.claims) >= free
@@ -147,11 +141,6 @@ class Dispatcher:
                      result.swept, result.dispatched, result.locked_out, result.skipped_at_capacity,
                      self._registry.live_count(), self._options.max_concurrent_jobs, extra={"action": "poll"})
         return result, max(0.0, delay)
-
-    def _settle_slots(self) -> None:
-        """Due jobs wait for slots: give the runs just started a moment (SETTLE_SECONDS at most)
-        to finish, so this claim takes every slot they free instead of the few freed so far."""
-        self._registry.wait_free_slot(1, SETTLE_SECONDS)
 
     def _sweep(self) -> SweepResult:
         swept = self._backend.sweep_expired_leases()
