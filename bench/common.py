@@ -57,14 +57,17 @@ STAMP_DRIVER = "bench.stamp"
 
 @register_driver(STAMP_DRIVER)
 class StampJob(BaseScheduledJob):
-    """Records how late the driver itself started (wall clock - scheduled_for) in the run's details."""
+    """Records when the driver itself started, in the run's details: ``started_wall`` (the
+    engine host's wall clock, epoch seconds; the bench converts it to the database clock with
+    a measured offset) and ``start_lag_ms`` (that wall clock - scheduled_for, unconverted)."""
 
     high_frequency_by_design = True
 
     def execute(self, context: Any) -> JobResult:
+        now = time.time()
         scheduled = context.run.scheduled_for
-        lag = (time.time() - scheduled.timestamp()) * 1000 if scheduled is not None else None
-        return JobResult(True, None, {"start_lag_ms": lag})
+        lag = (now - scheduled.timestamp()) * 1000 if scheduled is not None else None
+        return JobResult(True, None, {"start_lag_ms": lag, "started_wall": now})
 
 
 def noop() -> None:
@@ -358,6 +361,27 @@ class CpuMeter:
         cores = os.cpu_count() or 1
         machine = (busy1 - busy0) / max(1, total1 - total0) * wall * cores
         return {"wall": wall, "machine": machine, "pg": pg}
+
+
+def clock_offset(conn: Any, samples: int = 25) -> tuple[float, float]:
+    """(offset, uncertainty) in seconds: database clock - this host's wall clock.
+
+    Each sample reads ``clock_timestamp()`` between two readings of ``time.time()``; the
+    sample of shortest round trip is kept, and the database's reading is placed at the
+    middle of it, so the true offset lies within +- half that round trip (the uncertainty).
+    """
+    best: tuple[float, float] | None = None
+    with conn.cursor() as cur:
+        for _ in range(samples):
+            t0 = time.time()
+            cur.execute("SELECT extract(epoch FROM clock_timestamp())::float8")
+            db = float(cur.fetchone()[0])
+            t1 = time.time()
+            half = (t1 - t0) / 2
+            if best is None or half < best[1]:
+                best = (db - (t0 + half), half)
+    assert best is not None
+    return best
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -81,12 +81,23 @@ class Dispatcher:
         self._schedule_more = False     # a reschedule sweep has pages left: poll again at once
         self._schedule_checked = 0.0
         self._last_sweep = 0.0
+        self._backlog = False           # the last claim left due jobs for want of slots
+        self._next_due: datetime | None = None   # the last claim's next_due_at
 
     # -- the loop's entry points --------------------------------------------------------------
     def poll(self) -> tuple[DispatchResult, float]:
-        """The background loop's poll: sweeps only when the sweep interval has passed."""
-        due = time.monotonic() - self._last_sweep >= min(SWEEP_INTERVAL_SECONDS, self._options.lease_timeout / 4)
+        """The background loop's poll: sweeps only when the sweep interval has passed, and
+        not while jobs are due (their claims come first; the sweep follows at the next poll),
+        unless a whole second interval has passed."""
+        interval = min(SWEEP_INTERVAL_SECONDS, self._options.lease_timeout / 4)
+        since = time.monotonic() - self._last_sweep
+        due = since >= interval and (since >= 2 * interval or not self._claims_due())
         return self.dispatch(sweep=due)
+
+    def _claims_due(self) -> bool:
+        """Due jobs are known to wait: the last claim left some for want of slots, or its
+        next due instant has come."""
+        return self._backlog or (self._next_due is not None and self._next_due <= self._clock.now())
 
     def job_changed(self) -> None:
         self._schedule_dirty = True
@@ -113,10 +124,14 @@ class Dispatcher:
                 self.schedule_unscheduled()
             started, free, batch, db_now = self._claim_rounds()
             dispatched = len(started)
+            self._backlog = batch.due_left > 0 and len(batch.claims) >= free
+            self._next_due = batch.next_due_at
             self._housekeeping.purge_if_due()      # in the background: the claims never wait for it
             delay = self._options.max_poll_interval
             if batch.next_due_at is not None:
-                delay = min(delay, (batch.next_due_at - db_now).total_seconds() + DUE_MARGIN_SECONDS)
+                # from the clock now, not from the claim's db_now: this poll's own time since the
+                # claim would otherwise make the next wake-up that much late
+                delay = min(delay, (batch.next_due_at - self._clock.now()).total_seconds() + DUE_MARGIN_SECONDS)
             delay = min(delay, self._enqueue_queue_ticks(db_now))
             result = DispatchResult(swept=swept.swept, dispatched=dispatched, locked_out=batch.locked_out,
                                     skipped_at_capacity=batch.due_left if free == 0 or

@@ -1,0 +1,90 @@
+"""When the dispatcher polls, sweeps and wakes (issue 18: lateness at the driver's start).
+
+A sweep due at a due instant waits for the next poll while due jobs wait for slots, so
+the claims come first (bounded: at most one more sweep interval); the next wake-up is
+counted from the end of the poll, not from the claim's database time.
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, Callable, Iterator
+
+import pytest
+
+import mjsched
+from tests.support import drivers
+from tests.support.db import Db
+
+NEVER = "0 0 1 1 *"
+
+
+@pytest.fixture(autouse=True)
+def open_gates_afterwards() -> Iterator[None]:
+    yield
+    for g in list(drivers.GATES.values()):
+        g.set()
+
+
+def add_job(engine: mjsched.SchedulingEngine, db: Db, seconds_ago: float) -> str:
+    name = f"timing-{uuid.uuid4().hex[:8]}"
+    job_id = engine.create_job(name, "test-block", NEVER, configuration={"gate": name})
+    db.make_due(job_id, seconds_ago)
+    return job_id
+
+
+def count_sweeps(engine: mjsched.SchedulingEngine) -> list[int]:
+    """The real sweep, counted."""
+    calls = [0]
+    sweep = engine.backend.sweep_expired_leases
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        return sweep(*args, **kwargs)
+    engine.backend.sweep_expired_leases = counted   # type: ignore[method-assign]
+    return calls
+
+
+def test_a_due_sweep_waits_while_due_jobs_wait_for_slots(make_engine: Callable[..., Any], db: Db) -> None:
+    """Before: the poll at a due instant swept first, and every claim of that instant waited for it."""
+    engine = make_engine(max_concurrent_jobs=1, lease_timeout=60.0)
+    for _ in range(2):
+        add_job(engine, db, 1.0)
+    sweeps = count_sweeps(engine)
+    dispatcher = engine._dispatcher
+    result, _ = dispatcher.poll()            # never swept: sweeps, then claims one of the two
+    assert (sweeps[0], result.dispatched, result.skipped_at_capacity) == (1, 1, 1)
+    dispatcher._last_sweep = time.monotonic() - 1.5     # one sweep interval (1 s) passed
+    dispatcher.poll()
+    assert sweeps[0] == 1, "a due job waits for a slot: its claims come before the sweep"
+    dispatcher._last_sweep = time.monotonic() - 2.5     # two intervals: the sweep waits no longer
+    dispatcher.poll()
+    assert sweeps[0] == 2
+
+
+def test_a_sweep_runs_at_its_interval_when_nothing_is_due(make_engine: Callable[..., Any], db: Db) -> None:
+    engine = make_engine(max_concurrent_jobs=1, lease_timeout=60.0)
+    add_job(engine, db, -3600.0)             # due in an hour
+    sweeps = count_sweeps(engine)
+    dispatcher = engine._dispatcher
+    dispatcher.poll()
+    dispatcher._last_sweep = time.monotonic() - 1.5
+    dispatcher.poll()
+    assert sweeps[0] == 2
+
+
+def test_the_next_wake_up_counts_from_the_end_of_the_poll(make_engine: Callable[..., Any], db: Db) -> None:
+    """Before: the delay was next_due_at - the claim's db_now, so work after the claim (here
+    a slow housekeeping step, 0.4 s) made the next wake-up that much late."""
+    engine = make_engine(max_concurrent_jobs=1, lease_timeout=60.0, max_poll_interval=10.0)
+    job_id = add_job(engine, db, -2.0)       # due in 2 s
+    purge = engine._housekeeping.purge_if_due
+
+    def slow_purge() -> None:
+        time.sleep(0.4)                       # stands for work after the claim, not a synchronisation
+        purge()
+    engine._housekeeping.purge_if_due = slow_purge   # type: ignore[method-assign]
+    _, delay = engine._dispatcher.dispatch(sweep=False)
+    left = (db.one("SELECT next_run_at FROM mjsched.scheduled_job WHERE id = ?", (job_id,))
+            - db.one(f"SELECT {db.now}")).total_seconds()
+    assert delay == pytest.approx(left, abs=0.15), (delay, left)
