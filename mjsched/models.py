@@ -51,6 +51,23 @@ def _json(value: Any) -> Any:
     return value
 
 
+
+def _field_values(cls: type, row: Mapping[str, Any]) -> dict[str, Any]:
+    """Every field of dataclass ``cls``, None where ``row`` lacks the column; columns that
+    are no field are dropped. The field names are read once per class (dataclasses.fields()
+    per row cost more than the rest of a from_row)."""
+    names = cls.__dict__.get("_field_names")
+    if names is None:
+        order = tuple(f.name for f in dataclasses.fields(cls))
+        names = (order, frozenset(order))
+        setattr(cls, "_field_names", names)   # not a field: no annotation
+    values: dict[str, Any] = dict.fromkeys(names[0])
+    values.update(row)
+    if len(values) != len(names[0]):
+        for extra in values.keys() - names[1]:
+            del values[extra]
+    return values
+
 @dataclass(frozen=True)
 class Job:
     """One ``scheduled_job`` row (read-only; change it through the engine)."""
@@ -133,17 +150,7 @@ class Job:
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> "Job":
-        names = cls.__dict__.get("_field_names")
-        if names is None:   # dataclasses.fields() per row cost more than the rest of this method
-            order = tuple(f.name for f in dataclasses.fields(cls))
-            names = (order, frozenset(order))
-            setattr(cls, "_field_names", names)   # once per class (not a field: no annotation)
-        # Every field, None where the row lacks the column; columns that are no field are dropped.
-        values: dict[str, Any] = dict.fromkeys(names[0])
-        values.update(row)
-        if len(values) != len(names[0]):
-            for extra in values.keys() - names[1]:
-                del values[extra]
+        values = _field_values(cls, row)
         values["id"] = str(values["id"])
         values["job_type_id"] = str(values["job_type_id"])
         values["status"] = JobStatus(values["status"])
@@ -208,17 +215,7 @@ class JobRun:
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> "JobRun":
-        names = cls.__dict__.get("_field_names")
-        if names is None:   # dataclasses.fields() per row cost more than the rest of this method
-            order = tuple(f.name for f in dataclasses.fields(cls))
-            names = (order, frozenset(order))
-            setattr(cls, "_field_names", names)   # once per class (not a field: no annotation)
-        # Every field, None where the row lacks the column; columns that are no field are dropped.
-        values: dict[str, Any] = dict.fromkeys(names[0])
-        values.update(row)
-        if len(values) != len(names[0]):
-            for extra in values.keys() - names[1]:
-                del values[extra]
+        values = _field_values(cls, row)
         values["id"] = str(values["id"])
         values["scheduled_job_id"] = str(values["scheduled_job_id"])
         values["status"] = RunStatus(values["status"])

@@ -88,3 +88,9 @@ class RedactingFilter(logging.Filter):
             record.exc_text = redact_text(record.exc_text)
         return True
 
+
+def redact_dsn(dsn: str) -> str:
+    """``dsn`` (a URL or key=value string) with any password replaced by ***, safe for logs and
+    error messages."""
+    out = re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", dsn)
+    return re.sub(r"(?i)((?:password|pwd)\s*=\s*)('[^']*'|\{[^}]*\}|[^;\s]*)", r"\1***", out)

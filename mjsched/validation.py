@@ -156,7 +156,7 @@ def _require_encodable(field: str, text: str, shown: Callable[[], Any] | None = 
 
 
 def _redacted(value: Any) -> str:
-    from .backends.base import redact
+    from .redaction import redact_dsn as redact
 
     return redact(repr(value))
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import ConfigurationError
-from .base import Backend, Completion, Listener, SweepResult, redact
+from ..redaction import redact_dsn as redact
+from .base import Backend, Completion, Listener, SweepResult
 
 
 def open_backend(dsn: str, **options: Any) -> Backend:

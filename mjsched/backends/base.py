@@ -10,14 +10,20 @@ from __future__ import annotations
 import abc
 import contextlib
 import json
+import logging
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
+
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential
 
 from ..errors import JobNameTaken, SchedulerError
 from ..models import Claim, ClaimBatch, Job, JobRun
 from ..retention import PurgeBatch
+from ..redaction import redact_dsn
 from . import queries
+
+T = TypeVar("T")
 
 NAME_CONSTRAINT = "uq_scheduled_job_name"   # job names are unique (sql/*/005_job_names.sql)
 
@@ -225,6 +231,48 @@ class Backend(abc.ABC):
     """
 
     dialect: str = ""
+    _retry_attempts: int = 5
+    _retry_max_delay: float = 15.0
+
+    # -- the skeleton of every call ------------------------------------------------
+    def _retried(self, what: str, once: Callable[[], T]) -> T:
+        """``once()`` (one attempt of the call ``what``), its errors translated by the dialect
+        (``_translate``), transient ones (``_is_transient``) retried with exponential backoff
+        within ``_retry_attempts`` and ``_retry_max_delay`` seconds, each retry logged."""
+        logger = logging.getLogger(type(self).__module__)
+        retrying = Retrying(
+            retry=retry_if_exception(self._is_transient),
+            stop=stop_after_attempt(self._retry_attempts) | stop_after_delay(self._retry_max_delay),
+            wait=wait_exponential(multiplier=0.05, max=2.0),
+            reraise=True,
+            before_sleep=lambda rs: logger.warning(
+                "transient database error in %s on %s (attempt %d), retrying: %s", what, self.where,
+                rs.attempt_number, self._describe(rs.outcome.exception() if rs.outcome else None),
+                extra={"action": "db_retry"}),
+        )
+        with self._translate(what):
+            for attempt in retrying:
+                with attempt:
+                    return once()
+        raise AssertionError("unreachable")
+
+    @property
+    def where(self) -> str:
+        """The server, for messages (host:port, never credentials)."""
+        return "?"
+
+    @staticmethod
+    def _is_transient(exc: BaseException) -> bool:
+        return False
+
+    def _describe(self, exc: BaseException | None) -> str:
+        """One line of ``exc`` fit for a log (no credentials)."""
+        text = str(exc).strip() if exc is not None else ""
+        return redact_dsn(text.splitlines()[0]) if text else "?"
+
+    def _translate(self, what: str) -> contextlib.AbstractContextManager[None]:
+        """The dialect's errors as mjsched's (DatabaseError, SchemaNotInstalled, ...)."""
+        return contextlib.nullcontext()
 
     # -- schema ------------------------------------------------------------------
     def _query(self, name: str) -> str:
@@ -486,12 +534,3 @@ class Backend(abc.ABC):
 
 
 BackendFactory = Callable[[str], Backend]
-
-
-def redact(dsn: str) -> str:
-    """``dsn`` with any password replaced by ***, safe for logs and error messages."""
-    import re
-
-    out = re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", dsn)
-    out = re.sub(r"(?i)((?:password|pwd)\s*=\s*)('[^']*'|\{[^}]*\}|[^;\s]*)", r"\1***", out)
-    return out

@@ -27,14 +27,14 @@ from datetime import datetime, timedelta
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 import pyodbc
-from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential
 
 from .. import sqlfiles
+from ..redaction import redact_dsn
 from ..errors import ConfigurationError, DatabaseError, JobNameTaken, SchemaNotInstalled
 from ..models import ClaimBatch, Job, JobRun
 from .base import (NAME_CONSTRAINT, Backend, CancelOutcome, CancelRequest, Completion, Listener, ManualStart,
                    SweepResult, cancel_outcome, cancel_requests, claim_batch, completion_outcomes, completions_json,
-                   manual_start, naming, redact, replayed_attempts)
+                   manual_start, naming, replayed_attempts)
 from .base import UnscheduledJob
 from ..retention import PurgeBatch
 from .watchdog import DEFAULT_CALL_TIMEOUT
@@ -87,7 +87,7 @@ class MssqlBackend(Backend):
                  retry_max_delay: float = 15.0, install_lock_timeout: float = 120.0,
                  call_timeout: float = DEFAULT_CALL_TIMEOUT) -> None:
         self._target = parse_dsn(dsn)
-        self._safe_dsn = redact(dsn)
+        self._safe_dsn = redact_dsn(dsn)
         self._connect_timeout, self._query_timeout = odbc_timeouts(connect_timeout, statement_timeout, call_timeout)
         self.call_timeout = float(call_timeout)
         self._statement_timeout = max(1, int(round(statement_timeout)))
@@ -114,7 +114,7 @@ class MssqlBackend(Backend):
         return conn
 
     def _scrub(self, text: str) -> str:
-        text = redact(text)
+        text = redact_dsn(text)
         if self._target.password:
             text = text.replace(self._target.password, "***")
         return text
@@ -146,28 +146,19 @@ class MssqlBackend(Backend):
                 message = f"could not connect (login timeout {self._connect_timeout}s): {message}"
             raise DatabaseError(f"{what} failed on {self.where}: {message}") from exc
 
+    _is_transient = staticmethod(is_transient)
+
     def _run(self, what: str, fn: Callable[[Any], T]) -> T:
-        retrying = Retrying(
-            retry=retry_if_exception(is_transient),
-            stop=stop_after_attempt(self._retry_attempts) | stop_after_delay(self._retry_max_delay),
-            wait=wait_exponential(multiplier=0.05, max=2.0),
-            reraise=True,
-            before_sleep=lambda rs: log.warning(
-                "transient database error in %s on %s (attempt %d), retrying: %s", what, self.where,
-                rs.attempt_number, self._describe(rs.outcome.exception() if rs.outcome else None),
-                extra={"action": "db_retry"}),
-        )
-        with self._translate(what):
-            for attempt in retrying:
-                with attempt:
-                    with self._pool.connection() as conn:
-                        cur = conn.cursor()
-                        try:
-                            return fn(cur)
-                        finally:
-                            with contextlib.suppress(Exception):
-                                cur.close()
-        raise AssertionError("unreachable")
+        """``fn(cursor)`` on a pooled connection; transient failures are retried."""
+        def once() -> T:
+            with self._pool.connection() as conn:
+                cur = conn.cursor()
+                try:
+                    return fn(cur)
+                finally:
+                    with contextlib.suppress(Exception):
+                        cur.close()
+        return self._retried(what, once)
 
     def _rows(self, what: str, query: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
         def go(cur: Any) -> list[dict[str, Any]]:

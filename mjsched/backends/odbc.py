@@ -16,7 +16,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 import pyodbc
 
 from ..errors import ConfigurationError
-from .base import redact
+from ..redaction import redact_dsn
 from .pool import ConnectionPool
 
 log = logging.getLogger(__name__)
@@ -123,7 +123,7 @@ def parse_dsn(dsn: str) -> OdbcTarget:
     text = dsn.strip()
     if not text.lower().startswith("mssql://"):
         if "driver=" not in text.lower():
-            raise ConfigurationError("dsn", redact(text), "not a SQL Server DSN: use mssql://user:pass@host:port/db"
+            raise ConfigurationError("dsn", redact_dsn(text), "not a SQL Server DSN: use mssql://user:pass@host:port/db"
                                      "?driver=... or an ODBC connection string with Driver=")
         pairs = {k.lower(): v for k, v in _odbc_pairs(text)}
         host, port = _split_server(pairs.get("server", pairs.get("address", pairs.get("addr", "localhost"))))
@@ -135,7 +135,7 @@ def parse_dsn(dsn: str) -> OdbcTarget:
         parts = urlsplit(text)
         port_number = parts.port
     except ValueError as exc:
-        raise ConfigurationError("dsn", redact(text), f"not a valid mssql:// URL: {exc}") from None
+        raise ConfigurationError("dsn", redact_dsn(text), f"not a valid mssql:// URL: {exc}") from None
     host = parts.hostname or "localhost"
     port = str(port_number or DEFAULT_PORT)
     user = unquote(parts.username) if parts.username else None

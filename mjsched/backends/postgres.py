@@ -16,14 +16,14 @@ import psycopg2
 import psycopg2.errors
 import psycopg2.extensions
 import psycopg2.extras
-from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential
 
 from .. import sqlfiles
+from ..redaction import redact_dsn
 from ..errors import ConfigurationError, DatabaseError, JobNameTaken, SchemaNotInstalled
 from ..models import ClaimBatch, Job, JobRun
 from .base import (NAME_CONSTRAINT, Backend, CancelOutcome, CancelRequest, Completion, Listener, ManualStart,
                    SweepResult, cancel_outcome, cancel_requests, claim_batch, completion_outcomes, completions_json,
-                   manual_start, naming, redact, replayed_attempts)
+                   manual_start, naming, replayed_attempts)
 from .base import UnscheduledJob
 from ..retention import PurgeBatch
 from .pool import ConnectionPool
@@ -135,7 +135,7 @@ class PostgresBackend(Backend):
         if not call_timeout or not call_timeout > 0:
             raise ConfigurationError("call_timeout", call_timeout, "must be a positive number of seconds")
         self._dsn = dsn
-        self._safe_dsn = redact(dsn)
+        self._safe_dsn = redact_dsn(dsn)
         self.call_timeout = float(call_timeout)
         # install() may wait for engines' row locks and runs long scripts: its own, longer bound
         self.install_timeout = max(self.call_timeout, statement_timeout + 5.0)
@@ -182,31 +182,25 @@ class PostgresBackend(Backend):
                 raise SchemaNotInstalled(f"{what}: the mjsched schema is missing or outdated; "
                                          "run engine.install() or `mjsched init-db`") from exc
             message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise DatabaseError(f"{what} failed on {self._where}: {redact(message)}") from exc
+            raise DatabaseError(f"{what} failed on {self._where}: {redact_dsn(message)}") from exc
+
+    _is_transient = staticmethod(is_transient)
+
+    @property
+    def where(self) -> str:
+        return self._where
 
     def _run(self, what: str, fn: Callable[[Any], T], bound: float | None = None) -> T:
         """``fn(cursor)`` on a pooled connection, each attempt bounded by ``bound`` seconds
         (default: the call timeout) by the watchdog; transient failures are retried."""
         bound = bound or self.call_timeout
-        retrying = Retrying(
-            retry=retry_if_exception(is_transient),
-            stop=stop_after_attempt(self._retry_attempts) | stop_after_delay(self._retry_max_delay),
-            wait=wait_exponential(multiplier=0.05, max=2.0),
-            reraise=True,
-            before_sleep=lambda rs: log.warning(
-                "transient database error in %s (attempt %d), retrying: %s", what,
-                rs.attempt_number, redact(str(rs.outcome.exception()).strip().splitlines()[0]
-                                          if rs.outcome and rs.outcome.exception() else "?"),
-                extra={"action": "db_retry"}),
-        )
-        with self._translate(what):
-            for attempt in retrying:
-                with attempt:
-                    with self._pool.connection() as conn:
-                        with self._watchdog.bounded(what, conn, bound, _abandon):
-                            with conn.cursor(cursor_factory=DictRowCursor) as cur:
-                                return fn(cur)
-        raise AssertionError("unreachable")
+
+        def once() -> T:
+            with self._pool.connection() as conn:
+                with self._watchdog.bounded(what, conn, bound, _abandon):
+                    with conn.cursor(cursor_factory=DictRowCursor) as cur:
+                        return fn(cur)
+        return self._retried(what, once)
 
     def _rows(self, what: str, query: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> list[dict[str, Any]]:
         def go(cur: Any) -> list[dict[str, Any]]:
@@ -572,12 +566,12 @@ class PgListener(Listener):
                 conn.notifies.clear()
                 return changed
             except (psycopg2.Error, OSError, ValueError, CallAbandoned) as exc:
-                log.debug("job-change listener lost its connection: %s", redact(str(exc)))
+                log.debug("job-change listener lost its connection: %s", redact_dsn(str(exc)))
                 with contextlib.suppress(Exception):
                     if self._conn is not None:
                         self._conn.close()
                 self._conn = None
-                raise DatabaseError(f"LISTEN connection failed: {redact(str(exc).strip())}") from exc
+                raise DatabaseError(f"LISTEN connection failed: {redact_dsn(str(exc).strip())}") from exc
 
     def interrupt(self) -> None:
         self._wakeup.set()

@@ -28,7 +28,10 @@ def named(dialect: str) -> dict[str, str]:
     marks = list(_NAME.finditer(text))
     out: dict[str, str] = {}
     for mark, following in zip(marks, marks[1:] + [None]):
-        body = text[mark.end():following.start() if following else len(text)].strip()
+        lines = text[mark.end():following.start() if following else len(text)].strip().splitlines()
+        while lines and lines[0].lstrip().startswith("--"):
+            lines.pop(0)     # the block's comment says why; the server gets the statement alone
+        body = "\n".join(lines).strip()
         if mark.group(1) in out:
             raise ValueError(f"sql/{dialect}/{FILE}: query {mark.group(1)!r} is defined twice")
         out[mark.group(1)] = body

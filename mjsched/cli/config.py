@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from .. import retention, validation
-from ..backends.base import redact
+from ..redaction import redact_dsn as redact
 from ..engine.options import EngineOptions
 from ..errors import ConfigurationError
 from ..notify import CompositeNotifier, LoggingNotifier, Notifier, SmtpNotifier, WebhookNotifier, split_addresses

@@ -117,10 +117,15 @@ BEGIN
                            keep_seconds float NULL, keep_count int NULL);
     DECLARE @v_candidates TABLE (run_id uniqueidentifier NOT NULL PRIMARY KEY,
                                  completed_at datetimeoffset NOT NULL);
+    -- Without a default rule only the jobs with a rule of their own can lose runs, and only
+    -- they are paged through (an idle engine over 100,000 jobs without rules walked them all).
+    DECLARE @v_all_jobs bit = CASE WHEN NULLIF(@p_keep_seconds, 0) IS NOT NULL OR NULLIF(@p_keep_count, 0) IS NOT NULL
+                                   THEN 1 ELSE 0 END;
     IF @p_job_id IS NULL
     BEGIN
         SELECT @v_to = j.id FROM mjsched.scheduled_job AS j
-         WHERE @p_from_job_id IS NULL OR j.id >= @p_from_job_id
+         WHERE (@p_from_job_id IS NULL OR j.id >= @p_from_job_id)
+           AND (@v_all_jobs = 1 OR j.keep_runs_days > 0 OR j.keep_runs_count > 0)
          ORDER BY j.id OFFSET (@p_max_jobs - 1) ROWS FETCH NEXT 1 ROWS ONLY;
     END;
     INSERT INTO @v_jobs (id, next_run_at, keep_seconds, keep_count)
@@ -228,7 +233,9 @@ BEGIN
     END;
     IF @v_busy = 0 AND @v_full = 0 AND @p_job_id IS NULL AND @v_to IS NOT NULL
     BEGIN
-        SELECT TOP (1) @v_next_job = j.id FROM mjsched.scheduled_job AS j WHERE j.id > @v_to ORDER BY j.id;
+        SELECT TOP (1) @v_next_job = j.id FROM mjsched.scheduled_job AS j
+         WHERE j.id > @v_to AND (@v_all_jobs = 1 OR j.keep_runs_days > 0 OR j.keep_runs_count > 0)
+         ORDER BY j.id;
     END;
     SELECT @v_purged AS purged, @v_next_job AS next_job_id, @v_next_at AS next_completed_at,
            @v_next_run AS next_run_id, @v_busy AS busy;

@@ -99,6 +99,7 @@ DECLARE
     v_after_id uuid;
     v_last_at timestamptz;
     v_last_run uuid;
+    v_all_jobs boolean;
     j record;
 BEGIN
     PERFORM mjsched.check_test_clock(p_now);
@@ -120,9 +121,13 @@ BEGIN
         RETURN QUERY SELECT 0, p_from_job_id, p_after_completed_at, p_after_run_id, 1;
         RETURN;
     END IF;
+    -- Without a default rule only the jobs with a rule of their own can lose runs, and only
+    -- they are paged through (an idle engine over 100,000 jobs without rules walked them all).
+    v_all_jobs := (nullif(p_keep_seconds, 0) IS NOT NULL OR nullif(p_keep_count, 0) IS NOT NULL);
     IF p_job_id IS NULL THEN   -- this call's page of jobs ends at v_to (NULL: the last job)
         SELECT s.id INTO v_to FROM mjsched.scheduled_job s
-         WHERE p_from_job_id IS NULL OR s.id >= p_from_job_id
+         WHERE (p_from_job_id IS NULL OR s.id >= p_from_job_id)
+           AND (v_all_jobs OR s.keep_runs_days > 0 OR s.keep_runs_count > 0)
          ORDER BY s.id OFFSET p_max_jobs - 1 LIMIT 1;
     END IF;
     FOR j IN
@@ -190,7 +195,9 @@ BEGIN
         END IF;
     END LOOP;
     IF p_job_id IS NULL AND v_to IS NOT NULL THEN   -- the next page of jobs
-        RETURN QUERY SELECT v_purged, (SELECT s.id FROM mjsched.scheduled_job s WHERE s.id > v_to ORDER BY s.id LIMIT 1),
+        RETURN QUERY SELECT v_purged, (SELECT s.id FROM mjsched.scheduled_job s
+                                        WHERE s.id > v_to AND (v_all_jobs OR s.keep_runs_days > 0 OR s.keep_runs_count > 0)
+                                        ORDER BY s.id LIMIT 1),
                             NULL::timestamptz, NULL::uuid, 0;
     ELSE                                             -- the pass is done
         RETURN QUERY SELECT v_purged, NULL::uuid, NULL::timestamptz, NULL::uuid, 0;

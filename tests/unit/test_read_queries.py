@@ -58,6 +58,7 @@ def test_placeholders_are_filled_and_nothing_else_is(dialect: str) -> None:
     with pytest.raises(KeyError, match="no query 'nope'"):
         queries.query(dialect, "nope")
     assert queries.placeholders(dialect, "db_now") == set()
+    assert all(not q.startswith("--") for q in queries.named(dialect).values())   # comments stay in the file
 
 
 @pytest.mark.parametrize("dialect", ["postgres", "mssql"])
