@@ -90,7 +90,7 @@ class RedactingFilter(logging.Filter):
 
 
 def redact_dsn(dsn: str) -> str:
-    """``dsn`` (a URL or key=value string) with any password replaced by ***, safe for logs and
+    """``dsn`` (a URL or key=value string) with any password replaced by ``***``, safe for logs and
     error messages."""
     out = re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", dsn)
     return re.sub(r"(?i)((?:password|pwd)\s*=\s*)('[^']*'|\{[^}]*\}|[^;\s]*)", r"\1***", out)
