@@ -325,27 +325,24 @@ BEGIN
     OUTPUT inserted.id INTO @v_expired
       FROM mjsched.scheduled_job AS j WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
      WHERE j.status = N'Active' AND j.end_at IS NOT NULL AND j.end_at <= @p_now;
-    UPDATE q
-       SET status = N'Skipped', success = 0, completed_at = @p_now, duration_ms = 0,
-           error_message = N'retry not run: the job''s window ended (end_at) before it was due'
-      FROM mjsched.scheduled_job_run AS q WITH (ROWLOCK)
-      JOIN @v_expired AS e ON e.id = q.scheduled_job_id
-     WHERE q.status = N'Queued' AND q.attempt > 1;
-    -- A one-off is Expired as soon as its tick is served, so the statement above never visits
-    -- it: its pending retries end Skipped here once its window closed (found from the few
-    -- Queued runs; job rows locked first, as every writer of Queued runs does).
-    DECLARE @v_one_offs TABLE (id uniqueidentifier NOT NULL PRIMARY KEY);
-    INSERT INTO @v_one_offs (id)
+    -- The pending retries of the jobs expired above end Skipped, and so do those of a one-off:
+    -- it is Expired as soon as its tick is served, so the statement above never visits it, and
+    -- its retries end once its window closed (found from the few Queued runs). Every job row
+    -- is locked before any run row, as every writer of Queued runs does.
+    DECLARE @v_retries_end TABLE (id uniqueidentifier NOT NULL PRIMARY KEY);
+    INSERT INTO @v_retries_end (id) SELECT e.id FROM @v_expired AS e;
+    INSERT INTO @v_retries_end (id)
     SELECT j.id
       FROM mjsched.scheduled_job AS j WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
      WHERE j.status = N'Expired' AND j.run_at IS NOT NULL AND j.end_at IS NOT NULL AND j.end_at <= @p_now
        AND j.id IN (SELECT q.scheduled_job_id FROM mjsched.scheduled_job_run AS q
-                     WHERE q.status = N'Queued' AND q.attempt > 1);
+                     WHERE q.status = N'Queued' AND q.attempt > 1)
+       AND NOT EXISTS (SELECT 1 FROM @v_expired AS e WHERE e.id = j.id);   -- just expired: listed above
     UPDATE q
        SET status = N'Skipped', success = 0, completed_at = @p_now, duration_ms = 0,
            error_message = N'retry not run: the job''s window ended (end_at) before it was due'
       FROM mjsched.scheduled_job_run AS q WITH (ROWLOCK)
-      JOIN @v_one_offs AS e ON e.id = q.scheduled_job_id
+      JOIN @v_retries_end AS e ON e.id = q.scheduled_job_id
      WHERE q.status = N'Queued' AND q.attempt > 1;
     SET @v_rows = (SELECT COUNT(*) FROM @v_expired);
     RETURN @v_rows;
