@@ -13,6 +13,7 @@ import pytest
 
 import mjsched
 from mjsched.errors import ConfigurationError
+from tests.support.pg import wait_for
 from tests.support import drivers
 
 pytestmark = pytest.mark.postgres
@@ -60,6 +61,10 @@ def test_the_timeout_bounds_the_wait_and_a_run_still_going_is_returned_running(
     (run,) = engine.run_due_jobs(timeout=0.5)        # the second never got a slot within the timeout
     assert run.status is mjsched.RunStatus.RUNNING
     drivers.gate("slow").set()
+    # the run finishes on its own once the gate opens; close() right away could set its
+    # cancel_event before the driver thread woke (seen once in CI: recorded Cancelled)
+    wait_for(lambda: sql.one("SELECT status FROM mjsched.scheduled_job_run WHERE id = %s", (run.id,)) != "Running",
+             timeout=10)
     engine.close()
     assert sql.one("SELECT status FROM mjsched.scheduled_job_run WHERE id = %s", (run.id,)) == "Completed"
 
