@@ -460,7 +460,7 @@ def start_py_spy(pid: int, out_path: str) -> subprocess.Popen[bytes] | None:
         log_progress("py-spy not installed: no profile")
         return None
     proc = subprocess.Popen([exe, "record", "--pid", str(pid), "--format", "raw", "--rate", "250",
-                             "--threads", "--nonblocking", "-o", out_path],
+                             "--threads", "--nonblocking", "--gil", "-o", out_path],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(0.5)   # let it attach
     return proc

@@ -38,6 +38,7 @@ from ..models import ConcurrencyMode, Job, JobRun, RunStatus
 from . import retrying
 from .cancellation import cancel_message
 from .completions import CompletionWriter
+from .lazy_event import LazyEvent
 from .leases import LeaseKeeper
 from .outcomes import Outcomes
 from .runs import Flag, RunRegistry, State, WorkerPool
@@ -94,7 +95,7 @@ class Run:
     seen_next_run_at: datetime | None = None
     attempt: int = 1                           # 1 for a tick's first run, then its retries
     retry_in: float | None = None              # set by its completion: seconds until the next attempt
-    cancel_event: threading.Event = field(default_factory=threading.Event)
+    cancel_event: threading.Event = field(default_factory=LazyEvent)   # a Condition only once used
     started: float = field(default_factory=time.monotonic)
     state: State = State.RUNNING
     thread_alive: bool = True
