@@ -41,6 +41,7 @@ def _wrap(obj: Any, name: str, before: Callable[..., None] | None = None,
 
 
 def instrument(engine: Any) -> None:
+    from mjsched.engine.run import Run
     from mjsched.engine.runs import State
 
     _wrap(engine.backend, "claim_due_jobs", after=lambda t0, out, inst, n, *a, **k: _note(
@@ -55,9 +56,9 @@ def instrument(engine: Any) -> None:
     _wrap(engine._dispatcher, "start_claim", before=lambda t0, job, claim, now: _note(
         "start_claim", run=claim.run_id), after=lambda t0, out, job, claim, now: _note(
         "start_claim_done", t0=t0))
-    _wrap(engine._runs, "execute", before=lambda t0, run: _note("driver_thread", run=run.run_id))
-    _wrap(engine._registry, "transition", before=lambda t0, entry, new, **k: _note(
-        "slot_freed", run=entry.run_id) if new is State.COMPLETING else None)
+    _wrap(Run, "execute", before=lambda t0, run: _note("driver_thread", run=run.run_id))
+    _wrap(Run, "_move", before=lambda t0, run, new, **k: _note(
+        "slot_freed", run=run.run_id) if new is State.COMPLETING else None)
     _wrap(engine._poller, "wake", before=lambda t0: _note("wake"))
 
 
