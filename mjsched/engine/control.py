@@ -21,7 +21,8 @@ from .run import hand_back_held
 
 log = logging.getLogger("mjsched.engine")
 
-CLOSE_GRACE_SECONDS = 5.0   # close(): how long cancelled runs may take to return and be recorded
+CLOSE_GRACE_SECONDS = 5.0   # close(): how long cancelled runs may take to return and be recorded (one budget
+                            # for the runs, their completions and notifications together)
 
 
 # Engines not closed yet: at interpreter exit each is closed, so what it holds is handed back.
@@ -125,17 +126,25 @@ class EngineControl:
         if self.polling:
             self.stop(wait=False, max_wait=None)
         e._changes.join(timeout=10.0)
+        # One grace for everything close() waits on that the runs owe: their return, their
+        # completions, the notifications that follow. Each wait had 5 s of its own, so one
+        # completion that would not land (its job row held, the database failing) was waited
+        # for three times (runs idle, flush, the writer's stop): 15 s, not the documented 5.
+        grace_end = time.monotonic() + CLOSE_GRACE_SECONDS
+
+        def left() -> float:
+            return max(0.0, grace_end - time.monotonic())
         going = e._registry.busy()
         for run in going:
             run.cancel(keep_lease=True)     # ours until handed back below: no other engine takes it meanwhile
         if going:
-            e._registry.wait_idle(CLOSE_GRACE_SECONDS)
-        e._writer.flush(5.0)
-        e._purger.join(5.0)
+            e._registry.wait_idle(left())
+        e._writer.flush(left())
+        e._purger.join(left())
         hand_back_held(e._runs)
         e._keeper.stop()
-        e._writer.stop(timeout=5.0)
-        e._side_work.flush(5.0)
+        e._writer.stop(timeout=left())
+        e._side_work.flush(left())
         e._side_work.shutdown()
         e._pool.shutdown()
         e.backend.close()
