@@ -23,6 +23,9 @@ log = logging.getLogger("mjsched.engine")
 
 CLOSE_GRACE_SECONDS = 5.0   # close(): how long cancelled runs may take to return and be recorded (one budget
                             # for the runs, their completions and notifications together)
+# What a completion or notification handed over at the very end of the grace still gets to
+# land (one statement): a run that returned just in time is recorded, not left to lapse.
+CLOSE_LAST_WRITE_SECONDS = 1.0
 
 
 # Engines not closed yet: at interpreter exit each is closed, so what it holds is handed back.
@@ -132,19 +135,19 @@ class EngineControl:
         # for three times (runs idle, flush, the writer's stop): 15 s, not the documented 5.
         grace_end = time.monotonic() + CLOSE_GRACE_SECONDS
 
-        def left() -> float:
-            return max(0.0, grace_end - time.monotonic())
+        def left(floor: float = 0.0) -> float:
+            return max(floor, grace_end - time.monotonic())
         going = e._registry.busy()
         for run in going:
             run.cancel(keep_lease=True)     # ours until handed back below: no other engine takes it meanwhile
         if going:
             e._registry.wait_idle(left())
-        e._writer.flush(left())
+        e._writer.flush(left(CLOSE_LAST_WRITE_SECONDS))
         e._purger.join(left())
         hand_back_held(e._runs)
         e._keeper.stop()
-        e._writer.stop(timeout=left())
-        e._side_work.flush(left())
+        e._writer.stop(timeout=left())   # flushed just above: what is left now would not land
+        e._side_work.flush(left(CLOSE_LAST_WRITE_SECONDS))
         e._side_work.shutdown()
         e._pool.shutdown()
         e.backend.close()
