@@ -51,6 +51,13 @@
 -- through claim_token) so a replay answers what the lost call did. README "Replay
 -- safety" lists every procedure and how the backend retries it.
 --
+-- Recorded spans. A run taken from a freed lock starts no earlier than the job's last_run_at
+-- (claim_queued, claim_ticks, start_manual_run). @v_now is read once when the call begins,
+-- but the call may find the job freed by a completion that began after it (one that held
+-- the job's row while the claim waited, or under READ_COMMITTED_SNAPSHOT one that committed
+-- before its statement ran); the completion that frees a job writes last_run_at (its own
+-- time) in the same transaction, so the new run never seems to start before the last ended.
+--
 -- Test hook. test_pause(@p_point) between the statements of multi-statement procedures
 -- parks the caller at that point when the schema owner asked for it on this session
 -- (sp_set_session_context N'mjsched.pause_at' and N'mjsched.pause_key'): it takes and
@@ -710,7 +717,7 @@ BEGIN
     DECLARE @v_candidates TABLE (id uniqueidentifier NOT NULL PRIMARY KEY, lock_token uniqueidentifier NULL);
     DECLARE @v_run_locks TABLE (id uniqueidentifier NOT NULL PRIMARY KEY);
     DECLARE @v_taken TABLE (job_id uniqueidentifier NOT NULL PRIMARY KEY, lock_token uniqueidentifier NOT NULL,
-                            lease_until datetimeoffset NOT NULL);
+                            lease_until datetimeoffset NOT NULL, last_run_at datetimeoffset NULL);
     DECLARE @v_started TABLE (job_id uniqueidentifier NOT NULL, run_id uniqueidentifier NOT NULL,
                               lock_token uniqueidentifier NULL, scheduled_for datetimeoffset NULL);
     BEGIN TRY
@@ -768,7 +775,7 @@ BEGIN
                    locked_by_instance = @p_instance,
                    expected_completion_at = DATEADD(millisecond, CAST((x.lease_s - FLOOR(x.lease_s)) * 1000 AS int),
                                                     DATEADD(second, CAST(FLOOR(x.lease_s) AS int), @p_now))
-            OUTPUT inserted.id, inserted.lock_token, inserted.expected_completion_at INTO @v_taken
+            OUTPUT inserted.id, inserted.lock_token, inserted.expected_completion_at, inserted.last_run_at INTO @v_taken
               FROM mjsched.scheduled_job AS j WITH (ROWLOCK)
               JOIN @v_candidates AS c ON c.id = j.id
              CROSS APPLY mjsched.claim_token(@p_claim_id, j.id) AS t
@@ -777,7 +784,7 @@ BEGIN
                             WHERE q.scheduled_job_id = j.id AND q.status = N'Queued');
             UPDATE r
                SET status = N'Running',
-                   started_at = @p_now,
+                   started_at = CASE WHEN t.last_run_at > @p_now THEN t.last_run_at ELSE @p_now END,   -- "Recorded spans"
                    executed_by_instance = @p_instance,
                    lock_token = t.lock_token,
                    lease_expires_at = t.lease_until
@@ -842,7 +849,8 @@ BEGIN
     DECLARE @v_candidates TABLE (id uniqueidentifier NOT NULL PRIMARY KEY, lock_token uniqueidentifier NULL);
     DECLARE @v_run_locks TABLE (id uniqueidentifier NOT NULL PRIMARY KEY);
     DECLARE @v_taken TABLE (job_id uniqueidentifier NOT NULL PRIMARY KEY, lock_token uniqueidentifier NOT NULL,
-                            next_run_at datetimeoffset NULL, lease_until datetimeoffset NOT NULL);
+                            next_run_at datetimeoffset NULL, lease_until datetimeoffset NOT NULL,
+                            last_run_at datetimeoffset NULL);
     DECLARE @v_inserted TABLE (run_id uniqueidentifier NOT NULL, job_id uniqueidentifier NOT NULL);
     BEGIN TRY
         IF @v_own_transaction = 1
@@ -889,7 +897,8 @@ BEGIN
                    locked_by_instance = @p_instance,
                    expected_completion_at = DATEADD(millisecond, CAST((x.lease_s - FLOOR(x.lease_s)) * 1000 AS int),
                                                     DATEADD(second, CAST(FLOOR(x.lease_s) AS int), @p_now))
-            OUTPUT inserted.id, inserted.lock_token, inserted.next_run_at, inserted.expected_completion_at
+            OUTPUT inserted.id, inserted.lock_token, inserted.next_run_at, inserted.expected_completion_at,
+                   inserted.last_run_at
               INTO @v_taken
               FROM mjsched.scheduled_job AS j WITH (ROWLOCK)
               JOIN @v_candidates AS c ON c.id = j.id
@@ -910,7 +919,9 @@ BEGIN
                    (scheduled_job_id, scheduled_for, status, started_at, executed_by_instance,
                     lock_token, lease_expires_at)
             OUTPUT inserted.id, inserted.scheduled_job_id INTO @v_inserted
-            SELECT t.job_id, t.next_run_at, N'Running', @p_now, @p_instance, t.lock_token, t.lease_until
+            SELECT t.job_id, t.next_run_at, N'Running',
+                   CASE WHEN t.last_run_at > @p_now THEN t.last_run_at ELSE @p_now END,   -- "Recorded spans"
+                   @p_instance, t.lock_token, t.lease_until
               FROM @v_taken AS t
              WHERE NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS o WITH (READCOMMITTEDLOCK)
                                 WHERE o.scheduled_job_id = t.job_id AND o.scheduled_for = t.next_run_at);
@@ -1736,7 +1747,7 @@ BEGIN
     DECLARE @v_old_until datetimeoffset;
     DECLARE @v_old_json nvarchar(max);
     DECLARE @v_run uniqueidentifier;
-    DECLARE @v_taken TABLE (lease_until datetimeoffset NOT NULL);
+    DECLARE @v_taken TABLE (lease_until datetimeoffset NOT NULL, last_run_at datetimeoffset NULL);
     DECLARE @v_begun TABLE (run_id uniqueidentifier NOT NULL);
     DECLARE @v_run_locks TABLE (id uniqueidentifier NOT NULL PRIMARY KEY);
     DECLARE @v_bad nvarchar(2048);
@@ -1811,7 +1822,7 @@ BEGIN
                    locked_by_instance = @p_instance,
                    expected_completion_at = DATEADD(millisecond, CAST((x.lease_s - FLOOR(x.lease_s)) * 1000 AS int),
                                                     DATEADD(second, CAST(FLOOR(x.lease_s) AS int), @v_now))
-            OUTPUT inserted.expected_completion_at INTO @v_taken
+            OUTPUT inserted.expected_completion_at, inserted.last_run_at INTO @v_taken
               FROM mjsched.scheduled_job AS j WITH (ROWLOCK)
              CROSS APPLY (SELECT mjsched.lease_interval(@p_lease_seconds, j.max_runtime_seconds) AS lease_s) AS x
              WHERE j.id = @p_job_id;
@@ -1819,7 +1830,9 @@ BEGIN
                    (scheduled_job_id, scheduled_for, status, started_at, executed_by_instance,
                     lock_token, lease_expires_at, parameters)
             OUTPUT inserted.id INTO @v_begun
-            SELECT @p_job_id, NULL, N'Running', @v_now, @p_instance, @v_token, t.lease_until, @p_parameters
+            SELECT @p_job_id, NULL, N'Running',
+                   CASE WHEN t.last_run_at > @v_now THEN t.last_run_at ELSE @v_now END,   -- "Recorded spans"
+                   @p_instance, @v_token, t.lease_until, @p_parameters
               FROM @v_taken AS t;
             SELECT @v_run = b.run_id FROM @v_begun AS b;
             SET @v_outcome = N'started';

@@ -39,6 +39,13 @@
 -- p_request_id) so a replay answers what the lost call did. README "Replay safety"
 -- lists every procedure and how the backend retries it.
 --
+-- Recorded spans. A run taken from a freed lock starts no earlier than the job's last_run_at
+-- (claim_queued, claim_ticks, start_manual_run: greatest(now, last_run_at)). The call's clock
+-- is fixed when its transaction begins, but each statement sees what committed before it: a
+-- claim held up on the way (a lock, a slow server) could find the job freed by a completion
+-- that began after it, and would record its run as started before the previous one ended.
+-- The completion that frees a job writes last_run_at (its own time) in the same transaction.
+--
 -- Test hook. test_pause(point) between the statements of multi-statement procedures
 -- parks the caller at that point when the schema owner asked for it on this session
 -- (SET mjsched.pause_at / mjsched.pause_key): tests/interleaving forces every
@@ -606,9 +613,10 @@ BEGIN
          WHERE j.id = ANY (v_ids)
            AND EXISTS (SELECT 1 FROM mjsched.scheduled_job_run q
                         WHERE q.scheduled_job_id = j.id AND q.status = 'Queued')
-     RETURNING j.id, j.lock_token, j.expected_completion_at AS lease_until, j.concurrency_mode, j.next_run_at
+     RETURNING j.id, j.lock_token, j.expected_completion_at AS lease_until, j.concurrency_mode, j.next_run_at,
+               j.last_run_at
     ), picked AS (
-        SELECT DISTINCT ON (q.scheduled_job_id) q.id, t.lock_token, t.lease_until
+        SELECT DISTINCT ON (q.scheduled_job_id) q.id, t.lock_token, t.lease_until, t.last_run_at
           FROM taken t
           JOIN mjsched.scheduled_job_run q ON q.scheduled_job_id = t.id AND q.status = 'Queued'
          WHERE (q.retry_at IS NULL OR q.retry_at <= p_now)
@@ -617,7 +625,7 @@ BEGIN
          ORDER BY q.scheduled_job_id, q.scheduled_for, q.attempt, q.queued_at
     ), started AS (
         UPDATE mjsched.scheduled_job_run r
-           SET status = 'Running', started_at = p_now, executed_by_instance = p_instance,
+           SET status = 'Running', started_at = greatest(p_now, p.last_run_at), executed_by_instance = p_instance,
                lock_token = p.lock_token, lease_expires_at = p.lease_until
           FROM picked p
          WHERE r.id = p.id
@@ -683,7 +691,8 @@ BEGIN
                locked_at = p_now, locked_by_instance = p_instance,
                expected_completion_at = p_now + mjsched.lease_interval(p_lease_seconds, j.max_runtime_seconds)
          WHERE j.id = ANY (v_ids)
-     RETURNING j.id, j.lock_token, j.next_run_at, j.expected_completion_at AS lease_until, j.concurrency_mode
+     RETURNING j.id, j.lock_token, j.next_run_at, j.expected_completion_at AS lease_until, j.concurrency_mode,
+               j.last_run_at
     ), superseded AS (
         UPDATE mjsched.scheduled_job_run q
            SET status = 'Skipped', success = false, completed_at = p_now, duration_ms = 0,
@@ -696,7 +705,7 @@ BEGIN
         INSERT INTO mjsched.scheduled_job_run
                (scheduled_job_id, scheduled_for, status, started_at, executed_by_instance,
                 lock_token, lease_expires_at)
-        SELECT t.id, t.next_run_at, 'Running', p_now, p_instance, t.lock_token, t.lease_until
+        SELECT t.id, t.next_run_at, 'Running', greatest(p_now, t.last_run_at), p_instance, t.lock_token, t.lease_until
           FROM taken t
         ON CONFLICT DO NOTHING
         RETURNING id, scheduled_job_id
@@ -1194,7 +1203,7 @@ BEGIN
     INSERT INTO mjsched.scheduled_job_run
            (scheduled_job_id, scheduled_for, status, started_at, executed_by_instance, lock_token, lease_expires_at,
             parameters)
-    SELECT j.id, NULL, 'Running', v_now, p_instance, v_token, j.expected_completion_at,
+    SELECT j.id, NULL, 'Running', greatest(v_now, j.last_run_at), p_instance, v_token, j.expected_completion_at,
            CASE WHEN jsonb_typeof(p_parameters) = 'object' THEN p_parameters END
       FROM mjsched.scheduled_job j WHERE j.id = p_job_id
     RETURNING id INTO v_run;
