@@ -53,8 +53,8 @@ def instrument(engine: Any) -> None:
     _wrap(engine.backend, "sweep_expired_leases", after=lambda t0, out, *a, **k: _note("sweep", t0=t0))
     _wrap(engine._dispatcher, "dispatch", after=lambda t0, out, *a, **k: _note(
         "poll", t0=t0, delay=out[1], dispatched=out[0].dispatched))
-    _wrap(engine._dispatcher, "start_claim", before=lambda t0, job, claim, now: _note(
-        "start_claim", run=claim.run_id), after=lambda t0, out, job, claim, now: _note(
+    _wrap(engine._dispatcher, "start_claim", before=lambda t0, job, claim, now, ready: _note(
+        "start_claim", run=claim.run_id), after=lambda t0, out, job, claim, now, ready: _note(
         "start_claim_done", t0=t0))
     _wrap(Run, "execute", before=lambda t0, run: _note("driver_thread", run=run.run_id))
     _wrap(Run, "_move", before=lambda t0, run, new, **k: _note(

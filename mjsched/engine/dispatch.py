@@ -181,22 +181,44 @@ class Dispatcher:
         assert self._pending is not None
         self._housekeeping.warn_high_frequency(list(batch.jobs.values()))
         started: list[str] = []
-        for claim in batch.claims:
-            job = batch.jobs[claim.job_id]
-            if not self._pending.first_time(claim):   # started before a replay of its claim
-                continue
-            try:
-                if self.start_claim(job, claim, db_now) and claim.run_id is not None:
-                    started.append(claim.run_id)
-            except scheduling.UnusableSchedule as exc:   # the row itself: before any run started
-                self._set_aside(job, claim.run_id, claim.lock_token, exc.cause)
-            except SchedulerError as exc:
-                log.error("could not start run of job %r: %s (its lease will lapse and be swept)",
-                          job.name, exc, extra={"action": "dispatch_failed"})
-        return started
+        ready: list[Run] = []
+        try:
+            for claim in batch.claims:
+                job = batch.jobs[claim.job_id]
+                if not self._pending.first_time(claim):   # started before a replay of its claim
+                    continue
+                try:
+                    if self.start_claim(job, claim, db_now, ready) and claim.run_id is not None:
+                        started.append(claim.run_id)
+                except scheduling.UnusableSchedule as exc:   # the row itself: before any run started
+                    self._set_aside(job, claim.run_id, claim.lock_token, exc.cause)
+                except SchedulerError as exc:
+                    log.error("could not start run of job %r: %s (its lease will lapse and be swept)",
+                              job.name, exc, extra={"action": "dispatch_failed"})
+        finally:
+            failed = self._hand_to_pool(ready)
+        return [run_id for run_id in started if run_id not in failed]
 
-    def start_claim(self, job: Job, claim: Claim, db_now: datetime) -> int:
-        """Start the run of one claim (1), or settle a claim that runs nothing (0)."""
+    def _hand_to_pool(self, ready: list[Run]) -> set[str]:
+        """The registered runs of one claim go to the pool together, once the claim's rows are
+        all read: a worker woken per run while the rest were still being prepared took the GIL
+        from this thread run by run. Also when preparing a later one raised (finally above):
+        a registered run is always started. Returns the ids of the runs the pool refused."""
+        failed: set[str] = set()
+        for run in ready:
+            try:
+                run.start()
+            except SchedulerError as exc:
+                failed.add(run.run_id)
+                log.error("could not start run of job %r: %s (its lease will lapse and be swept)",
+                          run.job.name, exc, extra={"action": "dispatch_failed"})
+                continue
+            self._stats["dispatched"] += 1
+        return failed
+
+    def start_claim(self, job: Job, claim: Claim, db_now: datetime, ready: list[Run]) -> int:
+        """Prepare and register the run of one claim, to be started with the claim's others
+        (``ready``) (1), or settle a claim that runs nothing (0)."""
         run_id, token, scheduled_for = claim.run_id, claim.lock_token, claim.scheduled_for
         if run_id is None:  # the tick already had a run: move the schedule past it, run nothing
             nxt = scheduling.computed(scheduling.next_run_after, job, scheduled_for, db_now, catch_up=False)
@@ -248,8 +270,7 @@ class Dispatcher:
         if not accepted:   # stop_polling() began while this claim was in the database: hand it back
             self._hand_back(job.id, run_id, token, job.name)
             return 0
-        run.start()         # its lease watched also when polled by hand (dispatch_due_jobs without start_polling)
-        self._stats["dispatched"] += 1
+        ready.append(run)   # started (its lease watched) also when polled by hand (dispatch_due_jobs)
         return 1
 
     def _attempt_of(self, run_id: str) -> int:
