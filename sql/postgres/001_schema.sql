@@ -103,10 +103,7 @@ CREATE INDEX IF NOT EXISTS ix_scheduled_job_end
 CREATE INDEX IF NOT EXISTS ix_scheduled_job_type ON mjsched.scheduled_job (job_type_id);
 
 CREATE TABLE IF NOT EXISTS mjsched.scheduled_job_run (
-    -- Time-ordered (see the ALTER below the table).
-    id                   uuid PRIMARY KEY DEFAULT encode(set_bit(set_bit(overlay(uuid_send(gen_random_uuid())
-                                                 PLACING substring(int8send((extract(epoch FROM clock_timestamp()) * 1000)::bigint) FROM 3)
-                                                 FROM 1 FOR 6), 52, 1), 53, 1), 'hex')::uuid,
+    id                   uuid PRIMARY KEY DEFAULT gen_random_uuid(),   -- replaced below the table: time-ordered
     scheduled_job_id     uuid NOT NULL REFERENCES mjsched.scheduled_job (id) ON DELETE CASCADE,
     scheduled_for        timestamptz,
     status               varchar(20) NOT NULL,
@@ -146,7 +143,7 @@ ALTER TABLE mjsched.scheduled_job_run
 -- with millions of old runs no longer fits in shared_buffers (over 20 M old runs, 4 engines ran
 -- 1.13x faster with these keys). Ordered keys land on the index's right edge. SQL Server's table
 -- gets the same from NEWSEQUENTIALID(). Installs from before this drew random keys; new runs
--- get these.
+-- get these. (Set here only, for new and old installs alike: this script runs whole each time.)
 ALTER TABLE mjsched.scheduled_job_run ALTER COLUMN id SET DEFAULT
     encode(set_bit(set_bit(overlay(uuid_send(gen_random_uuid())
             PLACING substring(int8send((extract(epoch FROM clock_timestamp()) * 1000)::bigint) FROM 3)
