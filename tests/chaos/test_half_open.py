@@ -52,6 +52,9 @@ def test_a_completion_stuck_on_a_half_open_connection_lets_another_engine_take_t
     healthy. A's completions get no reply, so after half a lease A stops renewing those
     runs, the leases lapse, and B runs the next ticks. Bound: completion window (lease/2)
     + lease + 2.5 s (sweep at most 0.75 s, the next per-second tick, a claim).
+    A's claims go half-open too once its runs have started: a healthy A may win the
+    reclaim at the next tick (allowed, and its run then sticks the same way), which
+    made B's first run a race, 8.98 s once in CI.
     On 1539633 A's keeper renewed the completing runs for ever: B never ran them."""
     caplog.set_level(logging.WARNING, logger="mjsched")
     crud = make_engine(pool_size=2)
@@ -65,6 +68,7 @@ def test_a_completion_stuck_on_a_half_open_connection_lets_another_engine_take_t
     a.start_polling()
     for gate in jobs.values():
         assert drivers.started(gate).wait(15), f"A never started {gate}"
+    proxy.freeze_on(b"mjsched.claim_due_jobs")   # from here B alone can take the lapsed leases
     b = make_engine(instance_name="B", lease_timeout=LEASE, max_concurrent_jobs=6, max_poll_interval=0.5)
     finished_at = sql.one("SELECT clock_timestamp()")
     for gate in jobs.values():
