@@ -993,7 +993,8 @@ RETURN
                   FROM mjsched.scheduled_job AS j WITH (READCOMMITTEDLOCK, READPAST)
                  CROSS APPLY mjsched.claimable(j.status, j.start_at, j.end_at, j.lock_token,
                                                j.expected_completion_at, @p_now) AS c
-                 WHERE @p_batch_full = 1 AND j.status = N'Active' AND j.next_run_at <= @p_now) AS d) AS due_left,
+                 WHERE @p_batch_full = 1 AND j.status = N'Active' AND j.next_run_at <= @p_now
+                 ORDER BY j.next_run_at) AS d) AS due_left,     -- the due index's head, not a scan past served jobs
            (SELECT COUNT(*) FROM (
                 SELECT TOP (1000) j.id
                   FROM mjsched.scheduled_job AS j WITH (READCOMMITTEDLOCK, READPAST)

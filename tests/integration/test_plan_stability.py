@@ -1,0 +1,80 @@
+"""The hot paths keep index plans as the history grows under an engine's long-lived session.
+
+plpgsql keeps a statement's plan for the session. An engine connects while the run table
+is new (a fresh install, a bench database) and never analyzed, so a statement whose plan
+depended on the table being small went on scanning the whole history as it grew, until an
+ANALYZE came: the completion's lookup of its runs' jobs was a sequential scan of every run
+(4 ms a completion at 15,000 runs), and the claim's count of the due jobs left read the job
+table from its start, past every job already served.
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import psycopg2
+import pytest
+
+pytestmark = pytest.mark.postgres
+
+JOBS = 20000
+BATCH = 50
+
+
+def _cycle(cur: Any) -> int:
+    """One engine poll's SQL: claim a batch, complete it. Returns how many runs it finished."""
+    cur.execute("SELECT run_id, lock_token FROM mjsched.claim_due_jobs('plan-test', %s, 60, NULL) "
+                "WHERE job_id IS NOT NULL", (BATCH,))
+    items = [{"run_id": str(r), "token": str(t), "status": "Completed", "error_message": None,
+              "details": None, "next_run_at": "2100-01-01T00:00:00Z"} for r, t in cur.fetchall()]
+    cur.execute("SELECT count(*) FROM mjsched.complete_runs(%s::jsonb, NULL) WHERE completed = 1",
+                (json.dumps(items),))
+    return int(cur.fetchone()[0])
+
+
+def _executed_nodes(notices: list[str]) -> list[str]:
+    return [line.strip() for notice in notices for line in notice.splitlines()
+            if "actual time" in line and "never executed" not in line]
+
+
+def test_claims_and_completions_keep_index_plans_as_the_history_grows(pg_dsn: str) -> None:
+    conn = psycopg2.connect(pg_dsn)
+    conn.autocommit = True
+    try:
+        cur = conn.cursor()
+        cur.execute("INSERT INTO mjsched.scheduled_job_type (name, driver_class) VALUES ('plan', 'plan') RETURNING id")
+        type_id = cur.fetchone()[0]
+        cur.execute("""INSERT INTO mjsched.scheduled_job (job_type_id, name, cron_expression, timezone, status,
+                                                          next_run_at)
+                       SELECT %s, 'plan-' || g, '0 0 1 1 *', 'UTC', 'Active', now() - interval '1 minute'
+                         FROM generate_series(1, %s) g""", (type_id, JOBS))
+        cur.execute("ANALYZE mjsched.scheduled_job")   # every job due: the statistics a backlog starts with
+        for _ in range(8):                             # past plpgsql's first custom plans: the kept plans
+            assert _cycle(cur) == BATCH
+        # the history grows under the same session (other jobs' old runs), statistics untouched
+        cur.execute("""INSERT INTO mjsched.scheduled_job_run (scheduled_job_id, scheduled_for, status, started_at,
+                                                              completed_at, success)
+                       SELECT j.id, now() - g * interval '1 minute', 'Completed', now(), now(), true
+                         FROM (SELECT id FROM mjsched.scheduled_job ORDER BY id DESC LIMIT 1000) j,
+                              generate_series(1, 20) g""")
+        for _ in range(12):                            # and served jobs pile up ahead of the due ones
+            assert _cycle(cur) == BATCH
+
+        cur.execute("LOAD 'auto_explain'")
+        cur.execute("SET auto_explain.log_min_duration = 0")
+        cur.execute("SET auto_explain.log_nested_statements = on")
+        cur.execute("SET auto_explain.log_analyze = on")
+        cur.execute("SET client_min_messages = log")
+        del conn.notices[:]
+        assert _cycle(cur) == BATCH
+        nodes = _executed_nodes(list(conn.notices))
+    finally:
+        conn.close()
+
+    assert nodes, "auto_explain reported no plans"
+    history_scans = [n for n in nodes if re.search(r"Seq Scan on scheduled_job_run\b", n)]
+    assert not history_scans, history_scans
+    # the count of due jobs left (a full batch) reads the due index, not every served job before them
+    job_scans = [n for n in nodes if re.search(r"Seq Scan on scheduled_job\b", n)]
+    assert not job_scans, job_scans
