@@ -38,6 +38,9 @@ SWEEP_INTERVAL_SECONDS = 1.0     # the background loop sweeps at most this often
 # again in the same poll, at most this many times, so a backlog of served ticks never starves runs.
 MAX_CLAIM_ROUNDS = 4
 DUE_MARGIN_SECONDS = 0.001       # wake just after the next due instant, not just before it
+# With every slot taken, the background loop claims (its heartbeat, the counters) at most this
+# often: a freed slot wakes it anyway, and a claim for no slot only delayed the one that follows.
+FULL_CLAIM_SECONDS = 1.0
 
 
 @dataclass
@@ -83,6 +86,7 @@ class Dispatcher:
         self._last_sweep = 0.0
         self._backlog = False           # the last claim left due jobs for want of slots
         self._next_due: datetime | None = None   # the last claim's next_due_at
+        self._claimed_at = float("-inf")          # monotonic time of the last claim call
 
     # -- the loop's entry points --------------------------------------------------------------
     def poll(self) -> tuple[DispatchResult, float]:
@@ -92,7 +96,7 @@ class Dispatcher:
         interval = min(SWEEP_INTERVAL_SECONDS, self._options.lease_timeout / 4)
         since = time.monotonic() - self._last_sweep
         due = since >= interval and (since >= 2 * interval or not self._claims_due())
-        return self.dispatch(sweep=due)
+        return self.dispatch(sweep=due, claim_when_full=False)
 
     def _claims_due(self) -> bool:
         """Due jobs are known to wait: the last claim left some for want of slots, or its
@@ -111,8 +115,10 @@ class Dispatcher:
         if self._schedule_more:
             self._wake()
 
-    def dispatch(self, sweep: bool) -> tuple[DispatchResult, float]:
-        """One poll: sweep, claim up to the free slots, start runs; (result, seconds to sleep)."""
+    def dispatch(self, sweep: bool, claim_when_full: bool = True) -> tuple[DispatchResult, float]:
+        """One poll: sweep, claim up to the free slots, start runs; (result, seconds to sleep).
+        ``claim_when_full`` False (the background loop): with no slot free and a claim made
+        within FULL_CLAIM_SECONDS, no claim; what the last one said stands."""
         with self._lock:
             if not self._accepting:
                 return DispatchResult(), self._options.max_poll_interval
@@ -122,20 +128,26 @@ class Dispatcher:
             if self._schedule_dirty or self._schedule_more or \
                     time.monotonic() - self._schedule_checked > SCHEDULE_REFRESH_SECONDS:
                 self.schedule_unscheduled()
-            started, free, batch, db_now = self._claim_rounds()
-            dispatched = len(started)
-            self._backlog = batch.due_left > 0 and len(batch.claims) >= free
-            self._next_due = batch.next_due_at
-            self._housekeeping.purge_if_due()      # in the background: the claims never wait for it
             delay = self._options.max_poll_interval
-            if batch.next_due_at is not None:
+            wait_for_slot = FULL_CLAIM_SECONDS - (time.monotonic() - self._claimed_at)
+            if not claim_when_full and wait_for_slot > 0 and self._pending is None and self._slots_free() == 0:
+                started, db_now = [], self._clock.now()   # nothing can start before a slot frees (which wakes us)
+                result, next_due = DispatchResult(swept=swept.swept), None
+                delay = min(delay, wait_for_slot)
+            else:
+                started, free, batch, db_now = self._claim_rounds()
+                self._backlog = batch.due_left > 0 and len(batch.claims) >= free
+                self._next_due = next_due = batch.next_due_at
+                result = DispatchResult(swept=swept.swept, dispatched=len(started), locked_out=batch.locked_out,
+                                        skipped_at_capacity=batch.due_left if free == 0 or
+                                        len(batch.claims) >= free else 0, run_ids=tuple(started))
+            dispatched = len(started)
+            self._housekeeping.purge_if_due()      # in the background: the claims never wait for it
+            if next_due is not None:
                 # from the clock now, not from the claim's db_now: this poll's own time since the
                 # claim would otherwise make the next wake-up that much late
-                delay = min(delay, (batch.next_due_at - self._clock.now()).total_seconds() + DUE_MARGIN_SECONDS)
+                delay = min(delay, (next_due - self._clock.now()).total_seconds() + DUE_MARGIN_SECONDS)
             delay = min(delay, self._enqueue_queue_ticks(db_now))
-            result = DispatchResult(swept=swept.swept, dispatched=dispatched, locked_out=batch.locked_out,
-                                    skipped_at_capacity=batch.due_left if free == 0 or
-                                    len(batch.claims) >= free else 0, run_ids=tuple(started))
         if dispatched or swept.swept or result.skipped_at_capacity:
             log.info("poll: swept=%d, dispatched=%d, locked_out=%d, skipped_at_capacity=%d, inflight=%d/%d",
                      result.swept, result.dispatched, result.locked_out, result.skipped_at_capacity,
@@ -155,7 +167,7 @@ class Dispatcher:
         returns the ids of the runs started."""
         started: list[str] = []
         for _ in range(MAX_CLAIM_ROUNDS):
-            free = max(0, self._options.max_concurrent_jobs - self._registry.live_count())
+            free = self._slots_free()
             batch, db_now = self._claim(free)
             started += self._start_claims(batch, db_now)
             self._pending = None
@@ -163,12 +175,16 @@ class Dispatcher:
                 break
         return started, free, batch, db_now
 
+    def _slots_free(self) -> int:
+        return max(0, self._options.max_concurrent_jobs - self._registry.live_count())
+
     def _claim(self, free: int) -> tuple[ClaimBatch, datetime]:
         # A claim that raised may have committed: call again under its id, as a replay.
         replay = self._pending is not None
         if self._pending is None:
             self._pending = PendingClaim()
         claim_id = self._pending.claim_id
+        self._claimed_at = time.monotonic()
         batch = self._backend.claim_due_jobs(self._options.instance_name, free, self._options.lease_timeout,
                                              claim_id=claim_id, replay=replay)
         if replay:

@@ -88,3 +88,46 @@ def test_the_next_wake_up_counts_from_the_end_of_the_poll(make_engine: Callable[
     left = (db.one("SELECT next_run_at FROM mjsched.scheduled_job WHERE id = ?", (job_id,))
             - db.one(f"SELECT {db.now}")).total_seconds()
     assert delay == pytest.approx(left, abs=0.15), (delay, left)
+
+
+def count_claims(engine: mjsched.SchedulingEngine) -> list[int]:
+    """The real claim, counted."""
+    calls = [0]
+    claim = engine.backend.claim_due_jobs
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        return claim(*args, **kwargs)
+    engine.backend.claim_due_jobs = counted   # type: ignore[method-assign]
+    return calls
+
+
+def test_a_full_engine_claims_again_when_a_slot_frees_not_at_every_wake(
+        make_engine: Callable[..., Any], db: Db) -> None:
+    """Before: every poll claimed, also with no slot free (a wake while the claim was in the
+    database): a claim for nothing, on the path of the one that follows (bench.latency_trace:
+    two a second, 1.3 ms each, between the batches). It still claims once a second when full
+    (the heartbeat, the counters), and a poll by hand always claims."""
+    from mjsched.engine.dispatch import FULL_CLAIM_SECONDS
+
+    engine = make_engine(max_concurrent_jobs=1, lease_timeout=60.0)
+    jobs = [add_job(engine, db, 1.0) for _ in range(2)]
+    claims = count_claims(engine)
+    dispatcher = engine._dispatcher
+    result, _ = dispatcher.poll()
+    assert (claims[0], result.dispatched, result.skipped_at_capacity) == (1, 1, 1)
+
+    result, delay = dispatcher.poll()                  # the one slot is taken: no claim
+    assert (claims[0], result.dispatched) == (1, 0)
+    assert 0 < delay <= FULL_CLAIM_SECONDS
+    assert engine.dispatch_due_jobs().skipped_at_capacity == 1   # by hand: claims, and says why
+    assert claims[0] == 2
+    dispatcher._claimed_at = time.monotonic() - FULL_CLAIM_SECONDS   # a second without a claim
+    dispatcher.poll()
+    assert claims[0] == 3
+
+    for job_id in jobs:                                 # the running one returns: its slot frees
+        drivers.gate(engine.get_job(job_id).name).set()
+    assert engine._registry.wait_free_slot(1, 5.0)
+    result, _ = dispatcher.poll()
+    assert (claims[0], result.dispatched) == (4, 1)
