@@ -42,13 +42,5 @@ BEGIN
 END;
 $$;
 
--- The claim plans its statements once per session. Left to choose, plpgsql kept planning
--- some of them again at every call (a custom plan looked cheaper than the generic one for
--- the arrays of claimed ids): 0.2-0.5 ms of every claim, most of a small claim's fixed
--- cost. The SET holds only while the call runs, and for the functions it calls; the
--- generic plan of the due scan is an index range scan at any size (bench.scaling prints it).
-ALTER FUNCTION mjsched.claim_due_jobs(varchar, integer, double precision, timestamptz, uuid, boolean)
-    SET plan_cache_mode = force_generic_plan;
-
 ALTER DEFAULT PRIVILEGES IN SCHEMA mjsched REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC;
 REVOKE ALL ON SCHEMA mjsched FROM PUBLIC;

@@ -34,7 +34,6 @@ DEFINER_EXCEPTIONS = {"probe_permissions"}   # must answer for the caller, so it
 # Pure SQL helpers the planner inlines into the procedures: no SECURITY DEFINER, no SET
 # (either would stop the inlining); they read no table, and PUBLIC may not execute them.
 INLINED_HELPERS = {"claimable", "claim_token", "lease_interval"}
-GENERIC_PLANS = {"claim_due_jobs"}   # 003_security.sql: planned once per session
 
 
 @pytest.fixture
@@ -74,8 +73,7 @@ def test_procedures_are_security_definer_with_a_fixed_search_path(pg_dsn: str, s
         if r["proname"] in INLINED_HELPERS:
             assert (r["prosecdef"], r["proconfig"]) == (False, None), r
             continue
-        planning = ["plan_cache_mode=force_generic_plan"] if r["proname"] in GENERIC_PLANS else []
-        assert sorted(r["proconfig"]) == sorted(["search_path=mjsched, pg_temp"] + planning), r
+        assert r["proconfig"] == ["search_path=mjsched, pg_temp"], r
         assert r["prosecdef"] is not (r["trig"] or r["proname"] in DEFINER_EXCEPTIONS), r
 
 
