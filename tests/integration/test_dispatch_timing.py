@@ -33,16 +33,20 @@ def add_job(engine: mjsched.SchedulingEngine, db: Db, seconds_ago: float) -> str
     return job_id
 
 
-def count_sweeps(engine: mjsched.SchedulingEngine) -> list[int]:
-    """The real sweep, counted."""
+def count_calls(engine: mjsched.SchedulingEngine, method: str) -> list[int]:
+    """The backend's real ``method``, counted."""
     calls = [0]
-    sweep = engine.backend.sweep_expired_leases
+    real = getattr(engine.backend, method)
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         calls[0] += 1
-        return sweep(*args, **kwargs)
-    engine.backend.sweep_expired_leases = counted   # type: ignore[method-assign]
+        return real(*args, **kwargs)
+    setattr(engine.backend, method, counted)
     return calls
+
+
+def count_sweeps(engine: mjsched.SchedulingEngine) -> list[int]:
+    return count_calls(engine, "sweep_expired_leases")
 
 
 def test_a_due_sweep_waits_while_due_jobs_wait_for_slots(make_engine: Callable[..., Any], db: Db) -> None:
@@ -90,18 +94,6 @@ def test_the_next_wake_up_counts_from_the_end_of_the_poll(make_engine: Callable[
     assert delay == pytest.approx(left, abs=0.15), (delay, left)
 
 
-def count_claims(engine: mjsched.SchedulingEngine) -> list[int]:
-    """The real claim, counted."""
-    calls = [0]
-    claim = engine.backend.claim_due_jobs
-
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        calls[0] += 1
-        return claim(*args, **kwargs)
-    engine.backend.claim_due_jobs = counted   # type: ignore[method-assign]
-    return calls
-
-
 def test_a_full_engine_claims_again_when_a_slot_frees_not_at_every_wake(
         make_engine: Callable[..., Any], db: Db) -> None:
     """Before: every poll claimed, also with no slot free (a wake while the claim was in the
@@ -112,7 +104,7 @@ def test_a_full_engine_claims_again_when_a_slot_frees_not_at_every_wake(
 
     engine = make_engine(max_concurrent_jobs=1, lease_timeout=60.0)
     jobs = [add_job(engine, db, 1.0) for _ in range(2)]
-    claims = count_claims(engine)
+    claims = count_calls(engine, "claim_due_jobs")
     dispatcher = engine._dispatcher
     result, _ = dispatcher.poll()
     assert (claims[0], result.dispatched, result.skipped_at_capacity) == (1, 1, 1)
