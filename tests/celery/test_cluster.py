@@ -4,7 +4,8 @@ The issue asks for 30 jobs for 60 s; CI runs 10 jobs for 16 s per broker (the wh
 directory must stay under ~2 minutes on a shared 2-core machine). Engine 1 is killed with
 SIGKILL mid-run, then worker 1 mid-task. Counted on the worker side (Redis counters written by
 the task): every task id executed at most once, every tick recorded Completed executed exactly
-once, nothing executed that no run stands for (a run the killed engine held may have sent its
+once (unless the worker's kill fell between the duplicate guard's claim and the task's first
+line: at most once, by design), nothing executed that no run stands for (a run the killed engine held may have sent its
 task or not: at most once), and no gap in any job's ticks beyond the lease
 (what the RunOnce missed-run policy allows after an engine dies holding a job).
 """
@@ -23,6 +24,7 @@ from typing import Any, Callable
 
 import pytest
 
+from mjsched.contrib.celery import GUARD_PREFIX
 from mjsched.drivers.celery import task_id_for
 from mjsched.models import RunStatus
 
@@ -114,10 +116,21 @@ def test_three_engines_two_workers_every_tick_executed_once(broker: str, pg_dsn:
         values = counters.mget([f"{tag}:executed:{i}" for i in ids]) if ids else []
         return {i: int(v) for i, v in zip(ids, values)}
 
+    def cut_by_the_kill() -> set[str]:
+        """Tasks the killed worker had claimed (the guard's key, owned by it) and never executed:
+        killed between the guard's claim and the task's first line, which the at-most-once guard
+        then refuses to run again (mjsched.contrib.celery). Twice in CI the assertion below,
+        without these, found one such task missing."""
+        missing = sorted(completed - set(executed()))
+        owners = counters.mget([f"{GUARD_PREFIX}{tid}:0" for tid in missing]) if missing else []
+        return {tid for tid, owner in zip(missing, owners) if owner is not None and owner.decode() == workers[0].name}
+
     # The surviving worker picks up what the killed one held after the visibility timeout (Redis) or
     # at once (RabbitMQ: the connection closed); bounded.
-    wait_for(lambda: completed <= set(executed()), 40,
-             "every Completed tick's task executed (missing: %d)" % len(completed - set(executed())))
+    wait_for(lambda: completed <= set(executed()) | cut_by_the_kill(), 40,
+             "every Completed tick's task executed, or cut by the worker's kill (missing: %d)"
+             % len(completed - set(executed()) - cut_by_the_kill()))
+    assert len(cut_by_the_kill()) <= 2, "more tasks cut than the killed worker could run at once (-c 2)"
     time.sleep(1.0)
     counts = executed()
     delivered = {i: int(counters.get(f"{tag}:delivered:{i}") or 0) for i in counts}
@@ -132,6 +145,7 @@ def test_three_engines_two_workers_every_tick_executed_once(broker: str, pg_dsn:
         "duplicate_deliveries_refused": sum(delivered.values()) - sum(counts.values()),
         # started on the killed worker and never finished: the kill hit it mid-task
         "killed_mid_task": sum(1 for i in counts if counters.get(f"{tag}:finished:{i}") is None),
+        "claimed_then_killed_before_running": len(cut_by_the_kill()),
     }
     print(json.dumps(summary))
     (tmp_path / "summary.json").write_text(json.dumps(summary))
