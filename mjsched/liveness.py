@@ -1,7 +1,8 @@
 """Is an engine in the registry alive? One rule for `mjsched status` and the dashboard.
 
-Every poll refreshes an engine's ``last_seen_at`` (claim_due_jobs), and a live engine polls at
-least every ``heartbeat_seconds`` (its poll bound, recorded at registration). So an engine
+Every claim refreshes an engine's ``last_seen_at`` (claim_due_jobs), and a live engine claims at
+least every ``heartbeat_seconds`` (its poll bound, recorded at registration; with every slot
+taken, at least once a second). So an engine
 silent for a few of those is **stale**: probably gone, its runs left to lapse. An engine on
 *this* host whose pid no longer exists is **dead** at once. Engines of an older release
 record no heartbeat; for them only the lease tells (they renew every lease/4).
