@@ -17,6 +17,8 @@ from typing import Any
 import psycopg2
 import pytest
 
+from tests.support.db import Db
+
 pytestmark = pytest.mark.postgres
 
 JOBS = 20000
@@ -40,7 +42,7 @@ def _executed_nodes(notices: list[str]) -> list[str]:
 
 
 @pytest.mark.parametrize("run_table", ["never analyzed", "analyzed empty"])
-def test_claims_and_completions_keep_index_plans_as_the_history_grows(pg_dsn: str, run_table: str) -> None:
+def test_claims_and_completions_keep_index_plans_as_the_history_grows(pg_dsn: str, pg_db: Db, run_table: str) -> None:
     """'analyzed empty' is a new install after an ANALYZE, or a history purged to nothing:
     a plan made once for the session (plan_cache_mode = force_generic_plan on the claim,
     tried in d1c1287) then believed the run table empty for good, and a throughput round of
@@ -55,11 +57,7 @@ def test_claims_and_completions_keep_index_plans_as_the_history_grows(pg_dsn: st
         if run_table == "analyzed empty":
             cur.execute("ANALYZE mjsched.scheduled_job_run")
         cur.execute("INSERT INTO mjsched.scheduled_job_type (name, driver_class) VALUES ('plan', 'plan') RETURNING id")
-        type_id = cur.fetchone()[0]
-        cur.execute("""INSERT INTO mjsched.scheduled_job (job_type_id, name, cron_expression, timezone, status,
-                                                          next_run_at)
-                       SELECT %s, 'plan-' || g, '0 0 1 1 *', 'UTC', 'Active', now() - interval '1 minute'
-                         FROM generate_series(1, %s) g""", (type_id, JOBS))
+        pg_db.insert_due_jobs(str(cur.fetchone()[0]), JOBS)
         cur.execute("ANALYZE mjsched.scheduled_job")   # every job due: the statistics a backlog starts with
         for _ in range(8):                             # past plpgsql's first custom plans: the kept plans
             assert _cycle(cur) == BATCH
