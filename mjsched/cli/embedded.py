@@ -443,10 +443,11 @@ class EmbeddedServer:
                     f"is not reachable by user {self._run_as.name!r} ({blocked} is mode "
                     f"{stat.S_IMODE(blocked.stat().st_mode):o}); choose a directory every user can traverse, "
                     "e.g. /var/lib/mjsched")
-        if not self.pgdir.exists():
+        # Before the lock (it lives in the home): another process may make pg/ first.
+        with contextlib.suppress(FileExistsError):
             self.pgdir.mkdir(mode=0o700)
-            if self._run_as:
-                os.chown(self.pgdir, self._run_as.uid, self._run_as.gid)
+        if self._run_as and self.pgdir.stat().st_uid != self._run_as.uid:
+            os.chown(self.pgdir, self._run_as.uid, self._run_as.gid)
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
