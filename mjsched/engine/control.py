@@ -76,6 +76,7 @@ class EngineControl:
             for run in e._registry.busy():
                 run.keep_lease()   # runs a previous stop gave up on are ours again while they last
             self.polling = True
+            e._pool.prestart()
             e._keeper.start()
             e._poller.start()
             e._changes.start()

@@ -205,6 +205,16 @@ class _DaemonExecutor:
                 self._threads += 1
                 threading.Thread(target=self._work, name=f"{self._name}_{self._threads - 1}", daemon=True).start()
 
+    def prestart(self) -> None:
+        """Start every worker now, idle. A worker started by ``submit`` makes that run
+        wait for ``Thread.start()`` (the new thread must get the GIL) while the poller
+        holds the next ones: the first due instants after start-up ran tens of ms late."""
+        with self._lock:
+            while not self._shutdown and self._threads < self._size:
+                self._threads += 1
+                self._idle += 1
+                threading.Thread(target=self._work, name=f"{self._name}_{self._threads - 1}", daemon=True).start()
+
     def _work(self) -> None:
         while True:
             item = self._queue.get()
@@ -247,10 +257,17 @@ class WorkerPool:
         self._lock = threading.Lock()
         self._executor = _DaemonExecutor(size, name)
         self._leaks_absorbed = 0
+        self._prestarted = False
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> None:
         with self._lock:
             self._executor.submit(fn, *args)
+
+    def prestart(self) -> None:
+        """Start all ``size`` workers now (polling engines; a script's ``execute_job`` starts one)."""
+        with self._lock:
+            self._prestarted = True
+            self._executor.prestart()
 
     def absorb_leak(self) -> None:
         """A worker thread will not come back: start a fresh pool for new work."""
@@ -258,6 +275,8 @@ class WorkerPool:
             old = self._executor
             self._leaks_absorbed += 1
             self._executor = _DaemonExecutor(self._size, f"{self._name}-{self._leaks_absorbed}")
+            if self._prestarted:
+                self._executor.prestart()
         old.shutdown()
 
     def shutdown(self) -> None:
