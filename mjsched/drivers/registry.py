@@ -36,8 +36,9 @@ def register_driver(name: str) -> Callable[[D], D]:
     return decorate
 
 
-def _register_builtin() -> None:
-    """At the first lookup, the built-in drivers join the registry (as their import once did)."""
+def register_builtin_drivers() -> None:
+    """The built-in drivers join the registry (as their import once did): at the first lookup,
+    or when an engine starts polling, so that no due instant pays for the import."""
     global _builtin_registered
     if _builtin_registered:
         return
@@ -66,7 +67,7 @@ def _load_entry_points() -> None:
 
 def get_driver(name: str) -> type[BaseScheduledJob]:
     """The driver class registered under ``name``; raises ``UnknownDriver``."""
-    _register_builtin()
+    register_builtin_drivers()
 
     cls = _registry.get(name)
     if cls is None:
@@ -78,7 +79,7 @@ def get_driver(name: str) -> type[BaseScheduledJob]:
 
 
 def registered_drivers() -> list[str]:
-    _register_builtin()
+    register_builtin_drivers()
 
     _load_entry_points()
     return sorted(_registry)

@@ -15,6 +15,7 @@ import time
 import weakref
 from typing import Any
 
+from ..drivers.registry import register_builtin_drivers
 from ..errors import ConfigurationError
 from ..version import __version__
 from .run import hand_back_held
@@ -76,6 +77,7 @@ class EngineControl:
             for run in e._registry.busy():
                 run.keep_lease()   # runs a previous stop gave up on are ours again while they last
             self.polling = True
+            register_builtin_drivers()
             e._pool.prestart()
             e._keeper.start()
             e._poller.start()

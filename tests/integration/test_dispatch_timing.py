@@ -6,6 +6,8 @@ counted from the end of the poll, not from the claim's database time.
 """
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -145,3 +147,24 @@ def test_the_first_runs_after_start_up_start_no_thread(make_engine: Callable[...
         assert drivers.started(name).wait(10), f"run of {name} did not start"
     assert engine.inflight == 3
     assert worker_threads() <= ready, "a run started a worker thread"
+
+
+STARTS_POLLING = """
+import sys
+import mjsched
+engine = mjsched.SchedulingEngine(sys.argv[1], max_concurrent_jobs=1)
+before = "mjsched.drivers.builtin" in sys.modules
+engine.start_polling()
+after = "mjsched.drivers.builtin" in sys.modules
+engine.stop_polling(wait=False)
+engine.close()
+print(before, after)
+"""
+
+
+def test_start_polling_loads_the_built_in_drivers(pg_dsn: str) -> None:
+    """Before, the first claim imported them (10 ms without bytecode caches, in bench.latency's
+    first second): a lookup's first cost belongs to the start, not to a due instant."""
+    out = subprocess.run([sys.executable, "-c", STARTS_POLLING, pg_dsn], capture_output=True, text=True,
+                         timeout=60, check=True)
+    assert out.stdout.split() == ["False", "True"], out.stderr
