@@ -191,7 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--sizes", default=None, help="job counts (default 1000,10000,100000,1000000; quick to 10000)")
     p.add_argument("--worker", action="store_true", help=argparse_hidden())
     p.add_argument("--idle-polls", type=int, default=60)
-    p.add_argument("--claim-rounds", type=int, default=10)
+    p.add_argument("--claim-rounds", type=int, default=40)
     p.add_argument("--start-polling", action="store_true", help=argparse_hidden())
     p.add_argument("--startup-max", type=int, default=100_000,
                    help="measure start_polling() (which loads every Active job) up to this size")

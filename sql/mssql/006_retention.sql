@@ -42,6 +42,21 @@ BEGIN
 END;
 GO
 
+-- The jobs with a retention rule of their own (see the PostgreSQL file): one filtered index per
+-- rule, since a filtered index's WHERE cannot hold OR; the purge's page queries (OPTION
+-- (RECOMPILE), so @v_all_jobs = 0 folds away) read their union.
+IF NOT EXISTS (SELECT 1 FROM sys.indexes
+                WHERE name = N'ix_scheduled_job_keep_days' AND object_id = OBJECT_ID(N'mjsched.scheduled_job'))
+BEGIN
+    CREATE INDEX ix_scheduled_job_keep_days ON mjsched.scheduled_job (id) WHERE keep_runs_days > 0;
+END;
+IF NOT EXISTS (SELECT 1 FROM sys.indexes
+                WHERE name = N'ix_scheduled_job_keep_count' AND object_id = OBJECT_ID(N'mjsched.scheduled_job'))
+BEGIN
+    CREATE INDEX ix_scheduled_job_keep_count ON mjsched.scheduled_job (id) WHERE keep_runs_count > 0;
+END;
+GO
+
 -- purge_candidates: the runs of one job the rules let go, in (completed_at, id) order, at most
 -- @p_limit of them (NULL: all); the twin of the PostgreSQL function. Internal: purge_runs
 -- calls it once per job, so each call is one ordered range scan of
@@ -126,7 +141,8 @@ BEGIN
         SELECT @v_to = j.id FROM mjsched.scheduled_job AS j
          WHERE (@p_from_job_id IS NULL OR j.id >= @p_from_job_id)
            AND (@v_all_jobs = 1 OR j.keep_runs_days > 0 OR j.keep_runs_count > 0)
-         ORDER BY j.id OFFSET (@p_max_jobs - 1) ROWS FETCH NEXT 1 ROWS ONLY;
+         ORDER BY j.id OFFSET (@p_max_jobs - 1) ROWS FETCH NEXT 1 ROWS ONLY
+        OPTION (RECOMPILE);
     END;
     INSERT INTO @v_jobs (id, next_run_at, keep_seconds, keep_count)
     SELECT r.id, r.next_run_at, r.keep_seconds, r.keep_count
@@ -140,8 +156,10 @@ BEGIN
               FROM mjsched.scheduled_job AS j
              WHERE (@p_job_id IS NULL OR j.id = @p_job_id)
                AND (@p_from_job_id IS NULL OR j.id >= @p_from_job_id)
-               AND (@v_to IS NULL OR j.id <= @v_to)) AS r
-     WHERE r.keep_seconds IS NOT NULL OR r.keep_count IS NOT NULL;
+               AND (@v_to IS NULL OR j.id <= @v_to)
+               AND (@v_all_jobs = 1 OR j.keep_runs_days > 0 OR j.keep_runs_count > 0)) AS r
+     WHERE r.keep_seconds IS NOT NULL OR r.keep_count IS NOT NULL
+    OPTION (RECOMPILE);
     BEGIN TRY
         BEGIN TRANSACTION;
         IF @v_dry_run = 0
@@ -235,7 +253,8 @@ BEGIN
     BEGIN
         SELECT TOP (1) @v_next_job = j.id FROM mjsched.scheduled_job AS j
          WHERE j.id > @v_to AND (@v_all_jobs = 1 OR j.keep_runs_days > 0 OR j.keep_runs_count > 0)
-         ORDER BY j.id;
+         ORDER BY j.id
+        OPTION (RECOMPILE);
     END;
     SELECT @v_purged AS purged, @v_next_job AS next_job_id, @v_next_at AS next_completed_at,
            @v_next_run AS next_run_id, @v_busy AS busy;

@@ -41,6 +41,13 @@ ALTER TABLE mjsched.scheduled_job
 CREATE INDEX IF NOT EXISTS ix_scheduled_job_run_job_completed
     ON mjsched.scheduled_job_run (scheduled_job_id, completed_at, id) WHERE completed_at IS NOT NULL;
 
+-- The jobs with a retention rule of their own, in id order: without a default rule they are
+-- the only ones a purge pass visits (every engine makes one every purge_interval; reading every
+-- job row cost 1.3 s a call at 1,000,000 jobs). SQL Server: one filtered index per rule (a
+-- filter there cannot hold OR).
+CREATE INDEX IF NOT EXISTS ix_scheduled_job_keep_rule
+    ON mjsched.scheduled_job (id) WHERE keep_runs_days > 0 OR keep_runs_count > 0;
+
 -- purge_candidates: the runs of one job the rules let go, in (completed_at, id) order, at most
 -- p_limit of them (NULL: all): finished before p_cut_at, before the job's N-th newest finished run
 -- (p_nth_at, p_nth_id; 'infinity' when the count rule is off), after the cursor (p_after_at,
@@ -82,7 +89,10 @@ CREATE OR REPLACE FUNCTION mjsched.purge_runs(
     p_after_run_id uuid DEFAULT NULL, p_batch_size integer DEFAULT 1000, p_max_jobs integer DEFAULT 500,
     p_dry_run boolean DEFAULT false, p_now timestamptz DEFAULT NULL)
 RETURNS TABLE (purged integer, next_job_id uuid, next_completed_at timestamptz, next_run_id uuid, busy integer)
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = mjsched, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = mjsched, pg_temp
+-- Plans made for this call's values: "v_all_jobs OR <the job has a rule>" folds to the rule
+-- alone, which ix_scheduled_job_keep_rule answers; a plan kept for any value cannot use it.
+SET plan_cache_mode = force_custom_plan AS $$
 #variable_conflict use_column
 DECLARE
     v_now timestamptz;
@@ -142,7 +152,8 @@ BEGIN
                   FROM mjsched.scheduled_job s
                  WHERE (p_job_id IS NULL OR s.id = p_job_id)
                    AND (p_from_job_id IS NULL OR s.id >= p_from_job_id)
-                   AND (v_to IS NULL OR s.id <= v_to)) r
+                   AND (v_to IS NULL OR s.id <= v_to)
+                   AND (v_all_jobs OR s.keep_runs_days > 0 OR s.keep_runs_count > 0)) r
          WHERE r.keep_seconds IS NOT NULL OR r.keep_count IS NOT NULL
          ORDER BY r.id
     LOOP

@@ -32,6 +32,11 @@ ALLOWED = [
     Allowed("index uq_scheduled_job_run_tick: where None != 'scheduled_for IS NOT NULL'",
             "a SQL Server UNIQUE index treats NULLs as equal; the filter restores PostgreSQL's "
             "NULLs-are-distinct, so manual runs (scheduled_for NULL) never collide"),
+    Allowed("index ix_scheduled_job_keep_rule: missing in mssql",
+            "a SQL Server filtered index cannot hold OR: the jobs with a retention rule are indexed there "
+            "by two filtered indexes, one per rule"),
+    Allowed("index ix_scheduled_job_keep_days: only in mssql", "the first of those two"),
+    Allowed("index ix_scheduled_job_keep_count: only in mssql", "the second of those two"),
 ]
 
 
