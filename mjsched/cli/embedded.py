@@ -446,8 +446,10 @@ class EmbeddedServer:
         # Before the lock (it lives in the home): another process may make pg/ first.
         with contextlib.suppress(FileExistsError):
             self.pgdir.mkdir(mode=0o700)
-        if self._run_as and self.pgdir.stat().st_uid != self._run_as.uid:
-            os.chown(self.pgdir, self._run_as.uid, self._run_as.gid)
+        if self._run_as:
+            owner = self.pgdir.stat()
+            if (owner.st_uid, owner.st_gid) != (self._run_as.uid, self._run_as.gid):
+                os.chown(self.pgdir, self._run_as.uid, self._run_as.gid)
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:

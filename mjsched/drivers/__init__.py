@@ -2,6 +2,7 @@
 
   base.py      BaseScheduledJob, ExecutionContext, JobResult, Notification (the contract)
   registry.py  register_driver / get_driver; registers the built-ins at its first lookup
+               (or when an engine starts polling)
   builtin.py   the built-in drivers by name; shell, python, sql, http, celery: one module each
 
 May import: models, errors (and the libraries a driver speaks to, lazily where optional).

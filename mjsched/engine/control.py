@@ -76,9 +76,9 @@ class EngineControl:
             e._dispatcher.open_gate()
             for run in e._registry.busy():
                 run.keep_lease()   # runs a previous stop gave up on are ours again while they last
-            self.polling = True
             register_builtin_drivers()
             e._pool.prestart()
+            self.polling = True
             e._keeper.start()
             e._poller.start()
             e._changes.start()

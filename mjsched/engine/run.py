@@ -139,9 +139,9 @@ class Run:
         self._watch()
         try:
             self.services.pool.submit(self.execute)
-        except RuntimeError:
+        except RuntimeError as exc:   # the pool is shut down, or no thread could be started
             self.services.registry.remove(self)
-            raise SchedulerError("worker pool is shut down") from None
+            raise SchedulerError(f"no worker for the run: {exc}") from None
 
     def start_manual(self) -> None:
         """A manual run: registered, watched, and on a thread of its own outside the cap."""

@@ -198,12 +198,11 @@ class _DaemonExecutor:
         with self._lock:
             if self._shutdown:
                 raise RuntimeError("cannot schedule new work after shutdown")
-            self._queue.put((fn, args))
             if self._idle > 0:
                 self._idle -= 1     # that worker takes this call
             elif self._threads < self._size:
-                self._threads += 1
-                threading.Thread(target=self._work, name=f"{self._name}_{self._threads - 1}", daemon=True).start()
+                self._start_worker()   # raises RuntimeError (no thread): the call is not queued
+            self._queue.put((fn, args))
 
     def prestart(self) -> None:
         """Start every worker now, idle. A worker started by ``submit`` makes that run
@@ -211,9 +210,18 @@ class _DaemonExecutor:
         holds the next ones: the first due instants after start-up ran tens of ms late."""
         with self._lock:
             while not self._shutdown and self._threads < self._size:
-                self._threads += 1
+                try:
+                    self._start_worker()
+                except RuntimeError as exc:   # a thread limit: the others start when runs need them
+                    log.warning("started %d of %d worker threads ahead of runs: %s", self._threads, self._size, exc,
+                                extra={"action": "workers_not_prestarted"})
+                    return
                 self._idle += 1
-                threading.Thread(target=self._work, name=f"{self._name}_{self._threads - 1}", daemon=True).start()
+
+    def _start_worker(self) -> None:
+        """One more worker thread (the caller holds the lock); counted only once it started."""
+        threading.Thread(target=self._work, name=f"{self._name}_{self._threads}", daemon=True).start()
+        self._threads += 1
 
     def _work(self) -> None:
         while True:
@@ -257,16 +265,15 @@ class WorkerPool:
         self._lock = threading.Lock()
         self._executor = _DaemonExecutor(size, name)
         self._leaks_absorbed = 0
-        self._prestarted = False
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> None:
         with self._lock:
             self._executor.submit(fn, *args)
 
     def prestart(self) -> None:
-        """Start all ``size`` workers now (polling engines; a script's ``execute_job`` starts one)."""
+        """Start all ``size`` workers now (start_polling). Manual runs do not use the pool;
+        a pool replaced after a leak starts its workers as runs need them."""
         with self._lock:
-            self._prestarted = True
             self._executor.prestart()
 
     def absorb_leak(self) -> None:
@@ -275,8 +282,6 @@ class WorkerPool:
             old = self._executor
             self._leaks_absorbed += 1
             self._executor = _DaemonExecutor(self._size, f"{self._name}-{self._leaks_absorbed}")
-            if self._prestarted:
-                self._executor.prestart()
         old.shutdown()
 
     def shutdown(self) -> None:

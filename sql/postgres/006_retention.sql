@@ -43,8 +43,11 @@ CREATE INDEX IF NOT EXISTS ix_scheduled_job_run_job_completed
 
 -- The jobs with a retention rule of their own, in id order: without a default rule they are
 -- the only ones a purge pass visits (every engine makes one every purge_interval; reading every
--- job row cost 1.3 s a call at 1,000,000 jobs). SQL Server: one filtered index per rule (a
--- filter there cannot hold OR).
+-- job row cost 1.3 s a call at 1,000,000 jobs). purge_runs's page queries say "v_all_jobs OR
+-- the job has a rule": a plan made for v_all_jobs = false folds that to the rule, which this
+-- index answers; a plan kept for any value cannot use it and costs more, so PostgreSQL goes on
+-- making plans per call for them. SQL Server: one filtered index per rule (a filter there
+-- cannot hold OR), and OPTION (RECOMPILE).
 CREATE INDEX IF NOT EXISTS ix_scheduled_job_keep_rule
     ON mjsched.scheduled_job (id) WHERE keep_runs_days > 0 OR keep_runs_count > 0;
 
@@ -89,10 +92,7 @@ CREATE OR REPLACE FUNCTION mjsched.purge_runs(
     p_after_run_id uuid DEFAULT NULL, p_batch_size integer DEFAULT 1000, p_max_jobs integer DEFAULT 500,
     p_dry_run boolean DEFAULT false, p_now timestamptz DEFAULT NULL)
 RETURNS TABLE (purged integer, next_job_id uuid, next_completed_at timestamptz, next_run_id uuid, busy integer)
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = mjsched, pg_temp
--- Plans made for this call's values: "v_all_jobs OR <the job has a rule>" folds to the rule
--- alone, which ix_scheduled_job_keep_rule answers; a plan kept for any value cannot use it.
-SET plan_cache_mode = force_custom_plan AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = mjsched, pg_temp AS $$
 #variable_conflict use_column
 DECLARE
     v_now timestamptz;

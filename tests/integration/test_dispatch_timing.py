@@ -141,6 +141,7 @@ def test_the_first_runs_after_start_up_start_no_thread(make_engine: Callable[...
     engine = make_engine(max_concurrent_jobs=3, lease_timeout=60.0)
     engine.start_polling()
     ready = worker_threads()
+    assert len(ready) >= 3
     names = [engine.get_job(add_job(engine, db, 1.0)).configuration["gate"] for _ in range(3)]
     engine.on_job_changed()
     for name in names:

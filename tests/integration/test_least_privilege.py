@@ -34,8 +34,6 @@ DEFINER_EXCEPTIONS = {"probe_permissions"}   # must answer for the caller, so it
 # Pure SQL helpers the planner inlines into the procedures: no SECURITY DEFINER, no SET
 # (either would stop the inlining); they read no table, and PUBLIC may not execute them.
 INLINED_HELPERS = {"claimable", "claim_token", "lease_interval"}
-# plans made for each call's values (006_retention.sql: a kept plan cannot use the partial index)
-PLAN_SETTINGS = {"purge_runs": ["plan_cache_mode=force_custom_plan"]}
 
 
 @pytest.fixture
@@ -75,7 +73,7 @@ def test_procedures_are_security_definer_with_a_fixed_search_path(pg_dsn: str, s
         if r["proname"] in INLINED_HELPERS:
             assert (r["prosecdef"], r["proconfig"]) == (False, None), r
             continue
-        assert r["proconfig"] == ["search_path=mjsched, pg_temp"] + PLAN_SETTINGS.get(r["proname"], []), r
+        assert r["proconfig"] == ["search_path=mjsched, pg_temp"], r
         assert r["prosecdef"] is not (r["trig"] or r["proname"] in DEFINER_EXCEPTIONS), r
 
 
