@@ -36,6 +36,15 @@ def _cycle(cur: Any) -> int:
     return int(cur.fetchone()[0])
 
 
+def _explain_every_statement(cur: Any) -> None:
+    """From now on this session reports each statement's plan as run, the procedures' own included."""
+    cur.execute("LOAD 'auto_explain'")
+    cur.execute("SET auto_explain.log_min_duration = 0")
+    cur.execute("SET auto_explain.log_nested_statements = on")
+    cur.execute("SET auto_explain.log_analyze = on")
+    cur.execute("SET client_min_messages = log")
+
+
 def _executed_nodes(notices: list[str]) -> list[str]:
     return [line.strip() for notice in notices for line in notice.splitlines()
             if "actual time" in line and "never executed" not in line]
@@ -70,11 +79,7 @@ def test_claims_and_completions_keep_index_plans_as_the_history_grows(pg_dsn: st
         for _ in range(12):                            # and served jobs pile up ahead of the due ones
             assert _cycle(cur) == BATCH
 
-        cur.execute("LOAD 'auto_explain'")
-        cur.execute("SET auto_explain.log_min_duration = 0")
-        cur.execute("SET auto_explain.log_nested_statements = on")
-        cur.execute("SET auto_explain.log_analyze = on")
-        cur.execute("SET client_min_messages = log")
+        _explain_every_statement(cur)
         conn.notices.clear()
         assert _cycle(cur) == BATCH
         nodes = _executed_nodes(list(conn.notices))
@@ -107,11 +112,7 @@ def test_a_purge_pass_without_a_default_rule_reads_only_the_jobs_with_rules(pg_d
         for _ in range(8):    # past plpgsql's first custom plans
             cur.execute("SELECT purged, next_job_id, busy FROM mjsched.purge_runs(NULL, NULL, true)")
             assert cur.fetchone() == (0, None, 0)
-        cur.execute("LOAD 'auto_explain'")
-        cur.execute("SET auto_explain.log_min_duration = 0")
-        cur.execute("SET auto_explain.log_nested_statements = on")
-        cur.execute("SET auto_explain.log_analyze = on")
-        cur.execute("SET client_min_messages = log")
+        _explain_every_statement(cur)
         conn.notices.clear()
         cur.execute("SELECT purged, next_job_id, busy FROM mjsched.purge_runs(NULL, NULL, true)")
         assert cur.fetchone() == (0, None, 0)
