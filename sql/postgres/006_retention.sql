@@ -61,7 +61,7 @@ CREATE OR REPLACE FUNCTION mjsched.purge_candidates(
     p_job_id uuid, p_cut_at timestamptz, p_nth_at timestamptz, p_nth_id uuid, p_after_at timestamptz,
     p_after_id uuid, p_next_run_at timestamptz, p_limit integer)
 RETURNS TABLE (run_id uuid, completed_at timestamptz)
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = mjsched, pg_temp AS $$
+LANGUAGE sql STABLE AS $$   -- internal (003_security.sql): runs inside purge_runs, as its owner
     SELECT x.id, x.completed_at
       FROM mjsched.scheduled_job_run x
      WHERE x.scheduled_job_id = p_job_id
