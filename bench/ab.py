@@ -22,7 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 ROW = re.compile(r"^\|\s*(\d+)\s*\|\s*\S+\s*\|\s*[\d,]+\s*\|\s*([\d,]+)\s*\|\s*[\d.]+\s*\|\s*[\d.]+\s*\|"
-                 r"\s*[\d.]+\s*\|\s*(\d+)\s*\|\s*(\d+)\s*\|")
+                 r"\s*[\d.]+\s*\|\s*([\d.,]+)\s*\|\s*([\d.,]+)\s*\|")   # CPU: "95.0" below 100, "1,020" above
 
 
 def run_once(tree: Path, args: argparse.Namespace) -> tuple[float, float, float]:
@@ -34,7 +34,7 @@ def run_once(tree: Path, args: argparse.Namespace) -> tuple[float, float, float]
     for line in out.splitlines():
         m = ROW.match(line)
         if m and int(m.group(1)) == args.engines:
-            return float(m.group(2).replace(",", "")), float(m.group(3)), float(m.group(4))
+            return tuple(float(m.group(i).replace(",", "")) for i in (2, 3, 4))  # type: ignore[return-value]
     raise RuntimeError(f"no result row for {args.engines} engines in {tree}:\n{out[-2000:]}")
 
 
