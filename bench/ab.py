@@ -25,17 +25,26 @@ ROW = re.compile(r"^\|\s*(\d+)\s*\|\s*\S+\s*\|\s*[\d,]+\s*\|\s*([\d,]+)\s*\|\s*[
                  r"\s*[\d.]+\s*\|\s*([\d.,]+)\s*\|\s*([\d.,]+)\s*\|")   # CPU: "95.0" below 100, "1,020" above
 
 
+def result_row(out: str, engines: int) -> tuple[float, float, float] | None:
+    """(executions/s, engine CPU ms per 1k, PostgreSQL CPU ms per 1k) from a throughput table."""
+    for line in out.splitlines():
+        m = ROW.match(line)
+        if m and int(m.group(1)) == engines:
+            rate, engine_cpu, pg_cpu = (float(m.group(i).replace(",", "")) for i in (2, 3, 4))
+            return rate, engine_cpu, pg_cpu
+    return None
+
+
 def run_once(tree: Path, args: argparse.Namespace) -> tuple[float, float, float]:
-    """(executions/s, engine CPU ms per 1k, PostgreSQL CPU ms per 1k) of one throughput run."""
+    """One throughput run of ``tree``: its result_row."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
     out = subprocess.run([sys.executable, "-m", "bench.throughput", "--engines", str(args.engines),
                           "--jobs", str(args.jobs), "--dsn", args.dsn],
                          cwd=tree, env=env, capture_output=True, text=True, timeout=600).stdout
-    for line in out.splitlines():
-        m = ROW.match(line)
-        if m and int(m.group(1)) == args.engines:
-            return tuple(float(m.group(i).replace(",", "")) for i in (2, 3, 4))  # type: ignore[return-value]
-    raise RuntimeError(f"no result row for {args.engines} engines in {tree}:\n{out[-2000:]}")
+    row = result_row(out, args.engines)
+    if row is None:
+        raise RuntimeError(f"no result row for {args.engines} engines in {tree}:\n{out[-2000:]}")
+    return row
 
 
 def main() -> int:

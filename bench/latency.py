@@ -66,7 +66,6 @@ def run(server_dsn: str, jobs: int, seconds: int, *, engines: int, cap: int) -> 
             "completed": len(completed), "skipped": sum(1 for r in rows if r[4] == "Skipped"),
             "other": sum(1 for r in rows if r[4] not in ("Completed", "Skipped")),
             "lateness": lateness, "driver": driver, "handoff": handoff,
-            "driver_by_tick": [(r[1], (r[3] + offset - r[1]) * 1000) for r in completed if r[3] is not None],
             "offset_ms": offset * 1000, "uncertainty_ms": uncertainty * 1000,
             "offsets_ms": (offset_before[0] * 1000, offset_after[0] * 1000),
             "cpu_per_s": sum(s.get("cpu_s", 0.0) for s in stats) / max(1e-9, max(s.get("wall_s", 1) for s in stats)),

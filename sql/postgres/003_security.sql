@@ -35,11 +35,9 @@ BEGIN
           JOIN pg_namespace n ON n.oid = p.pronamespace
          WHERE n.nspname = 'mjsched' AND p.prokind = 'f'
     LOOP
-        IF f.proname IN ('claimable', 'claim_token', 'lease_interval') THEN
-            EXECUTE format('ALTER FUNCTION %s SECURITY INVOKER RESET ALL', f.signature);
-        ELSIF f.proname = ANY (mjsched.internal_routines()) THEN
-            -- only the owner may execute them (grants.sql), so they run only inside the
-            -- procedures, as the owner, under the procedures' search_path already
+        IF f.proname = 'lease_interval' OR f.proname = ANY (mjsched.internal_routines()) THEN
+            -- the inlined helpers (claimable and claim_token are internal too) and the building
+            -- blocks only the owner may execute: they run inside the procedures, as the owner
             EXECUTE format('ALTER FUNCTION %s SECURITY INVOKER RESET ALL', f.signature);
         ELSIF f.is_trigger OR f.proname = 'probe_permissions' THEN
             EXECUTE format('ALTER FUNCTION %s SECURITY INVOKER SET search_path = mjsched, pg_temp', f.signature);
