@@ -55,18 +55,15 @@ def _json(value: Any) -> Any:
 def _field_values(cls: type, row: Mapping[str, Any]) -> dict[str, Any]:
     """Every field of dataclass ``cls``, None where ``row`` lacks the column; columns that
     are no field are dropped. The field names are read once per class (dataclasses.fields()
-    per row cost more than the rest of a from_row)."""
-    names = cls.__dict__.get("_field_names")
+    per row cost more than the rest of a from_row); one pass over them, not a copy of the
+    row trimmed of its other columns (a claim's rows carry 14 more: 5.4 -> 2.5 µs a row)."""
+    names: tuple[str, ...] | None = cls.__dict__.get("_field_names")
     if names is None:
-        order = tuple(f.name for f in dataclasses.fields(cls))
-        names = (order, frozenset(order))
+        names = tuple(f.name for f in dataclasses.fields(cls))
         setattr(cls, "_field_names", names)   # not a field: no annotation
-    values: dict[str, Any] = dict.fromkeys(names[0])
-    values.update(row)
-    if len(values) != len(names[0]):
-        for extra in values.keys() - names[1]:
-            del values[extra]
-    return values
+    get = row.get
+    return {name: get(name) for name in names}
+
 
 @dataclass(frozen=True)
 class Job:
@@ -149,8 +146,11 @@ class Job:
         return RetryPolicy.from_row({k: getattr(self, k) for k in COLUMNS})
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> "Job":
+    def from_row(cls, row: Mapping[str, Any], **columns: Any) -> "Job":
+        """``columns`` stand in for (or add to) the row's own: a claim's row names its job
+        ``job_id`` and carries the claim's token, not the job's."""
         values = _field_values(cls, row)
+        values.update(columns)
         values["id"] = str(values["id"])
         values["job_type_id"] = str(values["job_type_id"])
         values["status"] = JobStatus(values["status"])

@@ -216,7 +216,7 @@ def claim_batch(rows: Iterable[Mapping[str, Any]]) -> ClaimBatch:
         claims.append(Claim(job_id=job_id, run_id=str(r["run_id"]) if r["run_id"] else None,
                             lock_token=str(r["lock_token"]), scheduled_for=r["scheduled_for"],
                             db_now=r["db_now"], from_queue=bool(r["from_queue"])))
-        jobs[job_id] = Job.from_row({**r, "id": r["job_id"], "lock_token": None})
+        jobs[job_id] = Job.from_row(r, id=r["job_id"], lock_token=None)
     return ClaimBatch(claims=claims, jobs=jobs, next_due_at=tail.get("next_due_at"), db_now=tail.get("db_now"),
                       due_left=int(tail.get("due_left") or 0), locked_out=int(tail.get("locked_out") or 0))
 

@@ -25,6 +25,7 @@ from typing import Callable
 
 from ..backends.base import Backend, Completion
 from ..errors import ConfigurationError, SchedulerError
+from .conditions import WaitedCondition
 
 log = logging.getLogger(__name__)
 
@@ -59,30 +60,38 @@ class CompletionWriter:
         self._busy = 0              # items waiting because their job row is held elsewhere
         self._passes = 0            # loop passes done (retry_busy_now waits for one)
         self._busy_now = False
-        self._cond = threading.Condition()
+        self._cond = WaitedCondition()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._start_lock = threading.Lock()
+        self._running = False       # the writer thread is in _loop (set under _cond; False once it left)
         self._closed = False
 
     def submit(self, completion: Completion, on_done: Callback) -> None:
         item = _Item(completion, on_done, time.monotonic() + self._give_up_after)
-        with self._start_lock:   # put under the lock: stop() can never slip in between and strand it
+        with self._cond:   # put under the lock stop() closes under: it can never slip in between and strand it
             closed = self._closed
             if not closed:
-                with self._cond:
-                    self._pending += 1
-                self._ensure_started()
+                self._pending += 1
+                if not self._running:
+                    self._start_thread()
                 self._queue.put(item)
         if closed:   # a run that outlived close(): its lease lapses and the sweep abandons it
             log.warning("completion of run %s (%s) after the engine closed; not written", completion.run_id,
                         completion.status, extra={"action": "completion_given_up"})
             self._call(item, None)
 
-    def _ensure_started(self) -> None:
-        if self._thread is None or not self._thread.is_alive():
-            self._thread = threading.Thread(target=self._loop, name="mjsched-completions", daemon=True)
-            self._thread.start()
+    def _start_thread(self) -> None:
+        """The writer thread (the caller holds _cond); again if a bug ever ended the last one."""
+        self._running = True
+        self._thread = threading.Thread(target=self._run_loop, name="mjsched-completions", daemon=True)
+        self._thread.start()
+
+    def _run_loop(self) -> None:
+        try:
+            self._loop()
+        finally:
+            with self._cond:
+                self._running = False
 
     def flush(self, timeout: float | None) -> bool:
         """Wait until every submitted completion was written or given up (None: no bound)."""
@@ -102,7 +111,7 @@ class CompletionWriter:
     def retry_busy_now(self, timeout: float = 0.5) -> None:
         """Try the busy items at once and wait (at most ``timeout``) until that try is done."""
         with self._cond:
-            if not self._busy or self._thread is None or not self._thread.is_alive():
+            if not self._busy or not self._running:
                 return
             self._busy_now = True
             target = self._passes + 2     # a pass under way may have missed the request
@@ -113,7 +122,7 @@ class CompletionWriter:
     def stop(self, timeout: float = 5.0) -> None:
         """Flush for at most ``timeout`` seconds, then stop; what is left is given up."""
         self.flush(timeout)
-        with self._start_lock:
+        with self._cond:
             self._closed = True
         self._stop.set()
         self._queue.put(None)

@@ -33,7 +33,12 @@ class Poller:
         self._thread.start()
 
     def wake(self) -> None:
-        self._wake.set()
+        """Poll again at once. A run wakes it twice (its slot frees, its completion lands):
+        while the event is already set, that costs a flag read, not Event.set's Condition.
+        A wake() skipped because the event is set is never lost: the loop clears it only
+        just before a poll, and that poll starts after the change this wake announced."""
+        if not self._wake.is_set():
+            self._wake.set()
 
     def stop(self, timeout: float = 5.0) -> None:
         """Ask the loop to end, then wait up to ``timeout`` seconds for it (0: do not wait)."""

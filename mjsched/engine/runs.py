@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any, Callable, Iterable, Protocol
 
 from ..models import Job
+from .conditions import WaitedCondition
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +72,7 @@ class RunRegistry:
     fields change under (``changed``: a run's transitions take it, and waiters wait on it)."""
 
     def __init__(self, on_slot_freed: Callable[[], None] = lambda: None) -> None:
-        self.changed = threading.Condition(threading.Lock())
+        self.changed = WaitedCondition(threading.Lock())
         self._entries: dict[str, HeldRun] = {}
         self._leaked: set[str] = set()
         self._on_slot_freed = on_slot_freed

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from typing import Any, Callable
 
 import pytest
@@ -246,6 +247,36 @@ def test_a_run_that_outlives_close_does_not_restart_the_writer(make_engine: Call
     wait_for(lambda: engine._registry.snapshot() == [], message="the late completion to be given up")
     thread = engine._writer._thread
     assert thread is None or not thread.is_alive(), "the completion writer was restarted after close()"
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")   # the bug, on purpose
+def test_a_writer_thread_ended_by_a_bug_is_started_again_by_the_next_completion(
+        make_engine: Callable[..., Any], pg_dsn: str) -> None:
+    make_engine()                                      # the schema
+    backend = PostgresBackend(pg_dsn)
+    writer = CompletionWriter(backend, batch_window=0.01)
+    real = writer._take_batch
+    calls = {"n": 0}
+
+    def first_call_raises(timeout: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("a bug in the writer's loop")
+        return real(timeout)
+    writer._take_batch = first_call_raises             # type: ignore[method-assign]
+    answered: dict[str, Any] = {}
+    try:
+        writer.submit(Completion(str(uuid.uuid4()), str(uuid.uuid4()), "Completed"),
+                      lambda ok: answered.__setitem__("first", ok))
+        wait_for(lambda: not writer._running, timeout=5, message="the writer thread to end on the bug")
+        assert "first" not in answered
+        writer.submit(Completion(str(uuid.uuid4()), str(uuid.uuid4()), "Completed"),
+                      lambda ok: answered.__setitem__("second", ok))
+        assert writer.flush(5.0), "the completions were never answered: no writer thread"
+        assert answered == {"first": False, "second": False}   # unknown runs: answered, fenced out
+    finally:
+        writer.stop(timeout=1.0)
+        backend.close()
 
 
 def test_a_schedule_edited_during_a_run_is_not_overwritten_when_it_ends(make_engine: Callable[..., Any],
