@@ -130,7 +130,9 @@ class CompletionWriter:
             self._thread.join(timeout=1.0)
 
     def _take_batch(self, timeout: float | None) -> list[_Item]:
-        """New items gathered for one batch window; [] when none came within ``timeout``."""
+        """New items gathered for one batch window; [] when none came within ``timeout``.
+        After the first item it sleeps out the window, then takes what came meanwhile: one
+        wake-up of this thread a batch, where a get() per item woke it once per completion."""
         try:
             first = self._queue.get(timeout=timeout)
         except queue.Empty:
@@ -141,11 +143,11 @@ class CompletionWriter:
         if first is _WAKE:
             return []
         batch: list[_Item] = [first]  # type: ignore[list-item]
-        deadline = time.monotonic() + self._window
+        if self._window > 0:
+            time.sleep(self._window)
         while len(batch) < self._max_batch:
-            left = deadline - time.monotonic()
             try:
-                item = self._queue.get(timeout=left) if left > 0 else self._queue.get_nowait()
+                item = self._queue.get_nowait()
             except queue.Empty:
                 break
             if item is None:

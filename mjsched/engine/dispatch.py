@@ -149,7 +149,7 @@ class Dispatcher:
                 # claim would otherwise make the next wake-up that much late
                 delay = min(delay, (next_due - self._clock.now()).total_seconds() + DUE_MARGIN_SECONDS)
             delay = min(delay, self._enqueue_queue_ticks(db_now))
-        if dispatched or swept.swept or result.skipped_at_capacity:
+        if (dispatched or swept.swept or result.skipped_at_capacity) and log.isEnabledFor(logging.INFO):
             log.info("poll: swept=%d, dispatched=%d, locked_out=%d, skipped_at_capacity=%d, inflight=%d/%d",
                      result.swept, result.dispatched, result.locked_out, result.skipped_at_capacity,
                      self._registry.live_count(), self._options.max_concurrent_jobs, extra={"action": "poll"})
@@ -274,12 +274,11 @@ class Dispatcher:
             # a Concurrent retry runs beside the ticks, as a tick run does: it keeps only its run
             # lease, and the schedule stays as it is
             self._backend.advance_job(job.id, token, job.next_run_at, release=True)
+        # Only ticks that come due while this run runs are queued: those before the claim were
+        # missed (a tick's claim) or were queued or refused already (a queued run's claim).
         run = Run.begin(self._services, job, run_id, token, scheduled_for, manual=False, catch_up=plan.catch_up,
-                        seen_next_run_at=seen, attempt=attempt)
-        if scheduled_for is not None:
-            # Only ticks that come due while this run runs are queued: those before the claim were
-            # missed (a tick's claim) or were queued or refused already (a queued run's claim).
-            run.note_enqueued(max(scheduled_for, db_now))
+                        seen_next_run_at=seen, attempt=attempt,
+                        last_enqueued=None if scheduled_for is None else max(scheduled_for, db_now))
         with self._accept_lock:
             accepted = self._accepting
             if accepted:

@@ -110,9 +110,12 @@ class Run:
     @classmethod
     def begin(cls, services: RunServices, job: Job, run_id: str, token: str, scheduled_for: datetime | None, *,
               manual: bool, catch_up: bool, seen_next_run_at: datetime | None = None,
-              parameters: dict[str, Any] | None = None, attempt: int = 1) -> Run:
+              parameters: dict[str, Any] | None = None, attempt: int = 1,
+              last_enqueued: datetime | None = None) -> Run:
         """A run just claimed, with the context its driver will see. ``job`` is what the driver
-        sees (a manual run's ``parameters`` already merged into its configuration)."""
+        sees (a manual run's ``parameters`` already merged into its configuration).
+        ``last_enqueued``: Queue mode's newest tick already served or kept (``note_enqueued``),
+        set here while no other thread can see the run."""
         try:
             driver_cls: type[BaseScheduledJob] | None = get_driver(job.driver)
         except SchedulerError:
@@ -120,7 +123,7 @@ class Run:
         max_runtime = effective_max_runtime(job, driver_cls)
         run = cls(services, job, run_id, token, scheduled_for, manual=manual, catch_up=catch_up,
                   deadline=time.monotonic() + max_runtime if max_runtime else None,
-                  seen_next_run_at=seen_next_run_at, attempt=attempt,
+                  seen_next_run_at=seen_next_run_at, attempt=attempt, last_enqueued=last_enqueued,
                   notified=threading.Event() if manual else NOBODY_WAITS)
         record = JobRun(id=run_id, scheduled_job_id=job.id, scheduled_for=scheduled_for, status=RunStatus.RUNNING,
                         success=None, error_message=None, details=None, queued_at=None,
