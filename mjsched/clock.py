@@ -1,8 +1,9 @@
 """The database's time, estimated between round trips without reading the local wall clock.
 
-Each claim returns the database's ``now``; between claims we add the monotonic
-time elapsed. Only schedule maths use this estimate; leases are decided by the
-procedures on the database clock alone.
+Each claim returns the database's clock as it ended (``replied_at``); between claims we
+add the monotonic time elapsed. The estimate trails the database by the reply's transit
+and never runs ahead of it, so no tick is taken for past before it is. Only schedule maths
+use this estimate; leases are decided by the procedures on the database clock alone.
 """
 from __future__ import annotations
 

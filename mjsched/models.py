@@ -271,6 +271,9 @@ class ClaimBatch:
     db_now: datetime | None = None
     due_left: int = 0          # claimable due jobs left for want of slots
     locked_out: int = 0        # due jobs held by other engines' live leases
+    # The database clock as the claim ended (None from a procedure older than this field):
+    # db_now is the claim's start, older by the claim's own duration.
+    replied_at: datetime | None = None
 
 
 @dataclass(frozen=True)

@@ -204,7 +204,7 @@ def replayed_attempts(replay: bool, attempt: Callable[[Any, bool], list[dict[str
 
 def claim_batch(rows: Iterable[Mapping[str, Any]]) -> ClaimBatch:
     """``claim_due_jobs``'s rows as a ClaimBatch: one row per claim, with its job's columns,
-    then the tail row (job_id NULL) with db_now, next_due_at and the two counters."""
+    then the tail row (job_id NULL) with db_now, next_due_at, the two counters and replied_at."""
     claims: list[Claim] = []
     jobs: dict[str, Job] = {}
     tail: Mapping[str, Any] = {}
@@ -218,7 +218,8 @@ def claim_batch(rows: Iterable[Mapping[str, Any]]) -> ClaimBatch:
                             db_now=r["db_now"], from_queue=bool(r["from_queue"])))
         jobs[job_id] = Job.from_row(r, id=r["job_id"], lock_token=None)
     return ClaimBatch(claims=claims, jobs=jobs, next_due_at=tail.get("next_due_at"), db_now=tail.get("db_now"),
-                      due_left=int(tail.get("due_left") or 0), locked_out=int(tail.get("locked_out") or 0))
+                      due_left=int(tail.get("due_left") or 0), locked_out=int(tail.get("locked_out") or 0),
+                      replied_at=tail.get("replied_at"))
 
 
 class Backend(abc.ABC):

@@ -269,7 +269,7 @@ def _guid(raw: bytes | None) -> str | None:
 
 _TIME_COLUMNS = {"start_at", "end_at", "next_run_at", "last_run_at", "locked_at", "expected_completion_at",
                  "created_at", "updated_at", "scheduled_for", "queued_at", "started_at", "completed_at",
-                 "lease_expires_at", "db_now", "next_due_at", "last_seen_at", "stopped_at", "now",
+                 "lease_expires_at", "db_now", "next_due_at", "replied_at", "last_seen_at", "stopped_at", "now",
                  "applied_at"}
 
 

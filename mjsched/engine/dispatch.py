@@ -37,7 +37,7 @@ SWEEP_INTERVAL_SECONDS = 1.0     # the background loop sweeps at most this often
 # A claim that only advanced ticks already served (run-less claims) leaves its slots free: claim
 # again in the same poll, at most this many times, so a backlog of served ticks never starves runs.
 MAX_CLAIM_ROUNDS = 4
-DUE_MARGIN_SECONDS = 0.001       # wake just after the next due instant, not just before it
+DUE_MARGIN_SECONDS = 0.0002      # wake just after the next due instant, not just before it
 # With every slot taken, the background loop claims (its heartbeat, the counters) at most this
 # often: a freed slot wakes it anyway, and a claim for no slot only delayed the one that follows.
 FULL_CLAIM_SECONDS = 1.0
@@ -191,7 +191,9 @@ class Dispatcher:
         if replay:
             log.warning("claim %s had failed; asked again as a replay: %d claim(s) answered",
                         claim_id, len(batch.claims), extra={"action": "claim_replayed"})
-        self._clock.observe(batch.db_now)
+        # The clock at the claim's end, not its start: an estimate from db_now ran behind by the
+        # claim's duration, and the next due instant was slept past by as much.
+        self._clock.observe(batch.replied_at or batch.db_now)
         return batch, batch.db_now or self._clock.now()
 
     def _start_claims(self, batch: ClaimBatch, db_now: datetime) -> list[str]:

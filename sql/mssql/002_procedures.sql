@@ -1014,7 +1014,8 @@ GO
 -- every column of scheduled_job but lock_token, which the engine and admin roles may not
 -- read (grants.sql; the claim's own token is the row's lock_token). The last row always has
 -- job_id NULL, no job columns, and carries db_now and next_due_at (the earliest instant
--- something may become claimable; NULL when nothing is scheduled).
+-- something may become claimable; NULL when nothing is scheduled), and replied_at (the
+-- database clock as the claim ends).
 --
 -- Idempotent when the caller names the claim (@p_claim_id, a fresh GUID per claim): each
 -- lock token is then derived from (@p_claim_id, job id) (claim_token), so a retry with
@@ -1047,7 +1048,7 @@ BEGIN
                           run_id uniqueidentifier NULL, lock_token uniqueidentifier NULL,
                           scheduled_for datetimeoffset NULL, from_queue bit NOT NULL,
                           db_now datetimeoffset NOT NULL, next_due_at datetimeoffset NULL,
-                          due_left int NULL, locked_out int NULL);
+                          due_left int NULL, locked_out int NULL, replied_at datetimeoffset NULL);
     CREATE TABLE #mjsched_claimed (seq int IDENTITY(1, 1) NOT NULL PRIMARY KEY, job_id uniqueidentifier NOT NULL,
                                    run_id uniqueidentifier NULL, lock_token uniqueidentifier NULL,
                                    scheduled_for datetimeoffset NULL, from_queue bit NOT NULL);
@@ -1152,11 +1153,14 @@ BEGIN
     SELECT c.job_id, c.run_id, c.lock_token, c.scheduled_for, c.from_queue, @v_now
       FROM #mjsched_claimed AS c
      ORDER BY c.seq;
+    -- replied_at: the database clock as the claim ends (after its commit; @p_now under a test
+    -- clock), for the engine's clock estimate (see the PostgreSQL twin).
     INSERT INTO @v_out (job_id, run_id, lock_token, scheduled_for, from_queue, db_now, next_due_at,
-                        due_left, locked_out)
-    VALUES (NULL, NULL, NULL, NULL, 0, @v_now, @v_next, @v_due_left, @v_locked_out);
+                        due_left, locked_out, replied_at)
+    VALUES (NULL, NULL, NULL, NULL, 0, @v_now, @v_next, @v_due_left, @v_locked_out,
+            CASE WHEN @p_now IS NULL THEN SYSDATETIMEOFFSET() ELSE @v_now END);
     SELECT o.job_id, o.run_id, o.lock_token, o.scheduled_for, o.from_queue, o.db_now, o.next_due_at,
-           o.due_left, o.locked_out,
+           o.due_left, o.locked_out, o.replied_at,
            j.job_type_id, j.driver, j.name, j.description, j.cron_expression, j.timezone,
            j.start_at, j.end_at, j.status, j.configuration, j.owner, j.concurrency_mode,
            j.missed_run_policy, j.run_immediately_if_never_run, j.max_runtime_seconds, j.isolation,

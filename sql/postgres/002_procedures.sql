@@ -386,7 +386,10 @@ $$;
 -- column of scheduled_job but lock_token, which the engine and admin roles may not read
 -- (grants.sql; the claim's own token is the row's lock_token). The last row always has
 -- job_id NULL, no job columns, and carries db_now and next_due_at (the earliest instant
--- something may become claimable; NULL when nothing is scheduled).
+-- something may become claimable; NULL when nothing is scheduled), and replied_at: the
+-- database clock as the claim ends (clock_timestamp(); p_now under a test clock). The engine
+-- sets its clock estimate from it: from db_now (the transaction's start) the estimate ran
+-- behind by the claim's own duration, and the poller woke that much after the next due instant.
 --
 -- Idempotent when the caller names the claim (p_claim_id, a fresh UUID per claim):
 -- each lock token is then derived from (p_claim_id, job id), so a retry with the same
@@ -413,7 +416,7 @@ CREATE FUNCTION mjsched.claim_due_jobs(
     p_now timestamptz DEFAULT NULL, p_claim_id uuid DEFAULT NULL, p_replay boolean DEFAULT false)
 RETURNS TABLE (job_id uuid, run_id uuid, lock_token uuid, scheduled_for timestamptz,
                from_queue boolean, db_now timestamptz, next_due_at timestamptz,
-               due_left integer, locked_out integer,
+               due_left integer, locked_out integer, replied_at timestamptz,
                job_type_id uuid, driver varchar, name varchar, description text, cron_expression varchar,
                timezone varchar, start_at timestamptz, end_at timestamptz, status varchar, configuration jsonb,
                owner varchar, concurrency_mode varchar, missed_run_policy varchar,
@@ -476,7 +479,7 @@ BEGIN
     -- A statement of its own: it sees the rows the claims above wrote (and holds their locks).
     RETURN QUERY
     SELECT c.job_id, c.run_id, c.lock_token, c.scheduled_for, c.from_queue, v_now, NULL::timestamptz,
-           NULL::integer, NULL::integer,
+           NULL::integer, NULL::integer, NULL::timestamptz,
            j.job_type_id, t.driver_class, j.name, j.description, j.cron_expression,
            j.timezone, j.start_at, j.end_at, j.status, j.configuration,
            j.owner, j.concurrency_mode, j.missed_run_policy,
@@ -497,6 +500,7 @@ BEGIN
      ORDER BY c.n;
     RETURN QUERY SELECT NULL::uuid, NULL::uuid, NULL::uuid, NULL::timestamptz, false, v_now,
                         mjsched.next_due_at(v_now), t.due_left, t.locked_out,
+                        CASE WHEN p_now IS NULL THEN clock_timestamp() ELSE v_now END,
                         NULL::uuid, NULL::varchar, NULL::varchar, NULL::text, NULL::varchar,
                         NULL::varchar, NULL::timestamptz, NULL::timestamptz, NULL::varchar, NULL::jsonb,
                         NULL::varchar, NULL::varchar, NULL::varchar,

@@ -272,6 +272,18 @@ def test_enqueue_keeps_only_ticks_that_came_due_while_the_job_runs(backend: Back
     assert db.count_runs("Queued") == 1
 
 
+def test_a_claim_reports_the_database_clock_at_its_end(backend: Backend) -> None:
+    """replied_at: the clock as the claim ended (the engine's clock estimate starts from it;
+    db_now is the claim's start); under a test clock, the test clock."""
+    new_job(backend, name="due", next_run_at=past())
+    batch = backend.claim_due_jobs("a", 5, 60)
+    assert len(batch.claims) == 1
+    assert batch.db_now is not None and batch.replied_at is not None
+    assert batch.db_now <= batch.replied_at <= datetime.now(timezone.utc) + timedelta(seconds=5)
+    later = datetime.now(timezone.utc) + timedelta(hours=2)
+    assert backend.claim_due_jobs("a", 5, 60, now=later).replied_at == later
+
+
 def test_queued_runs_are_claimed_before_new_ticks(backend: Backend, db: Db) -> None:
     job = new_job(backend, concurrency_mode="Queue", next_run_at=past(5))
     queued_tick = past(30)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Iterator
 
@@ -513,3 +514,40 @@ def test_a_job_created_while_polling_gets_the_warning(make_engine: Any, sql: Sql
         wait_for(lambda: _frequency_warnings(caplog, "late-and-fast"), timeout=2, message="the warning")
     finally:
         engine.stop_polling(wait=True, max_wait=5)
+
+
+# --------------------------------------------------------------------------
+# The engine's estimate of the database clock
+# --------------------------------------------------------------------------
+
+def test_after_a_slow_claim_the_engine_clock_is_the_claims_end_never_ahead(make_engine: Any, sql: Sql) -> None:
+    """The poller sleeps until the next due instant by the engine's estimate of the database
+    clock. Set from the claim's db_now (when its transaction began), the estimate trailed the
+    database by the claim's own duration, and the next due instant was slept past by as much.
+    It must never run ahead either: a tick would be taken for past before it is."""
+    key = 7_000_000 + threading.get_ident() % 1_000_000
+    # every session opened from here on (the test's own database) parks its claims once they
+    # locked their due jobs, until this session lets go of the advisory lock ``key``
+    for setting, value in (("mjsched.pause_at", "claim_due_jobs:due_jobs_locked"), ("mjsched.pause_key", str(key))):
+        sql.run(f"ALTER DATABASE {sql.one('SELECT current_database()')} SET {setting} = '{value}'")
+    engine = make_engine()
+    job = create(engine, "slow-claim")
+    sql.run("UPDATE mjsched.scheduled_job SET next_run_at = now() - interval '1 second' WHERE id = %s", (job,))
+    sql.one("SELECT pg_advisory_lock(%s)", (key,))
+    results: list[Any] = []
+    poll = threading.Thread(target=lambda: results.append(engine.dispatch_due_jobs()))
+    poll.start()
+    try:
+        wait_for(lambda: sql.one("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                                 " AND wait_event_type = 'Lock' AND wait_event = 'advisory'") == 1,
+                 timeout=10, message="the claim to park inside the database")
+        time.sleep(0.4)   # the claim's duration: the time that passes is what is measured
+    finally:
+        sql.one("SELECT pg_advisory_unlock(%s)", (key,))
+    poll.join(10)
+    assert results and results[0].dispatched == 1
+    estimate = engine._clock.now()
+    actual = db_now(sql)            # read after the estimate
+    assert estimate <= actual, f"the estimate runs {(estimate - actual).total_seconds() * 1000:.1f} ms ahead"
+    assert actual - estimate < timedelta(milliseconds=150), \
+        f"the estimate trails by {(actual - estimate).total_seconds() * 1000:.0f} ms: the claim's start, not its end"

@@ -43,7 +43,7 @@ ALLOWED = [
 # claim_due_jobs: the claim's columns, then every field of its Job but id (job_id) and lock_token (the
 # roles may not read it; the claim's own token is lock_token), in table order.
 CLAIM_COLUMNS = ["job_id", "run_id", "lock_token", "scheduled_for", "from_queue", "db_now", "next_due_at", "due_left",
-                 "locked_out"] + [f.name for f in dataclasses.fields(Job) if f.name not in ("id", "lock_token")]
+                 "locked_out", "replied_at"] + [f.name for f in dataclasses.fields(Job) if f.name not in ("id", "lock_token")]
 
 
 def _about(prefix: str) -> list[str]:
