@@ -75,8 +75,11 @@ class LeaseKeeper:
         return self._thread is not None and self._thread.is_alive()
 
     def poke(self) -> None:
-        """Re-evaluate deadlines now (a run with a deadline was added)."""
-        self._wake.set()
+        """Re-evaluate deadlines now (a run with a deadline was added). Each run with a
+        max_runtime pokes; while the event is still set a flag read does, not Event.set: the
+        keeper clears it before it reads the deadlines again, so the new run's is read."""
+        if not self._wake.is_set():
+            self._wake.set()
 
     def _loop(self, stop: threading.Event) -> None:
         next_beat = time.monotonic() + self.interval
