@@ -955,24 +955,35 @@ GO
 
 -- next_due_at: the earliest instant something may become claimable (a tick, a retry, a
 -- lapsing lock or run lease); NULL when nothing is scheduled. Advisory, so rows other engines
--- are writing at that instant are skipped (READPAST) rather than waited for.
+-- are writing at that instant are skipped (READPAST) rather than waited for. Each branch is
+-- the head of the index on its column (TOP (1) .. ORDER BY), as in the PostgreSQL twin: the
+-- runs' lease and token indexes share one filter, and a MIN() planned over the wrong one
+-- reads every Running run at each claim.
 CREATE OR ALTER FUNCTION mjsched.next_due_at(@p_now datetimeoffset)
 RETURNS datetimeoffset
 AS
 BEGIN
     DECLARE @v_next datetimeoffset;
     SELECT @v_next = MIN(s.t) FROM (
-        SELECT MIN(j.next_run_at) AS t FROM mjsched.scheduled_job AS j WITH (READCOMMITTEDLOCK, READPAST)
-         WHERE j.status = N'Active' AND j.next_run_at > @p_now
+        SELECT a.t FROM (SELECT TOP (1) j.next_run_at AS t
+                           FROM mjsched.scheduled_job AS j WITH (READCOMMITTEDLOCK, READPAST)
+                          WHERE j.status = N'Active' AND j.next_run_at > @p_now
+                          ORDER BY j.next_run_at) AS a
         UNION ALL
-        SELECT MIN(j.expected_completion_at) FROM mjsched.scheduled_job AS j WITH (READCOMMITTEDLOCK, READPAST)
-         WHERE j.lock_token IS NOT NULL AND j.expected_completion_at > @p_now
+        SELECT b.t FROM (SELECT TOP (1) j.expected_completion_at AS t
+                           FROM mjsched.scheduled_job AS j WITH (READCOMMITTEDLOCK, READPAST)
+                          WHERE j.lock_token IS NOT NULL AND j.expected_completion_at > @p_now
+                          ORDER BY j.expected_completion_at) AS b
         UNION ALL
-        SELECT MIN(r.lease_expires_at) FROM mjsched.scheduled_job_run AS r WITH (READCOMMITTEDLOCK, READPAST)
-         WHERE r.status = N'Running' AND r.lease_expires_at > @p_now
+        SELECT c.t FROM (SELECT TOP (1) r.lease_expires_at AS t
+                           FROM mjsched.scheduled_job_run AS r WITH (READCOMMITTEDLOCK, READPAST)
+                          WHERE r.status = N'Running' AND r.lease_expires_at > @p_now
+                          ORDER BY r.lease_expires_at) AS c
         UNION ALL
-        SELECT MIN(r.retry_at) FROM mjsched.scheduled_job_run AS r WITH (READCOMMITTEDLOCK, READPAST)
-         WHERE r.status = N'Queued' AND r.retry_at IS NOT NULL AND r.retry_at > @p_now
+        SELECT d.t FROM (SELECT TOP (1) r.retry_at AS t
+                           FROM mjsched.scheduled_job_run AS r WITH (READCOMMITTEDLOCK, READPAST)
+                          WHERE r.status = N'Queued' AND r.retry_at IS NOT NULL AND r.retry_at > @p_now
+                          ORDER BY r.retry_at) AS d
     ) AS s
      WHERE s.t IS NOT NULL;
     RETURN @v_next;

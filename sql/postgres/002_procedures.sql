@@ -722,23 +722,27 @@ $$;
 
 -- next_due_at: the earliest instant something may become claimable (a tick, a retry, a
 -- lapsing lock or run lease); NULL when nothing is scheduled. (plpgsql: its columns are
--- resolved when it runs, not when this script creates it.)
+-- resolved when it runs, not when this script creates it.) Each branch is the head of the
+-- index on its column (ORDER BY .. LIMIT 1), not min() over the rows its filter matches: the
+-- runs' lease and token indexes share one predicate (status = 'Running'), and a min() was
+-- seen planned over the token index, reading every Running run's heap tuple, and the dead
+-- ones the last completions left, at each claim (1.6 ms a claim in the throughput bench).
 CREATE OR REPLACE FUNCTION mjsched.next_due_at(p_now timestamptz) RETURNS timestamptz
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
-    RETURN (SELECT min(s.t) FROM (
-        SELECT min(j.next_run_at) AS t FROM mjsched.scheduled_job j
-         WHERE j.status = 'Active' AND j.next_run_at > p_now
-        UNION ALL
-        SELECT min(j.expected_completion_at) FROM mjsched.scheduled_job j
-         WHERE j.lock_token IS NOT NULL AND j.expected_completion_at > p_now
-        UNION ALL
-        SELECT min(r.lease_expires_at) FROM mjsched.scheduled_job_run r
-         WHERE r.status = 'Running' AND r.lease_expires_at > p_now
-        UNION ALL
-        SELECT min(r.retry_at) FROM mjsched.scheduled_job_run r
-         WHERE r.status = 'Queued' AND r.retry_at IS NOT NULL AND r.retry_at > p_now
-    ) s);
+    RETURN least(
+        (SELECT j.next_run_at FROM mjsched.scheduled_job j
+          WHERE j.status = 'Active' AND j.next_run_at > p_now
+          ORDER BY j.status, j.next_run_at LIMIT 1),
+        (SELECT j.expected_completion_at FROM mjsched.scheduled_job j
+          WHERE j.lock_token IS NOT NULL AND j.expected_completion_at > p_now
+          ORDER BY j.expected_completion_at LIMIT 1),
+        (SELECT r.lease_expires_at FROM mjsched.scheduled_job_run r
+          WHERE r.status = 'Running' AND r.lease_expires_at > p_now
+          ORDER BY r.lease_expires_at LIMIT 1),
+        (SELECT r.retry_at FROM mjsched.scheduled_job_run r
+          WHERE r.status = 'Queued' AND r.retry_at IS NOT NULL AND r.retry_at > p_now
+          ORDER BY r.retry_at LIMIT 1));
 END;
 $$;
 
