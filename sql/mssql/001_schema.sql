@@ -410,6 +410,10 @@ GO
 -- A one-off job (run_at) whose next run is moved past its run_at has served its one tick
 -- (the engine writes mjsched.scheduling.ENDED): it becomes Expired, with no next run.
 -- RECURSIVE_TRIGGERS is off by default; the nest-level guard keeps it so regardless.
+-- The engines' own bookkeeping (a claim's lock, a completion's statistics and next run) sets
+-- updated_at itself and changes nothing else this trigger looks at: the WHERE below leaves
+-- those rows alone, so a claim or a completion is not written a second time. Any other
+-- update leaves updated_at as it was, and so is still stamped here, as before.
 CREATE OR ALTER TRIGGER mjsched.trg_scheduled_job_changed
 ON mjsched.scheduled_job
 AFTER UPDATE
@@ -444,7 +448,12 @@ BEGIN
            END
       FROM mjsched.scheduled_job AS j
       JOIN inserted AS i ON i.id = j.id
-      JOIN deleted AS d ON d.id = i.id;
+      JOIN deleted AS d ON d.id = i.id
+     WHERE EXISTS (SELECT i.updated_at INTERSECT SELECT d.updated_at)
+        OR EXISTS (SELECT i.cron_expression, i.interval_seconds, i.run_at, i.timezone, i.status, i.start_at
+                   EXCEPT
+                   SELECT d.cron_expression, d.interval_seconds, d.run_at, d.timezone, d.status, d.start_at)
+        OR (i.run_at IS NOT NULL AND i.status = N'Active' AND i.next_run_at > i.run_at);
 END;
 GO
 

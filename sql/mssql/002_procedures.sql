@@ -774,7 +774,8 @@ BEGIN
                    locked_at = @p_now,
                    locked_by_instance = @p_instance,
                    expected_completion_at = DATEADD(millisecond, CAST((x.lease_s - FLOOR(x.lease_s)) * 1000 AS int),
-                                                    DATEADD(second, CAST(FLOOR(x.lease_s) AS int), @p_now))
+                                                    DATEADD(second, CAST(FLOOR(x.lease_s) AS int), @p_now)),
+                   updated_at = SYSDATETIMEOFFSET()   -- set here: the row trigger passes it over (001_schema.sql)
             OUTPUT inserted.id, inserted.lock_token, inserted.expected_completion_at, inserted.last_run_at INTO @v_taken
               FROM mjsched.scheduled_job AS j WITH (ROWLOCK)
               JOIN @v_candidates AS c ON c.id = j.id
@@ -896,7 +897,8 @@ BEGIN
                    locked_at = @p_now,
                    locked_by_instance = @p_instance,
                    expected_completion_at = DATEADD(millisecond, CAST((x.lease_s - FLOOR(x.lease_s)) * 1000 AS int),
-                                                    DATEADD(second, CAST(FLOOR(x.lease_s) AS int), @p_now))
+                                                    DATEADD(second, CAST(FLOOR(x.lease_s) AS int), @p_now)),
+                   updated_at = SYSDATETIMEOFFSET()   -- set here: the row trigger passes it over (001_schema.sql)
             OUTPUT inserted.id, inserted.lock_token, inserted.next_run_at, inserted.expected_completion_at,
                    inserted.last_run_at
               INTO @v_taken
@@ -1361,7 +1363,8 @@ BEGIN
                locked_at = CASE WHEN h.holds = 1 THEN NULL ELSE j.locked_at END,
                locked_by_instance = CASE WHEN h.holds = 1 THEN NULL ELSE j.locked_by_instance END,
                expected_completion_at = CASE WHEN h.holds = 1 THEN NULL ELSE j.expected_completion_at END,
-               lock_token = CASE WHEN h.holds = 1 THEN NULL ELSE j.lock_token END
+               lock_token = CASE WHEN h.holds = 1 THEN NULL ELSE j.lock_token END,
+               updated_at = SYSDATETIMEOFFSET()   -- set here: the row trigger passes it over (001_schema.sql)
         OUTPUT inserted.id INTO @v_jobs
           FROM mjsched.scheduled_job AS j WITH (ROWLOCK)
           JOIN (SELECT f.scheduled_job_id,

@@ -245,10 +245,27 @@ BEGIN
 END;
 $$;
 
+-- The engines' own bookkeeping (a claim's lock, a completion's statistics and next run) sets
+-- updated_at itself and changes nothing else the function above looks at: the WHEN below
+-- leaves those rows alone, so the function (a plpgsql call per row, two per run) runs only
+-- where it has something to do. Any other update (plain SQL, the API) leaves updated_at as
+-- it was, and so still gets the function: the same row as before.
 DROP TRIGGER IF EXISTS trg_scheduled_job_changed ON mjsched.scheduled_job;
-CREATE TRIGGER trg_scheduled_job_changed
-    BEFORE INSERT OR UPDATE ON mjsched.scheduled_job
+DROP TRIGGER IF EXISTS trg_scheduled_job_inserted ON mjsched.scheduled_job;
+CREATE TRIGGER trg_scheduled_job_inserted
+    BEFORE INSERT ON mjsched.scheduled_job
     FOR EACH ROW EXECUTE FUNCTION mjsched.tg_scheduled_job_changed();
+CREATE TRIGGER trg_scheduled_job_changed
+    BEFORE UPDATE ON mjsched.scheduled_job
+    FOR EACH ROW
+    WHEN (NEW.updated_at IS NOT DISTINCT FROM OLD.updated_at
+          OR NEW.next_run_at IS NULL OR NEW.run_at IS NOT NULL
+          OR (NEW.cron_expression, NEW.interval_seconds, NEW.run_at, NEW.timezone, NEW.status, NEW.start_at,
+              NEW.end_at, NEW.configuration, NEW.concurrency_mode, NEW.job_type_id)
+             IS DISTINCT FROM (OLD.cron_expression, OLD.interval_seconds, OLD.run_at, OLD.timezone,
+                               OLD.status, OLD.start_at, OLD.end_at, OLD.configuration,
+                               OLD.concurrency_mode, OLD.job_type_id))
+    EXECUTE FUNCTION mjsched.tg_scheduled_job_changed();
 
 -- What a row may hold: the rules the API checks (mjsched/validation.py), so a row written
 -- by plain SQL or through insert_job/update_job cannot hold a value no engine can schedule

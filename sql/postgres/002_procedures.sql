@@ -613,7 +613,8 @@ BEGIN
         UPDATE mjsched.scheduled_job j
            SET lock_token = mjsched.claim_token(p_claim_id, j.id),
                locked_at = p_now, locked_by_instance = p_instance,
-               expected_completion_at = p_now + mjsched.lease_interval(p_lease_seconds, j.max_runtime_seconds)
+               expected_completion_at = p_now + mjsched.lease_interval(p_lease_seconds, j.max_runtime_seconds),
+               updated_at = now()     -- set here, the row trigger passes it over (001_schema.sql)
          WHERE j.id = ANY (v_ids)
            AND EXISTS (SELECT 1 FROM mjsched.scheduled_job_run q
                         WHERE q.scheduled_job_id = j.id AND q.status = 'Queued')
@@ -693,7 +694,8 @@ BEGIN
         UPDATE mjsched.scheduled_job j
            SET lock_token = mjsched.claim_token(p_claim_id, j.id),
                locked_at = p_now, locked_by_instance = p_instance,
-               expected_completion_at = p_now + mjsched.lease_interval(p_lease_seconds, j.max_runtime_seconds)
+               expected_completion_at = p_now + mjsched.lease_interval(p_lease_seconds, j.max_runtime_seconds),
+               updated_at = now()     -- set here, the row trigger passes it over (001_schema.sql)
          WHERE j.id = ANY (v_ids)
      RETURNING j.id, j.lock_token, j.next_run_at, j.expected_completion_at AS lease_until, j.concurrency_mode,
                j.last_run_at
@@ -907,7 +909,8 @@ BEGIN
                locked_at = CASE WHEN j.lock_token = ANY (p.tokens) THEN NULL ELSE j.locked_at END,
                locked_by_instance = CASE WHEN j.lock_token = ANY (p.tokens) THEN NULL ELSE j.locked_by_instance END,
                expected_completion_at = CASE WHEN j.lock_token = ANY (p.tokens) THEN NULL ELSE j.expected_completion_at END,
-               lock_token = CASE WHEN j.lock_token = ANY (p.tokens) THEN NULL ELSE j.lock_token END
+               lock_token = CASE WHEN j.lock_token = ANY (p.tokens) THEN NULL ELSE j.lock_token END,
+               updated_at = now()     -- set here, the row trigger passes it over (001_schema.sql)
           FROM per_job p
          WHERE j.id = p.scheduled_job_id
      RETURNING j.id
