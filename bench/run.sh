@@ -10,7 +10,7 @@ started=$(date +%s)
 echo "# mjsched benchmarks ($( [[ " ${args[*]-} " == *" --quick "* ]] && echo quick || echo full ))"
 "$PY" -m bench.common machine "${args[@]}"
 status=0
-names=(throughput ceiling peers scaling latency)
+names=(throughput ceiling peers scaling latency records)
 # idle (60 s), burst (100,000 jobs) and history (20 M old runs) only in a full run; tests/bench runs their quick forms
 [[ " ${args[*]-} " == *" --quick "* ]] || names+=(idle burst history)
 for name in "${names[@]}"; do

@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential
 
 from ..errors import JobNameTaken, SchedulerError
+from ..frozen import quick_init
 from ..models import Claim, ClaimBatch, Job, JobRun
 from ..retention import PurgeBatch
 from ..redaction import redact_dsn
@@ -28,6 +29,7 @@ T = TypeVar("T")
 NAME_CONSTRAINT = "uq_scheduled_job_name"   # job names are unique (sql/*/005_job_names.sql)
 
 
+@quick_init
 @dataclass(frozen=True)
 class Completion:
     """How one run ended, for ``complete_job_runs``."""

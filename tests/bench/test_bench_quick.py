@@ -26,6 +26,7 @@ TABLES = {
     "ceiling": "### ceiling: pgbench on the same server",
     "scaling": "### scaling: poll cost and engine memory",
     "latency": "### latency: per-second crons",
+    "records": "### records: construction per run",
 }
 PEERS_TABLE = "### peers: the same no-op jobs"
 
