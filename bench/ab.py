@@ -7,7 +7,10 @@ working tree itself). The rounds alternate which revision runs first, since a ru
 leaves the server busier for the next (autovacuum, checkpoints): on this two-core
 machine the second of a pair measured up to 15 % slower whatever it was. Prints
 every run, then the means and the ratios HEAD/BASE of executions/s and of engine
-and PostgreSQL CPU per 1,000 executions. Numbers are printed, never asserted.
+and PostgreSQL CPU per 1,000 executions, and the median (and range) of the same ratio
+taken within each round: the machine's speed can drift by 2x over a session (a shared
+host), and a round's two runs, next to each other, see the least of it. Numbers are
+printed, never asserted.
 """
 from __future__ import annotations
 
@@ -81,10 +84,14 @@ def main() -> int:
     means = {k: [statistics.mean(x[i] for x in v) for i in range(3)] for k, v in results.items()}
     print(f"\n{args.engines} engines x {args.jobs} jobs, {args.rounds} alternating rounds "
           f"(base {args.base}, head {args.head or 'working tree'})")
-    print("| measure | base | head | head/base |\n|---|---|---|---|")
+    print("| measure | base | head | head/base | per round: median (min-max) |\n|---|---|---|---|---|")
     for i, name in enumerate(("executions/s", "engine CPU ms per 1k exec", "PostgreSQL CPU ms per 1k exec")):
+        # The two runs of a round are minutes apart at most; the machine's speed can drift 2x
+        # over a session (a shared host), which the ratio of means mixes in and a round's does not.
+        per_round = [h[i] / b[i] for b, h in zip(results["base"], results["head"])]
         print(f"| {name} | {means['base'][i]:,.0f} | {means['head'][i]:,.0f} | "
-              f"{means['head'][i] / means['base'][i]:.2f} |")
+              f"{means['head'][i] / means['base'][i]:.2f} | {statistics.median(per_round):.2f} "
+              f"({min(per_round):.2f}-{max(per_round):.2f}) |")
     return 0
 
 
