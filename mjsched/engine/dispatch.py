@@ -122,37 +122,46 @@ class Dispatcher:
         are the claims'); the last claim's backlog and next due instant stand."""
         with self._lock:
             if not self._accepting:
+                self._hand_back_pending()    # the gate closed while this poll waited for the lock
                 return DispatchResult(), self._options.max_poll_interval
-            # a completion whose job row was just released lands before a sweep or claim takes the job over
-            self._writer.retry_busy_now()
-            swept = self._sweep() if sweep else SweepResult()
-            if self._schedule_dirty or self._schedule_more or \
-                    time.monotonic() - self._schedule_checked > SCHEDULE_REFRESH_SECONDS:
-                self.schedule_unscheduled()
-            delay = self._options.max_poll_interval
-            wait_for_slot = FULL_CLAIM_SECONDS - (time.monotonic() - self._claimed_at)
-            if not claim_when_full and wait_for_slot > 0 and self._pending is None and self._slots_free() == 0:
-                started, db_now = [], self._clock.now()   # nothing can start before a slot frees (which wakes us)
-                result, next_due = DispatchResult(swept=swept.swept), None
-                delay = min(delay, wait_for_slot)
-            else:
-                started, free, batch, db_now = self._claim_rounds()
-                self._backlog = batch.due_left > 0 and len(batch.claims) >= free
-                self._next_due = next_due = batch.next_due_at
-                result = DispatchResult(swept=swept.swept, dispatched=len(started), locked_out=batch.locked_out,
-                                        skipped_at_capacity=batch.due_left if free == 0 or
-                                        len(batch.claims) >= free else 0, run_ids=tuple(started))
-            dispatched = len(started)
-            self._housekeeping.purge_if_due()      # in the background: the claims never wait for it
-            if next_due is not None:
-                # from the clock now, not from the claim's db_now: this poll's own time since the
-                # claim would otherwise make the next wake-up that much late
-                delay = min(delay, (next_due - self._clock.now()).total_seconds() + DUE_MARGIN_SECONDS)
-            delay = min(delay, self._enqueue_queue_ticks(db_now))
-        if (dispatched or swept.swept or result.skipped_at_capacity) and log.isEnabledFor(logging.INFO):
+            try:
+                result, delay = self._dispatch_locked(sweep, claim_when_full)
+            finally:
+                if not self._accepting:      # the gate closed during this poll, which may have raised
+                    self._hand_back_pending()
+        if (result.dispatched or result.swept or result.skipped_at_capacity) and log.isEnabledFor(logging.INFO):
             log.info("poll: swept=%d, dispatched=%d, locked_out=%d, skipped_at_capacity=%d, inflight=%d/%d",
                      result.swept, result.dispatched, result.locked_out, result.skipped_at_capacity,
                      self._registry.live_count(), self._options.max_concurrent_jobs, extra={"action": "poll"})
+        return result, delay
+
+    def _dispatch_locked(self, sweep: bool, claim_when_full: bool) -> tuple[DispatchResult, float]:
+        """``dispatch`` with its lock held and the gate open when it began."""
+        # a completion whose job row was just released lands before a sweep or claim takes the job over
+        self._writer.retry_busy_now()
+        swept = self._sweep() if sweep else SweepResult()
+        if self._schedule_dirty or self._schedule_more or \
+                time.monotonic() - self._schedule_checked > SCHEDULE_REFRESH_SECONDS:
+            self.schedule_unscheduled()
+        delay = self._options.max_poll_interval
+        wait_for_slot = FULL_CLAIM_SECONDS - (time.monotonic() - self._claimed_at)
+        if not claim_when_full and wait_for_slot > 0 and self._pending is None and self._slots_free() == 0:
+            db_now = self._clock.now()   # nothing can start before a slot frees (which wakes us)
+            result, next_due = DispatchResult(swept=swept.swept), None
+            delay = min(delay, wait_for_slot)
+        else:
+            started, free, batch, db_now = self._claim_rounds()
+            self._backlog = batch.due_left > 0 and len(batch.claims) >= free
+            self._next_due = next_due = batch.next_due_at
+            result = DispatchResult(swept=swept.swept, dispatched=len(started), locked_out=batch.locked_out,
+                                    skipped_at_capacity=batch.due_left if free == 0 or
+                                    len(batch.claims) >= free else 0, run_ids=tuple(started))
+        self._housekeeping.purge_if_due()      # in the background: the claims never wait for it
+        if next_due is not None:
+            # from the clock now, not from the claim's db_now: this poll's own time since the
+            # claim would otherwise make the next wake-up that much late
+            delay = min(delay, (next_due - self._clock.now()).total_seconds() + DUE_MARGIN_SECONDS)
+        delay = min(delay, self._enqueue_queue_ticks(db_now))
         return result, max(0.0, delay)
 
     def _sweep(self) -> SweepResult:
@@ -378,13 +387,18 @@ class Dispatcher:
         try:
             with self._accept_lock:
                 self._accepting = False
-            unanswered = None
-            if got:   # no poll under way owns it
-                unanswered, self._pending = self._pending, None
+            if got:   # else the poll under way owns it, and hands it back as it ends (dispatch)
+                self._hand_back_pending()
         finally:
             if got:
                 self._lock.release()
-        if unanswered is not None:   # in the background: the database just failed and may be slow
+
+    def _hand_back_pending(self) -> None:
+        """With the poll lock held and the gate closed: no poll will replay the claim that
+        raised, so replay it and hand it back, in the background (the database just failed
+        and may be slow; stop_polling(wait=False) never waits for it)."""
+        unanswered, self._pending = self._pending, None
+        if unanswered is not None:
             self._side_work.submit(self._hand_back_unanswered, unanswered)
 
     def _hand_back_unanswered(self, pending: PendingClaim) -> None:

@@ -6,6 +6,7 @@ connection is closed before the reply is read (tests/chaos/faults.py).
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Any, Callable
 
@@ -109,3 +110,85 @@ def test_stop_polling_without_wait_never_waits_for_the_hand_back(make_engine: Ca
     assert time.monotonic() - started < 1.0
     wait_for(lambda: sql.one("SELECT count(*) FROM mjsched.scheduled_job WHERE lock_token IS NOT NULL") == 0,
              timeout=10, message="the hand-back, in the background")
+
+
+class PollHoldsTheLock:
+    """The dispatcher's lock, with the poller's poll paused once it holds it until ``go``
+    is set: stop_polling() then closes the gate while that poll is under way (its
+    close_gate cannot take the lock, so the poll owns the claim left to hand back)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.held = threading.Event()
+        self.go = threading.Event()
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        got = self._lock.acquire(blocking, timeout)
+        if got and threading.current_thread().name.startswith("mjsched-poller") and not self.held.is_set():
+            self.held.set()
+            assert self.go.wait(5), "the test never let the poll go on"
+        return got
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+
+def locks_held(sql: Any) -> int:
+    return int(sql.one("SELECT count(*) FROM mjsched.scheduled_job WHERE lock_token IS NOT NULL"))
+
+
+def test_a_poll_that_finds_the_gate_closed_hands_back_the_claim_left_unanswered(
+        make_engine: Callable[..., Any], sql: Any) -> None:
+    """The poll took the lock just before stop_polling(wait=False) closed the gate: it
+    finds the gate closed and polls no more, so it hands back what the failed claim took."""
+    plan = FaultPlan(force_after={"claim_due_jobs": 1})
+    engine = make_engine(connection_factory=plan.connection_factory(), retry_attempts=1, lease_timeout=30)
+    jobs = due_jobs(engine, sql, 2)
+    with pytest.raises(mjsched.DatabaseError):
+        engine.dispatch_due_jobs()                       # it committed: two jobs locked, no reply
+    assert locks_held(sql) == 2
+    gate = PollHoldsTheLock()
+    engine._dispatcher._lock = gate
+    engine.start_polling()
+    assert gate.held.wait(5), "the poller's first poll never took the lock"
+    engine.stop_polling(wait=False)
+    gate.go.set()
+    wait_for(lambda: locks_held(sql) == 0, timeout=5,
+             message="the locks to be handed back, not left to lapse (lease 30 s)")
+    wait_for(lambda: [r["status"] for r in sql.rows("SELECT status FROM mjsched.scheduled_job_run")]
+             == ["Skipped"] * len(jobs), timeout=5, message="both runs recorded Skipped")
+
+
+def test_a_poll_that_fails_after_the_gate_closed_hands_back_the_claim(
+        make_engine: Callable[..., Any], sql: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The poll's replay was in the database when the gate closed, and failed: no poll
+    follows, so the claim is replayed and handed back in the background."""
+    plan = FaultPlan(force_after={"claim_due_jobs": 2})
+    engine = make_engine(connection_factory=plan.connection_factory(), retry_attempts=1, lease_timeout=30)
+    jobs = due_jobs(engine, sql, 2)
+    with pytest.raises(mjsched.DatabaseError):
+        engine.dispatch_due_jobs()
+    in_claim, closed = threading.Event(), threading.Event()
+    real_claim = engine.backend.claim_due_jobs
+
+    def claim_after_the_stop(*args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread().name.startswith("mjsched-poller") and not in_claim.is_set():
+            in_claim.set()
+            assert closed.wait(5), "the test never closed the gate"
+        return real_claim(*args, **kwargs)      # the poller's: the reply is lost again
+    monkeypatch.setattr(engine.backend, "claim_due_jobs", claim_after_the_stop)
+    engine.start_polling()
+    assert in_claim.wait(5), "the poller never replayed the claim"
+    engine.stop_polling(wait=False)
+    closed.set()
+    wait_for(lambda: plan.snapshot().get("after:claim_due_jobs") == 2, message="the replay's reply to be lost")
+    wait_for(lambda: locks_held(sql) == 0, timeout=5,
+             message="the locks to be handed back, not left to lapse (lease 30 s)")
+    wait_for(lambda: [r["status"] for r in sql.rows("SELECT status FROM mjsched.scheduled_job_run")]
+             == ["Skipped"] * len(jobs), timeout=5, message="both runs recorded Skipped")
