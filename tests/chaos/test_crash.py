@@ -19,6 +19,7 @@ import mjsched
 from tests.chaos.harness import (check_invariants, create_counter_jobs, executions, report, start_workers,
                                  stop_all)
 from tests.support.pg import Sql, wait_for
+from tests.support.procs import process_alive
 
 pytestmark = [pytest.mark.chaos, pytest.mark.postgres, pytest.mark.slow]
 
@@ -34,15 +35,6 @@ def _events(workdir: str, key: str) -> list[tuple[str, str, float, int, str]]:
             return [(w[0], w[1], float(w[2]), int(w[3]), w[4]) for w in (line.split() for line in fh)]
     except FileNotFoundError:
         return []
-
-
-def _pid_gone(pid: int) -> bool:
-    """No such process, or only a zombie waiting for its (new) parent to reap it."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
 
 
 @pytest.mark.timeout(120)
@@ -64,7 +56,8 @@ def test_kill_minus_nine_mid_job(pg_dsn: str, crud: Any, sql: Sql, workdir: str)
         time.sleep(2)
         killed_at = victim.kill9()
 
-        wait_for(lambda: _pid_gone(child_pid), timeout=5, message=f"isolated child {child_pid} to die with its engine")
+        wait_for(lambda: not process_alive(child_pid), timeout=5,
+                 message=f"isolated child {child_pid} to die with its engine")
         child_gone_s = time.time() - killed_at
         wait_for(lambda: sql.one("SELECT status FROM mjsched.scheduled_job_run WHERE id = %s", (long_run,))
                  == "Abandoned", timeout=LEASE + POLL + SLACK + 5, interval=0.05, message="the long run Abandoned")

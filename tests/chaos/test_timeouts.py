@@ -21,6 +21,7 @@ from mjsched import isolation
 from tests.chaos import jobs as bodies
 from tests.chaos.harness import create_counter_jobs, executions, report
 from tests.support.pg import Sql, wait_for
+from tests.support.procs import process_alive
 
 pytestmark = [pytest.mark.chaos, pytest.mark.postgres, pytest.mark.slow, pytest.mark.timeout(90)]
 
@@ -33,14 +34,6 @@ def _events(workdir: str, key: str, kind: str) -> list[list[str]]:
             return [line.split() for line in fh if line.startswith(kind + " ")]
     except FileNotFoundError:
         return []
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def _once(engine: Any, name: str, callable_: str, workdir: str, **fields: Any) -> str:
@@ -75,7 +68,7 @@ def test_hung_jobs_at_the_cap_time_out(make_engine: Any, sql: Sql, workdir: str,
 
     timeout_at = wait_for(timed_out, timeout=max_runtime + 5, message="the hung runs to become Timeout")
     if mode == "process":
-        wait_for(lambda: not any(_alive(p) for p in pids), timeout=isolation.GRACE + 3,
+        wait_for(lambda: not any(process_alive(p) for p in pids), timeout=isolation.GRACE + 3,
                  message=f"isolated children {pids} to be killed")
         children_gone_s = round(time.time() - timeout_at.timestamp(), 2)
     time.sleep(4)
@@ -101,7 +94,7 @@ def test_hung_jobs_at_the_cap_time_out(make_engine: Any, sql: Sql, workdir: str,
     if mode == "thread":
         assert leaked_while_running == cap   # counted, and they hold no slot: the healthy jobs ran
     else:
-        assert not any(_alive(p) for p in pids) and isolation.live_children() == {}
+        assert not any(process_alive(p) for p in pids) and isolation.live_children() == {}
         assert leaked_while_running == 0     # the worker threads came back once the children died
 
 

@@ -24,18 +24,11 @@ from mjsched.drivers.base import ExecutionContext
 from mjsched.execution import run_driver
 from tests.chaos import isolated_drivers  # noqa: F401  (registers the iso-* drivers)
 from tests.support.pg import wait_for
+from tests.support.procs import process_alive
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(60)]
 
 YEARLY = "0 0 1 1 *"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def _read_pid(directory: Any, name: str, timeout: float = 10.0) -> int:
@@ -61,7 +54,7 @@ def test_result_comes_back_intact_from_another_process(engine: Any) -> None:
     assert run.status is mjsched.RunStatus.COMPLETED and run.success is True
     assert run.details["payload"] == payload
     assert run.details["run_id"] == run.id and run.details["job_name"] == "job-iso-echo"
-    assert run.details["pid"] != os.getpid() and not _alive(run.details["pid"])
+    assert run.details["pid"] != os.getpid() and not process_alive(run.details["pid"])
 
 
 def test_python_driver_in_process_isolation(engine: Any, tmp_path: Any) -> None:
@@ -87,7 +80,7 @@ def test_child_that_dies_without_a_result_is_a_failed_run(engine: Any, driver: s
     run = engine.execute_job(_job(engine, driver))
     assert run.status is mjsched.RunStatus.FAILED
     assert expected in run.error_message
-    assert not _alive(run.details["child_pid"])
+    assert not process_alive(run.details["child_pid"])
 
 
 def test_unserialisable_details_are_normalised_in_the_child(engine: Any) -> None:
@@ -117,7 +110,7 @@ def test_timeout_kills_a_child_that_ignores_cancellation(engine: Any, tmp_path: 
     assert run.status is mjsched.RunStatus.TIMEOUT and "max_runtime" in run.error_message
     assert time.monotonic() - started < 1.0 + 2.0   # the Timeout is written at once, not after the kill
     pid = _read_pid(tmp_path, "child.pid")
-    wait_for(lambda: not _alive(pid), timeout=isolation.GRACE + 2, message=f"child {pid} killed")
+    wait_for(lambda: not process_alive(pid), timeout=isolation.GRACE + 2, message=f"child {pid} killed")
     wait_for(lambda: isolation.live_children() == {}, timeout=2, message="the child to be reaped")
 
 
@@ -130,7 +123,7 @@ def test_cooperative_child_stops_on_sigterm_before_the_kill(tmp_path: Any) -> No
     elapsed = time.monotonic() - started
     assert result == mjsched.JobResult(False, "stopped on request", {"cancelled": True})
     assert elapsed < 1.0 + isolation.GRACE - 1.0, elapsed   # it returned; nobody had to SIGKILL it
-    assert not _alive(_read_pid(tmp_path, "child.pid"))
+    assert not process_alive(_read_pid(tmp_path, "child.pid"))
 
 
 def test_cancel_kills_grandchildren_in_their_own_session(tmp_path: Any) -> None:
@@ -145,21 +138,23 @@ def test_cancel_kills_grandchildren_in_their_own_session(tmp_path: Any) -> None:
     context.cancel_event.set()
     thread.join(10)
     assert done and done[0].success is False and done[0].details["cancelled"] is True and done[0].details["killed"]
-    wait_for(lambda: not _alive(child) and not _alive(grandchild), timeout=3, message="child and grandchild killed")
+    wait_for(lambda: not process_alive(child) and not process_alive(grandchild), timeout=3,
+             message="child and grandchild killed")
 
 
 def test_grandchild_left_behind_by_a_finished_run_is_killed(tmp_path: Any) -> None:
     result = isolation.run_in_process(isolated_drivers.GrandchildDriver, _context("iso-grandchild",
                                                                                    {"dir": str(tmp_path)}))
     assert result.success is True
-    wait_for(lambda: not _alive(result.details["grandchild"]), timeout=3, message="orphaned grandchild killed")
+    wait_for(lambda: not process_alive(result.details["grandchild"]), timeout=3, message="orphaned grandchild killed")
 
 
 def test_daemon_that_escaped_the_tree_does_not_keep_the_run_open(tmp_path: Any) -> None:
     started = time.monotonic()
     result = isolation.run_in_process(isolated_drivers.DoubleForkDriver, _context("iso-double-fork", {}))
     assert result.success is True and time.monotonic() - started < 5
-    wait_for(lambda: not _alive(result.details["daemon"]), timeout=3, message="the escaped daemon killed (its group)")
+    wait_for(lambda: not process_alive(result.details["daemon"]), timeout=3,
+             message="the escaped daemon killed (its group)")
 
 
 def test_child_dies_with_its_engine(pg_dsn: str, make_engine: Any, tmp_path: Any) -> None:
@@ -173,7 +168,7 @@ def test_child_dies_with_its_engine(pg_dsn: str, make_engine: Any, tmp_path: Any
         grandchild = _read_pid(tmp_path, "grandchild.pid")
         engine_proc.send_signal(signal.SIGKILL)
         engine_proc.wait(5)
-        wait_for(lambda: not _alive(child) and not _alive(grandchild), timeout=isolation.GRACE + 3,
+        wait_for(lambda: not process_alive(child) and not process_alive(grandchild), timeout=isolation.GRACE + 3,
                  message="the orphaned child and grandchild to go")
     finally:
         if engine_proc.poll() is None:

@@ -27,6 +27,7 @@ from tests.support import drivers  # noqa: F401  (registers the test-* drivers)
 from tests.support.drivers import gate, started
 from tests.integration.test_least_privilege import admin_role, engine_role, logins  # noqa: F401  (fixtures)
 from tests.support.pg import wait_for
+from tests.support.procs import process_alive
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(120)]
 
@@ -43,14 +44,6 @@ def _status(engine: mjsched.SchedulingEngine, run_id: str) -> str:
 def _pid(marker: Path, timeout: float = 20.0) -> int:
     wait_for(lambda: marker.exists(), timeout=timeout, message=f"{marker.name} (the run to start)")
     return int(marker.read_text())
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def _queue(db: Any, job_id: str) -> None:
@@ -275,7 +268,7 @@ def test_process_isolated_job_that_ignores_cancel_is_killed_after_the_grace(make
     took = time.monotonic() - asked
     assert 1.0 <= took < 1.0 + 5.0, took            # not before the grace, and soon after it
     assert "killed after ignoring SIGTERM" in done[0].error_message
-    wait_for(lambda: not _alive(child), timeout=5, message="the child to be gone")
+    wait_for(lambda: not process_alive(child), timeout=5, message="the child to be gone")
 
 
 def test_thread_job_that_ignores_cancel_is_recorded_cancelled_and_its_thread_left(make_engine: Any) -> None:
