@@ -121,13 +121,14 @@ class Dispatcher:
         within FULL_CLAIM_SECONDS, no claim, and a result that counts nothing (the counters
         are the claims'); the last claim's backlog and next due instant stand."""
         with self._lock:
-            if not self._accepting:
-                self._hand_back_pending()    # the gate closed while this poll waited for the lock
-                return DispatchResult(), self._options.max_poll_interval
             try:
+                if not self._accepting:
+                    return DispatchResult(), self._options.max_poll_interval
                 result, delay = self._dispatch_locked(sweep, claim_when_full)
             finally:
-                if not self._accepting:      # the gate closed during this poll, which may have raised
+                # the gate closed before or during this poll (returned or raised): no poll
+                # will replay a claim left unanswered, so this one hands it back
+                if not self._accepting:
                     self._hand_back_pending()
         if (result.dispatched or result.swept or result.skipped_at_capacity) and log.isEnabledFor(logging.INFO):
             log.info("poll: swept=%d, dispatched=%d, locked_out=%d, skipped_at_capacity=%d, inflight=%d/%d",
