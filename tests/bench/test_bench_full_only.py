@@ -1,4 +1,4 @@
-"""The idle, burst and history benchmarks cannot rot: each runs end to end in its quick form.
+"""The idle, burst, history and schema-cost benchmarks cannot rot: each runs end to end in its quick form.
 
 Only that each ran and printed its table is asserted (and the burst's exactly-once check,
 which is its exit code); the numbers are printed, never asserted.
@@ -21,6 +21,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.slow, pytest.mark.bench, pytest.
     ("idle", ["--seconds", "5", "--engines", "2", "--jobs", "2000"], "### idle: engines with nothing due"),
     ("burst", ["--jobs", "2000"], "### burst: jobs due at the same second"),
     ("history", ["--sizes", "0,10000", "--jobs", "1000"], "### history: old run rows against the hot paths"),
+    ("schema_costs", [], "### schema_costs: the procedures script, 1 client, 1s, 1 alternating round(s)"),
 ])
 def test_bench_runs_quick_and_prints_its_table(pg_server: str, bench: str, args: list[str], title: str) -> None:
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
