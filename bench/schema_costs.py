@@ -19,7 +19,7 @@ from typing import Sequence
 
 from . import ceiling, common
 
-_DROP_CHECKS = """DO $$
+_DROP_CONSTRAINTS = """DO $$
 DECLARE c record;
 BEGIN
     FOR c IN SELECT conrelid::regclass AS tbl, conname FROM pg_constraint
@@ -31,14 +31,14 @@ END $$"""
 VARIANTS: dict[str, list[str]] = {
     "as installed": [],
     "without the CHECK constraints of scheduled_job": [
-        _DROP_CHECKS.format(kind="c", only="AND conrelid = 'mjsched.scheduled_job'::regclass")],
-    "without every CHECK constraint": [_DROP_CHECKS.format(kind="c", only="")],
+        _DROP_CONSTRAINTS.format(kind="c", only="AND conrelid = 'mjsched.scheduled_job'::regclass")],
+    "without every CHECK constraint": [_DROP_CONSTRAINTS.format(kind="c", only="")],
     "without 3 history indexes (status_started, job_started, job_completed)": [
         "DROP INDEX mjsched.ix_scheduled_job_run_status_started",
         "DROP INDEX mjsched.ix_scheduled_job_run_job_started",
         "DROP INDEX mjsched.ix_scheduled_job_run_job_completed"],
     "without the run -> job foreign key": [
-        _DROP_CHECKS.format(kind="f", only="AND conrelid = 'mjsched.scheduled_job_run'::regclass")],
+        _DROP_CONSTRAINTS.format(kind="f", only="AND conrelid = 'mjsched.scheduled_job_run'::regclass")],
     "synchronous_commit off (for scale only)": [
         "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET synchronous_commit = off', current_database()); END $$"],
 }
