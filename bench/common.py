@@ -459,7 +459,7 @@ def start_py_spy(pid: int, out_path: str) -> subprocess.Popen[bytes] | None:
     if exe is None:
         log_progress("py-spy not installed: no profile")
         return None
-    proc = subprocess.Popen([exe, "record", "--pid", str(pid), "--format", "raw", "--rate", "250",
+    proc = subprocess.Popen([exe, "record", "--pid", str(pid), "--format", "raw", "--rate", "1000",
                              "--threads", "--nonblocking", "--gil", "-o", out_path],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(0.5)   # let it attach
@@ -613,6 +613,7 @@ def _engine_main(argv: Sequence[str]) -> int:
     engine.start_polling()
     before = statements_snapshot()
     cpu0 = time.process_time()
+    times0 = os.times()
     wall0 = time.perf_counter()
     print("READY " + json.dumps({"pid": os.getpid(), **proc_status()}), flush=True)
     for line in sys.stdin:
@@ -620,13 +621,15 @@ def _engine_main(argv: Sequence[str]) -> int:
             break
     after = statements_snapshot()
     cpu1 = time.process_time()
+    times1 = os.times()
     wall1 = time.perf_counter()
     rss = proc_status()
     engine.stop_polling(wait=True, max_wait=30.0)
     engine.close()
     print("STATS " + json.dumps({
         "statements": statements_delta(after, before),
-        "cpu_s": cpu1 - cpu0, "wall_s": wall1 - wall0, "dispatched": engine.stats.get("dispatched", 0),
+        "cpu_s": cpu1 - cpu0, "sys_s": times1.system - times0.system,
+        "wall_s": wall1 - wall0, "dispatched": engine.stats.get("dispatched", 0),
         "fenced": engine.stats.get("fenced_completions", 0), **rss,
     }), flush=True)
     return 0

@@ -122,6 +122,7 @@ def run_round(template: str, server_dsn: str, n_engines: int, jobs: int, *, cap:
         "commits": commits1 - commits0 - own, "commits_per_exec": (commits1 - commits0 - own) / jobs,
         "statements": statements, "share": share,
         "engine_cpu_ms_per_1k": engine_cpu / jobs * 1e6,
+        "engine_sys_ms_per_1k": sum(s.get("sys_s", 0.0) for s in stats) / jobs * 1e6,
         "machine_busy": busy, "wall_s": wall1 - wall0,
         "pg_cpu_ms_per_1k": cpu["pg"] / jobs * 1e6,
         "others_cpu": others / max(1e-9, cpu["wall"]),
@@ -155,7 +156,8 @@ def report(results: list[dict[str, Any]], commit_source: str) -> None:
         top = ", ".join(f"{k} {v / r['jobs']:.3f}" for k, v in list(r["statements"].items())[:4])
         rows.append([r["engines"], r["driver"], r["jobs"], r["rate"], r["elapsed_s"],
                      r["rt_per_exec"], r["commits_per_exec"], r["engine_cpu_ms_per_1k"],
-                     r["pg_cpu_ms_per_1k"], f"{r['machine_busy'] * 100:.0f}%", f"{r['others_cpu'] * 100:.0f}%",
+                     r["pg_cpu_ms_per_1k"], r["engine_sys_ms_per_1k"],
+                     f"{r['machine_busy'] * 100:.0f}%", f"{r['others_cpu'] * 100:.0f}%",
                      "yes" if r["exactly_once"] else f"NO ({r['never']} never, {r['twice']} twice)",
                      top])
     print_targets = []
@@ -171,7 +173,7 @@ def report(results: list[dict[str, Any]], commit_source: str) -> None:
     common.print_table(
         "throughput: no-op executions, all due at T0",
         ["engines", "driver", "jobs", "exec/s", "seconds", "round trips/exec", "commits/exec",
-         "engine CPU ms/1k exec", "PG CPU ms/1k exec", "machine busy", "other load", "exactly once", "round trips/exec by statement (top 4)"],
+         "engine CPU ms/1k exec", "PG CPU ms/1k exec", "of engine CPU: kernel", "machine busy", "other load", "exactly once", "round trips/exec by statement (top 4)"],
         rows,
         notes=[*print_targets,
                f"exec/s = jobs / (last completed_at - T0), database clock. Round trips counted in the engines "

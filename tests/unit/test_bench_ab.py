@@ -19,3 +19,12 @@ def test_cpu_below_100_us_prints_with_decimals_and_is_read() -> None:
 def test_thousands_and_the_engine_count() -> None:
     assert result_row(TABLE, 4) == (3021.0, 1020.0, 355.0)
     assert result_row(TABLE, 2) is None
+
+
+def test_the_kernel_column_after_postgresql_cpu_does_not_shift_the_read() -> None:
+    """The table gained "of engine CPU: kernel" after the PostgreSQL column; A/B against older
+    revisions (without it) and newer ones (with it) read the same three cells."""
+    row = ("| 4       | bench.noop | 20,000 | 7,739  | 2.58    | 0.05             | 0.05         "
+           "| 81.2                  | 160               | 5.04                  | 95%          | 4%         "
+           "| yes          | x   |")
+    assert result_row(row, 4) == (7739.0, 81.2, 160.0)
