@@ -125,8 +125,10 @@ class Dispatcher:
     def dispatch(self, sweep: bool, claim_when_full: bool = True) -> tuple[DispatchResult, float]:
         """One poll: sweep, claim up to the free slots, start runs; (result, seconds to sleep).
         ``claim_when_full`` False (the background loop): with no slot free and a claim made
-        within FULL_CLAIM_SECONDS, no claim, and a result that counts nothing (the counters
-        are the claims'); the last claim's backlog and next due instant stand."""
+        within FULL_CLAIM_SECONDS, or in a backlog with too few slots free and a claim made
+        within CLAIM_GATHER_SECONDS (``_claim_later``), no claim, and a result that counts
+        nothing (the counters are the claims'); the last claim's backlog and next due instant
+        stand."""
         with self._lock:
             try:
                 if not self._accepting:
