@@ -52,6 +52,26 @@ def count_sweeps(engine: mjsched.SchedulingEngine) -> list[int]:
     return count_calls(engine, "sweep_expired_leases")
 
 
+BOUND = 60.0   # seconds: a dispatch bound made longer than any poll of a slow machine
+
+
+def backlog(make_engine: Callable[..., Any], db: Db, monkeypatch: pytest.MonkeyPatch, *, bound: str,
+            cap: int, due: int) -> tuple[mjsched.SchedulingEngine, Any, list[int], list[str]]:
+    """An engine with ``cap`` slots, ``due`` due jobs that block until their gate opens, the
+    dispatch bound named ``bound`` made BOUND seconds and
+    its claims counted: (engine, dispatcher, claim count, the jobs running after one poll)."""
+    from mjsched.engine import dispatch
+
+    monkeypatch.setattr(dispatch, bound, BOUND)
+    engine = make_engine(max_concurrent_jobs=cap, lease_timeout=60.0)
+    jobs = [add_job(engine, db, 1.0) for _ in range(due)]
+    claims = count_calls(engine, "claim_due_jobs")
+    result, _ = engine._dispatcher.poll()
+    assert (claims[0], result.dispatched, result.skipped_at_capacity) == (1, cap, due - cap)
+    running = [j for j in jobs if db.one("SELECT lock_token FROM mjsched.scheduled_job WHERE id = ?", (j,))]
+    return engine, engine._dispatcher, claims, running
+
+
 def test_a_due_sweep_waits_while_due_jobs_wait_for_slots(make_engine: Callable[..., Any], db: Db) -> None:
     """Before: the poll at a due instant swept first, and every claim of that instant waited for it."""
     engine = make_engine(max_concurrent_jobs=1, lease_timeout=60.0)
@@ -103,28 +123,18 @@ def test_a_full_engine_claims_again_when_a_slot_frees_not_at_every_wake(
     database): a claim for nothing, on the path of the one that follows (bench.latency_trace:
     two a second, 1.3 ms each, between the batches). It still claims once a second when full
     (the heartbeat, the counters), and a poll by hand always claims."""
-    from mjsched.engine import dispatch
-
-    full_claim_seconds = 60.0              # a slow machine's poll never outlasts it
-    monkeypatch.setattr(dispatch, "FULL_CLAIM_SECONDS", full_claim_seconds)
-    engine = make_engine(max_concurrent_jobs=1, lease_timeout=60.0)
-    jobs = [add_job(engine, db, 1.0) for _ in range(2)]
-    claims = count_calls(engine, "claim_due_jobs")
-    dispatcher = engine._dispatcher
-    result, _ = dispatcher.poll()
-    assert (claims[0], result.dispatched, result.skipped_at_capacity) == (1, 1, 1)
-
+    engine, dispatcher, claims, running = backlog(make_engine, db, monkeypatch, bound="FULL_CLAIM_SECONDS",
+                                                  cap=1, due=2)
     result, delay = dispatcher.poll()                  # the one slot is taken: no claim
     assert (claims[0], result.dispatched) == (1, 0)
     assert 0 < delay <= dispatcher._options.max_poll_interval
     assert engine.dispatch_due_jobs().skipped_at_capacity == 1   # by hand: claims, and says why
     assert claims[0] == 2
-    dispatcher._claimed_at = time.monotonic() - full_claim_seconds   # that long without a claim
+    dispatcher._claimed_at = time.monotonic() - BOUND   # that long without a claim
     dispatcher.poll()
     assert claims[0] == 3
 
-    for job_id in jobs:                                 # the running one returns: its slot frees
-        drivers.gate(engine.get_job(job_id).name).set()
+    drivers.gate(engine.get_job(running[0]).name).set()   # the running one returns: its slot frees
     assert engine._registry.wait_free_slot(1, 5.0)
     result, _ = dispatcher.poll()
     assert (claims[0], result.dispatched) == (4, 1)
@@ -178,23 +188,14 @@ def test_a_backlog_is_claimed_in_batches_not_slot_by_slot(
     cost and its due_left count). Now the background poll waits, at most
     CLAIM_GATHER_SECONDS after its last claim, until half the slots are free or as many as
     the due jobs left; a poll by hand always claims."""
-    from mjsched.engine import dispatch
-
-    gather = 60.0                          # a slow machine's poll never outlasts it
-    monkeypatch.setattr(dispatch, "CLAIM_GATHER_SECONDS", gather)
-    engine = make_engine(max_concurrent_jobs=4, lease_timeout=60.0)
-    jobs = [add_job(engine, db, 1.0) for _ in range(7)]
-    claims = count_calls(engine, "claim_due_jobs")
-    dispatcher = engine._dispatcher
-    result, _ = dispatcher.poll()
-    assert (claims[0], result.dispatched, result.skipped_at_capacity) == (1, 4, 3)
-    running = [j for j in jobs if db.one("SELECT lock_token FROM mjsched.scheduled_job WHERE id = ?", (j,))]
+    engine, dispatcher, claims, running = backlog(make_engine, db, monkeypatch, bound="CLAIM_GATHER_SECONDS",
+                                                  cap=4, due=7)
 
     drivers.gate(engine.get_job(running[0]).name).set()   # one slot frees: 1 < min(2 = half, 3 left)
     assert engine._registry.wait_free_slot(4, 5.0)
     result, delay = dispatcher.poll()
     assert (claims[0], result.dispatched) == (1, 0), "one free slot of four waits for more"
-    assert 0 < delay <= gather
+    assert 0 < delay <= BOUND
 
     drivers.gate(engine.get_job(running[1]).name).set()   # two free: half the cap
     assert engine._registry.wait_free_slot(3, 5.0)
@@ -211,22 +212,14 @@ def test_a_backlog_waits_for_more_slots_only_within_the_gather_window(
         make_engine: Callable[..., Any], db: Db, monkeypatch: pytest.MonkeyPatch) -> None:
     """The gathering never delays a claim asked for by hand, nor one past the window: a
     backlog's oldest job waits at most CLAIM_GATHER_SECONDS more for company."""
-    from mjsched.engine import dispatch
-
-    gather = 60.0
-    monkeypatch.setattr(dispatch, "CLAIM_GATHER_SECONDS", gather)
-    engine = make_engine(max_concurrent_jobs=4, lease_timeout=60.0)
-    jobs = [add_job(engine, db, 1.0) for _ in range(7)]
-    claims = count_calls(engine, "claim_due_jobs")
-    dispatcher = engine._dispatcher
-    dispatcher.poll()
-    running = [j for j in jobs if db.one("SELECT lock_token FROM mjsched.scheduled_job WHERE id = ?", (j,))]
+    engine, dispatcher, claims, running = backlog(make_engine, db, monkeypatch, bound="CLAIM_GATHER_SECONDS",
+                                                  cap=4, due=7)
     drivers.gate(engine.get_job(running[0]).name).set()
     assert engine._registry.wait_free_slot(4, 5.0)
     assert engine.dispatch_due_jobs().dispatched == 1     # by hand: claims at once
     assert claims[0] == 2
     drivers.gate(engine.get_job(running[1]).name).set()
     assert engine._registry.wait_free_slot(4, 5.0)
-    dispatcher._claimed_at = time.monotonic() - gather    # the window has passed
+    dispatcher._claimed_at = time.monotonic() - BOUND     # the window has passed
     result, _ = dispatcher.poll()
     assert (claims[0], result.dispatched) == (3, 1)
