@@ -128,6 +128,10 @@ def test_a_full_engine_claims_again_when_a_slot_frees_not_at_every_wake(
     result, delay = dispatcher.poll()                  # the one slot is taken: no claim
     assert (claims[0], result.dispatched) == (1, 0)
     assert 0 < delay <= dispatcher._options.max_poll_interval
+    dispatcher._claimed_at = time.monotonic() - (BOUND - 0.2)   # 0.2 s left until the next claim is due
+    result, delay = dispatcher.poll()
+    assert (claims[0], result.dispatched) == (1, 0)
+    assert 0 < delay <= 0.2 < dispatcher._options.max_poll_interval, "it wakes for that claim"
     assert engine.dispatch_due_jobs().skipped_at_capacity == 1   # by hand: claims, and says why
     assert claims[0] == 2
     dispatcher._claimed_at = time.monotonic() - BOUND   # that long without a claim
@@ -210,16 +214,30 @@ def test_a_backlog_is_claimed_in_batches_not_slot_by_slot(
 
 def test_a_backlog_waits_for_more_slots_only_within_the_gather_window(
         make_engine: Callable[..., Any], db: Db, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The gathering never delays a claim asked for by hand, nor one past the window: a
-    backlog's oldest job waits at most CLAIM_GATHER_SECONDS more for company."""
+    """The gathering never delays a claim asked for by hand, a replay, nor one past the
+    window, and the poller wakes when the window ends: a backlog's oldest job waits at most
+    CLAIM_GATHER_SECONDS more for company."""
+    from mjsched.engine.dispatch import PendingClaim
+
     engine, dispatcher, claims, running = backlog(make_engine, db, monkeypatch, bound="CLAIM_GATHER_SECONDS",
-                                                  cap=4, due=7)
+                                                  cap=4, due=9)
     drivers.gate(engine.get_job(running[0]).name).set()
     assert engine._registry.wait_free_slot(4, 5.0)
-    assert engine.dispatch_due_jobs().dispatched == 1     # by hand: claims at once
-    assert claims[0] == 2
-    drivers.gate(engine.get_job(running[1]).name).set()
-    assert engine._registry.wait_free_slot(4, 5.0)
+    dispatcher._claimed_at = time.monotonic() - (BOUND - 0.2)   # 0.2 s of the window left
+    result, delay = dispatcher.poll()
+    assert (claims[0], result.dispatched) == (1, 0)
+    assert 0 < delay <= 0.2 < dispatcher._options.max_poll_interval, "it wakes when the window ends"
     dispatcher._claimed_at = time.monotonic() - BOUND     # the window has passed
     result, _ = dispatcher.poll()
-    assert (claims[0], result.dispatched) == (3, 1)
+    assert (claims[0], result.dispatched) == (2, 1)
+
+    drivers.gate(engine.get_job(running[1]).name).set()
+    assert engine._registry.wait_free_slot(4, 5.0)
+    assert engine.dispatch_due_jobs().dispatched == 1     # by hand: claims at once
+    assert claims[0] == 3
+
+    drivers.gate(engine.get_job(running[2]).name).set()
+    assert engine._registry.wait_free_slot(4, 5.0)
+    dispatcher._pending = PendingClaim()   # 1 free < min(2, 3 left), but a claim that raised: replayed at once
+    dispatcher.poll()
+    assert (claims[0], dispatcher._pending) == (4, None)
