@@ -90,8 +90,7 @@ class Dispatcher:
         self._schedule_more = False     # a reschedule sweep has pages left: poll again at once
         self._schedule_checked = 0.0
         self._last_sweep = 0.0
-        self._backlog = False           # the last claim left due jobs for want of slots
-        self._due_left = 0              # how many (capped count), while there is a backlog
+        self._due_left = 0              # due jobs the last claim left for want of slots (0: no backlog)
         self._next_due: datetime | None = None   # the last claim's next_due_at
         self._claimed_at = float("-inf")          # monotonic time of the last claim call
 
@@ -108,7 +107,7 @@ class Dispatcher:
     def _claims_due(self) -> bool:
         """Due jobs are known to wait: the last claim left some for want of slots, or its
         next due instant has come."""
-        return self._backlog or (self._next_due is not None and self._next_due <= self._clock.now())
+        return self._due_left > 0 or (self._next_due is not None and self._next_due <= self._clock.now())
 
     def job_changed(self) -> None:
         self._schedule_dirty = True
@@ -161,12 +160,10 @@ class Dispatcher:
             delay = min(delay, wait)
         else:
             started, free, batch, db_now = self._claim_rounds()
-            self._backlog = batch.due_left > 0 and len(batch.claims) >= free
-            self._due_left = batch.due_left if self._backlog else 0
+            self._due_left = batch.due_left if len(batch.claims) >= free else 0
             self._next_due = next_due = batch.next_due_at
             result = DispatchResult(swept=swept.swept, dispatched=len(started), locked_out=batch.locked_out,
-                                    skipped_at_capacity=batch.due_left if free == 0 or
-                                    len(batch.claims) >= free else 0, run_ids=tuple(started))
+                                    skipped_at_capacity=self._due_left, run_ids=tuple(started))
         self._housekeeping.purge_if_due()      # in the background: the claims never wait for it
         if next_due is not None:
             # from the clock now, not from the claim's db_now: this poll's own time since the
@@ -192,7 +189,7 @@ class Dispatcher:
         free = self._slots_free()
         if free == 0:
             return max(0.0, FULL_CLAIM_SECONDS - since)
-        if self._backlog and free < min(self._options.max_concurrent_jobs // 2, self._due_left):
+        if self._due_left and free < min(self._options.max_concurrent_jobs // 2, self._due_left):
             return max(0.0, CLAIM_GATHER_SECONDS - since)
         return 0.0
 

@@ -58,8 +58,8 @@ BOUND = 60.0   # seconds: a dispatch bound made longer than any poll of a slow m
 def backlog(make_engine: Callable[..., Any], db: Db, monkeypatch: pytest.MonkeyPatch, *, bound: str,
             cap: int, due: int) -> tuple[mjsched.SchedulingEngine, Any, list[int], list[str]]:
     """An engine with ``cap`` slots, ``due`` due jobs that block until their gate opens, the
-    dispatch bound named ``bound`` made BOUND seconds and
-    its claims counted: (engine, dispatcher, claim count, the jobs running after one poll)."""
+    dispatch bound named ``bound`` made BOUND seconds and its claims counted: (engine,
+    dispatcher, claim count, the jobs running after one poll)."""
     from mjsched.engine import dispatch
 
     monkeypatch.setattr(dispatch, bound, BOUND)
@@ -128,10 +128,10 @@ def test_a_full_engine_claims_again_when_a_slot_frees_not_at_every_wake(
     result, delay = dispatcher.poll()                  # the one slot is taken: no claim
     assert (claims[0], result.dispatched) == (1, 0)
     assert 0 < delay <= dispatcher._options.max_poll_interval
-    dispatcher._claimed_at = time.monotonic() - (BOUND - 0.2)   # 0.2 s left until the next claim is due
+    dispatcher._claimed_at = time.monotonic() - (BOUND - 0.5)   # 0.5 s left until the next claim is due
     result, delay = dispatcher.poll()
     assert (claims[0], result.dispatched) == (1, 0)
-    assert 0 < delay <= 0.2 < dispatcher._options.max_poll_interval, "it wakes for that claim"
+    assert 0 < delay <= 0.5 < dispatcher._options.max_poll_interval, "it wakes for that claim"
     assert engine.dispatch_due_jobs().skipped_at_capacity == 1   # by hand: claims, and says why
     assert claims[0] == 2
     dispatcher._claimed_at = time.monotonic() - BOUND   # that long without a claim
@@ -223,10 +223,10 @@ def test_a_backlog_waits_for_more_slots_only_within_the_gather_window(
                                                   cap=4, due=9)
     drivers.gate(engine.get_job(running[0]).name).set()
     assert engine._registry.wait_free_slot(4, 5.0)
-    dispatcher._claimed_at = time.monotonic() - (BOUND - 0.2)   # 0.2 s of the window left
+    dispatcher._claimed_at = time.monotonic() - (BOUND - 0.5)   # 0.5 s of the window left
     result, delay = dispatcher.poll()
     assert (claims[0], result.dispatched) == (1, 0)
-    assert 0 < delay <= 0.2 < dispatcher._options.max_poll_interval, "it wakes when the window ends"
+    assert 0 < delay <= 0.5 < dispatcher._options.max_poll_interval, "it wakes when the window ends"
     dispatcher._claimed_at = time.monotonic() - BOUND     # the window has passed
     result, _ = dispatcher.poll()
     assert (claims[0], result.dispatched) == (2, 1)
