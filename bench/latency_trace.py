@@ -3,6 +3,12 @@ per batch, the wait from a slot freeing to the next claim, claim reply -> driver
 the completion writer's batches and the poll loop's wake-ups.
 
     python -m bench.latency_trace [--dsn DSN] [--jobs 200] [--cap 50] [--seconds 4] [--second 3]
+    python -m bench.latency_trace --every-second [--seconds 30]
+
+``--every-second`` prints a line per second instead: when its last driver began, what its
+claims took, and what else ran during its burst (completions, sweeps, lease renewals,
+the collector's pauses), slowest seconds first: is a slow second's tail the claims, or
+something beside them?
 
 The engine runs in this process with its parts wrapped (nothing in mjsched changes);
 times are this host's wall clock, shown in ms after the traced second's due instant
@@ -11,6 +17,8 @@ times are this host's wall clock, shown in ms after the traced second's due inst
 from __future__ import annotations
 
 import functools
+import gc
+import statistics
 import threading
 import time
 from typing import Any, Callable, Sequence
@@ -60,6 +68,20 @@ def instrument(engine: Any) -> None:
     _wrap(Run, "_move", before=lambda t0, run, new, **k: _note(
         "slot_freed", run=run.run_id) if new is State.COMPLETING else None)
     _wrap(engine._poller, "wake", before=lambda t0: _note("wake"))
+    _wrap(engine.backend, "renew_leases", after=lambda t0, out, *a, **k: _note("renew", t0=t0))
+    _wrap(engine.backend, "purge_runs", after=lambda t0, out, *a, **k: _note("purge", t0=t0))
+    gc.callbacks.append(_note_gc)
+
+
+_gc_started: list[float] = []
+
+
+def _note_gc(phase: str, info: dict[str, Any]) -> None:
+    """The collector's pauses, as events like the calls (t0 = when it began)."""
+    if phase == "start":
+        _gc_started[:] = [time.time()]
+    elif _gc_started:
+        _note("gc", t0=_gc_started[0], generation=info.get("generation"))
 
 
 def pct(values: Sequence[float], q: float) -> float:
@@ -118,12 +140,51 @@ def analyse(first: float, second: int, offset: float) -> None:
           f"last {drv[-1] if drv else 0:.1f} ({len(drv)} runs)")
 
 
+BURST_SECONDS = 0.2   # a second's runs have all begun within this (cap 50: about 40-80 ms)
+
+
+def every_second(first: float, seconds: int, offset: float) -> None:
+    """One line per second of the window, slowest first (by its last driver start)."""
+    rows = []
+    for n in range(1, seconds):      # the first second starts from a cold engine
+        lo = first + n + offset
+        ev = [(t, k, i) for t, k, i in EVENTS if lo - 0.05 <= t < lo + BURST_SECONDS]
+        starts = [t for t, k, _ in ev if k == "driver_thread" and t >= lo]
+        if not starts:
+            continue
+        last = max(starts)
+
+        def busy(kind: str) -> tuple[int, float]:
+            """Calls of ``kind`` that overlapped the burst (up to the last start), and their ms in it."""
+            spans = [(max(i["t0"], lo), min(t, last)) for t, k, i in ev if k == kind and i["t0"] < last and t > lo]
+            return len(spans), sum(max(0.0, b - a) for a, b in spans) * 1000
+        claims = [(t - i["t0"]) * 1000 for t, k, i in ev if k == "claim" and i["got"] and lo <= i["t0"] < last]
+        rows.append((n, (last - lo) * 1000, len(claims), sum(claims), max(claims or [0.0]), busy("complete"),
+                     busy("sweep"), busy("renew"), busy("purge"), busy("gc")))
+    if not rows:
+        print("no second with runs in the window")
+        return
+    print("\n### every second: its last driver start, its claims, what ran beside them (ms after the due instant)\n")
+    print("| second | last start | claims | claims ms | longest claim | completions (n, ms) | sweep | "
+          "renewal | purge | gc pauses |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for n, last, k, total, longest, comp, sweep, renew, purge, pauses in sorted(rows, key=lambda r: -r[1]):
+        cell = lambda c: f"{c[0]}, {c[1]:.1f}" if c[0] else "-"   # noqa: E731
+        print(f"| {n} | {last:.1f} | {k} | {total:.1f} | {longest:.1f} | {cell(comp)} | {cell(sweep)} | "
+              f"{cell(renew)} | {cell(purge)} | {cell(pauses)} |")
+    lasts = [r[1] for r in rows]
+    print(f"\nlast start: median {statistics.median(lasts):.1f} ms, slowest {max(lasts):.1f} ms; "
+          f"claims ms: median {statistics.median(r[3] for r in rows):.1f}, in the slowest second "
+          f"{max(rows, key=lambda r: r[1])[3]:.1f}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = common.parser(__doc__.splitlines()[0])
     p.add_argument("--jobs", type=int, default=200)
     p.add_argument("--cap", type=int, default=50)
     p.add_argument("--seconds", type=int, default=4)
     p.add_argument("--second", type=int, default=3, help="which second of the window to show (1 = first)")
+    p.add_argument("--every-second", action="store_true", help="a line per second, slowest first")
     args = p.parse_args(argv)
     from mjsched import SchedulingEngine
 
@@ -146,7 +207,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             engine.close()
         conn.close()
     print(f"clock offset {offset * 1000:+.3f} +-{unc * 1000:.3f} ms")
-    analyse(first, args.second, -offset)
+    if args.every_second:
+        every_second(first, args.seconds, -offset)
+    else:
+        analyse(first, args.second, -offset)
     return 0
 
 

@@ -163,9 +163,7 @@ class CompletionWriter:
         while not self._stop.is_set():
             now = time.monotonic()
             wait = None if not retry else max(0.0, min(i.not_before for i in retry) - now)
-            batch = self._take_batch(wait)
-            if batch:
-                self._write(batch, retry)
+            self._write_next(wait, retry)
             with self._cond:
                 busy_now, self._busy_now = self._busy_now, False
             now = time.monotonic()
@@ -189,6 +187,13 @@ class CompletionWriter:
             log.error("gave up writing the completion of run %s (%s): the writer stopped",
                       item.completion.run_id, item.completion.status, extra={"action": "completion_given_up"})
             self._done(item, None)
+
+    def _write_next(self, wait: float | None, retry: list[_Item]) -> None:
+        """The next batch, written. Its items (and the runs their callbacks hold) are let go
+        as this returns, not kept by the loop while it waits for the next completion."""
+        batch = self._take_batch(wait)
+        if batch:
+            self._write(batch, retry)
 
     def _write(self, batch: list[_Item], retry: list[_Item]) -> None:
         """One call for ``batch``; on failure each item goes to ``retry`` with its own backoff

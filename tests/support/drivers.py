@@ -56,6 +56,18 @@ class BrokenInit(mjsched.BaseScheduledJob):
         raise RuntimeError("cannot construct this driver")
 
 
+KEPT_CONTEXTS: list[mjsched.ExecutionContext] = []
+
+
+@mjsched.register_driver("test-keeps-context")
+class KeepsContext(mjsched.BaseScheduledJob):
+    """Keeps its context past the run (as a leaked thread would) and reports its heartbeat."""
+
+    def execute(self, context: mjsched.ExecutionContext) -> mjsched.JobResult:
+        KEPT_CONTEXTS.append(context)
+        return mjsched.JobResult(True, details={"heartbeat": context.heartbeat()})
+
+
 @mjsched.register_driver("test-heartbeat")
 class Heartbeats(mjsched.BaseScheduledJob):
     """Calls context.heartbeat() and reports what it returned."""
