@@ -90,10 +90,10 @@ def summary(results: dict[str, list[tuple[float, float, float]]], latency: bool)
                                            "PostgreSQL CPU ms per 1k exec")
     compare = "head - base" if latency else "head/base"
     lines = [f"| measure | base | head | {compare} | per round: median (min-max) |", "|---|---|---|---|---|"]
+    # The two runs of a round are minutes apart at most; the machine's speed can drift 2x over
+    # a session (a shared host), which the ratio of means mixes in and a round's does not.
+    pairs = list(zip(results["base"], results["head"]))
     for i, name in enumerate(names):
-        # The two runs of a round are minutes apart at most; the machine's speed can drift 2x
-        # over a session (a shared host), which the ratio of means mixes in and a round's does not.
-        pairs = list(zip(results["base"], results["head"]))
         if latency:
             per_round = [h[i] - b[i] for b, h in pairs]
             whole = f"{means['head'][i] - means['base'][i]:+.1f}"
