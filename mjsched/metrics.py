@@ -144,6 +144,7 @@ class _StatsCollector:
     NAMES = {"dispatched": "Runs handed to the worker pool",
              "timeouts": "Runs cancelled past their max_runtime",
              "leases_lost": "Runs whose lease was taken over while running",
+             "leases_fenced": "Runs stopped by this engine because their lease could not be renewed in time",
              "fenced_completions": "Completions refused because the lease had moved on",
              "runs_purged": "Finished runs deleted by this engine's run-history purge"}
 

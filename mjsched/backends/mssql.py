@@ -85,7 +85,11 @@ class MssqlBackend(Backend):
     def __init__(self, dsn: str, *, pool_size: int = 8, connect_timeout: float = 5.0,
                  statement_timeout: float = 60.0, retry_attempts: int = 5,
                  retry_max_delay: float = 15.0, install_lock_timeout: float = 120.0,
-                 call_timeout: float = DEFAULT_CALL_TIMEOUT) -> None:
+                 call_timeout: float = DEFAULT_CALL_TIMEOUT, lock_timeout: float | None = None) -> None:
+        if lock_timeout is not None and (isinstance(lock_timeout, bool) or not lock_timeout > 0):
+            raise ConfigurationError("lock_timeout", lock_timeout, "must be a positive number of seconds or None")
+        # SET LOCK_TIMEOUT for every session (None: the server's default, wait for ever)
+        self._lock_timeout_ms = None if lock_timeout is None else max(1, int(lock_timeout * 1000))
         self._target = parse_dsn(dsn)
         self._safe_dsn = redact_dsn(dsn)
         self._connect_timeout, self._query_timeout = odbc_timeouts(connect_timeout, statement_timeout, call_timeout)
@@ -106,7 +110,7 @@ class MssqlBackend(Backend):
         conn = pyodbc.connect(self._target.connection_string, autocommit=True, timeout=self._connect_timeout)
         try:
             conn.timeout = self._query_timeout
-            configure_connection(conn)
+            configure_connection(conn, self._lock_timeout_ms)
         except BaseException:
             with contextlib.suppress(Exception):
                 conn.close()
@@ -205,7 +209,8 @@ class MssqlBackend(Backend):
             applied: list[str] = []
             cur.connection.timeout = self._statement_timeout   # install's own, longer bound (reset after)
             self._check_compatibility(cur)
-            cur.execute("SET XACT_ABORT ON; BEGIN TRANSACTION;")
+            # the upgrade waits for engines' row locks (held for milliseconds), bounded by the above
+            cur.execute("SET LOCK_TIMEOUT -1; SET XACT_ABORT ON; BEGIN TRANSACTION;")
             try:
                 cur.execute("SET NOCOUNT ON; DECLARE @r int; "
                             "EXEC @r = sys.sp_getapplock @Resource = ?, @LockMode = N'Exclusive', "
@@ -255,6 +260,8 @@ class MssqlBackend(Backend):
             finally:
                 with contextlib.suppress(Exception):
                     cur.connection.timeout = self._query_timeout
+                    if self._lock_timeout_ms is not None:   # the session's own bound again (pooled)
+                        cur.execute(f"SET LOCK_TIMEOUT {self._lock_timeout_ms};")
         return self._run("install", bounded_install)
 
     def installed_versions(self) -> list[str]:

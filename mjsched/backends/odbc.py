@@ -43,8 +43,9 @@ _SESSION_SETUP = ("SET NOCOUNT ON; SET XACT_ABORT ON; SET ANSI_NULLS ON; SET ANS
 
 # SQLSTATEs of a lost or refused connection, and of a login/query timeout.
 _CONNECTION_SQLSTATES = {"08S01", "08001", "08003", "08004", "08007", "08S02", "HYT00", "HYT01"}
-# Native errors worth another attempt: deadlock victim, Azure SQL transient faults, broken pipes.
-_TRANSIENT_NATIVE = {1205, 4060, 4221, 10053, 10054, 10060, 10928, 10929, 40143, 40197, 40501,
+# Native errors worth another attempt: deadlock victim, lock request timed out (SET LOCK_TIMEOUT),
+# Azure SQL transient faults, broken pipes.
+_TRANSIENT_NATIVE = {1205, 1222, 4060, 4221, 10053, 10054, 10060, 10928, 10929, 40143, 40197, 40501,
                      40540, 40613, 49918, 49919, 49920, 233, -2}
 _SCHEMA_MISSING_NATIVE = {208, 2812}   # invalid object name; could not find stored procedure
 _SQL_SS_TIMESTAMPOFFSET = -155
@@ -294,11 +295,13 @@ def to_param(value: Any) -> Any:
     return value
 
 
-def configure_connection(conn: Any) -> None:
-    """What mjsched does to every new pyodbc connection: converters and session options."""
+def configure_connection(conn: Any, lock_timeout_ms: int | None = None) -> None:
+    """What mjsched does to every new pyodbc connection: converters and session options
+    (``SET LOCK_TIMEOUT`` when given: error 1222, transient, instead of a wait on an outsider)."""
     conn.add_output_converter(_SQL_SS_TIMESTAMPOFFSET, _datetimeoffset)
     conn.add_output_converter(pyodbc.SQL_GUID, _guid)
-    conn.execute(_SESSION_SETUP).close()
+    setup = _SESSION_SETUP if lock_timeout_ms is None else f"{_SESSION_SETUP} SET LOCK_TIMEOUT {int(lock_timeout_ms)};"
+    conn.execute(setup).close()
 
 
 # -- pool ----------------------------------------------------------------------------------------------

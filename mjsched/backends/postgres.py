@@ -74,17 +74,22 @@ def is_permanent_connect_error(exc: BaseException) -> bool:
     return bool(_MALFORMED_DSN.search(text) or _REJECTED_LOGIN.search(text))
 
 
-def _utc_opts(dsn: str, connect_timeout: float, statement_timeout_ms: int, call_timeout: float) -> dict[str, Any]:
+def _utc_opts(dsn: str, connect_timeout: float, statement_timeout_ms: int, call_timeout: float,
+              lock_timeout_ms: int | None = None) -> dict[str, Any]:
     """Every bound libpq can enforce itself: connection set-up (connect_timeout, whole
     seconds, libpq's minimum is 2), keepalives and tcp_user_timeout (a peer that stops
     ACKing: a dead host or route, not a middlebox that keeps ACKing -- the call
-    watchdog covers that), and statement_timeout (the server gives up on a query no
-    later than the client gives up on the call)."""
+    watchdog covers that), statement_timeout (the server gives up on a query no
+    later than the client gives up on the call), and lock_timeout when given (a
+    statement never waits long on a lock an outsider holds: watchdog.lock_timeout_for_lease)."""
+    options = f"-c TimeZone=UTC -c statement_timeout={statement_timeout_ms}"
+    if lock_timeout_ms is not None:
+        options += f" -c lock_timeout={lock_timeout_ms}"
     return {
         "dsn": dsn,
         "connect_timeout": max(2, int(round(connect_timeout))),
         "application_name": "mjsched",
-        "options": f"-c TimeZone=UTC -c statement_timeout={statement_timeout_ms}",
+        "options": options,
         "keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3,
         "tcp_user_timeout": int(call_timeout * 1000),
     }
@@ -131,9 +136,11 @@ class PostgresBackend(Backend):
     def __init__(self, dsn: str, *, pool_size: int = 8, connect_timeout: float = 5.0,
                  statement_timeout: float = 60.0, retry_attempts: int = 5,
                  retry_max_delay: float = 15.0, call_timeout: float = DEFAULT_CALL_TIMEOUT,
-                 connection_factory: Callable[..., Any] | None = None) -> None:
+                 connection_factory: Callable[..., Any] | None = None, lock_timeout: float | None = None) -> None:
         if not call_timeout or not call_timeout > 0:
             raise ConfigurationError("call_timeout", call_timeout, "must be a positive number of seconds")
+        if lock_timeout is not None and (isinstance(lock_timeout, bool) or not lock_timeout > 0):
+            raise ConfigurationError("lock_timeout", lock_timeout, "must be a positive number of seconds or None")
         self._dsn = dsn
         self._safe_dsn = redact_dsn(dsn)
         self.call_timeout = float(call_timeout)
@@ -142,7 +149,7 @@ class PostgresBackend(Backend):
         self._statement_timeout_ms = int(statement_timeout * 1000)
         # the server cancels a slow statement (a lock wait) before the watchdog would abandon it
         self._kwargs = _utc_opts(dsn, connect_timeout, int(min(statement_timeout, 0.8 * self.call_timeout) * 1000),
-                                 self.call_timeout)
+                                 self.call_timeout, None if lock_timeout is None else max(1, int(lock_timeout * 1000)))
         self._watchdog = CallWatchdog()
         if connection_factory is not None:
             self._kwargs["connection_factory"] = connection_factory
@@ -220,6 +227,8 @@ class PostgresBackend(Backend):
             conn.autocommit = False
             try:
                 cur.execute("SELECT set_config('statement_timeout', %s, true)", (str(self._statement_timeout_ms),))
+                # the upgrade waits for engines' row locks (held for milliseconds), bounded by the above
+                cur.execute("SELECT set_config('lock_timeout', '0', true)")
                 cur.execute("SELECT pg_advisory_xact_lock(%s)", (INSTALL_LOCK_KEY,))
                 cur.execute("CREATE SCHEMA IF NOT EXISTS mjsched")
                 cur.execute("""CREATE TABLE IF NOT EXISTS mjsched.schema_version (

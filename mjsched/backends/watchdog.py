@@ -33,6 +33,16 @@ def call_timeout_for_lease(lease_seconds: float, statement_timeout: float = 60.0
     return max(MIN_CALL_TIMEOUT, min(lease_seconds / 4.0, statement_timeout + 5.0))
 
 
+def lock_timeout_for_lease(lease_seconds: float) -> float:
+    """How long the engine's statements wait for a row or table lock someone else holds: an
+    eighth of the lease, between 0.1 s and 2 s. Engines hold each other's rows for
+    milliseconds; a lock held longer is an outsider's (an operator's open transaction, a
+    report, a LOCK TABLE), and a statement that waited for it would stall the poll or the
+    renewal behind it. Past this bound the statement fails with a lock timeout, which is
+    transient: the call is retried, or the next poll or beat tries again."""
+    return max(0.1, min(lease_seconds / 8.0, 2.0))
+
+
 def shutdown_socket(fileno: int) -> None:
     """Shut a connected socket down in both directions, given its descriptor: a ``recv``
     blocked on it (in any thread) returns at once. The descriptor itself stays open;

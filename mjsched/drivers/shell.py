@@ -36,6 +36,7 @@ from .base import driver_named
 
 TAIL_BYTES = 4096
 KILL_GRACE = 2.0
+REAP_SECONDS = 1.0   # after SIGKILL, how long the group is waited for to be gone
 POLL_INTERVAL = 0.05
 READER_JOIN_TIMEOUT = 2.0
 
@@ -131,7 +132,7 @@ class ShellJob(BaseScheduledJob):
         if reason is not None:
             context.logger.warning("shell job %s, terminating process group %s", reason, proc.pid,
                                    extra={"action": "shell_terminate"})
-            terminate_process_group(proc)
+            terminate_process_group(proc, _kill_grace(context))
         for reader in readers:
             reader.join(READER_JOIN_TIMEOUT)
         details: dict[str, Any] = {
@@ -180,6 +181,13 @@ def _start_readers(proc: subprocess.Popen[bytes]) -> list[_TailReader]:
     for reader in readers:
         reader.start()
     return readers
+
+
+def _kill_grace(context: ExecutionContext) -> float:
+    """SIGTERM to SIGKILL: KILL_GRACE, or less when the engine asks for less (a fenced run's
+    is 0: its lease is about to pass to another engine, so the group dies at once)."""
+    asked = getattr(context, "cancel_grace", None)
+    return KILL_GRACE if asked is None else max(0.0, min(KILL_GRACE, float(asked)))
 
 
 def _wait(proc: subprocess.Popen[bytes], cancel_event: threading.Event, timeout: float | None) -> str | None:
@@ -266,11 +274,11 @@ def terminate_process_group(proc: subprocess.Popen, grace: float | None = None) 
         time.sleep(POLL_INTERVAL)
     _signal_group(pgid, signal.SIGKILL)
     try:
-        proc.wait(timeout=grace)
+        proc.wait(timeout=max(grace, REAP_SECONDS))   # SIGKILL is not ignored: only the reaping is waited for
     except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
         pass
     # Members of the group that were already reparented are reaped by init;
     # wait briefly so callers can rely on the group being gone.
-    deadline = time.monotonic() + grace
+    deadline = time.monotonic() + max(grace, REAP_SECONDS)
     while _group_alive(pgid) and time.monotonic() < deadline:
         time.sleep(POLL_INTERVAL)

@@ -56,6 +56,9 @@ class PendingClaim:
 
     claim_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     handled: set[str] = field(default_factory=set)
+    # time.monotonic() before its first call: a replay answers claims that call made, whose
+    # leases run from its start, not the replay's (Run.lease_until)
+    started: float = field(default_factory=time.monotonic)
 
     def first_time(self, claim: Claim) -> bool:
         """True once per run (or run-less tick) of this claim: a replay never starts one twice."""
@@ -185,6 +188,9 @@ class Dispatcher:
         slot free, until one frees (at most FULL_CLAIM_SECONDS between claims); in a backlog,
         until half the slots are free or as many as the due jobs left (at most
         CLAIM_GATHER_SECONDS after the last claim)."""
+        fenced = self._keeper.fence.claim_pause()
+        if fenced > 0:   # a run was just fenced: the path to the database is suspect (fencing.py)
+            return fenced
         since = time.monotonic() - self._claimed_at
         free = self._slots_free()
         if free == 0:
@@ -310,7 +316,8 @@ class Dispatcher:
         # missed (a tick's claim) or were queued or refused already (a queued run's claim).
         run = Run.begin(self._services, job, run_id, token, scheduled_for, manual=False, catch_up=plan.catch_up,
                         seen_next_run_at=seen, attempt=attempt,
-                        last_enqueued=None if scheduled_for is None else max(scheduled_for, db_now))
+                        last_enqueued=None if scheduled_for is None else max(scheduled_for, db_now),
+                        lease_from=self._pending.started if self._pending is not None else None)
         with self._accept_lock:
             accepted = self._accepting
             if accepted:

@@ -67,7 +67,7 @@ class SchedulingEngine:
         if backend is None and not dsn:
             raise ConfigurationError("dsn", dsn, "a database URL is required (postgresql://... or mssql://...)")
         self.backend: Backend = backend or open_backend(str(dsn), **backend_defaults(opts, backend_options))
-        self.stats = {"dispatched": 0, "timeouts": 0, "leases_lost": 0, "fenced_completions": 0, "runs_purged": 0}
+        self.stats = {"dispatched": 0, "timeouts": 0, "leases_lost": 0, "leases_fenced": 0, "fenced_completions": 0, "runs_purged": 0}
         wire(self, opts)
         self._control = EngineControl(self)
         self._manual = ManualRuns(self)

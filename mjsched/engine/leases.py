@@ -16,6 +16,7 @@ import time
 from typing import Callable
 
 from ..backends.base import Backend
+from .fencing import LeaseFence
 from .runs import RunRegistry, State
 from ..errors import SchedulerError
 
@@ -27,9 +28,12 @@ CANCEL_CHECK_SECONDS = 5.0   # cancel requests are read at least this often (and
 class LeaseKeeper:
     def __init__(self, backend: Backend, registry: RunRegistry, *, instance: str, lease_seconds: float,
                  interval: float | None = None, completion_window: float | None = None,
-                 on_cancel_check: Callable[[list[str]], None] | None = None) -> None:
+                 on_cancel_check: Callable[[list[str]], None] | None = None,
+                 fence: LeaseFence | None = None) -> None:
         self._backend = backend
         self._registry = registry
+        # stops a run whose lease it could not renew in time (fencing.py); started and stopped with the keeper
+        self.fence = fence if fence is not None else LeaseFence(registry, lease_seconds=lease_seconds)
         self._instance = instance
         self._lease = lease_seconds
         self.interval = interval if interval is not None else max(0.005, lease_seconds / 4)
@@ -61,6 +65,7 @@ class LeaseKeeper:
             self._thread = threading.Thread(target=self._loop, args=(self._stop,), name="mjsched-heartbeat",
                                             daemon=True)
             self._thread.start()
+            self.fence.start()
 
     def stop(self) -> None:
         with self._start_lock:
@@ -69,6 +74,7 @@ class LeaseKeeper:
             thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5.0)
+        self.fence.stop()
 
     @property
     def running(self) -> bool:
@@ -153,6 +159,7 @@ class LeaseKeeper:
             held = self._registry.tokens_to_renew(self.completion_window) if tokens is None else tokens
             if not held:
                 return True       # nothing to renew: no round trip
+            started = time.monotonic()   # before the call (and its retries): the lease runs from no later
             try:
                 renewed, busy = self._backend.renew_leases(held, self._lease, self._instance)
             except SchedulerError as exc:
@@ -161,6 +168,7 @@ class LeaseKeeper:
                           len(held), exc, extra={"action": "lease_renewal_failed"})
                 return False
             self.renewals += 1
+            self.fence.renewed(renewed, started)
             self._note_busy(busy)
             lost = set(held) - renewed - busy
             # A COMPLETING run's token may be gone because its completion just landed; if

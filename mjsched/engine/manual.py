@@ -41,6 +41,7 @@ class ManualRuns:
             job = dataclasses.replace(job, configuration=run_parameters.merged_configuration(job, params))
         # What this process cannot run (an import path it lacks) is refused before a run is recorded.
         get_driver(job.driver)().check_can_run(job.configuration)
+        lease_from = time.monotonic()   # before the call that grants the run its lease (Run.lease_until)
         start = self._start(job, force, params)
         if start.outcome == "not_found":
             raise JobNotFound(job.id)
@@ -49,7 +50,8 @@ class ManualRuns:
         if start.outcome != "started" or not start.run_id or not start.lock_token:
             raise LockNotAcquired(job.id)
         run_id, token = start.run_id, start.lock_token
-        held = Run.begin(self._e._runs, job, run_id, token, None, manual=True, catch_up=False, parameters=params)
+        held = Run.begin(self._e._runs, job, run_id, token, None, manual=True, catch_up=False, parameters=params,
+                         lease_from=lease_from)
         held.start_manual()
         # Done when the run's completion is written (on return, or at its timeout), and its
         # notification sent: a script that exits right after must not lose it (bounded wait:

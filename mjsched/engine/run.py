@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import threading
 import time
 import weakref
@@ -73,6 +74,7 @@ class RunServices:
     clock: DbClock
     stats: dict[str, int]
     instance: str
+    lease_seconds: float                # what a claim or a renewal grants (Run.lease_until)
     allowed_drivers: frozenset[str] | None
     wake: Callable[[], None]            # the dispatcher polls again (a slot or a job came free)
 
@@ -107,16 +109,20 @@ class Run:
     notified: Flag = field(default_factory=lambda: NOBODY_WAITS)   # its notification is out (or none)
     cancel_request: CancelRequest | None = None   # an operator's cancel, once delivered
     cancel_deadline: float | None = None       # time.monotonic() past which a cancelled run is ended anyway
+    # time.monotonic() until which its lease certainly holds: the start of the last call that
+    # granted it (the claim, a renewal) plus the lease; the fence stops it before then (fencing.py)
+    lease_until: float = math.inf
 
     @classmethod
     def begin(cls, services: RunServices, job: Job, run_id: str, token: str, scheduled_for: datetime | None, *,
               manual: bool, catch_up: bool, seen_next_run_at: datetime | None = None,
               parameters: dict[str, Any] | None = None, attempt: int = 1,
-              last_enqueued: datetime | None = None) -> Run:
+              last_enqueued: datetime | None = None, lease_from: float | None = None) -> Run:
         """A run just claimed, with the context its driver will see. ``job`` is what the driver
         sees (a manual run's ``parameters`` already merged into its configuration).
         ``last_enqueued``: Queue mode's newest tick already served or kept (``note_enqueued``),
-        set here while no other thread can see the run."""
+        set here while no other thread can see the run. ``lease_from``: time.monotonic() when
+        the call that claimed it began (its first attempt; default now), which its lease runs from."""
         try:
             driver_cls: type[BaseScheduledJob] | None = get_driver(job.driver)
         except SchedulerError:
@@ -125,7 +131,8 @@ class Run:
         run = cls(services, job, run_id, token, scheduled_for, manual=manual, catch_up=catch_up,
                   deadline=time.monotonic() + max_runtime if max_runtime else None,
                   seen_next_run_at=seen_next_run_at, attempt=attempt, last_enqueued=last_enqueued,
-                  notified=threading.Event() if manual else NOBODY_WAITS)
+                  notified=threading.Event() if manual else NOBODY_WAITS,
+                  lease_until=(time.monotonic() if lease_from is None else lease_from) + services.lease_seconds)
         record = JobRun(id=run_id, scheduled_job_id=job.id, scheduled_for=scheduled_for, status=RunStatus.RUNNING,
                         success=None, error_message=None, details=None, queued_at=None,
                         started_at=services.clock.now(), completed_at=None, duration_ms=None,
@@ -156,6 +163,7 @@ class Run:
     def _watch(self) -> None:
         keeper = self.services.keeper()
         keeper.start()
+        keeper.fence.watch(self.lease_until)
         if self.deadline is not None:
             keeper.poke()    # the keeper re-reads deadlines
 
@@ -178,6 +186,11 @@ class Run:
         if self.state is not State.RUNNING:
             return False
         return self.services.keeper().renew([self.token]) and self.state is State.RUNNING
+
+    def extend_lease(self, until: float) -> None:
+        """A renewal answered this run's token renewed: its lease holds until ``until`` (monotonic)."""
+        with self.services.registry.changed:
+            self.lease_until = max(self.lease_until, until)
 
     def keep_lease(self) -> None:
         """Renew its lease again (polling restarted, or the engine closes and hands it back)."""
@@ -280,6 +293,29 @@ class Run:
         self.notified.set()       # a lost run sends no notification
         self.services.registry.remove(self)
         self.services.wake()
+
+    def fence(self, unrenewed_for: float) -> bool:
+        """Its lease could lapse within the fence's margin and was not renewed (the fence's
+        call): RUNNING -> LOST before another engine may take the job. Killed at once (no kill
+        grace: an isolated child's tree, a shell job's process group), nothing written (its
+        token is about to be taken over); True when it was fenced."""
+        if self.state is not State.RUNNING:
+            return False
+        if self.context is not None:
+            self.context.cancel_grace = 0.0     # before the event: the child's supervisor reads it
+        if not self._move(State.LOST):
+            return False
+        self.cancel_event.set()
+        self.services.stats["leases_fenced"] += 1
+        if self.thread_alive and not self.manual:
+            self.services.pool.absorb_leak()
+        log.error("Lease of run %s (job %r) could not be renewed for %.1fs: the run is stopped before another "
+                  "engine may take the job over (self-fencing); nothing is recorded for it here", self.run_id,
+                  self.job.name, unrenewed_for, extra={"action": "lease_lost", "reason": "fenced"})
+        self.notified.set()       # a fenced run sends no notification
+        self.services.registry.remove(self)
+        self.services.wake()
+        return True
 
     def hand_back(self) -> Completion | None:
         """At close, a run still executing: -> LOST, and the Cancelled completion that releases

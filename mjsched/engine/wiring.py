@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..backends.watchdog import call_timeout_for_lease
+from ..backends.watchdog import call_timeout_for_lease, lock_timeout_for_lease
 from ..clock import DbClock
 from .background import BackgroundTasks
 from .cancellation import Cancellation
@@ -28,13 +28,14 @@ from .runs import RunRegistry, WorkerPool
 
 
 def backend_defaults(opts: EngineOptions, backend_options: dict[str, Any]) -> dict[str, Any]:
-    """The connection pool sized to the cap, and every call bounded relative to the lease
-    (README "Timeouts and half-open connections"); what the caller gave wins."""
+    """The connection pool sized to the cap, and every call and every lock wait bounded
+    relative to the lease (README "Timeouts and half-open connections"); what the caller gave wins."""
     out = dict(backend_options)
     out.setdefault("pool_size", opts.max_concurrent_jobs + 4)
     out.setdefault("call_timeout", call_timeout_for_lease(opts.lease_timeout,
                                                           float(out.get("statement_timeout", 60.0))))
     out.setdefault("retry_max_delay", max(out["call_timeout"], min(15.0, opts.lease_timeout / 2)))
+    out.setdefault("lock_timeout", lock_timeout_for_lease(opts.lease_timeout))
     return out
 
 
@@ -53,6 +54,7 @@ def wire(engine: Any, opts: EngineOptions) -> None:
     engine._runs = RunServices(backend=engine.backend, registry=engine._registry, pool=engine._pool,
                                writer=engine._writer, keeper=lambda: engine._keeper, outcomes=outcomes,
                                clock=engine._clock, stats=engine.stats, instance=engine.instance_name,
+                               lease_seconds=engine.lease_timeout,
                                allowed_drivers=engine.allowed_drivers, wake=lambda: engine._poller.wake())
     engine._cancels = Cancellation(engine.backend, engine._registry, grace=opts.cancel_grace,
                                    on_overdue_soon=lambda: engine._keeper.poke())

@@ -451,6 +451,29 @@ BEGIN
 END;
 GO
 
+-- note_engine_seen: the engine's liveness write (last_seen_at), made only when it can be made
+-- now. The engine's own registry row is a row an outsider can hold (an operator's open
+-- transaction, a HOLDLOCK report): a renewal or a claim that waited for it let the engine's
+-- leases lapse while its runs still ran. So the row is passed over (READPAST) when someone
+-- else holds it, and this beat's liveness write is skipped -- the next one tries again.
+-- @p_min_age_seconds: skip it also when the row was written less than this long ago (the
+-- claim writes at most once a second); NULL: write whatever the row holds (a renewal).
+CREATE OR ALTER PROCEDURE mjsched.note_engine_seen
+    @p_instance nvarchar(255),
+    @p_now datetimeoffset,
+    @p_min_age_seconds float
+AS
+BEGIN
+    SET NOCOUNT ON;
+    SET XACT_ABORT ON;
+    UPDATE e SET last_seen_at = @p_now
+      FROM mjsched.engine_instance AS e WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+     WHERE e.instance = @p_instance
+       AND (@p_min_age_seconds IS NULL
+            OR e.last_seen_at < DATEADD(millisecond, -CAST(@p_min_age_seconds * 1000 AS int), @p_now));
+END;
+GO
+
 -- renew_tokens: the renewal renew_leases and extend_job_leases share (its one definition).
 -- A token is renewed only when its run is still Running AND, unless it is a Concurrent
 -- tick run (which holds no job lock), its job is still locked by the same token; then the
@@ -509,7 +532,7 @@ BEGIN
         END;
         IF @p_instance IS NOT NULL
         BEGIN
-            UPDATE mjsched.engine_instance SET last_seen_at = @p_now WHERE instance = @p_instance;
+            EXEC mjsched.note_engine_seen @p_instance = @p_instance, @p_now = @p_now, @p_min_age_seconds = NULL;
         END;
         -- 1. Jobs first: the held jobs, through the runs' token index, then their rows.
         INSERT INTO @v_ids (id)
@@ -1094,10 +1117,10 @@ BEGIN
         END;
 
         BEGIN TRANSACTION;
-        -- Every poll is the engine's heartbeat in the registry (at most one write a second). The
-        -- engine's own row comes first, before any job row, as in renew_tokens: one order.
-        UPDATE mjsched.engine_instance SET last_seen_at = @v_now
-         WHERE instance = @p_instance AND last_seen_at < DATEADD(second, -1, @v_now);
+        -- Every poll is the engine's heartbeat in the registry (at most one write a second, and
+        -- never waited for: note_engine_seen). The engine's own row comes first, before any job
+        -- row, as in renew_tokens: one order.
+        EXEC mjsched.note_engine_seen @p_instance = @p_instance, @p_now = @v_now, @p_min_age_seconds = 1;
         IF @p_replay = 1 AND @p_claim_id IS NOT NULL
         BEGIN
             INSERT INTO #mjsched_claimed (job_id, run_id, lock_token, scheduled_for, from_queue)
@@ -2123,7 +2146,7 @@ RETURN
     SELECT r.internal_routines
       FROM (VALUES (N'test_pause'), (N'claimable'), (N'claim_token'), (N'abandon_runs'), (N'renew_tokens'),
                    (N'complete_items'), (N'take_over'), (N'expire_ended_jobs'), (N'claim_replay'), (N'claim_queued'), (N'claim_ticks'),
-                   (N'next_due_at'), (N'claim_counters'), (N'purge_candidates')) AS r (internal_routines);
+                   (N'next_due_at'), (N'claim_counters'), (N'purge_candidates'), (N'note_engine_seen')) AS r (internal_routines);
 GO
 
 -- probe_permissions: which mjsched routines the current user may execute, the internal
@@ -2150,7 +2173,7 @@ BEGIN
                    (N'complete_job_runs'), (N'complete_runs'), (N'delete_job'), (N'engines_holding_locks'), (N'enqueue_job_run'), (N'ensure_job_type'),
                    (N'expire_ended_jobs'), (N'extend_job_leases'), (N'force_unlock_job'),
                    (N'initialize_next_run'), (N'initialize_next_runs'), (N'insert_job'), (N'internal_routines'),
-                   (N'lease_interval'), (N'next_due_at'), (N'note_frequency_warned'), (N'probe_permissions'),
+                   (N'lease_interval'), (N'next_due_at'), (N'note_engine_seen'), (N'note_frequency_warned'), (N'probe_permissions'),
                    (N'purge_candidates'), (N'purge_runs'), (N'register_engine'),
                    (N'release_engine_locks'), (N'release_job_lock'), (N'renew_leases'), (N'renew_tokens'),
                    (N'start_manual_run'), (N'sweep_expired_leases'), (N'take_over'), (N'test_pause'),

@@ -275,6 +275,25 @@ BEGIN
 END;
 $$;
 
+-- note_engine_seen: the engine's liveness write (last_seen_at), made only when it can be made
+-- now. The engine's own registry row is a row an outsider can hold (an operator's open
+-- transaction, a FOR SHARE report): a renewal or a claim that waited for it let the engine's
+-- leases lapse while its runs still ran. So the row is taken SKIP LOCKED and, when someone
+-- else holds it, this beat's liveness write is skipped -- the next one tries again; a
+-- skipped write costs nothing but a staler last_seen_at. p_min_age_seconds: skip it also when the
+-- row was written less than this long ago (the claim writes at most once a second); NULL:
+-- write whatever the row holds (a renewal).
+CREATE OR REPLACE FUNCTION mjsched.note_engine_seen(p_instance varchar, p_now timestamptz,
+                                                    p_min_age_seconds double precision)
+RETURNS void
+LANGUAGE sql AS $$
+    UPDATE mjsched.engine_instance e SET last_seen_at = p_now
+     WHERE e.instance = (SELECT i.instance FROM mjsched.engine_instance i
+                          WHERE i.instance = p_instance AND (p_min_age_seconds IS NULL
+                               OR i.last_seen_at < p_now - make_interval(secs => p_min_age_seconds))
+                            FOR NO KEY UPDATE SKIP LOCKED)
+$$;
+
 -- renew_tokens: the renewal both procedures below share. A token is renewed only when its
 -- run is still Running AND, unless it is a Concurrent tick run (which holds no job lock),
 -- its job is still locked by the same token; then the run's lease and the job's lock move
@@ -282,7 +301,7 @@ $$;
 -- rows are locked SKIP LOCKED (the first rows it locks) and a token whose job row another
 -- session holds is answered renewed = false (busy: neither renewed nor lost); without it
 -- they are locked in id order, waiting. Tokens it does not answer are lost. Also records
--- that the engine is alive.
+-- that the engine is alive, unless another session holds its registry row (note_engine_seen).
 CREATE OR REPLACE FUNCTION mjsched.renew_tokens(
     p_tokens uuid[], p_lease_seconds double precision, p_instance varchar, p_now timestamptz,
     p_skip_busy boolean)
@@ -296,7 +315,7 @@ BEGIN
     PERFORM mjsched.check_test_clock(p_now);
     PERFORM mjsched.check_lease(p_lease_seconds);
     IF p_instance IS NOT NULL THEN
-        UPDATE mjsched.engine_instance SET last_seen_at = v_now WHERE instance = p_instance;
+        PERFORM mjsched.note_engine_seen(p_instance, v_now, NULL);
     END IF;
     IF p_tokens IS NULL OR cardinality(p_tokens) = 0 THEN
         RETURN;
@@ -447,10 +466,10 @@ BEGIN
     IF p_max_jobs IS NULL OR p_max_jobs < 0 OR p_max_jobs > 10000 THEN
         RAISE EXCEPTION 'max_jobs=% must be between 0 and 10000', p_max_jobs USING ERRCODE = '22023';
     END IF;
-    -- Every poll is the engine's heartbeat in the registry (at most one write a second). The
-    -- engine's own row comes first, before any job row, as in renew_tokens: one order.
-    UPDATE mjsched.engine_instance SET last_seen_at = v_now
-     WHERE instance = p_instance AND last_seen_at < v_now - interval '1 second';
+    -- Every poll is the engine's heartbeat in the registry (at most one write a second, and
+    -- never waited for: note_engine_seen). The engine's own row comes first, before any job
+    -- row, as in renew_tokens: one order.
+    PERFORM mjsched.note_engine_seen(p_instance, v_now, 1);
 
     IF p_replay AND p_claim_id IS NOT NULL THEN
         SELECT v_job_ids || array_agg(c.job_id), v_run_ids || array_agg(c.run_id), v_tokens || array_agg(c.lock_token),
@@ -1364,7 +1383,7 @@ CREATE OR REPLACE FUNCTION mjsched.internal_routines() RETURNS text[]
 LANGUAGE sql IMMUTABLE AS $$
     SELECT ARRAY['test_pause', 'claimable', 'claim_token', 'abandon_runs', 'renew_tokens', 'complete_items',
                  'runs_of_tokens', 'take_over', 'expire_ended_jobs', 'claim_replay', 'claim_queued',
-                 'claim_ticks', 'next_due_at', 'claim_counters', 'purge_candidates']
+                 'claim_ticks', 'next_due_at', 'claim_counters', 'purge_candidates', 'note_engine_seen']
 $$;
 
 -- probe_permissions: which mjsched procedures the current role may not execute.

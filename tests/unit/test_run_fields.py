@@ -15,7 +15,7 @@ import mjsched
 
 PACKAGE = Path(mjsched.__file__).resolve().parent
 CHANGING = {"state", "thread_alive", "completing_since", "renew", "last_enqueued", "cancel_request",
-            "cancel_deadline", "retry_in"}
+            "cancel_deadline", "retry_in", "lease_until"}
 
 
 def _writes(tree: ast.AST) -> list[ast.Attribute]:
