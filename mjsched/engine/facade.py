@@ -200,14 +200,18 @@ class SchedulingEngine:
         self._poller.wake()
 
     def dispatch_due_jobs(self) -> DispatchResult:
-        """One poll, by hand: sweep, claim up to the free slots, hand runs to the pool."""
+        """One poll, by hand: sweep, claim up to the free slots, hand runs to the pool.
+        EngineStopped after stop_polling() or close(): this engine starts no runs then."""
+        self._control.check_dispatching("dispatch_due_jobs")
         return self._listeners.observe(lambda: self._dispatcher.dispatch(True))[0]
 
     def run_due_jobs(self, timeout: float | None = None) -> list[JobRun]:
         """Claim everything due now (pass after pass while slots free up), wait for those runs
         within ``timeout`` seconds (None: no bound) and return them; for scripts and system cron.
-        Not while polling: the loop would start runs this call does not wait for."""
+        Not while polling: the loop would start runs this call does not wait for; EngineStopped
+        after stop_polling() or close()."""
         timeout = check_timeout(timeout)
+        self._control.check_dispatching("run_due_jobs")
         if self._control.polling:
             raise ConfigurationError("run_due_jobs", "while polling", "stop_polling() first, or let the loop run")
         return self._due_pass.run(timeout)
