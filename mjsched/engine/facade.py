@@ -21,7 +21,7 @@ from .jobs import changed_job_values, create_job
 from .listeners import EngineListener
 from .manual import ManualRuns
 from .once import check_timeout
-from .options import EngineOptions
+from .options import EngineOptions, options_from
 from .retention import prune
 from .wiring import backend_defaults, wire
 
@@ -45,11 +45,12 @@ class SchedulingEngine:
                  keep_runs_days: int | None = None, keep_runs_count: int | None = None,
                  purge_interval: float | None = 10.0, purge_pass_seconds: float = 0.2, purge_batch_size: int = 1000,
                  **backend_options: Any) -> None:
-        """``options`` (built by the CLI's config) replaces the tuning arguments when given.
+        """``options`` (built by the CLI's config) replaces the tuning arguments when given (one
+        given beside it as well is refused: ConfigurationError naming it).
         ``keep_runs_days``/``keep_runs_count``: run-history retention for jobs without their own
         (README "Run-history retention"); ``purge_interval`` (None: this engine never purges)."""
-        self.options = options or EngineOptions(
-            max_concurrent_jobs=max_concurrent_jobs, lease_timeout=lease_timeout, instance_name=instance_name,
+        self.options = options_from(
+            options, max_concurrent_jobs=max_concurrent_jobs, lease_timeout=lease_timeout, instance_name=instance_name,
             min_poll_interval=min_poll_interval, max_poll_interval=max_poll_interval,
             max_catch_up_runs=max_catch_up_runs, heartbeat_interval=heartbeat_interval,
             completion_batch_window=completion_batch_window, allowed_drivers=allowed_drivers,

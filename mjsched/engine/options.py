@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import os
 import socket
-from dataclasses import dataclass
-from typing import Iterable
+from dataclasses import dataclass, fields
+from typing import Any, Iterable
 
 from .. import retention, validation
 from ..drivers.registry import allowed_driver_names
@@ -79,6 +79,23 @@ class EngineOptions:
                                                          maximum=retention.MAX_BATCH))
         keep("instance_name", validation.text("instance_name", self.instance_name, limit=255)
              or f"{socket.gethostname()}-{os.getpid()}")
+
+
+def options_from(options: EngineOptions | None, **tuning: Any) -> EngineOptions:
+    """``SchedulingEngine``'s options: ``options`` when given, else built from its tuning
+    arguments. Every argument is checked either way; one given beside ``options`` (not left
+    at its default) is refused, since ``options`` replaces them all and it would be ignored."""
+    built = EngineOptions(**tuning)   # a bad value is named here, whichever path it came by
+    if options is None:
+        return built
+    if not isinstance(options, EngineOptions):
+        raise ConfigurationError("options", options, "must be a mjsched.engine.EngineOptions, or None")
+    defaults = {f.name: f.default for f in fields(EngineOptions)}
+    for name, value in tuning.items():
+        if value != defaults[name]:
+            raise ConfigurationError(name, value, "given beside options=EngineOptions(...), which replaces the "
+                                                  "tuning arguments: set it in the options instead")
+    return options
 
 
 def _seconds(name: str, value: object) -> float:
