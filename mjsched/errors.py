@@ -108,6 +108,19 @@ class RunNotCancellable(SchedulerError):
         super().__init__(f"run_id={run_id!r}: status is {status}; only a Queued or Running run can be cancelled")
 
 
+class EngineStopped(SchedulerError, RuntimeError):
+    """``dispatch_due_jobs`` or ``run_due_jobs`` on an engine whose polling was stopped
+    (``state`` "stopped") or that was closed ("closed"): it starts no runs any more, so the
+    call would claim nothing while due jobs wait. ``method`` names the call."""
+
+    def __init__(self, method: str, state: str) -> None:
+        self.method = method
+        self.state = state
+        remedy = ("call start_polling() to poll again" if state == "stopped"
+                  else "make a new SchedulingEngine")
+        super().__init__(f"{method}(): this engine was {state} and starts no runs any more; {remedy}")
+
+
 class DatabaseError(SchedulerError):
     """The database failed or could not be reached (after retries).
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import traceback
+from dataclasses import dataclass
 from typing import Any
 
 from .drivers.base import BaseScheduledJob, ExecutionContext, JobResult
@@ -26,10 +27,33 @@ def effective_isolation(job: Job, driver_cls: type[BaseScheduledJob] | None) -> 
     return Isolation(default)
 
 
-def effective_max_runtime(job: Job, driver_cls: type[BaseScheduledJob] | None) -> float | None:
+ENGINE_DEFAULT = "default_max_runtime"   # RuntimeBound.source of the engine's bound
+
+
+@dataclass(frozen=True)
+class RuntimeBound:
+    """How long a run may execute, and whose setting says so: ``source`` is "max_runtime" (the
+    job's), "<driver> driver's default_max_runtime" (its driver class's) or ENGINE_DEFAULT (the
+    engine's bound for runs that have neither), so a timeout names the setting to change."""
+
+    seconds: float
+    source: str
+
+    @property
+    def engine_default(self) -> bool:
+        return self.source == ENGINE_DEFAULT
+
+
+def runtime_bound(job: Job, driver_cls: type[BaseScheduledJob] | None,
+                  engine_default: float | None = None) -> RuntimeBound | None:
+    """The job's max_runtime, else its driver's default_max_runtime, else ``engine_default``
+    (None: unbounded)."""
     if job.max_runtime_seconds is not None:
-        return job.max_runtime_seconds
-    return getattr(driver_cls, "default_max_runtime", None) if driver_cls else None
+        return RuntimeBound(job.max_runtime_seconds, "max_runtime")
+    driver_default = getattr(driver_cls, "default_max_runtime", None) if driver_cls else None
+    if driver_default is not None:
+        return RuntimeBound(driver_default, f"{job.driver} driver's default_max_runtime")
+    return RuntimeBound(engine_default, ENGINE_DEFAULT) if engine_default is not None else None
 
 
 def run_driver(context: ExecutionContext,

@@ -14,6 +14,8 @@
 ``mjsched_swept_runs_total``           counter    runs whose lease lapsed, marked Abandoned by our sweeps
 ``mjsched_dispatched_total``           counter    runs handed to the worker pool
 ``mjsched_timeouts_total``             counter    runs cancelled past their max_runtime
+``mjsched_default_max_runtime_timeouts_total``  counter  of those, runs without a max_runtime of their
+                                                         own, stopped by the engine's default_max_runtime
 ``mjsched_leases_lost_total``          counter    runs whose lease was taken over while running
 ``mjsched_fenced_completions_total``   counter    completions refused because the lease had moved on
 ``mjsched_runs_purged_total``          counter    finished runs deleted by this engine's retention purge
@@ -143,6 +145,8 @@ class _StatsCollector:
 
     NAMES = {"dispatched": "Runs handed to the worker pool",
              "timeouts": "Runs cancelled past their max_runtime",
+             "default_max_runtime_timeouts": "Runs without a max_runtime of their own, cancelled past the "
+                                             "engine's default_max_runtime",
              "leases_lost": "Runs whose lease was taken over while running",
              "leases_fenced": "Runs stopped by this engine because their lease could not be renewed in time",
              "fenced_completions": "Completions refused because the lease had moved on",

@@ -179,8 +179,9 @@ def make_engine(request: pytest.FixtureRequest) -> Iterator[Callable[..., Any]]:
     engines: list[mjsched.SchedulingEngine] = []
 
     def make(**kwargs: Any) -> mjsched.SchedulingEngine:
-        kwargs.setdefault("lease_timeout", 30.0)
-        kwargs.setdefault("max_poll_interval", 1.0)
+        if "options" not in kwargs:   # an EngineOptions replaces the tuning arguments (given beside it: refused)
+            kwargs.setdefault("lease_timeout", 30.0)
+            kwargs.setdefault("max_poll_interval", 1.0)
         engine = mjsched.SchedulingEngine(kwargs.pop("dsn", default_dsn), **kwargs)
         engines.append(engine)
         return engine

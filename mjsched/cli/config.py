@@ -14,6 +14,7 @@ when it exists. Its ``[scheduled_jobs]`` table mirrors the reference's
     max_poll_interval = 10
     instance_name = "worker-1"
     shutdown_timeout = 30          # bounded drain on SIGINT/SIGTERM
+    default_max_runtime = 86400    # seconds a run of a job without max_runtime may take ("off": unbounded)
     keep_runs_days = 30            # run-history retention (a job's own keep_runs_days wins)
     keep_runs_count = 100          # ... and each job's newest 100 finished runs are kept
     purge_interval = 10            # seconds between two purge passes of an engine
@@ -57,7 +58,7 @@ from typing import Any, Callable, Mapping
 
 from .. import retention, validation
 from ..redaction import redact_dsn as redact
-from ..engine.options import EngineOptions
+from ..engine.options import DEFAULT_MAX_RUNTIME, MAX_RUNTIME_LIMIT, EngineOptions
 from ..errors import ConfigurationError
 from ..notify import CompositeNotifier, LoggingNotifier, Notifier, SmtpNotifier, WebhookNotifier, split_addresses
 
@@ -114,6 +115,15 @@ def _seconds(maximum: float = 31_536_000) -> Callable[[str, Any], float]:
         except ConfigurationError as exc:
             raise ConfigurationError(label, raw, exc.reason) from None
     return check
+
+
+def _bound_or_off(label: str, value: Any) -> float | None:
+    """A bound in seconds, or off: 0, "none" or "off" (TOML has no null)."""
+    if isinstance(value, str) and value.strip().lower() in ("none", "off", "0"):
+        return None
+    if not isinstance(value, bool) and isinstance(value, (int, float)) and value == 0:
+        return None
+    return _seconds(MAX_RUNTIME_LIMIT)(label, value)
 
 
 def _keep(check: Callable[[str, Any], int | None]) -> Callable[[str, Any], int | None]:
@@ -229,6 +239,8 @@ KEYS: dict[str, Key] = {k.name: k for k in (
     Key("shutdown_timeout", _seconds(86_400), 30.0, "on SIGINT/SIGTERM, wait at most this long for running jobs"),
     Key("cancel_grace", _seconds(86_400), 30.0, "seconds a run cancelled by `mjsched runs cancel` has to stop "
                                                 "before its process is killed"),
+    Key("default_max_runtime", _bound_or_off, DEFAULT_MAX_RUNTIME, "seconds a run may execute when its job sets no "
+                                                        "max_runtime (0, \"none\" or \"off\": unbounded)"),
     Key("keep_runs_days", _keep(retention.keep_days), None, "run-history retention: keep finished runs this many "
                                                             "days (a job's keep_runs_days wins; unset or 0: off)"),
     Key("keep_runs_count", _keep(retention.keep_count), None, "run-history retention: keep each job's newest N "
@@ -325,6 +337,7 @@ class Settings:
                                  max_poll_interval=self.values["max_poll_interval"],
                                  allowed_drivers=self.values["allowed_drivers"],
                                  cancel_grace=self.values["cancel_grace"],
+                                 default_max_runtime=self.values["default_max_runtime"],
                                  keep_runs_days=self.values["keep_runs_days"],
                                  keep_runs_count=self.values["keep_runs_count"],
                                  purge_interval=self.values["purge_interval"])

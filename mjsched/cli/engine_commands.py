@@ -2,6 +2,7 @@
 ``status``, ``config``, ``dashboard``."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import sys
@@ -9,12 +10,15 @@ from typing import Any
 
 from ..errors import ConfigurationError
 from ..parameters import parse_assignment
+from ..set_aside import set_aside_jobs
 from ..version import __version__
 from .context import Context, UsageError, resolve_job
 from .runs_commands import run_lines, runs_table
 from .terminal import EXIT_FAILED, EXIT_OK, GracefulStop, ago, clip, drain, table, ts
 
 log = logging.getLogger("mjsched.cli")
+
+SET_ASIDE_SHOWN = 100   # set-aside jobs `mjsched status` lists at most
 
 
 def cmd_init_db(ctx: Context) -> int:
@@ -57,9 +61,12 @@ def cmd_status(ctx: Context) -> int:
     # Running runs whose engine is not live: left to lapse (the sweep makes them Abandoned).
     orphaned = {instance: runs for instance, runs in by_instance.items() if instance not in live}
     summary["orphaned_running"] = sum(orphaned.values())
+    aside = set_aside_jobs(engine.backend, limit=SET_ASIDE_SHOWN)
+    summary["set_aside"] = len(aside)
     if ctx.json:
         ctx.emit_json({"database": ctx.describe_database(), "engines": engines, "counts": summary,
-                       "orphaned_running_by_instance": orphaned})
+                       "orphaned_running_by_instance": orphaned,
+                       "set_aside_jobs": [dataclasses.asdict(job) for job in aside]})
         return EXIT_OK
     ctx.emit(f"database: {ctx.describe_database()}")
     ctx.emit("")
@@ -76,10 +83,18 @@ def cmd_status(ctx: Context) -> int:
         ctx.emit(f"orphaned: {summary['orphaned_running']} Running run(s) of engines that are not live "
                  f"({', '.join(f'{i} ({n})' for i, n in sorted(orphaned.items(), key=lambda kv: str(kv[0])))}); "
                  "they end Abandoned when their lease lapses, or now with `mjsched jobs unlock JOB`")
+    if aside:
+        ctx.emit("")
+        more = f" (the first {SET_ASIDE_SHOWN})" if len(aside) >= SET_ASIDE_SHOWN else ""
+        ctx.emit(f"set aside: {len(aside)} job(s){more} will not run until their definition is fixed "
+                 "(a schedule no engine can compute; `mjsched jobs edit JOB --cron ...`)")
+        ctx.emit(table(["JOB", "SCHEDULE", "TIMEZONE", "REASON"],
+                       [[clip(j.name, 60), clip(j.schedule, 40), j.timezone, clip(j.reason, 100)] for j in aside]))
     ctx.emit("")
     labels = [("active_jobs", "active jobs"), ("due", "due now"), ("running", "running"), ("queued", "queued"),
               ("failing", "failing (last run not Completed)"), ("abandoned_24h", "abandoned (24 h)"),
-              ("orphaned_running", "orphaned (running, engine not live)")]
+              ("orphaned_running", "orphaned (running, engine not live)"),
+              ("set_aside", "set aside (schedule unusable)")]
     width = max(len(label) for _, label in labels)
     for key, label in labels:
         if key in summary:

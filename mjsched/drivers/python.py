@@ -15,6 +15,11 @@ becomes ``details``, a :class:`JobResult` is taken as is, any other value is
 success with ``details={"result": value}``; raising is failure with
 ``error_message="ExceptionType: message"`` and the traceback tail in
 ``details``.
+
+An ``async def`` target (or one that returns an awaitable) is awaited on an event loop
+of the run's own (``awaiting.py``), and what it returns or raises counts as above; the
+run's ``cancel_event`` cancels its task. A generator function is refused: calling it
+runs nothing, and its generator is no result.
 """
 from __future__ import annotations
 
@@ -26,6 +31,7 @@ import traceback
 from typing import Any, Callable
 
 from ..errors import ConfigurationError
+from .awaiting import AwaitableCancelled, run_awaitable
 from .base import BaseScheduledJob, ExecutionContext, JobResult
 from .base import driver_named
 
@@ -73,6 +79,9 @@ def resolve_callable(spec: Any) -> Callable[..., Any]:
                 raise ConfigurationError(_FIELD, spec, f"cannot instantiate {owner.__name__}() to call an instance method: {type(exc).__name__}: {exc}") from exc
     if not callable(target):
         raise ConfigurationError(_FIELD, spec, f"names a {type(target).__name__}, which is not callable")
+    if inspect.isgeneratorfunction(target) or inspect.isasyncgenfunction(target):
+        raise ConfigurationError(_FIELD, spec, "names a generator function: calling it runs none of its body; "
+                                 "make it a function (or an async def) that returns its result")
     return target
 
 
@@ -129,12 +138,19 @@ class PythonJob(BaseScheduledJob):
             kwargs["context"] = context
         try:
             value = target(**kwargs)
+            if inspect.isawaitable(value):   # an async def, or a function returning an awaitable: run it
+                value = run_awaitable(value, context.cancel_event)
+        except AwaitableCancelled as exc:
+            return JobResult(False, str(exc), {"cancelled": True})
         except (Exception, SystemExit) as exc:
             tail = "".join(traceback.format_exception(exc))[-TRACEBACK_TAIL:]
             context.logger.warning("python job %s raised %s: %s", configuration["callable"], type(exc).__name__, exc,
                                    extra={"action": "python_raised"})
             return JobResult(False, f"{type(exc).__name__}: {exc}",
                              {"exception_type": type(exc).__name__, "traceback_tail": tail})
+        if inspect.isgenerator(value) or inspect.isasyncgen(value):
+            return JobResult(False, f"{configuration['callable']} returned a {type(value).__name__}, which runs "
+                             "nothing until iterated; return the result itself", None)
         if value is None:
             return JobResult(True, None, None)
         if isinstance(value, JobResult):

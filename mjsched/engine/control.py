@@ -16,7 +16,7 @@ import weakref
 from typing import Any
 
 from ..drivers.registry import register_builtin_drivers
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, EngineStopped
 from ..version import __version__
 from .run import hand_back_held
 
@@ -51,8 +51,17 @@ class EngineControl:
         self._e = engine
         self._lock = threading.Lock()
         self.polling = False
+        self.stopped = False    # stop() ended polling: the gate is closed until start() again
         self.closed = False
         _open_engines.add(engine)
+
+    def check_dispatching(self, method: str) -> None:
+        """``EngineStopped`` naming ``method`` once this engine starts no runs (stopped or closed):
+        a poll by hand would return nothing while due jobs wait."""
+        if self.closed:
+            raise EngineStopped(method, "closed")
+        if self.stopped:
+            raise EngineStopped(method, "stopped")
 
     def start(self) -> None:
         """Run the start-up steps, then poll in the background; returns at once."""
@@ -80,6 +89,7 @@ class EngineControl:
             e._pool.prestart()
             self.polling = True
             e._keeper.start()
+            self.stopped = False
             e._poller.start()
             e._changes.start()
             log.info("polling started: instance %s, cap %d, lease %gs, drivers %s", e.instance_name,
@@ -103,6 +113,7 @@ class EngineControl:
             if not self.polling:
                 return
             self.polling = False
+            self.stopped = True
             e._changes.stop()
             e._poller.stop(timeout=0)       # the loop starts no poll after the one under way
             e._dispatcher.close_gate(wait, left())

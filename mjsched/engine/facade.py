@@ -21,7 +21,7 @@ from .jobs import changed_job_values, create_job
 from .listeners import EngineListener
 from .manual import ManualRuns
 from .once import check_timeout
-from .options import EngineOptions
+from .options import DEFAULT_MAX_RUNTIME, EngineOptions, options_from
 from .retention import prune
 from .wiring import backend_defaults, wire
 
@@ -41,19 +41,22 @@ class SchedulingEngine:
                  max_catch_up_runs: int = 100, heartbeat_interval: float | None = None,
                  completion_batch_window: float = 0.002, backend: Backend | None = None,
                  allowed_drivers: Iterable[str] | str | None = None, options: EngineOptions | None = None,
-                 cancel_grace: float = 30.0,
+                 cancel_grace: float = 30.0, default_max_runtime: float | None = DEFAULT_MAX_RUNTIME,
                  keep_runs_days: int | None = None, keep_runs_count: int | None = None,
                  purge_interval: float | None = 10.0, purge_pass_seconds: float = 0.2, purge_batch_size: int = 1000,
                  **backend_options: Any) -> None:
-        """``options`` (built by the CLI's config) replaces the tuning arguments when given.
+        """``options`` (built by the CLI's config) replaces the tuning arguments when given (one
+        given beside it as well is refused: ConfigurationError naming it).
         ``keep_runs_days``/``keep_runs_count``: run-history retention for jobs without their own
-        (README "Run-history retention"); ``purge_interval`` (None: this engine never purges)."""
-        self.options = options or EngineOptions(
-            max_concurrent_jobs=max_concurrent_jobs, lease_timeout=lease_timeout, instance_name=instance_name,
+        (README "Run-history retention"); ``purge_interval`` (None: this engine never purges).
+        ``default_max_runtime`` (seconds; default one day, None: unbounded) bounds every run whose
+        job sets no max_runtime (nor its driver a default_max_runtime): past it the run is Timeout."""
+        self.options = options_from(
+            options, max_concurrent_jobs=max_concurrent_jobs, lease_timeout=lease_timeout, instance_name=instance_name,
             min_poll_interval=min_poll_interval, max_poll_interval=max_poll_interval,
             max_catch_up_runs=max_catch_up_runs, heartbeat_interval=heartbeat_interval,
             completion_batch_window=completion_batch_window, allowed_drivers=allowed_drivers,
-            cancel_grace=cancel_grace,
+            cancel_grace=cancel_grace, default_max_runtime=default_max_runtime,
             keep_runs_days=keep_runs_days, keep_runs_count=keep_runs_count, purge_interval=purge_interval,
             purge_pass_seconds=purge_pass_seconds, purge_batch_size=purge_batch_size)
         opts = self.options
@@ -67,7 +70,8 @@ class SchedulingEngine:
         if backend is None and not dsn:
             raise ConfigurationError("dsn", dsn, "a database URL is required (postgresql://... or mssql://...)")
         self.backend: Backend = backend or open_backend(str(dsn), **backend_defaults(opts, backend_options))
-        self.stats = {"dispatched": 0, "timeouts": 0, "leases_lost": 0, "leases_fenced": 0, "fenced_completions": 0, "runs_purged": 0}
+        self.stats = {"dispatched": 0, "timeouts": 0, "default_max_runtime_timeouts": 0, "leases_lost": 0,
+                      "leases_fenced": 0, "fenced_completions": 0, "runs_purged": 0}
         wire(self, opts)
         self._control = EngineControl(self)
         self._manual = ManualRuns(self)
@@ -200,14 +204,18 @@ class SchedulingEngine:
         self._poller.wake()
 
     def dispatch_due_jobs(self) -> DispatchResult:
-        """One poll, by hand: sweep, claim up to the free slots, hand runs to the pool."""
+        """One poll, by hand: sweep, claim up to the free slots, hand runs to the pool.
+        EngineStopped after stop_polling() or close(): this engine starts no runs then."""
+        self._control.check_dispatching("dispatch_due_jobs")
         return self._listeners.observe(lambda: self._dispatcher.dispatch(True))[0]
 
     def run_due_jobs(self, timeout: float | None = None) -> list[JobRun]:
         """Claim everything due now (pass after pass while slots free up), wait for those runs
         within ``timeout`` seconds (None: no bound) and return them; for scripts and system cron.
-        Not while polling: the loop would start runs this call does not wait for."""
+        Not while polling: the loop would start runs this call does not wait for; EngineStopped
+        after stop_polling() or close()."""
         timeout = check_timeout(timeout)
+        self._control.check_dispatching("run_due_jobs")
         if self._control.polling:
             raise ConfigurationError("run_due_jobs", "while polling", "stop_polling() first, or let the loop run")
         return self._due_pass.run(timeout)

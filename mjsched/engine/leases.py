@@ -81,8 +81,8 @@ class LeaseKeeper:
         return self._thread is not None and self._thread.is_alive()
 
     def poke(self) -> None:
-        """Re-evaluate deadlines now (a run with a deadline was added). Each run with a
-        max_runtime pokes; while the event is still set a flag read does, not Event.set: the
+        """Re-evaluate deadlines now (a run whose deadline comes before the next beat was
+        added; a later one is read at that beat). While the event is still set a flag read does, not Event.set: the
         keeper clears it before it reads the deadlines again, so the new run's is read."""
         if not self._wake.is_set():
             self._wake.set()

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import os
 import socket
-from dataclasses import dataclass
-from typing import Iterable
+from dataclasses import dataclass, fields
+from typing import Any, Iterable
 
 from .. import retention, validation
 from ..drivers.registry import allowed_driver_names
@@ -18,6 +18,13 @@ from ..errors import ConfigurationError
 # A lease must survive two missed renewals: the heartbeat renews at least this often per lease.
 RENEWALS_PER_LEASE = 3
 MAX_CATCH_UP_RUNS_LIMIT = 100_000
+# The bound of a run whose job (max_runtime) and driver (default_max_runtime) set none: a
+# backstop for hung runs, which would otherwise hold their slot, and their job, for ever (the
+# engine renews a live run's lease). One day: longer than any daily job can take without
+# missing its own next tick, so a long nightly job never meets it; a hung one is stopped
+# the same day. None turns it off. README "Timeouts", docs/guide/reliability.md.
+DEFAULT_MAX_RUNTIME = 86_400.0
+MAX_RUNTIME_LIMIT = 31_536_000.0   # one year: what a job's max_runtime may be (the schema's CHECK)
 
 
 @dataclass(frozen=True)
@@ -35,6 +42,7 @@ class EngineOptions:
     completion_batch_window: float = 0.002
     allowed_drivers: Iterable[str] | str | frozenset[str] | None = None   # None: every driver
     cancel_grace: float = 30.0                # seconds an operator-cancelled run has to stop before it is killed
+    default_max_runtime: float | None = DEFAULT_MAX_RUNTIME   # bound of runs without max_runtime (None: none)
     # Run-history retention (README "Run-history retention"): the defaults of jobs whose own
     # keep_runs_days / keep_runs_count is None (None or 0: that rule off); this engine purges
     # at most every purge_interval seconds (None: never), purge_pass_seconds per pass.
@@ -68,6 +76,9 @@ class EngineOptions:
                 or not 0 <= self.cancel_grace <= 86_400:
             raise ConfigurationError("cancel_grace", self.cancel_grace, "must be a number of seconds in [0, 86400]")
         keep("cancel_grace", float(self.cancel_grace))
+        if self.default_max_runtime is not None:
+            keep("default_max_runtime", float(validation.positive_number(
+                "default_max_runtime", self.default_max_runtime, optional=False, maximum=MAX_RUNTIME_LIMIT) or 0))
         keep("keep_runs_days", retention.keep_days("keep_runs_days", self.keep_runs_days))
         keep("keep_runs_count", retention.keep_count("keep_runs_count", self.keep_runs_count))
         if self.purge_interval is not None:
@@ -79,6 +90,23 @@ class EngineOptions:
                                                          maximum=retention.MAX_BATCH))
         keep("instance_name", validation.text("instance_name", self.instance_name, limit=255)
              or f"{socket.gethostname()}-{os.getpid()}")
+
+
+def options_from(options: EngineOptions | None, **tuning: Any) -> EngineOptions:
+    """``SchedulingEngine``'s options: ``options`` when given, else built from its tuning
+    arguments. Every argument is checked either way; one given beside ``options`` (not left
+    at its default) is refused, since ``options`` replaces them all and it would be ignored."""
+    built = EngineOptions(**tuning)   # a bad value is named here, whichever path it came by
+    if options is None:
+        return built
+    if not isinstance(options, EngineOptions):
+        raise ConfigurationError("options", options, "must be a mjsched.engine.EngineOptions, or None")
+    defaults = {f.name: f.default for f in fields(EngineOptions)}
+    for name, value in tuning.items():
+        if value != defaults[name]:
+            raise ConfigurationError(name, value, "given beside options=EngineOptions(...), which replaces the "
+                                                  "tuning arguments: set it in the options instead")
+    return options
 
 
 def _seconds(name: str, value: object) -> float:

@@ -35,7 +35,7 @@ from ..clock import DbClock
 from ..drivers.base import BaseScheduledJob, ExecutionContext, JobResult
 from ..drivers.registry import get_driver
 from ..errors import SchedulerError
-from ..execution import effective_max_runtime, failure, run_driver
+from ..execution import RuntimeBound, failure, run_driver, runtime_bound
 from ..models import ConcurrencyMode, Job, JobRun, RunStatus
 from . import retrying
 from .cancellation import cancel_message
@@ -77,6 +77,7 @@ class RunServices:
     lease_seconds: float                # what a claim or a renewal grants (Run.lease_until)
     allowed_drivers: frozenset[str] | None
     wake: Callable[[], None]            # the dispatcher polls again (a slot or a job came free)
+    default_max_runtime: float | None = None   # the bound of runs whose job and driver set none
 
 
 @dataclass(eq=False)
@@ -95,6 +96,7 @@ class Run:
     manual: bool = False
     catch_up: bool = False
     deadline: float | None = None              # time.monotonic() past which the run times out
+    bound: RuntimeBound | None = None          # what set the deadline (named when it times out)
     seen_next_run_at: datetime | None = None
     attempt: int = 1                           # 1 for a tick's first run, then its retries
     retry_in: float | None = None              # set by its completion: seconds until the next attempt
@@ -127,9 +129,9 @@ class Run:
             driver_cls: type[BaseScheduledJob] | None = get_driver(job.driver)
         except SchedulerError:
             driver_cls = None
-        max_runtime = effective_max_runtime(job, driver_cls)
+        bound = runtime_bound(job, driver_cls, services.default_max_runtime)
         run = cls(services, job, run_id, token, scheduled_for, manual=manual, catch_up=catch_up,
-                  deadline=time.monotonic() + max_runtime if max_runtime else None,
+                  deadline=time.monotonic() + bound.seconds if bound else None, bound=bound,
                   seen_next_run_at=seen_next_run_at, attempt=attempt, last_enqueued=last_enqueued,
                   notified=threading.Event() if manual else NOBODY_WAITS,
                   lease_until=(time.monotonic() if lease_from is None else lease_from) + services.lease_seconds)
@@ -164,8 +166,10 @@ class Run:
         keeper = self.services.keeper()
         keeper.start()
         keeper.fence.watch(self.lease_until)
-        if self.deadline is not None:
-            keeper.poke()    # the keeper re-reads deadlines
+        # The keeper re-reads deadlines at every beat: only a deadline before the next one needs
+        # it woken (every run has one now, most a day away: default_max_runtime).
+        if self.deadline is not None and self.deadline - time.monotonic() < keeper.interval:
+            keeper.poke()
 
     # -- its lease -------------------------------------------------------------------------
     def wants_lease(self, completing_since_at_least: float | None) -> bool:
@@ -248,7 +252,15 @@ class Run:
             return
         self.cancel_event.set()
         self.services.stats["timeouts"] += 1
-        message = f"exceeded max_runtime of {effective_max_runtime(self.job, None) or 0:g}s; cancelled"
+        bound = self.bound or RuntimeBound(0.0, "max_runtime")
+        message = f"exceeded {bound.source} of {bound.seconds:g}s; cancelled"
+        if bound.engine_default:
+            # no job or driver setting bounded it: the engine's backstop for hung runs did
+            self.services.stats["default_max_runtime_timeouts"] += 1
+            message += " (the engine's bound for runs whose job sets no max_runtime; give the job one if it needs longer)"
+            log.warning("run %s of job %r still running after default_max_runtime (%gs), the engine's bound for jobs "
+                        "without max_runtime: recorded Timeout, its slot freed", self.run_id, self.job.name,
+                        bound.seconds, extra={"action": "run_exceeded_default_max_runtime", "job_id": self.job.id})
         if self.thread_alive:
             log.warning("run %s of job %r timed out; its thread is still running and is counted as leaked "
                         "(%d leaked now)", self.run_id, self.job.name, self.services.registry.leaked,

@@ -236,7 +236,8 @@ class Dashboard:
         page = _positive_page(request.args.get("page"))
         summary = self.reader.summary()
         data = self.reader.jobs(status=status, search=search, page=page, now=summary["now"])
-        return self._render(request, "jobs.html", nav="jobs", status=status, q=search or "", summary=summary, **data)
+        return self._render(request, "jobs.html", nav="jobs", status=status, q=search or "", summary=summary,
+                            set_aside=self.reader.set_aside(), **data)
 
     def on_job(self, request: Request, job_id: str, form: dict[str, str] | None = None,
                form_error: str | None = None, status_code: int = 200) -> Response:

@@ -5,6 +5,7 @@ are masked here (``mjsched.redaction``), before anything reaches a template.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from ..backends.base import Backend
 from ..cron import next_run_times
 from ..liveness import engine_state
 from ..redaction import redact, redact_text
+from ..set_aside import set_aside_jobs
 from . import humanize
 from .queries import QUERIES
 
@@ -137,6 +139,11 @@ class Reader:
             "sparkline": humanize.sparkline([d for i, d in enumerate(durations) if statuses[i] in FINISHED],
                                             label=f"last {len(finished)} durations"),
         }
+
+    def set_aside(self, limit: int = 100) -> list[dict[str, Any]]:
+        """Active jobs no engine will run until their schedule is fixed (mjsched/set_aside.py)."""
+        return [{**dataclasses.asdict(job), "reason": redact_text(job.reason)}
+                for job in set_aside_jobs(self.backend, limit=limit)]
 
     # -- one job ---------------------------------------------------------------------------
     def job(self, job_id: str) -> dict[str, Any] | None:

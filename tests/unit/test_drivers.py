@@ -261,6 +261,39 @@ def raises():
 
 NOT_CALLABLE = 7
 
+import asyncio
+
+async def async_returns_dict(a, context=None):
+    await asyncio.sleep(0)
+    calls.append(("async", a))
+    return {"async": a, "run_id": context.run.id if context else None}
+
+async def async_raises():
+    await asyncio.sleep(0)
+    raise KeyError("async boom")
+
+def returns_awaitable(n):
+    async def later():
+        calls.append(("later", n))
+        return n * 2
+    return later()
+
+async def async_sleeps_until_cancelled(seconds):
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:
+        calls.append("cancelled")
+        raise
+    calls.append("slept")
+
+def a_generator():
+    calls.append("generator ran")
+    yield 1
+
+async def an_async_generator():
+    calls.append("async generator ran")
+    yield 1
+
 class Tasks:
     prefix = "p"
 
@@ -327,6 +360,45 @@ def test_python_raising_is_failure_with_traceback_tail(targets: str) -> None:
     assert result.details["exception_type"] == "ValueError"
     assert "raise ValueError" in result.details["traceback_tail"]
     assert len(result.details["traceback_tail"]) <= 2000
+
+
+def test_python_async_def_runs_and_records_its_return_value(targets: str) -> None:
+    context = make_context("python", {"callable": f"{targets}:async_returns_dict", "kwargs": {"a": 7}})
+    assert PythonJob().execute(context) == JobResult(True, None, {"async": 7, "run_id": context.run.id})
+    assert sys.modules[targets].calls == [("async", 7)]    # its body ran, once
+
+
+def test_python_async_def_that_raises_is_failure_with_the_exception(targets: str) -> None:
+    result = run_driver(PythonJob, {"callable": f"{targets}:async_raises"})
+    assert not result.success and result.error_message == "KeyError: 'async boom'"
+    assert result.details["exception_type"] == "KeyError" and "async boom" in result.details["traceback_tail"]
+
+
+def test_python_function_returning_an_awaitable_has_it_awaited(targets: str) -> None:
+    assert run_driver(PythonJob, {"callable": f"{targets}:returns_awaitable", "kwargs": {"n": 21}}) == \
+        JobResult(True, None, {"result": 42})
+    assert sys.modules[targets].calls == [("later", 21)]
+
+
+def test_python_async_job_is_cancelled_by_the_cancel_event(targets: str) -> None:
+    context = make_context("python", {"callable": f"{targets}:async_sleeps_until_cancelled", "kwargs": {"seconds": 30}})
+    timer = threading.Timer(0.3, context.cancel_event.set)
+    timer.start()
+    started = time.monotonic()
+    result = PythonJob().execute(context)
+    assert time.monotonic() - started < 5.0
+    assert not result.success and "cancelled" in result.error_message and result.details == {"cancelled": True}
+    assert sys.modules[targets].calls == ["cancelled"]   # the coroutine saw the cancel, it did not finish
+
+
+@pytest.mark.parametrize("name", ["a_generator", "an_async_generator"])
+def test_python_generator_functions_are_refused_not_recorded_as_success(targets: str, name: str) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        PythonJob().check_can_run({"callable": f"{targets}:{name}"})
+    assert info.value.field == "configuration.callable" and "generator function" in str(info.value)
+    result = run_driver(PythonJob, {"callable": f"{targets}:{name}"})
+    assert not result.success and "generator function" in result.error_message
+    assert sys.modules[targets].calls == []
 
 
 def test_python_wrong_kwargs_is_failure_not_exception(targets: str) -> None:
