@@ -404,9 +404,12 @@ class Backend(abc.ABC):
         ``parameters`` (a JSON object) is stored on the run."""
 
     @abc.abstractmethod
-    def cancel_run(self, run_id: str, requested_by: str, now: datetime | None = None) -> CancelOutcome:
+    def cancel_run(self, run_id: str, requested_by: str, now: datetime | None = None,
+                   request_id: str | None = None) -> CancelOutcome:
         """Record an operator's request to cancel a run (a Queued run ends Cancelled at once);
-        the engine holding a Running run reads it through ``cancel_requests``."""
+        the engine holding a Running run reads it through ``cancel_requests``. The request
+        carries ``request_id`` (a new one when None), recorded with it: the backend's retry
+        after a lost reply is a replay that answers what this request did."""
 
     @abc.abstractmethod
     def cancel_requests(self, tokens: Sequence[str]) -> list[CancelRequest]:

@@ -336,8 +336,10 @@ class MssqlBackend(Backend):
             return _rows_of(cur)
         return manual_start(self._run("start_manual_run", replayed_attempts(replay, attempt)))
 
-    def cancel_run(self, run_id: str, requested_by: str, now: datetime | None = None) -> CancelOutcome:
-        return cancel_outcome(self._call("cancel_run", run_id=run_id, requested_by=requested_by, now=now))
+    def cancel_run(self, run_id: str, requested_by: str, now: datetime | None = None,
+                   request_id: str | None = None) -> CancelOutcome:
+        return cancel_outcome(self._call("cancel_run", run_id=run_id, requested_by=requested_by, now=now,
+                                         request_id=request_id or str(uuid.uuid4())))
 
     def cancel_requests(self, tokens: Sequence[str]) -> list[CancelRequest]:
         if not tokens:

@@ -354,9 +354,10 @@ class PostgresBackend(Backend):
             return list(cur.fetchall())
         return manual_start(self._run("start_manual_run", replayed_attempts(replay, attempt)))
 
-    def cancel_run(self, run_id: str, requested_by: str, now: datetime | None = None) -> CancelOutcome:
-        return cancel_outcome(self._rows("cancel_run", "SELECT * FROM mjsched.cancel_run(%s::uuid, %s, %s)",
-                                         (run_id, requested_by, now)))
+    def cancel_run(self, run_id: str, requested_by: str, now: datetime | None = None,
+                   request_id: str | None = None) -> CancelOutcome:
+        return cancel_outcome(self._rows("cancel_run", "SELECT * FROM mjsched.cancel_run(%s::uuid, %s, %s, %s::uuid)",
+                                         (run_id, requested_by, now, request_id or str(uuid.uuid4()))))
 
     def cancel_requests(self, tokens: Sequence[str]) -> list[CancelRequest]:
         if not tokens:

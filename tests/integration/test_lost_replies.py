@@ -192,3 +192,43 @@ def test_a_poll_that_fails_after_the_gate_closed_hands_back_the_claim(
              message="the locks to be handed back, not left to lapse (lease 30 s)")
     wait_for(lambda: [r["status"] for r in sql.rows("SELECT status FROM mjsched.scheduled_job_run")]
              == ["Skipped"] * len(jobs), timeout=5, message="both runs recorded Skipped")
+
+
+# -- cancel_run ------------------------------------------------------------------------------------------
+
+def queued_run(engine: mjsched.SchedulingEngine, sql: Any, name: str) -> tuple[str, str]:
+    """A Queue job with one Queued run of a tick a minute ago, as enqueue_job_run leaves one."""
+    job = engine.create_job(name, "test-ok", NEVER, concurrency_mode="Queue")
+    run = sql.one("INSERT INTO mjsched.scheduled_job_run (scheduled_job_id, scheduled_for, status, queued_at) "
+                  "VALUES (%s, now() - interval '1 minute', 'Queued', now()) RETURNING id::text", (job,))
+    return job, str(run)
+
+
+def test_a_cancel_whose_reply_was_lost_answers_what_it_did(make_engine: Callable[..., Any], sql: Any) -> None:
+    """Issue 32 item 3: the cancel of a Queued run commits and its reply is lost; the backend's
+    retry finds the run Cancelled by that same request and answers 'cancelled' (on 009e285 the
+    caller got RunNotCancellable for its own cancel). Counted once."""
+    plan = FaultPlan(force_after={"cancel_run": 1})
+    engine = make_engine(connection_factory=plan.connection_factory())
+    job, run = queued_run(engine, sql, "cancel-lost-reply")
+    engine.cancel_run(run, requested_by="alice@ops")
+    assert plan.snapshot().get("after:cancel_run") == 1
+    assert sql.one("SELECT status FROM mjsched.scheduled_job_run WHERE id = %s", (run,)) == "Cancelled"
+    assert sql.one("SELECT run_count FROM mjsched.scheduled_job WHERE id = %s", (job,)) == 1
+    with pytest.raises(mjsched.RunNotCancellable):       # a new request is still refused
+        engine.cancel_run(run, requested_by="bob@ops")
+
+
+def test_a_replayed_cancel_of_a_running_run_answers_requested(make_engine: Callable[..., Any], sql: Any) -> None:
+    """The same for a Running run: the replay answers 'requested' with the first request's
+    time and requester, not 'already_requested' as if someone else had asked."""
+    plan = FaultPlan(force_after={"cancel_run": 1})
+    engine = make_engine(connection_factory=plan.connection_factory())
+    job = engine.create_job("cancel-running", "test-ok", NEVER)
+    token = "6d6a7363-0000-4000-8000-000000000001"
+    assert engine.backend.acquire_job_lock(job, token, "elsewhere", 30.0)
+    run = engine.backend.begin_job_run(job, token, "elsewhere")
+    outcome = engine.backend.cancel_run(run, "alice@ops")
+    assert plan.snapshot().get("after:cancel_run") == 1
+    assert (outcome.outcome, outcome.requested_by) == ("requested", "alice@ops")
+    assert engine.backend.cancel_run(run, "bob@ops").outcome == "already_requested"
