@@ -8,6 +8,7 @@ import os
 import re
 import select
 import threading
+import time
 import uuid
 from datetime import datetime
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
@@ -214,42 +215,102 @@ class PostgresBackend(Backend):
 
     # -- schema --------------------------------------------------------------------------
     def install(self) -> list[str]:
-        def go(cur: Any) -> list[str]:
-            applied: list[str] = []   # per attempt: a retried install reports each script once
-            conn = cur.connection
-            conn.autocommit = False
-            try:
-                cur.execute("SELECT set_config('statement_timeout', %s, true)", (str(self._statement_timeout_ms),))
-                cur.execute("SELECT pg_advisory_xact_lock(%s)", (INSTALL_LOCK_KEY,))
-                cur.execute("CREATE SCHEMA IF NOT EXISTS mjsched")
-                cur.execute("""CREATE TABLE IF NOT EXISTS mjsched.schema_version (
-                                   name varchar(100) PRIMARY KEY, checksum varchar(64) NOT NULL,
-                                   applied_at timestamptz NOT NULL DEFAULT now())""")
-                cur.execute("SELECT name, checksum FROM mjsched.schema_version")
-                have = {r["name"]: r["checksum"] for r in cur.fetchall()}
-                stale = False
-                for script in sqlfiles.scripts(self.dialect):
-                    # Once one script is (re)applied every later one runs again too: they are
-                    # idempotent, and CREATE OR REPLACE FUNCTION resets what 003_security set.
-                    if not stale and have.get(script.name) != script.checksum:
-                        stale = True
-                        self._lock_tables_for_upgrade(cur)
-                    if not stale:
-                        continue
-                    cur.execute(script.text)
-                    cur.execute("""INSERT INTO mjsched.schema_version (name, checksum) VALUES (%s, %s)
-                                   ON CONFLICT (name) DO UPDATE SET checksum = EXCLUDED.checksum,
-                                                                   applied_at = now()""",
-                                (script.name, script.checksum))
-                    applied.append(script.name)
-                conn.commit()
-            except BaseException:
-                conn.rollback()
-                raise
-            finally:
-                conn.autocommit = True
-            return applied
-        return self._run("install", go, bound=self.install_timeout)
+        """Apply the stale scripts. What a script holds after its ``-- mjsched:after-drain``
+        line runs in a second transaction, once every transaction that was open when the
+        first one committed has ended (on an upgrade): a call of the previous release that
+        began before the install then never runs its old body against that DDL."""
+        applied, deferred, upgrade = self._run("install", self._apply_scripts, bound=self.install_timeout)
+        if deferred:
+            if upgrade:
+                self._drain_older_transactions()
+            self._run("install", lambda cur: self._apply_after_drain(cur, deferred), bound=self.install_timeout)
+        return applied
+
+    def _begin_install(self, cur: Any) -> None:
+        cur.connection.autocommit = False
+        cur.execute("SELECT set_config('statement_timeout', %s, true)", (str(self._statement_timeout_ms),))
+        cur.execute("SELECT pg_advisory_xact_lock(%s)", (INSTALL_LOCK_KEY,))
+
+    @staticmethod
+    def _record_version(cur: Any, script: sqlfiles.SqlScript) -> None:
+        cur.execute("""INSERT INTO mjsched.schema_version (name, checksum) VALUES (%s, %s)
+                       ON CONFLICT (name) DO UPDATE SET checksum = EXCLUDED.checksum, applied_at = now()""",
+                    (script.name, script.checksum))
+
+    def _apply_scripts(self, cur: Any) -> tuple[list[str], list[sqlfiles.SqlScript], bool]:
+        """The first transaction: every stale script up to its after-drain line. Returns the
+        scripts applied, those with a part left for after the drain (their version is recorded
+        with that part), and whether this is an upgrade (a schema was installed before)."""
+        applied: list[str] = []   # per attempt: a retried install reports each script once
+        deferred: list[sqlfiles.SqlScript] = []
+        conn = cur.connection
+        try:
+            self._begin_install(cur)
+            cur.execute("CREATE SCHEMA IF NOT EXISTS mjsched")
+            cur.execute("""CREATE TABLE IF NOT EXISTS mjsched.schema_version (
+                               name varchar(100) PRIMARY KEY, checksum varchar(64) NOT NULL,
+                               applied_at timestamptz NOT NULL DEFAULT now())""")
+            cur.execute("SELECT name, checksum FROM mjsched.schema_version")
+            have = {r["name"]: r["checksum"] for r in cur.fetchall()}
+            stale = False
+            for script in sqlfiles.scripts(self.dialect):
+                # Once one script is (re)applied every later one runs again too: they are
+                # idempotent, and CREATE OR REPLACE FUNCTION resets what 003_security set.
+                if not stale and have.get(script.name) != script.checksum:
+                    stale = True
+                    self._lock_tables_for_upgrade(cur)
+                if not stale:
+                    continue
+                cur.execute(script.first_part)
+                if script.after_drain.strip():
+                    deferred.append(script)
+                else:
+                    self._record_version(cur, script)
+                applied.append(script.name)
+            conn.commit()
+        except BaseException:
+            conn.rollback()
+            raise
+        finally:
+            conn.autocommit = True
+        return applied, deferred, bool(have)
+
+    def _apply_after_drain(self, cur: Any, deferred: Sequence[sqlfiles.SqlScript]) -> None:
+        """The second transaction: the after-drain parts, in script order, and their versions."""
+        conn = cur.connection
+        try:
+            self._begin_install(cur)
+            self._lock_tables_for_upgrade(cur)
+            for script in deferred:
+                cur.execute(script.after_drain)
+                self._record_version(cur, script)
+            conn.commit()
+        except BaseException:
+            conn.rollback()
+            raise
+        finally:
+            conn.autocommit = True
+
+    def _drain_older_transactions(self) -> None:
+        """Wait until every client transaction of this database that was open when the new
+        procedures committed has ended (each holds its virtual transaction id's lock until
+        then), at most the statement timeout: an engine's call never outlives it, so one that
+        does is not a call of an old body. PostgreSQL offers no SQL wait on another session's
+        transaction, hence the short polls."""
+        older = self._run("install", lambda cur: _open_transactions(cur, None))
+        deadline = time.monotonic() + self._statement_timeout_ms / 1000.0
+        waited, delay = time.monotonic(), 0.005
+        while older and time.monotonic() < deadline:
+            time.sleep(delay)
+            delay = min(2 * delay, 0.1)
+            older = self._run("install", lambda cur: _open_transactions(cur, older))
+        if older:
+            log.warning("install: %d transaction(s) open since before the new procedures are still running "
+                        "after %.0fs; applying the rest of the upgrade anyway (a call of the previous release "
+                        "among them may fail once and be retried)", len(older), time.monotonic() - waited,
+                        extra={"action": "install_drain_timeout"})
+        else:
+            log.debug("install: older transactions drained in %.3fs", time.monotonic() - waited)
 
     @staticmethod
     def _lock_tables_for_upgrade(cur: Any) -> None:
@@ -508,6 +569,19 @@ class PostgresBackend(Backend):
 
     def close(self) -> None:
         self._pool.close()
+
+
+def _open_transactions(cur: Any, among: Sequence[str] | None) -> list[str]:
+    """Virtual transaction ids of the client transactions now open in this database (other
+    than this session's), limited to ``among`` when given. pg_locks and these columns of
+    pg_stat_activity are readable by every role."""
+    cur.execute("""SELECT l.virtualxid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+                    WHERE l.locktype = 'virtualxid' AND l.mode = 'ExclusiveLock' AND l.granted
+                      AND a.datid = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
+                      AND a.backend_type = 'client backend' AND l.pid <> pg_backend_pid()
+                      AND (%s::text[] IS NULL OR l.virtualxid = ANY (%s::text[]))""",
+                (list(among) if among is not None else None,) * 2)
+    return [str(r["virtualxid"]) for r in cur.fetchall()]
 
 
 def _broken_after(conn: Any, exc: BaseException) -> bool:
