@@ -24,7 +24,7 @@ from ..errors import ConfigurationError, DatabaseError, JobNameTaken, SchemaNotI
 from ..models import ClaimBatch, Job, JobRun
 from .base import (NAME_CONSTRAINT, Backend, CancelOutcome, CancelRequest, Completion, Listener, ManualStart,
                    SweepResult, cancel_outcome, cancel_requests, claim_batch, completion_outcomes, completions_json,
-                   manual_start, naming, replayed_attempts)
+                   deleted_or_replayed, manual_start, naming, replayed_attempts)
 from .base import UnscheduledJob
 from ..retention import PurgeBatch
 from .pool import ConnectionPool
@@ -35,6 +35,7 @@ T = TypeVar("T")
 
 INSTALL_LOCK_KEY = 0x6D6A7363  # "mjsc": pg_advisory_xact_lock key serialising install()
 NOTIFY_CHANNEL = "mjsched_job_changed"
+LOCK_TRY_MS = 200    # install(): one try to take every table; below deadlock_timeout (1 s by default)
 
 JOB_COLUMNS = (
     "job_type_id", "name", "description", "cron_expression", "timezone", "start_at", "end_at",
@@ -312,16 +313,39 @@ class PostgresBackend(Backend):
         else:
             log.debug("install: older transactions drained in %.3fs", time.monotonic() - waited)
 
-    @staticmethod
-    def _lock_tables_for_upgrade(cur: Any) -> None:
-        """Before re-applying scripts over a live schema, take its tables in the procedures'
-        own order (jobs, then runs). The schema script's DDL (indexes, the trigger) would
-        otherwise take them one by one, in its own order, and deadlock with an engine that
-        holds a job row and wants its run (seen 1 in 3 under load). Engines wait for the
-        install, which takes well under a second, instead."""
-        cur.execute("SELECT to_regclass('mjsched.scheduled_job') IS NOT NULL AS present")
-        if cur.fetchone()["present"]:
-            cur.execute("LOCK TABLE mjsched.scheduled_job, mjsched.scheduled_job_run IN ACCESS EXCLUSIVE MODE")
+    def _lock_tables_for_upgrade(self, cur: Any) -> None:
+        """Before re-applying scripts over a live schema, take all of its tables, at once or
+        not at all. Taken one by one (by the DDL, or by a LOCK of a few), the install held one
+        table while waiting for another that an engine's call held, and that call then waited
+        for the first: "deadlock detected", in install() or in the call (seen 1 in 3 under
+        load, then 1 in 5 with an old engine's complete_job_runs). So each try waits at most
+        LOCK_TRY_MS, below the server's deadlock_timeout, and gives back whatever it took
+        before the next; engines wait for the install, which takes well under a second."""
+        cur.execute("""SELECT string_agg(c.oid::regclass::text, ', ' ORDER BY c.relname) AS tables
+                         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                        WHERE n.nspname = 'mjsched' AND c.relkind IN ('r', 'p')""")
+        tables = cur.fetchone()["tables"]
+        if not tables:
+            return
+        cur.execute("SELECT current_setting('lock_timeout') AS setting")
+        setting = cur.fetchone()["setting"]
+        deadline = time.monotonic() + self._statement_timeout_ms / 1000.0
+        delay = 0.01
+        while True:
+            cur.execute("SAVEPOINT mjsched_lock_tables")
+            try:
+                cur.execute("SELECT set_config('lock_timeout', %s, true)", (f"{LOCK_TRY_MS}ms",))
+                cur.execute(f"LOCK TABLE {tables} IN ACCESS EXCLUSIVE MODE")
+            except psycopg2.errors.LockNotAvailable:
+                cur.execute("ROLLBACK TO SAVEPOINT mjsched_lock_tables")   # gives back what the try took
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(delay)       # a back-off between tries, not a wait for an event
+                delay = min(2 * delay, 0.2)
+                continue
+            cur.execute("RELEASE SAVEPOINT mjsched_lock_tables")
+            cur.execute("SELECT set_config('lock_timeout', %s, true)", (setting,))
+            return
 
     def installed_versions(self) -> list[str]:
         try:
@@ -501,7 +525,11 @@ class PostgresBackend(Backend):
                                      (job_id, self._fields_json(fields))))
 
     def delete_job(self, job_id: str) -> bool:
-        return bool(self._scalar("delete_job", "SELECT deleted FROM mjsched.delete_job(%s::uuid)", (job_id,)))
+        def attempt(cur: Any) -> bool:
+            cur.execute("SELECT deleted FROM mjsched.delete_job(%s::uuid)", (job_id,))
+            row = cur.fetchone()
+            return bool(row and row["deleted"])
+        return self._run("delete_job", deleted_or_replayed(attempt))
 
     def _column_privileges(self, table: str) -> list[dict[str, Any]]:
         return self._read("column_privileges", {"table": f"mjsched.{table}"})
