@@ -33,7 +33,7 @@ from .watchdog import DEFAULT_CALL_TIMEOUT, CallAbandoned, CallWatchdog, shutdow
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-INSTALL_LOCK_KEY = 0x6D6A7363  # "mjsc": pg_advisory_xact_lock key serialising install()
+INSTALL_LOCK_KEY = 0x6D6A7363  # "mjsc": the advisory lock key serialising install()
 NOTIFY_CHANNEL = "mjsched_job_changed"
 LOCK_TRY_MS = 200    # install(): one try to take every table; below deadlock_timeout (1 s by default)
 
@@ -219,13 +219,37 @@ class PostgresBackend(Backend):
         """Apply the stale scripts. What a script holds after its ``-- mjsched:after-drain``
         line runs in a second transaction, once every transaction that was open when the
         first one committed has ended (on an upgrade): a call of the previous release that
-        began before the install then never runs its old body against that DDL."""
-        applied, deferred, upgrade = self._run("install", self._apply_scripts, bound=self.install_timeout)
-        if deferred:
-            if upgrade:
-                self._drain_older_transactions()
-            self._run("install", lambda cur: self._apply_after_drain(cur, deferred), bound=self.install_timeout)
-        return applied
+        began before the install then never runs its old body against that DDL. The install
+        lock is held for the session through both, so another installer waits for the whole."""
+        def go(cur: Any) -> list[str]:
+            self._hold_install_lock(cur)
+            try:
+                applied, deferred, upgrade = self._apply_scripts(cur)
+                if deferred:
+                    if upgrade:
+                        self._drain_older_transactions(cur)
+                    self._apply_after_drain(cur, deferred)
+                return applied
+            finally:
+                with contextlib.suppress(psycopg2.Error):   # a lost connection gave it back already
+                    cur.execute("SELECT pg_advisory_unlock(%s)", (INSTALL_LOCK_KEY,))
+        # two transactions and the drain between them, each bounded by the statement timeout
+        return self._run("install", go, bound=2 * self.install_timeout + self._statement_timeout_ms / 1000.0)
+
+    def _hold_install_lock(self, cur: Any) -> None:
+        """The session's install lock (another installer's wait is bounded by the statement
+        timeout, not the engine calls' shorter one); the scripts' transactions take it again."""
+        conn = cur.connection
+        conn.autocommit = False
+        try:
+            cur.execute("SELECT set_config('statement_timeout', %s, true)", (str(self._statement_timeout_ms),))
+            cur.execute("SELECT pg_advisory_lock(%s)", (INSTALL_LOCK_KEY,))
+            conn.commit()
+        except BaseException:
+            conn.rollback()
+            raise
+        finally:
+            conn.autocommit = True
 
     def _begin_install(self, cur: Any) -> None:
         cur.connection.autocommit = False
@@ -292,19 +316,20 @@ class PostgresBackend(Backend):
         finally:
             conn.autocommit = True
 
-    def _drain_older_transactions(self) -> None:
+    def _drain_older_transactions(self, cur: Any) -> None:
         """Wait until every client transaction of this database that was open when the new
         procedures committed has ended (each holds its virtual transaction id's lock until
         then), at most the statement timeout: an engine's call never outlives it, so one that
         does is not a call of an old body. PostgreSQL offers no SQL wait on another session's
-        transaction, hence the short polls."""
-        older = self._run("install", lambda cur: _open_transactions(cur, None))
+        transaction, hence the short polls. Installers waiting for the install lock are not
+        waited for (they wait for this one)."""
+        older = _open_transactions(cur, None)
         deadline = time.monotonic() + self._statement_timeout_ms / 1000.0
         waited, delay = time.monotonic(), 0.005
         while older and time.monotonic() < deadline:
             time.sleep(delay)
             delay = min(2 * delay, 0.1)
-            older = self._run("install", lambda cur: _open_transactions(cur, older))
+            older = _open_transactions(cur, older)
         if older:
             log.warning("install: %d transaction(s) open since before the new procedures are still running "
                         "after %.0fs; applying the rest of the upgrade anyway (a call of the previous release "
@@ -607,8 +632,11 @@ def _open_transactions(cur: Any, among: Sequence[str] | None) -> list[str]:
                     WHERE l.locktype = 'virtualxid' AND l.mode = 'ExclusiveLock' AND l.granted
                       AND a.datid = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
                       AND a.backend_type = 'client backend' AND l.pid <> pg_backend_pid()
+                      AND NOT EXISTS (SELECT 1 FROM pg_locks w
+                                       WHERE w.pid = l.pid AND w.locktype = 'advisory' AND NOT w.granted
+                                         AND w.classid = 0 AND w.objid = %s AND w.objsubid = 1)
                       AND (%s::text[] IS NULL OR l.virtualxid = ANY (%s::text[]))""",
-                (list(among) if among is not None else None,) * 2)
+                (INSTALL_LOCK_KEY, *(list(among) if among is not None else None,) * 2))
     return [str(r["virtualxid"]) for r in cur.fetchall()]
 
 
