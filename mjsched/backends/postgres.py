@@ -8,7 +8,6 @@ import os
 import re
 import select
 import threading
-import time
 import uuid
 from datetime import datetime
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
@@ -27,15 +26,14 @@ from .base import (NAME_CONSTRAINT, Backend, CancelOutcome, CancelRequest, Compl
                    deleted_or_replayed, manual_start, naming, replayed_attempts)
 from .base import UnscheduledJob
 from ..retention import PurgeBatch
+from .pg_install import PgInstaller
 from .pool import ConnectionPool
 from .watchdog import DEFAULT_CALL_TIMEOUT, CallAbandoned, CallWatchdog, shutdown_socket
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-INSTALL_LOCK_KEY = 0x6D6A7363  # "mjsc": the advisory lock key serialising install()
 NOTIFY_CHANNEL = "mjsched_job_changed"
-LOCK_TRY_MS = 200    # install(): one try to take every table; below deadlock_timeout (1 s by default)
 
 JOB_COLUMNS = (
     "job_type_id", "name", "description", "cron_expression", "timezone", "start_at", "end_at",
@@ -216,161 +214,12 @@ class PostgresBackend(Backend):
 
     # -- schema --------------------------------------------------------------------------
     def install(self) -> list[str]:
-        """Apply the stale scripts. What a script holds after its ``-- mjsched:after-drain``
-        line runs in a second transaction, once every transaction that was open when the
-        first one committed has ended (on an upgrade): a call of the previous release that
-        began before the install then never runs its old body against that DDL. The install
-        lock is held for the session through both, so another installer waits for the whole."""
-        def go(cur: Any) -> list[str]:
-            self._hold_install_lock(cur)
-            try:
-                applied, deferred, upgrade = self._apply_scripts(cur)
-                if deferred:
-                    if upgrade:
-                        self._drain_older_transactions(cur)
-                    self._apply_after_drain(cur, deferred)
-                return applied
-            finally:
-                with contextlib.suppress(psycopg2.Error):   # a lost connection gave it back already
-                    cur.execute("SELECT pg_advisory_unlock(%s)", (INSTALL_LOCK_KEY,))
-        # two transactions and the drain between them, each bounded by the statement timeout
-        return self._run("install", go, bound=2 * self.install_timeout + self._statement_timeout_ms / 1000.0)
-
-    def _hold_install_lock(self, cur: Any) -> None:
-        """The session's install lock (another installer's wait is bounded by the statement
-        timeout, not the engine calls' shorter one); the scripts' transactions take it again."""
-        conn = cur.connection
-        conn.autocommit = False
-        try:
-            cur.execute("SELECT set_config('statement_timeout', %s, true)", (str(self._statement_timeout_ms),))
-            cur.execute("SELECT pg_advisory_lock(%s)", (INSTALL_LOCK_KEY,))
-            conn.commit()
-        except BaseException:
-            conn.rollback()
-            raise
-        finally:
-            conn.autocommit = True
-
-    def _begin_install(self, cur: Any) -> None:
-        cur.connection.autocommit = False
-        cur.execute("SELECT set_config('statement_timeout', %s, true)", (str(self._statement_timeout_ms),))
-        cur.execute("SELECT pg_advisory_xact_lock(%s)", (INSTALL_LOCK_KEY,))
-
-    @staticmethod
-    def _record_version(cur: Any, script: sqlfiles.SqlScript) -> None:
-        cur.execute("""INSERT INTO mjsched.schema_version (name, checksum) VALUES (%s, %s)
-                       ON CONFLICT (name) DO UPDATE SET checksum = EXCLUDED.checksum, applied_at = now()""",
-                    (script.name, script.checksum))
-
-    def _apply_scripts(self, cur: Any) -> tuple[list[str], list[sqlfiles.SqlScript], bool]:
-        """The first transaction: every stale script up to its after-drain line. Returns the
-        scripts applied, those with a part left for after the drain (their version is recorded
-        with that part), and whether this is an upgrade (a schema was installed before)."""
-        applied: list[str] = []   # per attempt: a retried install reports each script once
-        deferred: list[sqlfiles.SqlScript] = []
-        conn = cur.connection
-        try:
-            self._begin_install(cur)
-            cur.execute("CREATE SCHEMA IF NOT EXISTS mjsched")
-            cur.execute("""CREATE TABLE IF NOT EXISTS mjsched.schema_version (
-                               name varchar(100) PRIMARY KEY, checksum varchar(64) NOT NULL,
-                               applied_at timestamptz NOT NULL DEFAULT now())""")
-            cur.execute("SELECT name, checksum FROM mjsched.schema_version")
-            have = {r["name"]: r["checksum"] for r in cur.fetchall()}
-            stale = False
-            for script in sqlfiles.scripts(self.dialect):
-                # Once one script is (re)applied every later one runs again too: they are
-                # idempotent, and CREATE OR REPLACE FUNCTION resets what 003_security set.
-                if not stale and have.get(script.name) != script.checksum:
-                    stale = True
-                    self._lock_tables_for_upgrade(cur)
-                if not stale:
-                    continue
-                cur.execute(script.first_part)
-                if script.after_drain.strip():
-                    deferred.append(script)
-                else:
-                    self._record_version(cur, script)
-                applied.append(script.name)
-            conn.commit()
-        except BaseException:
-            conn.rollback()
-            raise
-        finally:
-            conn.autocommit = True
-        return applied, deferred, bool(have)
-
-    def _apply_after_drain(self, cur: Any, deferred: Sequence[sqlfiles.SqlScript]) -> None:
-        """The second transaction: the after-drain parts, in script order, and their versions."""
-        conn = cur.connection
-        try:
-            self._begin_install(cur)
-            self._lock_tables_for_upgrade(cur)
-            for script in deferred:
-                cur.execute(script.after_drain)
-                self._record_version(cur, script)
-            conn.commit()
-        except BaseException:
-            conn.rollback()
-            raise
-        finally:
-            conn.autocommit = True
-
-    def _drain_older_transactions(self, cur: Any) -> None:
-        """Wait until every client transaction of this database that was open when the new
-        procedures committed has ended (each holds its virtual transaction id's lock until
-        then), at most the statement timeout: an engine's call never outlives it, so one that
-        does is not a call of an old body. PostgreSQL offers no SQL wait on another session's
-        transaction, hence the short polls. Installers waiting for the install lock are not
-        waited for (they wait for this one)."""
-        older = _open_transactions(cur, None)
-        deadline = time.monotonic() + self._statement_timeout_ms / 1000.0
-        waited, delay = time.monotonic(), 0.005
-        while older and time.monotonic() < deadline:
-            time.sleep(delay)
-            delay = min(2 * delay, 0.1)
-            older = _open_transactions(cur, older)
-        if older:
-            log.warning("install: %d transaction(s) open since before the new procedures are still running "
-                        "after %.0fs; applying the rest of the upgrade anyway (a call of the previous release "
-                        "among them may fail once and be retried)", len(older), time.monotonic() - waited,
-                        extra={"action": "install_drain_timeout"})
-        else:
-            log.debug("install: older transactions drained in %.3fs", time.monotonic() - waited)
-
-    def _lock_tables_for_upgrade(self, cur: Any) -> None:
-        """Before re-applying scripts over a live schema, take all of its tables, at once or
-        not at all. Taken one by one (by the DDL, or by a LOCK of a few), the install held one
-        table while waiting for another that an engine's call held, and that call then waited
-        for the first: "deadlock detected", in install() or in the call (seen 1 in 3 under
-        load, then 1 in 5 with an old engine's complete_job_runs). So each try waits at most
-        LOCK_TRY_MS, below the server's deadlock_timeout, and gives back whatever it took
-        before the next; engines wait for the install, which takes well under a second."""
-        cur.execute("""SELECT string_agg(c.oid::regclass::text, ', ' ORDER BY c.relname) AS tables
-                         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-                        WHERE n.nspname = 'mjsched' AND c.relkind IN ('r', 'p')""")
-        tables = cur.fetchone()["tables"]
-        if not tables:
-            return
-        cur.execute("SELECT current_setting('lock_timeout') AS setting")
-        setting = cur.fetchone()["setting"]
-        deadline = time.monotonic() + self._statement_timeout_ms / 1000.0
-        delay = 0.01
-        while True:
-            cur.execute("SAVEPOINT mjsched_lock_tables")
-            try:
-                cur.execute("SELECT set_config('lock_timeout', %s, true)", (f"{LOCK_TRY_MS}ms",))
-                cur.execute(f"LOCK TABLE {tables} IN ACCESS EXCLUSIVE MODE")
-            except psycopg2.errors.LockNotAvailable:
-                cur.execute("ROLLBACK TO SAVEPOINT mjsched_lock_tables")   # gives back what the try took
-                if time.monotonic() >= deadline:
-                    raise
-                time.sleep(delay)       # a back-off between tries, not a wait for an event
-                delay = min(2 * delay, 0.2)
-                continue
-            cur.execute("RELEASE SAVEPOINT mjsched_lock_tables")
-            cur.execute("SELECT set_config('lock_timeout', %s, true)", (setting,))
-            return
+        """Apply the stale scripts (pg_install.PgInstaller says how an upgrade stays safe for
+        the engines polling meanwhile). Two transactions and the drain between them, each
+        bounded by the statement timeout."""
+        installer = PgInstaller(self._statement_timeout_ms / 1000.0)
+        return self._run("install", lambda cur: installer.install(cur, sqlfiles.scripts(self.dialect)),
+                         bound=2 * self.install_timeout + self._statement_timeout_ms / 1000.0)
 
     def installed_versions(self) -> list[str]:
         try:
@@ -622,22 +471,6 @@ class PostgresBackend(Backend):
 
     def close(self) -> None:
         self._pool.close()
-
-
-def _open_transactions(cur: Any, among: Sequence[str] | None) -> list[str]:
-    """Virtual transaction ids of the client transactions now open in this database (other
-    than this session's), limited to ``among`` when given. pg_locks and these columns of
-    pg_stat_activity are readable by every role."""
-    cur.execute("""SELECT l.virtualxid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-                    WHERE l.locktype = 'virtualxid' AND l.mode = 'ExclusiveLock' AND l.granted
-                      AND a.datid = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
-                      AND a.backend_type = 'client backend' AND l.pid <> pg_backend_pid()
-                      AND NOT EXISTS (SELECT 1 FROM pg_locks w
-                                       WHERE w.pid = l.pid AND w.locktype = 'advisory' AND NOT w.granted
-                                         AND w.classid = 0 AND w.objid = %s AND w.objsubid = 1)
-                      AND (%s::text[] IS NULL OR l.virtualxid = ANY (%s::text[]))""",
-                (INSTALL_LOCK_KEY, *(list(among) if among is not None else None,) * 2))
-    return [str(r["virtualxid"]) for r in cur.fetchall()]
 
 
 def _broken_after(conn: Any, exc: BaseException) -> bool:
