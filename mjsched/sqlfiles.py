@@ -2,10 +2,19 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import SchemaNotInstalled
+
+
+# A line that splits a script in two: what follows it runs only once every call that began
+# before the new procedures were committed has ended (install() on PostgreSQL). For DDL a
+# body of the previous release cannot run against (an index its INSERT ... ON CONFLICT names);
+# such a call, begun before the install and waiting for its locks, would otherwise run its
+# old body against the new schema. See docs/guide/protocol.md, "Rolling upgrades".
+AFTER_DRAIN = re.compile(r"^-- mjsched:after-drain\b[^\n]*$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -16,6 +25,17 @@ class SqlScript:
     @property
     def checksum(self) -> str:
         return hashlib.sha256(self.text.encode("utf-8")).hexdigest()[:16]
+
+    @property
+    def first_part(self) -> str:
+        """The script up to its ``-- mjsched:after-drain`` line (the whole script without one)."""
+        return AFTER_DRAIN.split(self.text, maxsplit=1)[0]
+
+    @property
+    def after_drain(self) -> str:
+        """The script after its ``-- mjsched:after-drain`` line; empty without one."""
+        parts = AFTER_DRAIN.split(self.text, maxsplit=1)
+        return parts[1] if len(parts) > 1 else ""
 
 
 def sql_dir(dialect: str) -> Path:

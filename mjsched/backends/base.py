@@ -204,6 +204,20 @@ def replayed_attempts(replay: bool, attempt: Callable[[Any, bool], list[dict[str
     return run
 
 
+def deleted_or_replayed(attempt: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    """``delete_job`` for a backend's retry loop: a retry that finds nothing to delete answers
+    True, since the attempt before it may have deleted the job and lost its reply (the caller
+    would otherwise be told JobNotFound for its own delete). Only an id that never existed
+    and whose first reply was lost is answered True wrongly; the job is gone either way."""
+    tries = 0
+
+    def run(cursor: Any) -> bool:
+        nonlocal tries
+        tries += 1
+        return attempt(cursor) or tries > 1
+    return run
+
+
 def claim_batch(rows: Iterable[Mapping[str, Any]]) -> ClaimBatch:
     """``claim_due_jobs``'s rows as a ClaimBatch: one row per claim, with its job's columns,
     then the tail row (job_id NULL) with db_now, next_due_at, the two counters and replied_at."""
@@ -404,9 +418,12 @@ class Backend(abc.ABC):
         ``parameters`` (a JSON object) is stored on the run."""
 
     @abc.abstractmethod
-    def cancel_run(self, run_id: str, requested_by: str, now: datetime | None = None) -> CancelOutcome:
+    def cancel_run(self, run_id: str, requested_by: str, now: datetime | None = None,
+                   request_id: str | None = None) -> CancelOutcome:
         """Record an operator's request to cancel a run (a Queued run ends Cancelled at once);
-        the engine holding a Running run reads it through ``cancel_requests``."""
+        the engine holding a Running run reads it through ``cancel_requests``. The request
+        carries ``request_id`` (a new one when None), recorded with it: the backend's retry
+        after a lost reply is a replay that answers what this request did."""
 
     @abc.abstractmethod
     def cancel_requests(self, tokens: Sequence[str]) -> list[CancelRequest]:
@@ -464,7 +481,9 @@ class Backend(abc.ABC):
     def update_job(self, job_id: str, fields: Mapping[str, Any]) -> bool: ...
 
     @abc.abstractmethod
-    def delete_job(self, job_id: str) -> bool: ...
+    def delete_job(self, job_id: str) -> bool:
+        """True when the job was deleted, by this call or by a retried attempt of it
+        (``deleted_or_replayed``)."""
 
     @abc.abstractmethod
     def get_jobs(self, job_ids: Iterable[str]) -> list[Job]: ...

@@ -34,7 +34,7 @@ from ..errors import ConfigurationError, DatabaseError, JobNameTaken, SchemaNotI
 from ..models import ClaimBatch, Job, JobRun
 from .base import (NAME_CONSTRAINT, Backend, CancelOutcome, CancelRequest, Completion, Listener, ManualStart,
                    SweepResult, cancel_outcome, cancel_requests, claim_batch, completion_outcomes, completions_json,
-                   manual_start, naming, replayed_attempts)
+                   deleted_or_replayed, manual_start, naming, replayed_attempts)
 from .base import UnscheduledJob
 from ..retention import PurgeBatch
 from .watchdog import DEFAULT_CALL_TIMEOUT
@@ -343,8 +343,10 @@ class MssqlBackend(Backend):
             return _rows_of(cur)
         return manual_start(self._run("start_manual_run", replayed_attempts(replay, attempt)))
 
-    def cancel_run(self, run_id: str, requested_by: str, now: datetime | None = None) -> CancelOutcome:
-        return cancel_outcome(self._call("cancel_run", run_id=run_id, requested_by=requested_by, now=now))
+    def cancel_run(self, run_id: str, requested_by: str, now: datetime | None = None,
+                   request_id: str | None = None) -> CancelOutcome:
+        return cancel_outcome(self._call("cancel_run", run_id=run_id, requested_by=requested_by, now=now,
+                                         request_id=request_id or str(uuid.uuid4())))
 
     def cancel_requests(self, tokens: Sequence[str]) -> list[CancelRequest]:
         if not tokens:
@@ -416,7 +418,11 @@ class MssqlBackend(Backend):
             return bool(self._scalar("update_job", job_id=job_id, fields=self._fields_json(fields)))
 
     def delete_job(self, job_id: str) -> bool:
-        return bool(self._scalar("delete_job", job_id=job_id))
+        def attempt(cur: Any) -> bool:
+            cur.execute("EXEC mjsched.delete_job @p_job_id = ?;", [to_param(job_id)])
+            rows = _rows_of(cur)
+            return bool(rows and next(iter(rows[0].values())))
+        return self._run("delete_job", deleted_or_replayed(attempt))
 
     def _column_privileges(self, table: str) -> list[dict[str, Any]]:
         return self._read("column_privileges", table)

@@ -23,16 +23,16 @@ from ..errors import ConfigurationError, DatabaseError, JobNameTaken, SchemaNotI
 from ..models import ClaimBatch, Job, JobRun
 from .base import (NAME_CONSTRAINT, Backend, CancelOutcome, CancelRequest, Completion, Listener, ManualStart,
                    SweepResult, cancel_outcome, cancel_requests, claim_batch, completion_outcomes, completions_json,
-                   manual_start, naming, replayed_attempts)
+                   deleted_or_replayed, manual_start, naming, replayed_attempts)
 from .base import UnscheduledJob
 from ..retention import PurgeBatch
+from .pg_install import PgInstaller
 from .pool import ConnectionPool
 from .watchdog import DEFAULT_CALL_TIMEOUT, CallAbandoned, CallWatchdog, shutdown_socket
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-INSTALL_LOCK_KEY = 0x6D6A7363  # "mjsc": pg_advisory_xact_lock key serialising install()
 NOTIFY_CHANNEL = "mjsched_job_changed"
 
 JOB_COLUMNS = (
@@ -221,55 +221,12 @@ class PostgresBackend(Backend):
 
     # -- schema --------------------------------------------------------------------------
     def install(self) -> list[str]:
-        def go(cur: Any) -> list[str]:
-            applied: list[str] = []   # per attempt: a retried install reports each script once
-            conn = cur.connection
-            conn.autocommit = False
-            try:
-                cur.execute("SELECT set_config('statement_timeout', %s, true)", (str(self._statement_timeout_ms),))
-                # the upgrade waits for engines' row locks (held for milliseconds), bounded by the above
-                cur.execute("SELECT set_config('lock_timeout', '0', true)")
-                cur.execute("SELECT pg_advisory_xact_lock(%s)", (INSTALL_LOCK_KEY,))
-                cur.execute("CREATE SCHEMA IF NOT EXISTS mjsched")
-                cur.execute("""CREATE TABLE IF NOT EXISTS mjsched.schema_version (
-                                   name varchar(100) PRIMARY KEY, checksum varchar(64) NOT NULL,
-                                   applied_at timestamptz NOT NULL DEFAULT now())""")
-                cur.execute("SELECT name, checksum FROM mjsched.schema_version")
-                have = {r["name"]: r["checksum"] for r in cur.fetchall()}
-                stale = False
-                for script in sqlfiles.scripts(self.dialect):
-                    # Once one script is (re)applied every later one runs again too: they are
-                    # idempotent, and CREATE OR REPLACE FUNCTION resets what 003_security set.
-                    if not stale and have.get(script.name) != script.checksum:
-                        stale = True
-                        self._lock_tables_for_upgrade(cur)
-                    if not stale:
-                        continue
-                    cur.execute(script.text)
-                    cur.execute("""INSERT INTO mjsched.schema_version (name, checksum) VALUES (%s, %s)
-                                   ON CONFLICT (name) DO UPDATE SET checksum = EXCLUDED.checksum,
-                                                                   applied_at = now()""",
-                                (script.name, script.checksum))
-                    applied.append(script.name)
-                conn.commit()
-            except BaseException:
-                conn.rollback()
-                raise
-            finally:
-                conn.autocommit = True
-            return applied
-        return self._run("install", go, bound=self.install_timeout)
-
-    @staticmethod
-    def _lock_tables_for_upgrade(cur: Any) -> None:
-        """Before re-applying scripts over a live schema, take its tables in the procedures'
-        own order (jobs, then runs). The schema script's DDL (indexes, the trigger) would
-        otherwise take them one by one, in its own order, and deadlock with an engine that
-        holds a job row and wants its run (seen 1 in 3 under load). Engines wait for the
-        install, which takes well under a second, instead."""
-        cur.execute("SELECT to_regclass('mjsched.scheduled_job') IS NOT NULL AS present")
-        if cur.fetchone()["present"]:
-            cur.execute("LOCK TABLE mjsched.scheduled_job, mjsched.scheduled_job_run IN ACCESS EXCLUSIVE MODE")
+        """Apply the stale scripts (pg_install.PgInstaller says how an upgrade stays safe for
+        the engines polling meanwhile). Two transactions and the drain between them, each
+        bounded by the statement timeout."""
+        installer = PgInstaller(self._statement_timeout_ms / 1000.0)
+        return self._run("install", lambda cur: installer.install(cur, sqlfiles.scripts(self.dialect)),
+                         bound=2 * self.install_timeout + self._statement_timeout_ms / 1000.0)
 
     def installed_versions(self) -> list[str]:
         try:
@@ -363,9 +320,10 @@ class PostgresBackend(Backend):
             return list(cur.fetchall())
         return manual_start(self._run("start_manual_run", replayed_attempts(replay, attempt)))
 
-    def cancel_run(self, run_id: str, requested_by: str, now: datetime | None = None) -> CancelOutcome:
-        return cancel_outcome(self._rows("cancel_run", "SELECT * FROM mjsched.cancel_run(%s::uuid, %s, %s)",
-                                         (run_id, requested_by, now)))
+    def cancel_run(self, run_id: str, requested_by: str, now: datetime | None = None,
+                   request_id: str | None = None) -> CancelOutcome:
+        return cancel_outcome(self._rows("cancel_run", "SELECT * FROM mjsched.cancel_run(%s::uuid, %s, %s, %s::uuid)",
+                                         (run_id, requested_by, now, request_id or str(uuid.uuid4()))))
 
     def cancel_requests(self, tokens: Sequence[str]) -> list[CancelRequest]:
         if not tokens:
@@ -448,7 +406,11 @@ class PostgresBackend(Backend):
                                      (job_id, self._fields_json(fields))))
 
     def delete_job(self, job_id: str) -> bool:
-        return bool(self._scalar("delete_job", "SELECT deleted FROM mjsched.delete_job(%s::uuid)", (job_id,)))
+        def attempt(cur: Any) -> bool:
+            cur.execute("SELECT deleted FROM mjsched.delete_job(%s::uuid)", (job_id,))
+            row = cur.fetchone()
+            return bool(row and row["deleted"])
+        return self._run("delete_job", deleted_or_replayed(attempt))
 
     def _column_privileges(self, table: str) -> list[dict[str, Any]]:
         return self._read("column_privileges", {"table": f"mjsched.{table}"})

@@ -186,6 +186,7 @@ BEGIN
         parameters           nvarchar(max) NULL,
         cancel_requested_at  datetimeoffset NULL,
         cancel_requested_by  nvarchar(255) NULL,
+        cancel_request_id    uniqueidentifier NULL,
         CONSTRAINT pk_scheduled_job_run PRIMARY KEY (id),
         CONSTRAINT fk_scheduled_job_run_job FOREIGN KEY (scheduled_job_id)
             REFERENCES mjsched.scheduled_job (id) ON DELETE CASCADE,
@@ -219,6 +220,12 @@ END;
 IF COL_LENGTH(N'mjsched.scheduled_job_run', N'cancel_requested_by') IS NULL
 BEGIN
     ALTER TABLE mjsched.scheduled_job_run ADD cancel_requested_by nvarchar(255) NULL;
+END;
+-- Added for issue 32: the caller's id of the cancel request recorded on the run, so that
+-- cancel_run's replay after a lost reply answers what that same request did.
+IF COL_LENGTH(N'mjsched.scheduled_job_run', N'cancel_request_id') IS NULL
+BEGIN
+    ALTER TABLE mjsched.scheduled_job_run ADD cancel_request_id uniqueidentifier NULL;
 END;
 GO
 

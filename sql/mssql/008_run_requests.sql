@@ -33,10 +33,16 @@ GO
 -- first (the lock order of 002_procedures.sql), so a claim of a Queued run and its cancel
 -- never both win: the claim passes over the locked job (READPAST), or the cancel finds the
 -- run Running.
+-- Replay: @p_request_id (the caller's id of this request) is recorded on the run with the
+-- request. A call that finds its own id there is a replay of a call whose reply was lost: it
+-- answers what that call did (cancelled for a run that never started, requested otherwise),
+-- whatever became of the run since, and changes nothing. Without an id (the previous
+-- release's call) a replay answers as a new request would.
 CREATE OR ALTER PROCEDURE mjsched.cancel_run
     @p_run_id uniqueidentifier,
     @p_requested_by nvarchar(4000),
-    @p_now datetimeoffset = NULL
+    @p_now datetimeoffset = NULL,
+    @p_request_id uniqueidentifier = NULL
 AS
 BEGIN
     SET NOCOUNT ON;
@@ -49,6 +55,8 @@ BEGIN
     DECLARE @v_status nvarchar(20);
     DECLARE @v_requested_at datetimeoffset;
     DECLARE @v_requested_by nvarchar(255);
+    DECLARE @v_request_id uniqueidentifier;
+    DECLARE @v_started_at datetimeoffset;
     DECLARE @v_outcome nvarchar(20) = N'not_found';
     DECLARE @v_message nvarchar(2048);
     BEGIN TRY
@@ -73,10 +81,17 @@ BEGIN
              WHERE j.id = @v_job;
             EXEC mjsched.test_pause @p_point = N'cancel_run:job_locked';
             SELECT @v_found = 1, @v_status = r.status, @v_requested_at = r.cancel_requested_at,
-                   @v_requested_by = r.cancel_requested_by
+                   @v_requested_by = r.cancel_requested_by, @v_request_id = r.cancel_request_id,
+                   @v_started_at = r.started_at
               FROM mjsched.scheduled_job_run AS r WITH (UPDLOCK, ROWLOCK)
              WHERE r.id = @p_run_id;
             SET @v_outcome = CASE WHEN @v_found = 0 THEN N'not_found'
+                                  -- a replay of this same request: what it did, from what it recorded
+                                  WHEN @p_request_id IS NOT NULL AND @v_request_id = @p_request_id
+                                       AND @v_status = N'Cancelled' AND @v_started_at IS NULL
+                                      THEN N'replayed_cancelled'
+                                  WHEN @p_request_id IS NOT NULL AND @v_request_id = @p_request_id
+                                      THEN N'replayed_requested'
                                   WHEN @v_status = N'Queued' THEN N'cancelled'
                                   WHEN @v_status = N'Running' AND @v_requested_at IS NOT NULL
                                       THEN N'already_requested'
@@ -90,6 +105,7 @@ BEGIN
                 UPDATE r
                    SET status = N'Cancelled', success = 0, completed_at = @v_now, duration_ms = 0,
                        cancel_requested_at = @v_now, cancel_requested_by = @p_requested_by,
+                       cancel_request_id = @p_request_id,
                        error_message = CONCAT(N'Cancelled before it ran: requested by ', @p_requested_by, N' at ',
                                               CONVERT(nvarchar(19), SWITCHOFFSET(@v_now, 0), 126), N'Z')
                   FROM mjsched.scheduled_job_run AS r WITH (ROWLOCK)
@@ -106,9 +122,19 @@ BEGIN
                 SET @v_requested_at = @v_now;
                 SET @v_requested_by = @p_requested_by;
                 UPDATE r
-                   SET cancel_requested_at = @v_now, cancel_requested_by = @p_requested_by
+                   SET cancel_requested_at = @v_now, cancel_requested_by = @p_requested_by,
+                       cancel_request_id = @p_request_id
                   FROM mjsched.scheduled_job_run AS r WITH (ROWLOCK)
                  WHERE r.id = @p_run_id;
+            END;
+            -- a replay changed nothing; it answers as the call it replays did
+            IF @v_outcome = N'replayed_cancelled'
+            BEGIN
+                SET @v_outcome = N'cancelled';
+            END;
+            IF @v_outcome = N'replayed_requested'
+            BEGIN
+                SET @v_outcome = N'requested';
             END;
             COMMIT TRANSACTION;
         END;

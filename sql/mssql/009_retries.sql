@@ -80,6 +80,10 @@ GO
 -- One run per (job, tick, attempt). The index of earlier releases, on (job, tick), is
 -- replaced under the same name (001_schema.sql's IF NOT EXISTS then leaves it). Filtered
 -- as before: manual runs (scheduled_for NULL) never collide.
+-- In the same transaction as the procedures, unlike PostgreSQL's twin (its
+-- "-- mjsched:after-drain" part, issue 32): a call of the previous release that began before
+-- the install runs its old body to the end, and that body inserts with NOT EXISTS on (job,
+-- tick) and never names an index, so it runs as well against the per-attempt one.
 IF EXISTS (SELECT 1 FROM sys.indexes AS i
             WHERE i.name = N'uq_scheduled_job_run_tick' AND i.object_id = OBJECT_ID(N'mjsched.scheduled_job_run')
               AND NOT EXISTS (SELECT 1 FROM sys.index_columns AS c

@@ -120,6 +120,7 @@ CREATE TABLE IF NOT EXISTS mjsched.scheduled_job_run (
     parameters           jsonb,
     cancel_requested_at  timestamptz,
     cancel_requested_by  varchar(255),
+    cancel_request_id    uuid,
     CONSTRAINT ck_scheduled_job_run_status CHECK (status IN
         ('Queued', 'Running', 'Completed', 'Failed', 'Timeout', 'Cancelled', 'Abandoned', 'Skipped')),
     CONSTRAINT ck_scheduled_job_run_running_has_lease
@@ -137,6 +138,9 @@ ALTER TABLE mjsched.scheduled_job_run
         CONSTRAINT ck_scheduled_job_run_parameters CHECK (parameters IS NULL OR jsonb_typeof(parameters) = 'object'),
     ADD COLUMN IF NOT EXISTS cancel_requested_at timestamptz,
     ADD COLUMN IF NOT EXISTS cancel_requested_by varchar(255);
+-- Added for issue 32: the caller's id of the cancel request recorded on the run, so that
+-- cancel_run's replay after a lost reply answers what that same request did.
+ALTER TABLE mjsched.scheduled_job_run ADD COLUMN IF NOT EXISTS cancel_request_id uuid;
 -- A run's key is ordered by the time it was made: the layout of UUID version 7, 48 bits of
 -- Unix milliseconds and then random bits (PostgreSQL 15 has no uuidv7()). Runs are only ever
 -- added; a random key sends each insert to a random page of the primary key's index, which

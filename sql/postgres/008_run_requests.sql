@@ -18,8 +18,16 @@
 -- status: the run already ended; its status is answered) | not_found. The job row is locked
 -- first (the lock order of 002_procedures.sql), so a claim of a Queued run and its cancel
 -- never both win: the claim skips the locked job, or the cancel finds the run Running.
+-- Replay: p_request_id (the caller's id of this request) is recorded on the run with the
+-- request. A call that finds its own id there is a replay of a call whose reply was lost: it
+-- answers what that call did (cancelled for a run that never started, requested otherwise),
+-- whatever became of the run since, and changes nothing. Without an id (the previous
+-- release's call) a replay answers as a new request would.
+-- The signature without p_request_id (the previous release's) is dropped: a call with three
+-- arguments would be ambiguous, and the new one answers it exactly as the old did.
+DROP FUNCTION IF EXISTS mjsched.cancel_run(uuid, varchar, timestamptz);
 CREATE OR REPLACE FUNCTION mjsched.cancel_run(
-    p_run_id uuid, p_requested_by varchar, p_now timestamptz DEFAULT NULL)
+    p_run_id uuid, p_requested_by varchar, p_now timestamptz DEFAULT NULL, p_request_id uuid DEFAULT NULL)
 RETURNS TABLE (outcome varchar, status varchar, cancel_requested_at timestamptz, cancel_requested_by varchar)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = mjsched, pg_temp AS $$
 #variable_conflict use_column
@@ -48,10 +56,15 @@ BEGIN
         RETURN QUERY SELECT 'not_found'::varchar, NULL::varchar, NULL::timestamptz, NULL::varchar;
         RETURN;
     END IF;
-    IF v_run.status = 'Queued' THEN
+    IF p_request_id IS NOT NULL AND v_run.cancel_request_id = p_request_id THEN
+        -- a replay of this same request: what it did, from what it recorded
+        RETURN QUERY SELECT CASE WHEN v_run.status = 'Cancelled' AND v_run.started_at IS NULL
+                                 THEN 'cancelled' ELSE 'requested' END::varchar,
+                            v_run.status, v_run.cancel_requested_at, v_run.cancel_requested_by;
+    ELSIF v_run.status = 'Queued' THEN
         UPDATE mjsched.scheduled_job_run r
            SET status = 'Cancelled', success = false, completed_at = v_now, duration_ms = 0,
-               cancel_requested_at = v_now, cancel_requested_by = p_requested_by,
+               cancel_requested_at = v_now, cancel_requested_by = p_requested_by, cancel_request_id = p_request_id,
                error_message = format('Cancelled before it ran: requested by %s at %s', p_requested_by,
                                       to_char(v_now AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'))
          WHERE r.id = p_run_id;
@@ -66,7 +79,7 @@ BEGIN
                             v_run.cancel_requested_by;
     ELSIF v_run.status = 'Running' THEN
         UPDATE mjsched.scheduled_job_run r
-           SET cancel_requested_at = v_now, cancel_requested_by = p_requested_by
+           SET cancel_requested_at = v_now, cancel_requested_by = p_requested_by, cancel_request_id = p_request_id
          WHERE r.id = p_run_id;
         RETURN QUERY SELECT 'requested'::varchar, v_run.status, v_now, p_requested_by;
     ELSE
@@ -87,5 +100,5 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = mjsched, pg_temp AS $$
      WHERE r.lock_token = ANY (p_tokens) AND r.status = 'Running' AND r.cancel_requested_at IS NOT NULL
 $$;
 
-REVOKE ALL ON FUNCTION mjsched.cancel_run(uuid, varchar, timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION mjsched.cancel_run(uuid, varchar, timestamptz, uuid) FROM PUBLIC;
 REVOKE ALL ON FUNCTION mjsched.cancel_requests(uuid[]) FROM PUBLIC;

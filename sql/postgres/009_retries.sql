@@ -53,8 +53,22 @@ ALTER TABLE mjsched.scheduled_job_run
     ADD CONSTRAINT ck_scheduled_job_run_retry_at
         CHECK (retry_at IS NULL OR retry_at BETWEEN '1900-01-01 00:00:00+00' AND '9999-12-31 00:00:00+00');
 
+-- Retries waiting for their time, for next_due_at.
+CREATE INDEX IF NOT EXISTS ix_scheduled_job_run_retry
+    ON mjsched.scheduled_job_run (retry_at) WHERE status = 'Queued' AND retry_at IS NOT NULL;
+
 -- One run per (job, tick, attempt). The index of earlier releases, on (job, tick), is
 -- replaced under the same name (001_schema.sql's CREATE ... IF NOT EXISTS then leaves it).
+-- After the drain (mjsched/sqlfiles.py AFTER_DRAIN): the previous release's bodies say
+-- ON CONFLICT (scheduled_job_id, scheduled_for), which only the old index matches. A call of
+-- that release begun before this install committed its procedures, and waiting for the
+-- install's locks, runs its old body on after the commit; with the index swapped in the same
+-- transaction it failed ("no unique or exclusion constraint matching the ON CONFLICT
+-- specification", issue 32 item 4). install() commits everything above first, waits for the
+-- transactions older than that commit to end, then runs what follows in a second one.
+-- This release's procedures insert with ON CONFLICT DO NOTHING without a target, so they hold
+-- under either index meanwhile.
+-- mjsched:after-drain
 DO $$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_index i
@@ -65,6 +79,3 @@ END;
 $$;
 CREATE UNIQUE INDEX IF NOT EXISTS uq_scheduled_job_run_tick
     ON mjsched.scheduled_job_run (scheduled_job_id, scheduled_for, attempt);
--- Retries waiting for their time, for next_due_at.
-CREATE INDEX IF NOT EXISTS ix_scheduled_job_run_retry
-    ON mjsched.scheduled_job_run (retry_at) WHERE status = 'Queued' AND retry_at IS NOT NULL;

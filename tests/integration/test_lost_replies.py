@@ -5,9 +5,11 @@ connection is closed before the reply is read (tests/chaos/faults.py).
 """
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
+import uuid
 from typing import Any, Callable
 
 import pytest
@@ -192,3 +194,326 @@ def test_a_poll_that_fails_after_the_gate_closed_hands_back_the_claim(
              message="the locks to be handed back, not left to lapse (lease 30 s)")
     wait_for(lambda: [r["status"] for r in sql.rows("SELECT status FROM mjsched.scheduled_job_run")]
              == ["Skipped"] * len(jobs), timeout=5, message="both runs recorded Skipped")
+
+
+# -- cancel_run ------------------------------------------------------------------------------------------
+
+def queued_run(engine: mjsched.SchedulingEngine, sql: Any, name: str) -> tuple[str, str]:
+    """A Queue job with one Queued run of a tick a minute ago, as enqueue_job_run leaves one."""
+    job = engine.create_job(name, "test-ok", NEVER, concurrency_mode="Queue")
+    run = sql.one("INSERT INTO mjsched.scheduled_job_run (scheduled_job_id, scheduled_for, status, queued_at) "
+                  "VALUES (%s, now() - interval '1 minute', 'Queued', now()) RETURNING id::text", (job,))
+    return job, str(run)
+
+
+def test_a_cancel_whose_reply_was_lost_answers_what_it_did(make_engine: Callable[..., Any], sql: Any) -> None:
+    """Issue 32 item 3: the cancel of a Queued run commits and its reply is lost; the backend's
+    retry finds the run Cancelled by that same request and answers 'cancelled' (on 009e285 the
+    caller got RunNotCancellable for its own cancel). Counted once."""
+    plan = FaultPlan(force_after={"cancel_run": 1})
+    engine = make_engine(connection_factory=plan.connection_factory())
+    job, run = queued_run(engine, sql, "cancel-lost-reply")
+    engine.cancel_run(run, requested_by="alice@ops")
+    assert plan.snapshot().get("after:cancel_run") == 1
+    assert sql.one("SELECT status FROM mjsched.scheduled_job_run WHERE id = %s", (run,)) == "Cancelled"
+    assert sql.one("SELECT run_count FROM mjsched.scheduled_job WHERE id = %s", (job,)) == 1
+    with pytest.raises(mjsched.RunNotCancellable):       # a new request is still refused
+        engine.cancel_run(run, requested_by="bob@ops")
+
+
+def test_a_replayed_cancel_of_a_running_run_answers_requested(make_engine: Callable[..., Any], sql: Any) -> None:
+    """The same for a Running run: the replay answers 'requested' with the first request's
+    time and requester, not 'already_requested' as if someone else had asked."""
+    plan = FaultPlan(force_after={"cancel_run": 1})
+    engine = make_engine(connection_factory=plan.connection_factory())
+    job = engine.create_job("cancel-running", "test-ok", NEVER)
+    token = "6d6a7363-0000-4000-8000-000000000001"
+    assert engine.backend.acquire_job_lock(job, token, "elsewhere", 30.0)
+    run = engine.backend.begin_job_run(job, token, "elsewhere")
+    outcome = engine.backend.cancel_run(run, "alice@ops")
+    assert plan.snapshot().get("after:cancel_run") == 1
+    assert (outcome.outcome, outcome.requested_by) == ("requested", "alice@ops")
+    assert engine.backend.cancel_run(run, "bob@ops").outcome == "already_requested"
+
+
+# -- every other state-changing procedure ------------------------------------------------------------------
+# One test per routine: the call commits, its reply is lost, the backend retries it (or, for a
+# routine only the previous release calls, the same statement runs again, as that release's
+# retry does). Each checks what docs/guide/protocol.md's replay table says: the work is done
+# once, and the answer is the one the table gives. tests/integration/test_replay_catalog.py
+# checks that every state-changing routine installed has a row there and an entry here.
+
+TOKEN = "6d6a7363-0000-4000-8000-0000000000a1"
+
+
+def losing(make_engine: Callable[..., Any], routine: str, **options: Any) -> tuple[mjsched.SchedulingEngine, FaultPlan]:
+    """An engine whose backend loses the reply of the first call of ``routine``."""
+    plan = FaultPlan(force_after={routine: 1})
+    return make_engine(connection_factory=plan.connection_factory(), **options), plan
+
+
+def was_lost(plan: FaultPlan, routine: str) -> None:
+    assert plan.snapshot().get(f"after:{routine}") == 1, f"no reply of {routine} was lost"
+
+
+def twice(sql: Any, query: str, params: tuple[Any, ...]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A routine only the previous release calls, replayed as that release's backend does:
+    the statement commits (its reply lost), and the same statement runs again."""
+    return sql.rows(query, params), sql.rows(query, params)
+
+
+def held_run(engine: mjsched.SchedulingEngine, sql: Any, name: str, lease: float = 30.0) -> tuple[str, str]:
+    """A job locked by TOKEN with a Running run (a manual run another engine started)."""
+    job = engine.create_job(name, "test-ok", NEVER)
+    started = engine.backend.start_manual_run(job, str(uuid.uuid4()), "elsewhere", lease)
+    assert started.outcome == "started" and started.run_id and started.lock_token
+    sql.run("UPDATE mjsched.scheduled_job SET lock_token = %s WHERE id = %s", (TOKEN, job))
+    sql.run("UPDATE mjsched.scheduled_job_run SET lock_token = %s WHERE id = %s", (TOKEN, started.run_id))
+    return job, started.run_id
+
+
+def runs_by_status(sql: Any, job: str) -> dict[str, int]:
+    return {r["status"]: int(r["n"]) for r in sql.rows(
+        "SELECT status, count(*) AS n FROM mjsched.scheduled_job_run WHERE scheduled_job_id = %s GROUP BY 1", (job,))}
+
+
+def test_lost_reply_acquire_job_lock(make_engine: Callable[..., Any], sql: Any) -> None:
+    engine, plan = losing(make_engine, "acquire_job_lock")
+    job = engine.create_job("acquire", "test-ok", NEVER)
+    assert engine.backend.acquire_job_lock(job, TOKEN, "e1", 30.0) is True     # the replay finds its own lock
+    was_lost(plan, "acquire_job_lock")
+    assert str(sql.one("SELECT lock_token FROM mjsched.scheduled_job WHERE id = %s", (job,))) == TOKEN
+
+
+def test_lost_reply_begin_job_run(make_engine: Callable[..., Any], sql: Any) -> None:
+    engine, plan = losing(make_engine, "begin_job_run")
+    job = engine.create_job("begin", "test-ok", NEVER)
+    assert engine.backend.acquire_job_lock(job, TOKEN, "e1", 30.0)
+    run = engine.backend.begin_job_run(job, TOKEN, "e1")
+    was_lost(plan, "begin_job_run")
+    assert run is not None and runs_by_status(sql, job) == {"Running": 1}
+    assert str(sql.one("SELECT id FROM mjsched.scheduled_job_run WHERE scheduled_job_id = %s", (job,))) == run
+
+
+def test_lost_reply_advance_job(make_engine: Callable[..., Any], sql: Any) -> None:
+    """The replay after a release is fenced (the token is no longer the job's): it answers
+    False and changes nothing; the engine does not act on advance_job's answer."""
+    engine, plan = losing(make_engine, "advance_job")
+    job = engine.create_job("advance", "test-ok", NEVER)
+    assert engine.backend.acquire_job_lock(job, TOKEN, "e1", 30.0)
+    nxt = sql.one("SELECT date_trunc('second', now()) + interval '1 hour'")
+    assert engine.backend.advance_job(job, TOKEN, nxt, release=True) is False
+    was_lost(plan, "advance_job")
+    row = sql.rows("SELECT next_run_at, lock_token FROM mjsched.scheduled_job WHERE id = %s", (job,))[0]
+    assert (row["next_run_at"], row["lock_token"]) == (nxt, None)
+
+
+def test_lost_reply_complete_runs_of_the_previous_release(make_engine: Callable[..., Any], sql: Any) -> None:
+    """complete_job_runs and complete_job_run (the previous release's completions): the
+    replay of a completion its token already made reports it completed; counted once."""
+    engine = make_engine()
+    for routine in ("complete_job_runs", "complete_job_run"):
+        job, run = held_run(engine, sql, f"old-{routine}")
+        if routine == "complete_job_runs":
+            items = json.dumps([{"run_id": run, "token": TOKEN, "status": "Completed", "error_message": None,
+                                 "details": None, "next_run_at": None}])
+            first, again = twice(sql, "SELECT run_id::text, completed FROM mjsched.complete_job_runs(%s::jsonb)",
+                                 (items,))
+        else:
+            first, again = twice(sql, "SELECT completed FROM mjsched.complete_job_run(%s, %s, 'Completed', NULL, "
+                                      "NULL, NULL)", (run, TOKEN))
+        assert [r["completed"] for r in first] == [r["completed"] for r in again] == [1], routine
+        assert runs_by_status(sql, job) == {"Completed": 1}, routine
+        assert sql.one("SELECT run_count FROM mjsched.scheduled_job WHERE id = %s", (job,)) == 1, routine
+
+
+def test_lost_reply_delete_job(make_engine: Callable[..., Any], sql: Any) -> None:
+    """The replay finds the job gone, deleted by the lost call: the caller's delete succeeds
+    (on 009e285 it raised JobNotFound for its own delete)."""
+    engine, plan = losing(make_engine, "delete_job")
+    job = engine.create_job("delete-me", "test-ok", NEVER)
+    engine.delete_job(job)
+    was_lost(plan, "delete_job")
+    assert sql.one("SELECT count(*) FROM mjsched.scheduled_job WHERE id = %s", (job,)) == 0
+    with pytest.raises(mjsched.JobNotFound):          # a job that was never there is still not found
+        engine.delete_job(str(uuid.uuid4()))
+
+
+def test_lost_reply_ensure_job_type(make_engine: Callable[..., Any], sql: Any) -> None:
+    engine, plan = losing(make_engine, "ensure_job_type")
+    first = engine.backend.ensure_job_type("lost.reply:driver")
+    was_lost(plan, "ensure_job_type")
+    assert first == engine.backend.ensure_job_type("lost.reply:driver")
+    assert sql.one("SELECT count(*) FROM mjsched.scheduled_job_type WHERE driver_class = 'lost.reply:driver'") == 1
+
+
+def test_lost_reply_extend_job_leases(make_engine: Callable[..., Any], sql: Any) -> None:
+    engine, plan = losing(make_engine, "extend_job_leases")
+    job, _ = held_run(engine, sql, "extend")
+    assert engine.backend.extend_job_leases([TOKEN], 60.0, "elsewhere") == {TOKEN}
+    was_lost(plan, "extend_job_leases")
+    assert sql.one("SELECT expected_completion_at > now() + interval '50 seconds' FROM mjsched.scheduled_job "
+                   "WHERE id = %s", (job,))
+
+
+def test_lost_reply_renew_leases(make_engine: Callable[..., Any], sql: Any) -> None:
+    engine, plan = losing(make_engine, "renew_leases")
+    job, _ = held_run(engine, sql, "renew")
+    assert engine.backend.renew_leases([TOKEN], 60.0, "elsewhere") == ({TOKEN}, set())
+    was_lost(plan, "renew_leases")
+    assert sql.one("SELECT lease_expires_at > now() + interval '50 seconds' FROM mjsched.scheduled_job_run "
+                   "WHERE scheduled_job_id = %s", (job,))
+
+
+def test_lost_reply_force_unlock_job(make_engine: Callable[..., Any], sql: Any) -> None:
+    """The replay finds nothing held and reports None (as the table says, 0); the run was
+    abandoned and counted once, by the lost call."""
+    engine, plan = losing(make_engine, "force_unlock_job")
+    job, run = held_run(engine, sql, "unlock")
+    assert engine.backend.force_unlock_job(job, "operator") is None
+    was_lost(plan, "force_unlock_job")
+    assert runs_by_status(sql, job) == {"Abandoned": 1}
+    assert sql.one("SELECT (lock_token IS NULL AND run_count = 1) FROM mjsched.scheduled_job WHERE id = %s", (job,))
+
+
+def test_lost_reply_initialize_next_runs(make_engine: Callable[..., Any], sql: Any) -> None:
+    """initialize_next_runs and initialize_next_run: compare-and-set on next_run_at IS NULL,
+    so the replay sets nothing (0 / False) and the first value stays."""
+    for routine in ("initialize_next_runs", "initialize_next_run"):
+        engine, plan = losing(make_engine, routine)
+        job = engine.create_job(f"init-{routine}", "test-ok", NEVER)
+        sql.run("UPDATE mjsched.scheduled_job SET next_run_at = NULL WHERE id = %s", (job,))
+        when = sql.one("SELECT date_trunc('second', now()) + interval '1 day'")
+        if routine == "initialize_next_runs":
+            assert engine.backend.initialize_next_runs([(job, when)]) == 0
+        else:
+            assert engine.backend.initialize_next_run(job, when) is False
+        was_lost(plan, routine)
+        assert sql.one("SELECT next_run_at FROM mjsched.scheduled_job WHERE id = %s", (job,)) == when
+
+
+def test_lost_reply_insert_job(make_engine: Callable[..., Any], sql: Any) -> None:
+    """The known gap, as the replay table states it: the replay of a committed insert cannot
+    make a second job (names are unique), and fails with JobNameTaken naming the job that the
+    lost call created."""
+    engine, plan = losing(make_engine, "insert_job")
+    with pytest.raises(mjsched.JobNameTaken) as taken:
+        engine.create_job("inserted-once", "test-ok", NEVER)
+    was_lost(plan, "insert_job")
+    assert sql.one("SELECT count(*) FROM mjsched.scheduled_job WHERE name = 'inserted-once'") == 1
+    assert taken.value.existing_id == str(sql.one("SELECT id FROM mjsched.scheduled_job WHERE name = 'inserted-once'"))
+
+
+def test_lost_reply_update_job(make_engine: Callable[..., Any], sql: Any) -> None:
+    engine, plan = losing(make_engine, "update_job")
+    job = engine.create_job("update-me", "test-ok", NEVER)
+    assert engine.update_job(job, description="changed").description == "changed"
+    was_lost(plan, "update_job")
+
+
+def test_lost_reply_note_frequency_warned(make_engine: Callable[..., Any], sql: Any) -> None:
+    engine, plan = losing(make_engine, "note_frequency_warned")
+    job = engine.create_job("noted", "test-ok", NEVER)
+    assert engine.backend.note_frequency_warned([(job, "every-second")]) == 0     # the replay finds it noted
+    was_lost(plan, "note_frequency_warned")
+    assert engine.backend.note_frequency_warned([(job, "every-second")]) == 0
+
+
+def test_lost_reply_purge_runs(make_engine: Callable[..., Any], sql: Any) -> None:
+    """The replay deletes nothing more and reports 0: the lost batch's count is not reported."""
+    engine, plan = losing(make_engine, "purge_runs")
+    job = engine.create_job("purged", "test-ok", NEVER)
+    sql.run("""INSERT INTO mjsched.scheduled_job_run (scheduled_job_id, scheduled_for, status, started_at, completed_at)
+               SELECT %s, now() - make_interval(days => 30 + g), 'Completed', now() - make_interval(days => 30 + g),
+                      now() - make_interval(days => 30 + g) FROM generate_series(1, 3) g""", (job,))
+    batch = engine.backend.purge_runs(86400.0, None, per_job=False)
+    was_lost(plan, "purge_runs")
+    assert batch.purged == 0 and runs_by_status(sql, job) == {}
+
+
+def test_lost_reply_register_and_unregister_engine(make_engine: Callable[..., Any], sql: Any) -> None:
+    for routine in ("register_engine", "unregister_engine"):
+        engine, plan = losing(make_engine, routine)
+        if routine == "register_engine":
+            engine.backend.register_engine("lost-e", "h", 1, "v")
+        else:
+            engine.backend.unregister_engine("lost-e")
+        was_lost(plan, routine)
+    assert sql.one("SELECT count(*) FROM mjsched.engine_instance WHERE instance = 'lost-e' "
+                   "AND stopped_at IS NOT NULL") == 1
+
+
+def test_lost_reply_release_engine_locks(make_engine: Callable[..., Any], sql: Any) -> None:
+    engine, plan = losing(make_engine, "release_engine_locks")
+    job, _ = held_run(engine, sql, "released")
+    assert engine.backend.release_engine_locks("elsewhere", "gone") == (0, 0)     # the replay finds nothing held
+    was_lost(plan, "release_engine_locks")
+    assert runs_by_status(sql, job) == {"Abandoned": 1}
+    assert sql.one("SELECT (lock_token IS NULL AND run_count = 1) FROM mjsched.scheduled_job WHERE id = %s", (job,))
+
+
+def test_lost_reply_release_job_lock(make_engine: Callable[..., Any], sql: Any) -> None:
+    engine, plan = losing(make_engine, "release_job_lock")
+    job = engine.create_job("release", "test-ok", NEVER)
+    assert engine.backend.acquire_job_lock(job, TOKEN, "e1", 30.0)
+    assert engine.backend.release_job_lock(job, TOKEN) is False                 # the replay finds it free
+    was_lost(plan, "release_job_lock")
+    assert sql.one("SELECT lock_token FROM mjsched.scheduled_job WHERE id = %s", (job,)) is None
+
+
+def test_lost_reply_sweep_expired_leases(make_engine: Callable[..., Any], sql: Any) -> None:
+    engine, plan = losing(make_engine, "sweep_expired_leases")
+    job, _ = held_run(engine, sql, "lapsed")
+    sql.run("UPDATE mjsched.scheduled_job SET expected_completion_at = now() - interval '1 minute' WHERE id = %s",
+            (job,))
+    sql.run("UPDATE mjsched.scheduled_job_run SET lease_expires_at = now() - interval '1 minute' "
+            "WHERE scheduled_job_id = %s", (job,))
+    assert engine.backend.sweep_expired_leases().swept == 0                    # the replay finds nothing lapsed
+    was_lost(plan, "sweep_expired_leases")
+    assert runs_by_status(sql, job) == {"Abandoned": 1}
+    assert sql.one("SELECT (lock_token IS NULL AND run_count = 1) FROM mjsched.scheduled_job WHERE id = %s", (job,))
+
+
+def test_lost_reply_enqueue_job_run(make_engine: Callable[..., Any], sql: Any) -> None:
+    """The replay finds the tick queued (UNIQUE) and answers False; one Queued run."""
+    engine, plan = losing(make_engine, "enqueue_job_run")
+    job, _ = held_run(engine, sql, "enqueue")
+    sql.run("UPDATE mjsched.scheduled_job SET concurrency_mode = 'Queue' WHERE id = %s", (job,))
+    sql.run("UPDATE mjsched.scheduled_job_run SET started_at = now() - interval '1 minute' WHERE scheduled_job_id = %s",
+            (job,))
+    tick = sql.one("SELECT date_trunc('second', now()) - interval '1 second'")
+    assert engine.backend.enqueue_job_run(job, tick) is False
+    was_lost(plan, "enqueue_job_run")
+    assert runs_by_status(sql, job) == {"Running": 1, "Queued": 1}
+
+
+# Routine -> its lost-reply test ("path::name"), for tests/integration/test_replay_catalog.py.
+HERE = "tests/integration/test_lost_replies.py"
+LOST_REPLY_TESTS: dict[str, str] = {
+    "claim_due_jobs": f"{HERE}::test_the_backend_retry_replays_a_claim_whose_reply_was_lost",
+    "start_manual_run": "tests/integration/test_protocol_v3.py::test_a_lost_reply_of_a_manual_start_is_replayed",
+    "complete_runs": "tests/chaos/test_replayed_completion.py::test_lost_reply_of_a_completion_keeps_its_notification",
+    "cancel_run": f"{HERE}::test_a_cancel_whose_reply_was_lost_answers_what_it_did",
+    "acquire_job_lock": f"{HERE}::test_lost_reply_acquire_job_lock",
+    "begin_job_run": f"{HERE}::test_lost_reply_begin_job_run",
+    "advance_job": f"{HERE}::test_lost_reply_advance_job",
+    "complete_job_runs": f"{HERE}::test_lost_reply_complete_runs_of_the_previous_release",
+    "complete_job_run": f"{HERE}::test_lost_reply_complete_runs_of_the_previous_release",
+    "delete_job": f"{HERE}::test_lost_reply_delete_job",
+    "ensure_job_type": f"{HERE}::test_lost_reply_ensure_job_type",
+    "extend_job_leases": f"{HERE}::test_lost_reply_extend_job_leases",
+    "renew_leases": f"{HERE}::test_lost_reply_renew_leases",
+    "force_unlock_job": f"{HERE}::test_lost_reply_force_unlock_job",
+    "initialize_next_runs": f"{HERE}::test_lost_reply_initialize_next_runs",
+    "initialize_next_run": f"{HERE}::test_lost_reply_initialize_next_runs",
+    "insert_job": f"{HERE}::test_lost_reply_insert_job",
+    "update_job": f"{HERE}::test_lost_reply_update_job",
+    "note_frequency_warned": f"{HERE}::test_lost_reply_note_frequency_warned",
+    "purge_runs": f"{HERE}::test_lost_reply_purge_runs",
+    "register_engine": f"{HERE}::test_lost_reply_register_and_unregister_engine",
+    "unregister_engine": f"{HERE}::test_lost_reply_register_and_unregister_engine",
+    "release_engine_locks": f"{HERE}::test_lost_reply_release_engine_locks",
+    "release_job_lock": f"{HERE}::test_lost_reply_release_job_lock",
+    "sweep_expired_leases": f"{HERE}::test_lost_reply_sweep_expired_leases",
+    "enqueue_job_run": f"{HERE}::test_lost_reply_enqueue_job_run",
+}

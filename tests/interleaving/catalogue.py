@@ -96,8 +96,8 @@ SQL: dict[str, dict[str, str]] = {
         "mssql": "EXEC mjsched.force_unlock_job @p_job_id = ?, @p_reason = ?, @p_now = ?;",
     },
     "cancel": {
-        "postgres": "SELECT * FROM mjsched.cancel_run(%s::uuid, %s, %s)",
-        "mssql": "EXEC mjsched.cancel_run @p_run_id = ?, @p_requested_by = ?, @p_now = ?;",
+        "postgres": "SELECT * FROM mjsched.cancel_run(%s::uuid, %s, %s, %s::uuid)",
+        "mssql": "EXEC mjsched.cancel_run @p_run_id = ?, @p_requested_by = ?, @p_now = ?, @p_request_id = ?;",
     },
 }
 
@@ -267,13 +267,15 @@ def _unlock(s: State, rng: random.Random) -> Call:
 
 def _cancel(s: State, rng: random.Random) -> Call | None:
     """An operator's cancel_run: of a Queued run (ends it Cancelled, counted), a Running one (only
-    records the request: its holder still ends it), or a finished one (changes nothing)."""
+    records the request: its holder still ends it), or a finished one (changes nothing). With a
+    request id, so that its replay (same arguments) is the replay of that request."""
     runs = [r for j in s.jobs for r in j.runs]
     if not runs:
         return None
     live = [r for r in runs if r.status in ("Queued", "Running")]
     run = rng.choice(live if live and rng.random() < 0.8 else runs)
-    return Call("cancel", "cancel_run", (run.id, "interleaving: operator", s.now))
+    return Call("cancel", "cancel_run", (run.id, "interleaving: operator", s.now,
+                                         str(uuid.UUID(int=rng.getrandbits(128), version=4))))
 
 
 OPS: dict[str, Op] = {op.name: op for op in (
