@@ -17,7 +17,8 @@ locked.
 Per cell, counted from the jobs' own traces (``tests/chaos/exclusion.py``, bump's log),
 not from the run table:
 
-* overlaps: 0 -- no execution of a job began before an earlier one's last sign of life;
+* overlaps: 0 -- no execution of a job (long or short: all are Skip jobs) began before an
+  earlier one's last sign of life;
 * abandoned: 0 finished executions (the body wrote its end) recorded Abandoned;
 * late: for a row lock, 0 ticks of the short jobs without a start within a second (their
   rows are not locked and no engine writes a job type or another engine's row, so nothing
@@ -27,10 +28,13 @@ not from the run table:
 
 The cells share one engine pair and run one after another; a cell begins only once every
 short job ran after the previous release, so its counts are its own. The matrix is printed
-with its counts (and in the terminal summary, tests/chaos/conftest.py).
+with its counts (and in the terminal summary, tests/conftest.py).
+``MJSCHED_MATRIX_CELLS=<regex>`` runs only the cells whose name ("table / lock") matches.
 """
 from __future__ import annotations
 
+import os
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -67,7 +71,7 @@ class Cell:
     recovered_s: float = 0.0    # release -> every short job ran again
     executions: int = 0
     overlaps: list[tuple[Span, Span]] = field(default_factory=list)
-    abandoned: int = 0
+    abandoned: list[str] = field(default_factory=list)   # finished executions recorded Abandoned
     late: int = 0
 
     @property
@@ -82,7 +86,7 @@ class Cell:
     def line(self) -> str:
         held = self.refused or ("table" if self.rows < 0 else f"{self.rows} row(s)" if self.rows else "-")
         return (f"{self.name:<45} {held:<12.40} executions={self.executions:<4} overlaps={len(self.overlaps)} "
-                f"abandoned={self.abandoned} late={self.late if self.rows_only else '-'} "
+                f"abandoned={len(self.abandoned)} late={self.late if self.rows_only else '-'} "
                 f"recovered_s={self.recovered_s:.1f} victim_on={self.victim.get('engine', '?')}")
 
 
@@ -153,29 +157,36 @@ def _run_cell(cell: Cell, dsn: str, sql: Sql, workdir: str, skip: dict[str, str]
 def _count(cells: list[Cell], sql: Sql, workdir: str, skip: dict[str, str], short: dict[str, str]) -> None:
     """Each cell's counts over its window (its start to the next cell's), from the traces."""
     long_runs = {key: spans(workdir, key) for key in skip}
-    short_runs = {key: executions(workdir, key) for key in short}
-    statuses = {r["id"]: r["status"] for r in sql.rows("SELECT id::text, status FROM mjsched.scheduled_job_run")}
+    short_runs = {key: [Span(key, e.run_id, e.pid, e.instance, e.start, e.end, True)   # Skip jobs too
+                        for e in executions(workdir, key)] for key in short}
+    rows = {r["id"]: r for r in sql.rows("SELECT id::text, status, error_message FROM mjsched.scheduled_job_run")}
     for cell, following in zip(cells, cells[1:] + [None], strict=True):
         cell.ended = following.begun if following else float("inf")
         inside = lambda t: cell.begun <= t < cell.ended   # noqa: E731 - one predicate, read below
-        finished: list[str] = []
+        finished: list[tuple[str, str, float]] = []    # (job, run id, end)
         for key, runs in long_runs.items():
             cell.executions += sum(1 for s in runs if inside(s.start))
             cell.overlaps += [(a, b) for a, b in overlaps(runs) if inside(b.start)]
-            finished += [s.run_id for s in runs if s.finished and inside(s.last)]
+            finished += [(key, s.run_id, s.last) for s in runs if s.finished and inside(s.last)]
         for key, done in short_runs.items():
             cell.executions += sum(1 for e in done if inside(e.start))
-            finished += [e.run_id for e in done if inside(e.end)]
+            cell.overlaps += [(a, b) for a, b in overlaps(done) if inside(b.start)]
+            finished += [(key, e.run_id, e.last) for e in done if inside(e.last)]
             if cell.rows_only:
                 cell.late += late_ticks([e.start for e in done], cell.begun, cell.released, LATE_LIMIT)
-        cell.abandoned = sum(1 for run_id in finished if statuses.get(run_id) == "Abandoned")
+        cell.abandoned = [f"{key} run {run_id} ended {end - cell.begun:+.1f}s after the lock "
+                          f"(released {cell.released - cell.begun:.1f}s): {rows[run_id]['error_message']}"
+                          for key, run_id, end in finished if rows.get(run_id, {}).get("status") == "Abandoned"]
 
 
 def test_no_outside_lock_makes_a_skip_job_run_twice(pg_dsn: str, crud: Any, sql: Sql, workdir: str,
                                                     request: pytest.FixtureRequest) -> None:
     tables = schema_tables(pg_dsn)
     assert set(VICTIM_ROWS) <= set(tables), tables
-    cells = [Cell(table, lock) for table in tables for lock in (*ROW_LOCKS, *TABLE_LOCKS)]
+    chosen = re.compile(os.environ.get("MJSCHED_MATRIX_CELLS", ""))     # a subset, to re-run one cell
+    cells = [c for c in (Cell(table, lock) for table in tables for lock in (*ROW_LOCKS, *TABLE_LOCKS))
+             if chosen.search(c.name)]
+    assert cells, f"MJSCHED_MATRIX_CELLS={chosen.pattern!r} matches no cell"
     skip = _skip_jobs(crud, workdir)
     short = create_counter_jobs(crud, workdir, SHORT_JOBS, prefix="short")
     workers = start_workers(pg_dsn, workdir, 2, prefix="engine", cap=10, lease=LEASE, max_poll=0.5, drain=2)
@@ -206,6 +217,7 @@ def test_no_outside_lock_makes_a_skip_job_run_twice(pg_dsn: str, crud: Any, sql:
     bad = [c for c in cells if c.overlaps or c.abandoned or (c.rows_only and c.late)]
     report("outside_lock_matrix", cells=len(cells), failing=len(bad), seconds=round(time.monotonic() - started),
            executions=sum(c.executions for c in cells), overlaps=sum(len(c.overlaps) for c in cells),
-           abandoned=sum(c.abandoned for c in cells), late=sum(c.late for c in cells))
+           abandoned=sum(len(c.abandoned) for c in cells), late=sum(c.late for c in cells))
     assert not bad, "cells breaking exclusion or timeliness:\n" + "\n".join(
-        c.line() + "".join(f"\n    overlap: {a} / {b}" for a, b in c.overlaps[:2]) for c in bad)
+        c.line() + "".join(f"\n    overlap: {a} / {b}" for a, b in c.overlaps[:2])
+        + "".join(f"\n    abandoned: {text}" for text in c.abandoned[:3]) for c in bad)
