@@ -12,7 +12,7 @@ leases long or more, ignoring its cancel event) and short per-second jobs.
 The rows a cell locks belong to a victim: a Skip job running at the cell's start, on
 engine E (E's ``engine_instance`` row, the job's row, its Running run's row, its job
 type's row -- every job's type here); a table not known to this file has all its rows
-locked.
+locked, and is judged as a table lock is.
 
 Per cell, counted from the jobs' own traces (``tests/chaos/exclusion.py``, bump's log),
 not from the run table:
@@ -26,8 +26,9 @@ not from the run table:
   the engines write --, so there the fleet must instead recover: every short job runs
   again within ``RECOVERY`` seconds of the release.
 
-The cells share one engine pair and run one after another; a cell begins only once every
-short job ran after the previous release, so its counts are its own. The matrix is printed
+The cells share one engine pair and run one after another; a cell ends only once every
+short job ran after its release, its victim's job is at work again, no job runs twice and
+no Running run's lease is left lapsed, so the next cell's counts are its own. The matrix is printed
 with its counts (and in the terminal summary, tests/conftest.py).
 ``MJSCHED_MATRIX_CELLS=<regex>`` runs only the cells whose name ("table / lock") matches.
 """
@@ -117,11 +118,14 @@ def _live(workdir: str, key: str) -> list[Span]:
     return [s for s in spans(workdir, key) if not s.finished and now - s.last < 1.0]
 
 
-def _settled(workdir: str, skip: dict[str, str], victim_key: str) -> bool:
-    """No Skip job has two executions alive, and the victim's job is at work again: the next
-    cell starts from a quiet fleet, so its counts are its own."""
+def _settled(sql: Sql, workdir: str, skip: dict[str, str], victim_key: str) -> bool:
+    """No Skip job has two executions alive, the victim's job is at work again, and no Running
+    run's lease has lapsed (what a sweep would take over next): the next cell starts from a
+    quiet fleet, so what this cell caused is counted in this cell."""
     live = {key: _live(workdir, key) for key in skip}
-    return all(len(v) <= 1 for v in live.values()) and len(live[victim_key]) == 1
+    return all(len(v) <= 1 for v in live.values()) and len(live[victim_key]) == 1 and sql.one(
+        "SELECT count(*) FROM mjsched.scheduled_job_run WHERE status = 'Running' "
+        "AND lease_expires_at < clock_timestamp()") == 0
 
 
 def _short_ran_since(workdir: str, short: dict[str, str], since: float) -> bool:
@@ -147,7 +151,7 @@ def _run_cell(cell: Cell, dsn: str, sql: Sql, workdir: str, skip: dict[str, str]
              message=f"cell {cell.name}: every short job to run again after the release (the fleet recovers)")
     cell.recovered_s = time.time() - cell.released
     victim_key = next(k for k, v in skip.items() if v == cell.victim["job_id"])
-    wait_for(lambda: _settled(workdir, skip, victim_key), timeout=max(SKIP_SECONDS.values()) + 2 * LEASE + 5,
+    wait_for(lambda: _settled(sql, workdir, skip, victim_key), timeout=max(SKIP_SECONDS.values()) + 2 * LEASE + 5,
              interval=0.1, message=f"cell {cell.name}: the victim's job at work again and no job running twice")
     print(f"[matrix] {time.strftime('%H:%M:%S')} {cell.name}: held {cell.refused or cell.rows}, "
           f"victim {cell.victim}, recovered in {cell.recovered_s:.1f}s", flush=True)
