@@ -54,9 +54,6 @@ class Span:
     last: float
     finished: bool
 
-    def alive_at(self, t: float) -> bool:
-        return self.start <= t <= self.last
-
 
 def spans(directory: str, key: str) -> list[Span]:
     """The executions of ``key``, in order of start."""
@@ -128,9 +125,9 @@ VICTIM_ROWS = {
 }
 
 
-def schema_tables(conn_dsn: str, schema: str = "mjsched") -> list[str]:
+def schema_tables(dsn: str, schema: str = "mjsched") -> list[str]:
     """Every ordinary table of ``schema``, from the catalog."""
-    conn = psycopg2.connect(conn_dsn)
+    conn = psycopg2.connect(dsn)
     try:
         with conn.cursor() as cur:
             cur.execute("""SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
