@@ -200,3 +200,20 @@ def sql(pg_dsn: str) -> Iterator[pg.Sql]:
     conn = pg.Sql(pg_dsn)
     yield conn
     conn.close()
+
+
+# Tables a test hands over as ``request.node.user_properties.append(("chaos_table", text))``
+# (the chaos suite's matrices): printed in the terminal summary, so CI's log shows them
+# whether the test passed or not, and under xdist too (reports carry user_properties).
+_CHAOS_TABLES: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "call":
+        _CHAOS_TABLES.extend(str(v) for k, v in report.user_properties if k == "chaos_table")
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    for table in _CHAOS_TABLES:
+        terminalreporter.write_sep("-", "chaos")
+        terminalreporter.write_line(table)

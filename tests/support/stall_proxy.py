@@ -8,6 +8,7 @@ keepalives answered (by the proxy's kernel) while no reply ever comes.
 * ``stall()``: every open connection is frozen for good, and so is every connection
   accepted until ``resume()`` (the route is dead); connections made after ``resume()``
   forward normally (a new route), the frozen ones stay frozen.
+* ``thaw()``: every connection forwards again, the frozen ones too (a pause, not a cut).
 * ``freeze_on(pattern)``: a connection whose client sends bytes containing ``pattern``
   is frozen before those bytes are forwarded (only the connection carrying, say, a
   completion goes half-open; the others stay healthy).
@@ -58,6 +59,15 @@ class StallingProxy:
         """New connections forward again (frozen ones never do)."""
         with self._lock:
             self._stalled = False
+
+    def thaw(self) -> None:
+        """Forward again on every connection, the frozen ones included (a link that paused
+        and came back: what was sent meanwhile is delivered late, nothing is lost). Only for
+        connections frozen by stall(): freeze_on() dropped the bytes that froze its own."""
+        with self._lock:
+            self._stalled = False
+            for pair in self._pairs:
+                pair.frozen.clear()
 
     def freeze_on(self, pattern: bytes) -> None:
         """Freeze any connection whose client sends ``pattern`` (before forwarding it)."""
