@@ -56,9 +56,6 @@ class PendingClaim:
 
     claim_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     handled: set[str] = field(default_factory=set)
-    # time.monotonic() before its first call: a replay answers claims that call made, whose
-    # leases run from its start, not the replay's (Run.lease_until)
-    started: float = field(default_factory=time.monotonic)
 
     def first_time(self, claim: Claim) -> bool:
         """True once per run (or run-less tick) of this claim: a replay never starts one twice."""
@@ -317,7 +314,7 @@ class Dispatcher:
         run = Run.begin(self._services, job, run_id, token, scheduled_for, manual=False, catch_up=plan.catch_up,
                         seen_next_run_at=seen, attempt=attempt,
                         last_enqueued=None if scheduled_for is None else max(scheduled_for, db_now),
-                        lease_from=self._pending.started if self._pending is not None else None)
+                        lease_from=self._lease_from(job, db_now))
         with self._accept_lock:
             accepted = self._accepting
             if accepted:
@@ -327,6 +324,16 @@ class Dispatcher:
             return 0
         ready.append(run)   # started (its lease watched) also when polled by hand (dispatch_due_jobs)
         return 1
+
+    def _lease_from(self, job: Job, db_now: datetime) -> float:
+        """time.monotonic() no later than the start of the transaction that claimed ``job``,
+        which its lease runs from (Run.lease_until): this call's start, less how long before
+        this call's transaction the claim was made (a replay answers an earlier call's claims;
+        ``locked_at`` and ``db_now`` are both the database's clock)."""
+        earlier = 0.0
+        if job.locked_at is not None:
+            earlier = max(0.0, (db_now - job.locked_at).total_seconds())
+        return self._claimed_at - earlier
 
     def _attempt_of(self, run_id: str) -> int:
         """The attempt number of a claimed Queued run (a Queue-mode tick's is 1)."""
