@@ -364,6 +364,12 @@ class Dispatcher:
         return reason
 
     # -- queue mode ---------------------------------------------------------------------------
+    def keep_queue_ticks(self) -> float:
+        """Between polls (``run_due_jobs`` waiting for its runs): keep the Queue-mode ticks due by
+        now as Queued runs, as a poll does; returns seconds to the next such tick."""
+        with self._lock:
+            return self._enqueue_queue_ticks(self._clock.now())
+
     def _enqueue_queue_ticks(self, db_now: datetime) -> float:
         """Keep ticks of our running Queue-mode jobs as Queued runs; return seconds to the next one."""
         wait = self._options.max_poll_interval
