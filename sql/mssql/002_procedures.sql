@@ -1649,18 +1649,28 @@ GO
 -- Concurrent tick run, which keeps only its run lease, and for a tick that already had
 -- a run). A release is refused while any other Running run holds the token (a Skip or
 -- Queue run, or a manual run of any mode): that lock ends with its run.
+-- Compare-and-set: with @p_guard = 1, next_run_at is moved only while it is still
+-- @p_expected_next_run_at (what the engine saw at the claim), as a completion moves it: a
+-- schedule edited between a claim and its advance keeps the edit's next run (the lock is
+-- still released). The engines of the previous release leave both out (the defaults): no
+-- guard. Answers 1 when the token held the job, whether or not the guard let it move.
 CREATE OR ALTER PROCEDURE mjsched.advance_job
     @p_job_id uniqueidentifier,
     @p_token uniqueidentifier,
     @p_next_run_at datetimeoffset,
-    @p_release bit
+    @p_release bit,
+    @p_guard bit = 0,
+    @p_expected_next_run_at datetimeoffset = NULL
 AS
 BEGIN
     SET NOCOUNT ON;
     SET XACT_ABORT ON;
     DECLARE @v_advanced TABLE (id uniqueidentifier NOT NULL);
     UPDATE j
-       SET next_run_at = @p_next_run_at,
+       SET next_run_at = CASE WHEN COALESCE(@p_guard, 0) = 0
+                                   OR (j.next_run_at IS NULL AND @p_expected_next_run_at IS NULL)
+                                   OR DATEDIFF_BIG(microsecond, j.next_run_at, @p_expected_next_run_at) = 0
+                              THEN @p_next_run_at ELSE j.next_run_at END,
            lock_token = CASE WHEN @p_release = 1 THEN NULL ELSE j.lock_token END,
            locked_at = CASE WHEN @p_release = 1 THEN NULL ELSE j.locked_at END,
            locked_by_instance = CASE WHEN @p_release = 1 THEN NULL ELSE j.locked_by_instance END,

@@ -1076,15 +1076,35 @@ $$;
 -- Concurrent tick run, which keeps only its run lease, and for a tick that already had
 -- a run). A release is refused while any other Running run holds the token (a Skip or
 -- Queue run, or a manual run of any mode): that lock ends with its run.
+-- The form of the previous release: no compare-and-set (it moves next_run_at whatever it
+-- is now). Kept for its engines; this release calls the six-parameter form below.
 CREATE OR REPLACE FUNCTION mjsched.advance_job(
     p_job_id uuid, p_token uuid, p_next_run_at timestamptz, p_release boolean)
+RETURNS TABLE (advanced integer)
+LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN QUERY SELECT a.advanced FROM mjsched.advance_job(p_job_id, p_token, p_next_run_at, p_release,
+                                                            false, NULL::timestamptz) a;
+END;
+$$;
+
+-- advance_job, with compare-and-set: with p_guard, next_run_at is moved only while it is
+-- still p_expected_next_run_at (what the engine saw at the claim), as a completion moves
+-- it: a schedule edited between a claim and its advance keeps the edit's next run (the lock
+-- is still released). Answers 1 when the token held the job (and the release, if asked,
+-- was made), whether or not the guard let next_run_at move.
+CREATE OR REPLACE FUNCTION mjsched.advance_job(
+    p_job_id uuid, p_token uuid, p_next_run_at timestamptz, p_release boolean,
+    p_guard boolean, p_expected_next_run_at timestamptz)
 RETURNS TABLE (advanced integer)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE v_rows integer;
 BEGIN
     UPDATE mjsched.scheduled_job j
-       SET next_run_at = p_next_run_at,
+       SET next_run_at = CASE WHEN NOT coalesce(p_guard, false)
+                                   OR j.next_run_at IS NOT DISTINCT FROM p_expected_next_run_at
+                              THEN p_next_run_at ELSE j.next_run_at END,
            lock_token = CASE WHEN p_release THEN NULL ELSE j.lock_token END,
            locked_at = CASE WHEN p_release THEN NULL ELSE j.locked_at END,
            locked_by_instance = CASE WHEN p_release THEN NULL ELSE j.locked_by_instance END,
