@@ -875,6 +875,12 @@ BEGIN
             -- rows are ours, so only an outsider can hold them), and a candidate with a run that
             -- could not be locked is dropped, left as it is for a later claim. Which runs exist
             -- is read without honouring locks (a held run would block a plain read).
+            -- "No Queued tick", again, now that the job rows are ours: the candidates' runs may
+            -- have been read before their job rows were locked (the plan decides), and a lapsed
+            -- holder's enqueue_job_run may have committed a Queued tick in between. Such a job
+            -- is dropped, left for claim_queued, which serves the queue first. Only a job with a
+            -- lapsed lock can have gained one (an enqueue needs a run holding the lock); a later
+            -- enqueue waits for our row lock.
             INSERT INTO @v_run_locks (id)
             SELECT r.id
               FROM @v_candidates AS c
@@ -885,7 +891,10 @@ BEGIN
               FROM @v_candidates AS c
              WHERE EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS h WITH (READUNCOMMITTED)
                             WHERE h.lock_token = c.lock_token AND h.status = N'Running'
-                              AND NOT EXISTS (SELECT 1 FROM @v_run_locks AS k WHERE k.id = h.id));
+                              AND NOT EXISTS (SELECT 1 FROM @v_run_locks AS k WHERE k.id = h.id))
+                OR (c.lock_token IS NOT NULL
+                    AND EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS q WITH (READUNCOMMITTED)
+                                 WHERE q.scheduled_job_id = c.id AND q.status = N'Queued' AND q.attempt = 1));
             SET @v_old = (SELECT c.lock_token AS id FROM @v_candidates AS c WHERE c.lock_token IS NOT NULL
                              FOR JSON PATH);
             IF @v_old IS NOT NULL

@@ -673,6 +673,12 @@ BEGIN
     -- for: the runs of the lapsed tokens are locked here, SKIP LOCKED (only an outsider can
     -- hold them: their job rows are ours), and a job with a run that could not be locked is
     -- left as it is for a later claim.
+    -- "No Queued tick", again, now that the job rows are ours: the candidates were read in a
+    -- snapshot taken before their rows were locked, and a lapsed holder's enqueue_job_run may
+    -- have committed a Queued tick in between (it only locked the row: no new row version, so
+    -- nothing was re-checked). Such a job is left for claim_queued, which serves the queue
+    -- first. Only a job with a lapsed lock can have gained one (an enqueue needs a run holding
+    -- the lock), hence only here; a later enqueue waits for our row lock.
     IF cardinality(v_old) > 0 THEN
         v_locked := ARRAY(SELECT r.id FROM mjsched.scheduled_job_run r
                            WHERE r.lock_token = ANY (v_old) AND r.status = 'Running'
@@ -683,7 +689,9 @@ BEGIN
          WHERE j.id = ANY (v_ids)
            AND NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run h
                             WHERE h.scheduled_job_id = j.id AND h.lock_token = j.lock_token
-                              AND h.status = 'Running' AND NOT (h.id = ANY (v_locked)));
+                              AND h.status = 'Running' AND NOT (h.id = ANY (v_locked)))
+           AND NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run q
+                            WHERE q.scheduled_job_id = j.id AND q.status = 'Queued' AND q.attempt = 1);
         IF cardinality(v_ids) = 0 THEN
             RETURN;
         END IF;
