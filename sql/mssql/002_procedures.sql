@@ -934,8 +934,12 @@ BEGIN
                    CASE WHEN t.last_run_at > @p_now THEN t.last_run_at ELSE @p_now END,   -- "Recorded spans"
                    @p_instance, t.lock_token, t.lease_until
               FROM @v_taken AS t
+             -- A job's ticks are served in increasing order: a tick at or before the newest tick
+             -- the job has a run of counts as served (no run; the engine moves the schedule on),
+             -- so a next_run_at moved back over a tick whose run the purge deleted
+             -- (006_retention.sql keeps the newest) never runs it again.
              WHERE NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS o WITH (READCOMMITTEDLOCK)
-                                WHERE o.scheduled_job_id = t.job_id AND o.scheduled_for = t.next_run_at);
+                                WHERE o.scheduled_job_id = t.job_id AND o.scheduled_for >= t.next_run_at);
         END;
         IF @v_own_transaction = 1
         BEGIN

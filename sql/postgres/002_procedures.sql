@@ -642,7 +642,8 @@ $$;
 
 -- claim_ticks: lock claimable due jobs (oldest tick first; an index range scan on
 -- (status, next_run_at)) that hold no Queued tick (a pending retry holds no tick back), and
--- start a run for each tick. Skip mode: the tick supersedes the job's pending retries,
+-- start a run for each tick that is later than every tick the job has a run of (else the
+-- claim is run-less: the tick counts as served). Skip mode: the tick supersedes the job's pending retries,
 -- recorded Skipped with the reason.
 CREATE OR REPLACE FUNCTION mjsched.claim_ticks(
     p_instance varchar, p_max_jobs integer, p_lease_seconds double precision, p_now timestamptz,
@@ -716,11 +717,18 @@ BEGIN
          WHERE q.scheduled_job_id = t.id AND q.status = 'Queued' AND q.attempt > 1
            AND t.concurrency_mode = 'Skip' AND q.scheduled_for < t.next_run_at   -- retries of earlier ticks only
     ), inserted AS (
+        -- A job's ticks are served in increasing order: a tick at or before the newest tick the
+        -- job has a run of counts as served (no run; the engine moves the schedule on), so a
+        -- next_run_at moved back over a tick whose run the purge deleted (006_retention.sql
+        -- keeps the newest) never runs it again. We hold the job row: no tick run of it is
+        -- being written by anyone else.
         INSERT INTO mjsched.scheduled_job_run
                (scheduled_job_id, scheduled_for, status, started_at, executed_by_instance,
                 lock_token, lease_expires_at)
         SELECT t.id, t.next_run_at, 'Running', greatest(p_now, t.last_run_at), p_instance, t.lock_token, t.lease_until
           FROM taken t
+         WHERE NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run s
+                            WHERE s.scheduled_job_id = t.id AND s.scheduled_for >= t.next_run_at)
         ON CONFLICT DO NOTHING
         RETURNING id, scheduled_job_id
     )
