@@ -269,11 +269,11 @@ class Dispatcher:
         """Prepare and register the run of one claim, to be started with the claim's others
         (``ready``) (1), or settle a claim that runs nothing (0)."""
         run_id, token, scheduled_for = claim.run_id, claim.lock_token, claim.scheduled_for
-        if run_id is None:  # the tick already had a run: move the schedule past it, run nothing
+        if run_id is None:  # the tick was served (it, or a later tick, has a run): move on, run nothing
             nxt = scheduling.computed(scheduling.next_run_after, job, scheduled_for, db_now, catch_up=False)
             self._backend.advance_job(job.id, token, nxt, release=True, guard=True, expected_next_run_at=scheduled_for)
-            log.warning("job %r: tick %s already has a run; advanced to %s", job.name, scheduled_for, nxt,
-                        extra={"action": "tick_already_served"})
+            log.warning("job %r: tick %s already served (it or a later tick has a run); advanced to %s", job.name,
+                        scheduled_for, nxt, extra={"action": "tick_already_served"})
             return 0
         # What next_run_at was at the claim: a due tick's claim serves it; a queued run's claim
         # carries the job's row as the claim left it.

@@ -11,7 +11,7 @@ import time
 from typing import Callable
 
 from ..backends.base import Backend
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, SchedulerError
 from ..models import DispatchResult, JobRun
 from .background import BackgroundTasks
 from .runs import RunRegistry
@@ -19,6 +19,7 @@ from .runs import RunRegistry
 log = logging.getLogger("mjsched.engine")
 
 NOTIFY_WAIT_SECONDS = 5.0   # after the runs, wait at most this long for their notifications to go out
+QUEUE_RETRY_SECONDS = 1.0   # after a failed attempt to keep Queue ticks, try again this much later
 
 
 def check_timeout(timeout: float | None) -> float | None:
@@ -75,7 +76,13 @@ class DuePass:
         tick that comes due while its job runs is kept as a Queued run, as the poll loop keeps
         it: a script's pass must not turn Queue mode into Skip."""
         while True:
-            step, remaining = self._keep_queue_ticks(), left()
+            try:
+                step = self._keep_queue_ticks()
+            except SchedulerError as exc:   # the database failed for a moment: the runs go on
+                log.warning("run_due_jobs: could not keep Queue ticks (%s); trying again in %.0f s", exc,
+                            QUEUE_RETRY_SECONDS, extra={"action": "queue_ticks_failed"})
+                step = QUEUE_RETRY_SECONDS
+            remaining = left()
             if self._registry.wait_all_gone(started, step if remaining is None else min(step, remaining)):
                 return True
             if left() == 0:
