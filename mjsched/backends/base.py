@@ -399,8 +399,11 @@ class Backend(abc.ABC):
         """Keep a tick of a Queue-mode job as one Queued run (bounded, one per tick)."""
 
     @abc.abstractmethod
-    def advance_job(self, job_id: str, token: str, next_run_at: datetime | None, release: bool) -> bool:
-        """Set next_run_at of a job whose lock ``token`` holds; optionally release it."""
+    def advance_job(self, job_id: str, token: str, next_run_at: datetime | None, release: bool,
+                    guard: bool = False, expected_next_run_at: datetime | None = None) -> bool:
+        """Set next_run_at of a job whose lock ``token`` holds; optionally release it. With
+        ``guard``, next_run_at moves only while it is still ``expected_next_run_at`` (what the
+        claim saw): a schedule edited since keeps the edit's next run (the release is made)."""
 
     @abc.abstractmethod
     def begin_job_run(self, job_id: str, token: str, instance: str,

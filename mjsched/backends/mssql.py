@@ -319,9 +319,11 @@ class MssqlBackend(Backend):
     def enqueue_job_run(self, job_id: str, scheduled_for: datetime, now: datetime | None = None) -> bool:
         return bool(self._scalar("enqueue_job_run", job_id=job_id, scheduled_for=scheduled_for, now=now))
 
-    def advance_job(self, job_id: str, token: str, next_run_at: datetime | None, release: bool) -> bool:
+    def advance_job(self, job_id: str, token: str, next_run_at: datetime | None, release: bool,
+                    guard: bool = False, expected_next_run_at: datetime | None = None) -> bool:
         return bool(self._scalar("advance_job", job_id=job_id, token=token, next_run_at=next_run_at,
-                                 release=bool(release)))
+                                 release=bool(release), guard=bool(guard),
+                                 expected_next_run_at=expected_next_run_at))
 
     def begin_job_run(self, job_id: str, token: str, instance: str,
                       scheduled_for: datetime | None = None, now: datetime | None = None) -> str | None:

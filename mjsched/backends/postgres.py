@@ -293,10 +293,11 @@ class PostgresBackend(Backend):
                                  "SELECT enqueued FROM mjsched.enqueue_job_run(%s::uuid, %s, %s)",
                                  (job_id, scheduled_for, now)))
 
-    def advance_job(self, job_id: str, token: str, next_run_at: datetime | None, release: bool) -> bool:
+    def advance_job(self, job_id: str, token: str, next_run_at: datetime | None, release: bool,
+                    guard: bool = False, expected_next_run_at: datetime | None = None) -> bool:
         return bool(self._scalar("advance_job",
-                                 "SELECT advanced FROM mjsched.advance_job(%s::uuid, %s::uuid, %s, %s)",
-                                 (job_id, token, next_run_at, release)))
+                                 "SELECT advanced FROM mjsched.advance_job(%s::uuid, %s::uuid, %s, %s, %s, %s)",
+                                 (job_id, token, next_run_at, release, guard, expected_next_run_at)))
 
     def begin_job_run(self, job_id: str, token: str, instance: str,
                       scheduled_for: datetime | None = None, now: datetime | None = None) -> str | None:

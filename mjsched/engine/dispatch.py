@@ -272,11 +272,11 @@ class Dispatcher:
         """Prepare and register the run of one claim, to be started with the claim's others
         (``ready``) (1), or settle a claim that runs nothing (0)."""
         run_id, token, scheduled_for = claim.run_id, claim.lock_token, claim.scheduled_for
-        if run_id is None:  # the tick already had a run: move the schedule past it, run nothing
+        if run_id is None:  # the tick was served (it, or a later tick, has a run): move on, run nothing
             nxt = scheduling.computed(scheduling.next_run_after, job, scheduled_for, db_now, catch_up=False)
-            self._backend.advance_job(job.id, token, nxt, release=True)
-            log.warning("job %r: tick %s already has a run; advanced to %s", job.name, scheduled_for, nxt,
-                        extra={"action": "tick_already_served"})
+            self._backend.advance_job(job.id, token, nxt, release=True, guard=True, expected_next_run_at=scheduled_for)
+            log.warning("job %r: tick %s already served (it or a later tick has a run); advanced to %s", job.name,
+                        scheduled_for, nxt, extra={"action": "tick_already_served"})
             return 0
         # What next_run_at was at the claim: a due tick's claim serves it; a queued run's claim
         # carries the job's row as the claim left it.
@@ -304,11 +304,12 @@ class Dispatcher:
         if job.concurrency_mode is ConcurrencyMode.CONCURRENT and not claim.from_queue:
             nxt = scheduling.computed(scheduling.next_run_after, job, scheduled_for, db_now,
                                       catch_up=plan.catch_up)
-            self._backend.advance_job(job.id, token, nxt, release=True)
+            self._backend.advance_job(job.id, token, nxt, release=True, guard=True, expected_next_run_at=seen)
         elif job.concurrency_mode is ConcurrencyMode.CONCURRENT and attempt > 1:
             # a Concurrent retry runs beside the ticks, as a tick run does: it keeps only its run
             # lease, and the schedule stays as it is
-            self._backend.advance_job(job.id, token, job.next_run_at, release=True)
+            self._backend.advance_job(job.id, token, job.next_run_at, release=True, guard=True,
+                                      expected_next_run_at=seen)
         # Only ticks that come due while this run runs are queued: those before the claim were
         # missed (a tick's claim) or were queued or refused already (a queued run's claim).
         run = Run.begin(self._services, job, run_id, token, scheduled_for, manual=False, catch_up=plan.catch_up,
@@ -351,7 +352,9 @@ class Dispatcher:
         once), and the claimed run ends Skipped with the reason. Logged once per job and reason."""
         reason = f"{type(exc).__name__}: {exc}"
         try:
-            self._backend.advance_job(job.id, token, None, release=run_id is None)
+            # guarded: an edit since the claim (a fix, say) keeps its next run
+            self._backend.advance_job(job.id, token, None, release=run_id is None, guard=True,
+                                      expected_next_run_at=job.next_run_at)
         except SchedulerError as db_exc:
             log.warning("job %r: could not set it aside (%s); its lease will lapse", job.name, db_exc)
             return
@@ -378,6 +381,12 @@ class Dispatcher:
         return reason
 
     # -- queue mode ---------------------------------------------------------------------------
+    def keep_queue_ticks(self) -> float:
+        """Between polls (``run_due_jobs`` waiting for its runs): keep the Queue-mode ticks due by
+        now as Queued runs, as a poll does; returns seconds to the next such tick."""
+        with self._lock:
+            return self._enqueue_queue_ticks(self._clock.now())
+
     def _enqueue_queue_ticks(self, db_now: datetime) -> float:
         """Keep ticks of our running Queue-mode jobs as Queued runs; return seconds to the next one."""
         wait = self._options.max_poll_interval

@@ -69,7 +69,8 @@ def wire(engine: Any, opts: EngineOptions) -> None:
                                     housekeeping=engine._housekeeping, clock=engine._clock,
                                     side_work=engine._side_work, stats=engine.stats, wake=lambda: engine._poller.wake())
     engine._due_pass = DuePass(dispatch=lambda sweep: engine._listeners.observe(
-                                   lambda: engine._dispatcher.dispatch(sweep))[0], registry=engine._registry,
+                                   lambda: engine._dispatcher.dispatch(sweep))[0],
+                               keep_queue_ticks=engine._dispatcher.keep_queue_ticks, registry=engine._registry,
                                backend=engine.backend, side_work=engine._side_work, cap=engine.max_concurrent_jobs)
     engine._poller = Poller(lambda: engine._listeners.observe(engine._dispatcher.poll)[1], min_interval=engine.min_poll_interval,
                             max_interval=engine.max_poll_interval)

@@ -898,6 +898,12 @@ BEGIN
             -- rows are ours, so only an outsider can hold them), and a candidate with a run that
             -- could not be locked is dropped, left as it is for a later claim. Which runs exist
             -- is read without honouring locks (a held run would block a plain read).
+            -- "No Queued tick", again, now that the job rows are ours: the candidates' runs may
+            -- have been read before their job rows were locked (the plan decides), and a lapsed
+            -- holder's enqueue_job_run may have committed a Queued tick in between. Such a job
+            -- is dropped, left for claim_queued, which serves the queue first. Only a job with a
+            -- lapsed lock can have gained one (an enqueue needs a run holding the lock); a later
+            -- enqueue waits for our row lock.
             INSERT INTO @v_run_locks (id)
             SELECT r.id
               FROM @v_candidates AS c
@@ -908,7 +914,10 @@ BEGIN
               FROM @v_candidates AS c
              WHERE EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS h WITH (READUNCOMMITTED)
                             WHERE h.lock_token = c.lock_token AND h.status = N'Running'
-                              AND NOT EXISTS (SELECT 1 FROM @v_run_locks AS k WHERE k.id = h.id));
+                              AND NOT EXISTS (SELECT 1 FROM @v_run_locks AS k WHERE k.id = h.id))
+                OR (c.lock_token IS NOT NULL
+                    AND EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS q WITH (READUNCOMMITTED)
+                                 WHERE q.scheduled_job_id = c.id AND q.status = N'Queued' AND q.attempt = 1));
             SET @v_old = (SELECT c.lock_token AS id FROM @v_candidates AS c WHERE c.lock_token IS NOT NULL
                              FOR JSON PATH);
             IF @v_old IS NOT NULL
@@ -948,8 +957,12 @@ BEGIN
                    CASE WHEN t.last_run_at > @p_now THEN t.last_run_at ELSE @p_now END,   -- "Recorded spans"
                    @p_instance, t.lock_token, t.lease_until
               FROM @v_taken AS t
+             -- A job's ticks are served in increasing order: a tick at or before the newest tick
+             -- the job has a run of counts as served (no run; the engine moves the schedule on),
+             -- so a next_run_at moved back over a tick whose run the purge deleted
+             -- (006_retention.sql keeps the newest) never runs it again.
              WHERE NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS o WITH (READCOMMITTEDLOCK)
-                                WHERE o.scheduled_job_id = t.job_id AND o.scheduled_for = t.next_run_at);
+                                WHERE o.scheduled_job_id = t.job_id AND o.scheduled_for >= t.next_run_at);
         END;
         IF @v_own_transaction = 1
         BEGIN
@@ -1672,18 +1685,28 @@ GO
 -- Concurrent tick run, which keeps only its run lease, and for a tick that already had
 -- a run). A release is refused while any other Running run holds the token (a Skip or
 -- Queue run, or a manual run of any mode): that lock ends with its run.
+-- Compare-and-set: with @p_guard = 1, next_run_at is moved only while it is still
+-- @p_expected_next_run_at (what the engine saw at the claim), as a completion moves it: a
+-- schedule edited between a claim and its advance keeps the edit's next run (the lock is
+-- still released). The engines of the previous release leave both out (the defaults): no
+-- guard. Answers 1 when the token held the job, whether or not the guard let it move.
 CREATE OR ALTER PROCEDURE mjsched.advance_job
     @p_job_id uniqueidentifier,
     @p_token uniqueidentifier,
     @p_next_run_at datetimeoffset,
-    @p_release bit
+    @p_release bit,
+    @p_guard bit = 0,
+    @p_expected_next_run_at datetimeoffset = NULL
 AS
 BEGIN
     SET NOCOUNT ON;
     SET XACT_ABORT ON;
     DECLARE @v_advanced TABLE (id uniqueidentifier NOT NULL);
     UPDATE j
-       SET next_run_at = @p_next_run_at,
+       SET next_run_at = CASE WHEN COALESCE(@p_guard, 0) = 0
+                                   OR (j.next_run_at IS NULL AND @p_expected_next_run_at IS NULL)
+                                   OR DATEDIFF_BIG(microsecond, j.next_run_at, @p_expected_next_run_at) = 0
+                              THEN @p_next_run_at ELSE j.next_run_at END,
            lock_token = CASE WHEN @p_release = 1 THEN NULL ELSE j.lock_token END,
            locked_at = CASE WHEN @p_release = 1 THEN NULL ELSE j.locked_at END,
            locked_by_instance = CASE WHEN @p_release = 1 THEN NULL ELSE j.locked_by_instance END,

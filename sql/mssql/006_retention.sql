@@ -74,7 +74,11 @@ AS RETURN
        AND x.completed_at <= @p_nth_at AND (x.completed_at < @p_nth_at OR x.id < @p_nth_id)
        AND x.completed_at >= @p_after_at AND (x.completed_at > @p_after_at OR x.id > @p_after_id)
        AND x.status IN (N'Completed', N'Failed', N'Timeout', N'Cancelled', N'Abandoned', N'Skipped')
-       AND (x.scheduled_for IS NULL OR @p_next_run_at IS NULL OR x.scheduled_for < @p_next_run_at)
+       AND (x.scheduled_for IS NULL
+            OR ((@p_next_run_at IS NULL OR x.scheduled_for < @p_next_run_at)
+                AND x.scheduled_for < (SELECT TOP (1) n.scheduled_for FROM mjsched.scheduled_job_run AS n
+                                        WHERE n.scheduled_job_id = @p_job_id AND n.scheduled_for IS NOT NULL
+                                        ORDER BY n.scheduled_for DESC)))
        AND NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS p
                         WHERE p.scheduled_job_id = x.scheduled_job_id AND p.scheduled_for = x.scheduled_for
                           AND p.status NOT IN (N'Completed', N'Failed', N'Timeout', N'Cancelled', N'Abandoned',

@@ -661,7 +661,8 @@ $$;
 
 -- claim_ticks: lock claimable due jobs (oldest tick first; an index range scan on
 -- (status, next_run_at)) that hold no Queued tick (a pending retry holds no tick back), and
--- start a run for each tick. Skip mode: the tick supersedes the job's pending retries,
+-- start a run for each tick that is later than every tick the job has a run of (else the
+-- claim is run-less: the tick counts as served). Skip mode: the tick supersedes the job's pending retries,
 -- recorded Skipped with the reason.
 CREATE OR REPLACE FUNCTION mjsched.claim_ticks(
     p_instance varchar, p_max_jobs integer, p_lease_seconds double precision, p_now timestamptz,
@@ -692,6 +693,12 @@ BEGIN
     -- for: the runs of the lapsed tokens are locked here, SKIP LOCKED (only an outsider can
     -- hold them: their job rows are ours), and a job with a run that could not be locked is
     -- left as it is for a later claim.
+    -- "No Queued tick", again, now that the job rows are ours: the candidates were read in a
+    -- snapshot taken before their rows were locked, and a lapsed holder's enqueue_job_run may
+    -- have committed a Queued tick in between (it only locked the row: no new row version, so
+    -- nothing was re-checked). Such a job is left for claim_queued, which serves the queue
+    -- first. Only a job with a lapsed lock can have gained one (an enqueue needs a run holding
+    -- the lock), hence only here; a later enqueue waits for our row lock.
     IF cardinality(v_old) > 0 THEN
         v_locked := ARRAY(SELECT r.id FROM mjsched.scheduled_job_run r
                            WHERE r.lock_token = ANY (v_old) AND r.status = 'Running'
@@ -702,7 +709,9 @@ BEGIN
          WHERE j.id = ANY (v_ids)
            AND NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run h
                             WHERE h.scheduled_job_id = j.id AND h.lock_token = j.lock_token
-                              AND h.status = 'Running' AND NOT (h.id = ANY (v_locked)));
+                              AND h.status = 'Running' AND NOT (h.id = ANY (v_locked)))
+           AND NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run q
+                            WHERE q.scheduled_job_id = j.id AND q.status = 'Queued' AND q.attempt = 1);
         IF cardinality(v_ids) = 0 THEN
             RETURN;
         END IF;
@@ -727,11 +736,18 @@ BEGIN
          WHERE q.scheduled_job_id = t.id AND q.status = 'Queued' AND q.attempt > 1
            AND t.concurrency_mode = 'Skip' AND q.scheduled_for < t.next_run_at   -- retries of earlier ticks only
     ), inserted AS (
+        -- A job's ticks are served in increasing order: a tick at or before the newest tick the
+        -- job has a run of counts as served (no run; the engine moves the schedule on), so a
+        -- next_run_at moved back over a tick whose run the purge deleted (006_retention.sql
+        -- keeps the newest) never runs it again. We hold the job row: no tick run of it is
+        -- being written by anyone else.
         INSERT INTO mjsched.scheduled_job_run
                (scheduled_job_id, scheduled_for, status, started_at, executed_by_instance,
                 lock_token, lease_expires_at)
         SELECT t.id, t.next_run_at, 'Running', greatest(p_now, t.last_run_at), p_instance, t.lock_token, t.lease_until
           FROM taken t
+         WHERE NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run s
+                            WHERE s.scheduled_job_id = t.id AND s.scheduled_for >= t.next_run_at)
         ON CONFLICT DO NOTHING
         RETURNING id, scheduled_job_id
     )
@@ -1095,15 +1111,35 @@ $$;
 -- Concurrent tick run, which keeps only its run lease, and for a tick that already had
 -- a run). A release is refused while any other Running run holds the token (a Skip or
 -- Queue run, or a manual run of any mode): that lock ends with its run.
+-- The form of the previous release: no compare-and-set (it moves next_run_at whatever it
+-- is now). Kept for its engines; this release calls the six-parameter form below.
 CREATE OR REPLACE FUNCTION mjsched.advance_job(
     p_job_id uuid, p_token uuid, p_next_run_at timestamptz, p_release boolean)
+RETURNS TABLE (advanced integer)
+LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN QUERY SELECT a.advanced FROM mjsched.advance_job(p_job_id, p_token, p_next_run_at, p_release,
+                                                            false, NULL::timestamptz) a;
+END;
+$$;
+
+-- advance_job, with compare-and-set: with p_guard, next_run_at is moved only while it is
+-- still p_expected_next_run_at (what the engine saw at the claim), as a completion moves
+-- it: a schedule edited between a claim and its advance keeps the edit's next run (the lock
+-- is still released). Answers 1 when the token held the job (and the release, if asked,
+-- was made), whether or not the guard let next_run_at move.
+CREATE OR REPLACE FUNCTION mjsched.advance_job(
+    p_job_id uuid, p_token uuid, p_next_run_at timestamptz, p_release boolean,
+    p_guard boolean, p_expected_next_run_at timestamptz)
 RETURNS TABLE (advanced integer)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE v_rows integer;
 BEGIN
     UPDATE mjsched.scheduled_job j
-       SET next_run_at = p_next_run_at,
+       SET next_run_at = CASE WHEN NOT coalesce(p_guard, false)
+                                   OR j.next_run_at IS NOT DISTINCT FROM p_expected_next_run_at
+                              THEN p_next_run_at ELSE j.next_run_at END,
            lock_token = CASE WHEN p_release THEN NULL ELSE j.lock_token END,
            locked_at = CASE WHEN p_release THEN NULL ELSE j.locked_at END,
            locked_by_instance = CASE WHEN p_release THEN NULL ELSE j.locked_by_instance END,

@@ -13,8 +13,11 @@
 -- What is never deleted, whatever the rules: a run that is not finished (only Completed,
 -- Failed, Timeout, Cancelled, Abandoned and Skipped are; Running, Queued and any status a
 -- later release adds are kept); a finished run whose tick still has another run that is
--- not finished (a retry pending for it); and a tick's run that is not behind its job's
--- next_run_at (its row is what stops that tick from running twice, see uq_scheduled_job_run_tick).
+-- not finished (a retry pending for it); a tick's run that is not behind its job's
+-- next_run_at (its row is what stops that tick from running twice, see uq_scheduled_job_run_tick);
+-- and the runs of the job's newest tick: a claim counts every tick at or before the newest
+-- tick with a run as served (claim_ticks), so a next_run_at moved back over a purged tick
+-- (an operator's edit) never runs that tick again.
 -- "Finished" and "newest" are by completed_at (then id).
 --
 -- The purge (purge_runs) deletes at most p_batch_size rows per call, found through the
@@ -70,7 +73,11 @@ LANGUAGE sql STABLE AS $$   -- internal (003_security.sql): runs inside purge_ru
        AND x.completed_at <= p_nth_at AND (x.completed_at, x.id) < (p_nth_at, p_nth_id)
        AND x.completed_at >= p_after_at AND (x.completed_at, x.id) > (p_after_at, p_after_id)
        AND x.status IN ('Completed', 'Failed', 'Timeout', 'Cancelled', 'Abandoned', 'Skipped')
-       AND (x.scheduled_for IS NULL OR p_next_run_at IS NULL OR x.scheduled_for < p_next_run_at)
+       AND (x.scheduled_for IS NULL
+            OR ((p_next_run_at IS NULL OR x.scheduled_for < p_next_run_at)
+                AND x.scheduled_for < (SELECT n.scheduled_for FROM mjsched.scheduled_job_run n
+                                        WHERE n.scheduled_job_id = p_job_id AND n.scheduled_for IS NOT NULL
+                                        ORDER BY n.scheduled_for DESC LIMIT 1)))
        AND NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run p
                         WHERE p.scheduled_job_id = x.scheduled_job_id AND p.scheduled_for = x.scheduled_for
                           AND p.status NOT IN ('Completed', 'Failed', 'Timeout', 'Cancelled', 'Abandoned', 'Skipped'))

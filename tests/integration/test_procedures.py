@@ -406,6 +406,27 @@ def test_a_guarded_completion_sets_the_next_run_only_if_nobody_moved_it(backend:
     assert db.lock_token(jobs[1]) is None                     # the lock is released either way
 
 
+def test_a_guarded_advance_keeps_a_schedule_edited_since_the_claim(backend: Backend, db: Db) -> None:
+    """Issue 32, suspect 1 (confirmed): a Concurrent claim drops its job lock with advance_job
+    right after the claim; an edit that lands between the two had its next_run_at overwritten
+    with one computed from the row the claim read. Guarded like a completion, the advance moves
+    next_run_at only while it is still the tick it claimed; the lock is released either way."""
+    tick = past()
+    jobs = [new_job(backend, name=f"c{i}", concurrency_mode="Concurrent", next_run_at=tick) for i in range(2)]
+    claims = {c.job_id: c for c in backend.claim_due_jobs("a", 2, 60).claims}
+    edited = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(days=3)
+    assert backend.update_job(jobs[1], {"cron_expression": "0 12 * * *", "next_run_at": edited})
+    nxt = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(hours=1)   # from the old cron
+    for job in jobs:
+        c = claims[job]
+        assert backend.advance_job(job, c.lock_token, nxt, release=True, guard=True,
+                                   expected_next_run_at=c.scheduled_for)
+    assert db.job_value(jobs[0], "next_run_at") == nxt         # untouched since the claim: moved on
+    assert db.job_value(jobs[1], "next_run_at") == edited      # edited since the claim: the edit stands
+    assert [db.lock_token(j) for j in jobs] == [None, None]    # both locks let go
+    assert [db.run_status(claims[j].run_id) for j in jobs] == ["Running", "Running"]   # the runs go on
+
+
 def test_a_replay_after_its_own_leases_lapsed_claims_afresh_and_keeps_the_new_run(backend: Backend,
                                                                                     db: Db) -> None:
     job = new_job(backend, concurrency_mode="Queue", next_run_at=past(5))

@@ -16,7 +16,7 @@ import psycopg2
 import pytest
 
 import mjsched
-from mjsched.backends.base import Backend
+from mjsched.backends.base import Backend, Completion
 from mjsched.errors import ConfigurationError
 from mjsched.retention import PurgeBatch
 from tests.support.db import Db
@@ -158,6 +158,31 @@ def test_a_tick_not_behind_next_run_at_and_a_tick_with_a_pending_run_are_kept(ba
     purge_all(backend, DAY, None, now=T0, per_job=False)
     assert remaining(db, job) == {current}
     assert behind not in remaining(db, job) and manual not in remaining(db, job)
+
+
+def test_a_purged_tick_never_runs_again_when_next_run_at_is_moved_back_over_it(backend: Backend, db: Db) -> None:
+    """Issue 32, suspect 2 (confirmed on 009e285). A tick's run row is what stops the tick from
+    running twice, and the purge deletes the rows of ticks behind next_run_at; an operator who
+    moved next_run_at back over such a tick (update_job, or a one-off's run_at put back) had it
+    run a second time, where with the row kept the claim only moved the schedule on. Now a claim
+    serves a job's ticks in increasing order (a tick at or before the newest tick the job has a
+    run of counts as served), and the purge always keeps each job's newest tick run."""
+    job = new_job(backend, "rewound", cron_expression="* * * * *")
+    tick = T0 - timedelta(minutes=5)
+    db.run("UPDATE mjsched.scheduled_job SET status = 'Active', next_run_at = ? WHERE id = ?", (tick, job))
+    served: list[str] = []
+    for k in range(2):                                   # two ticks run, a minute apart
+        at = tick + timedelta(minutes=k, seconds=1)
+        (claim,) = backend.claim_due_jobs("a", 1, 60, now=at).claims
+        assert claim.run_id is not None and claim.scheduled_for == tick + timedelta(minutes=k)
+        assert backend.complete_job_runs([Completion(claim.run_id, claim.lock_token, "Completed", None, None,
+                                                     at + timedelta(seconds=59))], now=at + timedelta(seconds=1))
+        served.append(claim.run_id)
+    purged, _calls = purge_all(backend, 60.0, None, now=T0, per_job=False)   # both finished over a minute ago
+    assert backend.update_job(job, {"next_run_at": tick.isoformat()})   # moved back over the purged tick
+    (again,) = backend.claim_due_jobs("a", 1, 60, now=T0).claims
+    assert again.scheduled_for == tick and again.run_id is None, "the purged tick ran again"
+    assert purged == 1 and remaining(db, job) == {served[1].lower()}    # the newest tick's run was kept
 
 
 def test_batches_pages_and_the_cursor_cover_every_run_once(backend: Backend, db: Db) -> None:

@@ -120,3 +120,34 @@ def test_run_once_exits_0_when_all_completed_and_1_when_a_run_failed(make_engine
     assert "Failed" in failed.stdout and "broken" in failed.stdout
     misuse = cli(pg_dsn, "run", "--timeout", "5")
     assert misuse.returncode == 2 and "--once" in misuse.stderr
+
+
+def test_queue_ticks_that_come_due_while_it_waits_are_kept_queued(
+        make_engine: Callable[..., Any], sql: Any) -> None:
+    """Issue 32, suspect 4 (confirmed): run_due_jobs enqueued Queue ticks only in its claim pass,
+    so a Queue job whose run outlasted a tick behaved as Skip under a system-cron script. While
+    it waits for its runs it now keeps each tick that comes due as a Queued run, as the poll
+    loop does; the next pass runs them."""
+    engine = make_engine()
+    job = engine.create_job("queued-while-waiting", "test-block", every="1s", configuration={"gate": "qw"},
+                            concurrency_mode="Queue", max_queued_runs=5, high_frequency_ok=True)
+    sql.run("UPDATE mjsched.scheduled_job SET next_run_at = now() - interval '10 milliseconds' WHERE id = %s",
+            (job,))
+    done: list[Any] = []
+    passing = threading.Thread(target=lambda: done.append(engine.run_due_jobs(timeout=30)), daemon=True)
+    passing.start()
+    try:
+        assert drivers.started("qw").wait(10), "the due run never started"
+        # two ticks of the job come due while run_due_jobs waits for its run
+        wait_for(lambda: sql.one("SELECT count(*) FROM mjsched.scheduled_job_run WHERE scheduled_job_id = %s "
+                                 "AND status = 'Queued'", (job,)) >= 2,
+                 timeout=10, message="ticks due during the run kept as Queued runs")
+    finally:
+        drivers.gate("qw").set()
+        passing.join(30)
+    assert not passing.is_alive() and len(done[0]) == 1
+    started = sql.one("SELECT started_at FROM mjsched.scheduled_job_run WHERE scheduled_job_id = %s "
+                      "AND status = 'Completed'", (job,))
+    queued = [r["scheduled_for"] for r in sql.rows("SELECT scheduled_for FROM mjsched.scheduled_job_run WHERE "
+                                                 "scheduled_job_id = %s AND status = 'Queued'", (job,))]
+    assert queued and all(t > started for t in queued)    # only ticks that came due during the run

@@ -19,6 +19,14 @@
      Timeout, Cancelled or Abandoned; success_count = Completed; failure_count = the others
      (every job's history is created by the harness, with matching statistics).
 (I7) no deadlock: SQLSTATE 40P01 (and serialization failures, 40001) are counted per call.
+(I8) no tick run of a Queue job starts while a tick of it waits Queued: a Running tick run
+     (attempt 1, not taken from the queue: queued_at NULL) never started after a Queued tick of
+     its job was queued (q.queued_at < r.started_at) -- the queue is served first, oldest tick
+     first (claim_ticks re-checks "no Queued tick" under the job's row lock).
+(I9) a job's ticks are served in increasing order: no tick run that a claim started (attempt 1,
+     queued_at NULL) is of a tick earlier than a run of its job that existed before it started
+     (queued or started earlier) -- so a next_run_at moved back over a tick whose run the purge
+     deleted never runs that tick again.
 
 The SQL is written for both dialects (CAST, CASE, no FILTER, no ::).
 """
@@ -77,6 +85,22 @@ SELECT 'I4', {ID.format('q.scheduled_job_id')}, {ID.format('q.id')}, NULL, NULL
                 WHERE r.scheduled_job_id = q.scheduled_job_id AND r.status <> 'Queued'
                   AND r.started_at < q.queued_at AND q.scheduled_for <= r.started_at)
 UNION ALL
+SELECT 'I8', {ID.format('r.scheduled_job_id')}, {ID.format('r.id')}, NULL, NULL
+  FROM {RUN} r JOIN {JOB} j ON j.id = r.scheduled_job_id
+ WHERE j.concurrency_mode = 'Queue' AND r.status = 'Running' AND r.queued_at IS NULL
+   AND r.scheduled_for IS NOT NULL AND {ATTEMPT.format('r')} = 1
+   AND EXISTS (SELECT 1 FROM {RUN} q
+                WHERE q.scheduled_job_id = r.scheduled_job_id AND q.status = 'Queued'
+                  AND {ATTEMPT.format('q')} = 1 AND q.queued_at < r.started_at)
+UNION ALL
+SELECT 'I9', {ID.format('r.scheduled_job_id')}, {ID.format('r.id')}, NULL, NULL
+  FROM {RUN} r
+ WHERE r.queued_at IS NULL AND r.scheduled_for IS NOT NULL AND r.started_at IS NOT NULL
+   AND {ATTEMPT.format('r')} = 1
+   AND EXISTS (SELECT 1 FROM {RUN} e
+                WHERE e.scheduled_job_id = r.scheduled_job_id AND e.scheduled_for > r.scheduled_for
+                  AND coalesce(e.queued_at, e.started_at) < r.started_at)
+UNION ALL
 SELECT 'I6', {ID.format('j.id')}, NULL, CAST(j.run_count AS bigint), CAST(coalesce(c.n, 0) AS bigint)
   FROM {JOB} j LEFT JOIN (
         SELECT r.scheduled_job_id,
@@ -87,7 +111,7 @@ SELECT 'I6', {ID.format('j.id')}, NULL, CAST(j.run_count AS bigint), CAST(coales
  WHERE j.run_count <> coalesce(c.n, 0) OR j.success_count <> coalesce(c.ok, 0)
     OR j.failure_count <> coalesce(c.n, 0) - coalesce(c.ok, 0)
 """
-TABLE_INVARIANTS = ("I1", "I2", "I3", "I4", "I6")
+TABLE_INVARIANTS = ("I1", "I2", "I3", "I4", "I6", "I8", "I9")
 
 
 def table_checks(retries: bool) -> str:
@@ -102,6 +126,8 @@ WHAT = {
     "I4": "Queued runs beyond max_queued_runs, or a queued tick older than a run then in progress",
     "I5": "a token reported renewed whose job lock or run lease was not extended",
     "I6": "job statistics differ from its finished runs",
+    "I8": "a tick run of a Queue job started while a tick of it waited Queued",
+    "I9": "a tick run started behind a later tick of its job that had a run already",
 }
 
 

@@ -212,6 +212,11 @@ def make_job(kind: str, rng: random.Random, now: datetime) -> Job:
             job.next_run_at = sec(rng.choice((-1, 30)))     # a retry leaves the schedule alone
             run = _held(job, rng, now, A, tick, lapsed)
             run.attempt, run.started_at = 2, done + timedelta(seconds=0.5)
+    elif kind == "rewound":
+        # next_run_at moved back (an operator's edit) over a tick whose run the purge deleted;
+        # a later tick's run is kept: the claim must count the due tick as served (I9)
+        job.next_run_at = sec(-30)
+        job.runs.append(Run(new_id(), "Completed", sec(-20), sec(-19.5), new_id(), None, A, None, sec(-19)))
     elif kind == "concurrent_running":
         job.mode = "Concurrent"
         job.next_run_at = sec(rng.choice((-1, 5)))
@@ -243,6 +248,7 @@ PROVIDES: dict[str, Any] = {
     "concurrent_claimed": lambda j: {"a_run", "a_token", "advance_lock"},
     "concurrent_running": lambda j: {"a_run", "a_token"},
     "retry_waiting": lambda j: set(),
+    "rewound": lambda j: set(),
     "held_retry": lambda j: {"a_run", "a_token"},
 }
 KINDS = tuple(PROVIDES)

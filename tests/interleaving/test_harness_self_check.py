@@ -71,14 +71,23 @@ def _broken_states(now: datetime) -> dict[str, State]:
     after_success.runs.append(Run(new_id(), "Queued", done.scheduled_for, queued_at=now, attempt=2, retry_at=now))
     both = _held(now)
     both.runs.append(Run(new_id(), "Queued", both.runs[0].scheduled_for, queued_at=now, attempt=2, retry_at=now))
+    # a tick run started while an older tick waited Queued (I8); a tick run behind a later one (I9)
+    queued_first = _held(now, "Queue")
+    queued_first.runs.append(Run(new_id(), "Queued", now - timedelta(seconds=22),
+                                 queued_at=now - timedelta(seconds=21)))
+    rewound = _held(now)
+    rewound.runs[0].started_at = now - timedelta(seconds=1)
+    rewound.runs.append(Run(new_id(), "Completed", now - timedelta(seconds=10), now - timedelta(seconds=9.5),
+                            new_id(), None, A, None, now - timedelta(seconds=9)))
     return {"I1": State(now, [two]), "I2": State(now, [unlocked]), "I4": State(now, [full]),
+            "I8": State(now, [queued_first]), "I9": State(now, [rewound]),
             "I4 (an old tick)": State(now, [old_tick]), "I6": State(now, [counted]),
             "I3 (a retry after a success)": State(now, [after_success]),
             "I3 (two attempts pending)": State(now, [both])}
 
 
 @pytest.mark.parametrize("inv", ["I1", "I2", "I4", "I4 (an old tick)", "I6", "I3 (a retry after a success)",
-                                 "I3 (two attempts pending)"])
+                                 "I3 (two attempts pending)", "I8", "I9"])
 def test_each_invariant_finds_a_state_that_breaks_it(arena: Arena, inv: str) -> None:
     state = _broken_states(datetime.now(timezone.utc))[inv]
     if inv.startswith("I3") and not arena.retries:

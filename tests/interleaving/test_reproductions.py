@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import uuid
+from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
+from itertools import count
 from typing import Iterator
 
 import pytest
@@ -20,6 +22,7 @@ from tests.interleaving.rounds import DEADLOCK, Arena, Outcome
 from tests.interleaving.states import A, C, LEASE, Job, Run, State, new_id
 
 pytestmark = pytest.mark.interleaving
+KEYS = count(7_350_000)     # advisory keys of the forced pauses here (test_forced_pauses uses 7_340_000 on)
 
 
 @pytest.fixture
@@ -176,3 +179,61 @@ def test_a_replayed_completion_is_counted_once(arena: Arena) -> None:
     found = violations_of(arena, state, [call, call], outcomes)
     acked = [r["completed"] for o in outcomes for r in o.rows]
     assert not found and acked == [1, 1], f"acknowledged {acked}: {describe(found, outcomes)}"
+
+
+@contextmanager
+def claimable_pausing_for(arena: Arena, lease_until: datetime) -> Iterator[str]:
+    """mjsched.claimable, for this block, parks a session that asked for the pause point it
+    yields while it evaluates the job whose lease ends at ``lease_until``: a claim's candidate
+    statement is then held between its snapshot and its row lock, a window no statement
+    boundary offers. The installed definition is put back afterwards."""
+    signature = "mjsched.claimable(varchar, timestamptz, timestamptz, uuid, timestamptz, timestamptz)"
+    original = arena.rows(f"SELECT pg_get_functiondef('{signature}'::regprocedure) AS d")[0]["d"]
+    arena.admin.execute("""
+        CREATE OR REPLACE FUNCTION mjsched.claimable(
+            p_status varchar, p_start_at timestamptz, p_end_at timestamptz,
+            p_lock_token uuid, p_lease_until timestamptz, p_now timestamptz)
+        RETURNS boolean LANGUAGE plpgsql VOLATILE AS $fn$
+        BEGIN
+            IF p_lease_until = %s THEN
+                PERFORM mjsched.test_pause('claimable:candidate_read');
+            END IF;
+            RETURN p_status = 'Active' AND (p_start_at IS NULL OR p_start_at <= p_now)
+               AND (p_end_at IS NULL OR p_end_at > p_now)
+               AND (p_lock_token IS NULL OR p_lease_until < p_now);
+        END;
+        $fn$""", (lease_until,))
+    try:
+        yield "claimable:candidate_read"
+    finally:
+        arena.admin.execute(original)
+
+
+def test_a_claim_never_starts_a_queue_tick_while_a_tick_it_did_not_see_waits_queued(arena: Arena) -> None:
+    """Issue 32, suspect 3 (confirmed on 009e285). A Queue job's lease lapsed while its run
+    still runs; its engine keeps a tick that came due (enqueue_job_run) as another engine's
+    claim reads its candidates. The claim's snapshot predates the Queued tick, and the job row
+    is free again when the claim locks it (enqueue only locked it, a lock leaves no new row
+    version to re-check), so claim_ticks took the job over and started its next_run_at tick
+    while an older tick waited Queued: Queue ticks out of order (I8). claim_ticks now re-checks
+    "no Queued tick" under the row lock, and the queue is served first (claim_queued)."""
+    now = datetime.now(timezone.utc)
+    lease = now - timedelta(seconds=2, microseconds=4321)               # lapsed, and unique
+    token, started = new_id(), now - timedelta(seconds=19.5)
+    job = Job(new_id(), "held_queue", "Queue", next_run_at=now - timedelta(seconds=2), token=token,
+              lock_until=lease, locked_by=A, lock_role="run", max_queued_runs=3)
+    job.runs.append(Run(new_id(), "Running", now - timedelta(seconds=20), started, token, lease, A,
+                        queued_at=now - timedelta(seconds=25)))          # a run taken from the queue
+    state = State(now, [job])
+    tick = now - timedelta(seconds=3)                                    # came due while that run ran
+    enqueue = Call("enqueue", "enqueue_job_run", (job.id, tick, now - timedelta(seconds=1)))
+    with claimable_pausing_for(arena, lease) as point:
+        result = arena.pause_round(state, claim(state), point, enqueue, next(KEYS))
+    assert result.note == "other done", result.note                      # parked mid-statement; enqueued
+    assert result.outcomes[1].rows == [{"enqueued": 1}], describe([], result.outcomes)
+    assert not result.violations, describe(result.violations, result.outcomes)
+    # the next claim serves the queue first: the Queued tick, then (after it) the job's next tick
+    later = State(now + timedelta(seconds=1), [job])
+    batch = arena.workers[2].call(claim(later).sql("postgres"), claim(later).params)
+    taken = [(r["scheduled_for"], r["from_queue"]) for r in batch.rows if r["job_id"] is not None]
+    assert taken == [(tick, True)], taken

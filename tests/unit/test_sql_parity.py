@@ -37,6 +37,12 @@ ALLOWED = [
             "by two filtered indexes, one per rule"),
     Allowed("index ix_scheduled_job_keep_days: only in mssql", "the first of those two"),
     Allowed("index ix_scheduled_job_keep_count: only in mssql", "the second of those two"),
+    Allowed("routine advance_job: parameter p_guard default False != True",
+            "PostgreSQL keeps the previous release's four-parameter advance_job beside this one (an overload; "
+            "defaults here would make a four-argument call ambiguous); T-SQL has no overloads, so defaults "
+            "answer the previous release's call there"),
+    Allowed("routine advance_job: parameter p_expected_next_run_at default False != True",
+            "the second of those two parameters"),
     Allowed("trigger trg_scheduled_job_inserted: missing in mssql",
             "PostgreSQL's insert trigger only wakes the engines (NOTIFY), which SQL Server lacks; it is apart "
             "from the update trigger there because a WHEN that names OLD cannot apply to an INSERT"),
