@@ -1,0 +1,239 @@
+"""A run's processes, found wherever they went and ended together (Linux ``/proc``).
+
+A process belongs to a run when either holds:
+
+- it descends from the run's root process. A root that called :func:`become_subreaper`
+  adopts the orphans of its tree (``setsid``, double fork), so they stay descendants while
+  it lives;
+- it carries the run's mark: the root is started with ``MJSCHED_RUN_MARKS`` naming it
+  (:func:`marked_environment`), and every process that inherits its environment keeps it,
+  wherever it is reparented, also after the root has exited.
+
+:func:`end_run` sends them all ``SIGTERM``, waits up to a grace period, then stops what is
+left (``SIGSTOP``: a stopped process cannot fork) until a round finds no new member, and
+``SIGKILL``\\ s them together. A process reparented to init that also dropped its
+environment (``env -i``, ``sudo``, a service manager) or overwrote it (``setproctitle``)
+is not found; nor is anything without ``/proc`` (macOS), where only the process group is
+signalled. A cgroup per run (``systemd-run --scope``) contains those.
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import secrets
+import signal
+import subprocess
+import time
+from typing import Callable, Collection, Mapping, NamedTuple
+
+log = logging.getLogger(__name__)
+
+MARKS_VARIABLE = "MJSCHED_RUN_MARKS"
+POLL_INTERVAL = 0.05
+KILL_BOUND = 2.0        # seconds the stop-and-kill sweep may take before it gives up on a fork storm
+PR_SET_CHILD_SUBREAPER = 36
+_PREFIX = MARKS_VARIABLE.encode() + b"="
+
+Members = dict[int, int]   # pid -> start time in clock ticks (a reused pid has another)
+
+
+def new_mark() -> str:
+    return secrets.token_hex(8)
+
+
+def marked_environment(env: Mapping[str, str] | None, mark: str) -> dict[str, str]:
+    """``env`` (default ``os.environ``) with ``mark`` added to the run marks; a run inside a
+    run keeps its outer mark too."""
+    result = dict(os.environ if env is None else env)
+    prior = result.get(MARKS_VARIABLE)
+    result[MARKS_VARIABLE] = f"{prior},{mark}" if prior else mark
+    return result
+
+
+def own_mark() -> str | None:
+    """The innermost run mark of this process, if it was started as part of a run."""
+    marks = os.environ.get(MARKS_VARIABLE)
+    return marks.rsplit(",", 1)[-1] if marks else None
+
+
+def become_subreaper() -> bool:
+    """Make orphans of this process's tree its children instead of init's (Linux >= 3.4)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def members(root: int | None, mark: str | None, exclude: Collection[int] = ()) -> Members:
+    """Live (not zombie) descendants of ``root`` and processes carrying ``mark``, but not
+    ``exclude``; the root itself only when it carries the mark."""
+    table = _process_table()
+    children: dict[int, list[int]] = {}
+    for pid, entry in table.items():
+        children.setdefault(entry.ppid, []).append(pid)
+    found: Members = {}
+    todo = list(children.get(root, [])) if root is not None else []
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found[pid] = table[pid].started
+            todo.extend(children.get(pid, []))
+    if mark is not None:
+        wanted = mark.encode()
+        for pid, entry in table.items():
+            if pid not in found and entry.live and _carries(pid, wanted):
+                found[pid] = entry.started
+    return {pid: started for pid, started in found.items() if pid not in exclude and table[pid].live}
+
+
+def signal_members(found: Members, sig: int) -> None:
+    for pid, started in found.items():
+        _signal_pid(pid, started, sig)
+
+
+def signal_group(pgid: int | None, sig: int) -> None:
+    if pgid is None or not hasattr(os, "killpg"):
+        return
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def end_run(root: int | None, mark: str | None, *, grace: float, group: int | None = None,
+            exclude: Collection[int] = (), pause: Callable[[float], object] = time.sleep) -> int:
+    """``SIGTERM`` every member (and ``group``), wait until none is left or ``grace`` passes, then
+    :func:`kill_all`. Returns how many had to be killed. ``pause`` is how to wait a moment (a
+    caller may drain pipes meanwhile)."""
+    found = members(root, mark, exclude)
+    signal_group(group, signal.SIGTERM)
+    signal_members(found, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while (found or _group_alive(group)) and time.monotonic() < deadline:
+        pause(POLL_INTERVAL)
+        found = members(root, mark, exclude)
+    if not found and not _group_alive(group):
+        return 0
+    return kill_all(root, mark, group=group, exclude=exclude, pause=pause)
+
+
+def kill_all(root: int | None, mark: str | None, *, group: int | None = None, exclude: Collection[int] = (),
+             pause: Callable[[float], object] = time.sleep) -> int:
+    """Stop every member until a round finds no new one, ``SIGKILL`` them, wait (bounded) until
+    they are gone. Returns how many were killed."""
+    deadline = time.monotonic() + KILL_BOUND
+    stopped: Members = {}
+    while time.monotonic() < deadline:
+        signal_group(group, signal.SIGSTOP)
+        new = {pid: started for pid, started in members(root, mark, exclude).items() if pid not in stopped}
+        if not new:
+            break
+        signal_members(new, signal.SIGSTOP)
+        stopped.update(new)
+    signal_group(group, signal.SIGKILL)
+    signal_members(stopped, signal.SIGKILL)
+    left = members(root, mark, exclude)
+    while left and time.monotonic() < deadline:
+        signal_members(left, signal.SIGKILL)
+        pause(POLL_INTERVAL)
+        left = members(root, mark, exclude)
+    if left:
+        log.warning("%d process(es) of a run could not be killed: %s", len(left), sorted(left),
+                    extra={"action": "run_processes_left"})
+    return len(stopped)
+
+
+def exited(proc: subprocess.Popen[bytes]) -> bool:
+    """Has the child exited? Where possible without reaping it, so that its pid (and its
+    process group id) cannot be reused while its tree is still being ended."""
+    if not hasattr(os, "waitid"):   # e.g. macOS: reap at once
+        return proc.poll() is not None
+    try:
+        return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
+def exit_code(proc: subprocess.Popen[bytes]) -> int | None:
+    """The child's exit status as ``Popen.returncode`` would give it, without reaping it."""
+    if not hasattr(os, "waitid"):
+        return proc.poll()
+    try:
+        info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return proc.returncode
+    if info is None:
+        return None
+    return -info.si_status if info.si_code in (os.CLD_KILLED, os.CLD_DUMPED) else info.si_status
+
+
+class _Entry(NamedTuple):
+    ppid: int
+    pgid: int
+    started: int     # clock ticks after boot
+    live: bool       # not a zombie
+
+
+def _process_table() -> dict[int, _Entry]:
+    """Every process, from /proc."""
+    table: dict[int, _Entry] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return table
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+            table[int(name)] = _Entry(int(fields[1]), int(fields[2]), int(fields[19]), fields[0] not in (b"Z", b"X"))
+        except (OSError, IndexError, ValueError):
+            continue
+    return table
+
+
+def _carries(pid: int, mark: bytes) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            environ = fh.read()
+    except OSError:   # gone, or another user's: not ours to kill either way
+        return False
+    for entry in environ.split(b"\0"):
+        if entry.startswith(_PREFIX):
+            return mark in entry[len(_PREFIX):].split(b",")
+    return False
+
+
+def _start_time(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return int(fh.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _signal_pid(pid: int, started: int, sig: int) -> None:
+    if _start_time(pid) == started:  # still the process we saw, not a reused pid
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _group_alive(pgid: int | None) -> bool:
+    """Whether a process other than a zombie is still in group ``pgid``."""
+    if pgid is None:
+        return False
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    if not os.path.isdir("/proc/self"):
+        return True
+    # zombies answer kill(0) until their parent reaps them; they hold nothing
+    return any(entry.live and entry.pgid == pgid for entry in _process_table().values())
