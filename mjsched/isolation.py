@@ -119,7 +119,7 @@ def run_in_process(driver_cls: type[BaseScheduledJob], context: ExecutionContext
     try:
         try:
             conn.send(list(sys.path))
-            conn.send({"driver": path, "job": context.job, "run": context.run, "grace": grace,
+            conn.send({"driver": path, "job": context.job, "run": context.run, "grace": grace, "mark": mark,
                        "log_level": context.logger.getEffectiveLevel()})
         except OSError:
             pass  # the child died at once; its exit status tells why
@@ -138,6 +138,7 @@ class _Supervisor:
                  grace: float, mark: str) -> None:
         self.proc = proc
         self.mark = mark
+        self.processes = proctree.RunProcesses(proc.pid, mark, group=proc.pid)
         self.conn = conn
         self.context = context
         self.grace = grace
@@ -216,27 +217,27 @@ class _Supervisor:
             self._kill_tree()
 
     def _signal_tree(self, sig: int) -> None:
-        self.known.update(proctree.members(self.proc.pid, self.mark))
-        proctree.signal_group(self.proc.pid, sig)
-        proctree.signal_members(self.known, sig)
+        self.known.update(self.processes.members())
+        self.processes.signal(self.known, sig)
 
     def _kill_tree(self) -> None:
         """Stop and kill the child with its tree at once: while the child (a subreaper) lives,
         nothing of its tree is reparented out of reach."""
         self.killed = True
-        proctree.kill_all(self.proc.pid, self.mark, group=self.proc.pid)
-        proctree.signal_members(self.known, signal.SIGKILL)
+        self.processes.kill()
+        self.processes.signal(self.known, signal.SIGKILL)
 
     def reap(self) -> None:
         """Make sure the child and its tree are gone, and reap the child (no zombie)."""
         if self.proc.returncode is None:
             if not proctree.exited(self.proc):   # supervise() was interrupted: abandon the child for sure
                 self._kill_tree()
-            proctree.signal_group(self.proc.pid, signal.SIGKILL)  # leftovers of the group; the pid is not reused yet
+            self.processes.signal({}, signal.SIGKILL)  # leftovers of the group; the pid is not reused yet
             self.proc.wait()
-        proctree.signal_members(self.known, signal.SIGKILL)
-        # a child that died abruptly (os._exit, the OOM killer) left its orphans to init: the mark finds them
-        proctree.kill_all(None, self.mark)
+        self.processes.signal(self.known, signal.SIGKILL)
+        # A child that died abruptly (os._exit, the OOM killer) left its orphans to init: the mark
+        # finds them. Not the group: with the child reaped, its id may be another's.
+        proctree.RunProcesses(None, self.mark, since=self.processes.since).kill()
 
     def _result(self, outcome: tuple[str, dict[str, Any]] | None) -> JobResult:
         pid = self.proc.pid
@@ -287,10 +288,10 @@ class _PipeLogHandler(logging.Handler):
             pass
 
 
-def _kill_own_tree() -> None:
+def _kill_own_tree(mark: str | None) -> None:
     """Kill every process of this run but this one: descendants (orphans included, this
     process being their subreaper) and whatever carries the run's mark."""
-    proctree.kill_all(os.getpid(), proctree.own_mark(), exclude=(os.getpid(),))
+    proctree.RunProcesses(os.getpid(), mark, exclude=(os.getpid(),)).kill()
 
 
 class _ParentLine:
@@ -298,9 +299,10 @@ class _ParentLine:
     too), a reader thread takes the parent's cancel and heartbeat replies, and a closed line means
     the parent died."""
 
-    def __init__(self, conn: Connection, grace: float) -> None:
+    def __init__(self, conn: Connection, grace: float, mark: str | None) -> None:
         self.conn = conn
         self.grace = grace
+        self.mark = mark
         self.cancel = threading.Event()
         self._send_lock = threading.Lock()
         self._replies: queue.Queue[bool] = queue.Queue()
@@ -332,7 +334,7 @@ class _ParentLine:
         """The engine died: cancel, give the driver the grace period, then kill the whole tree."""
         self.cancel.set()
         time.sleep(self.grace)
-        _kill_own_tree()
+        _kill_own_tree(self.mark)
         os._exit(137)
 
 
@@ -343,7 +345,7 @@ def _child_main(fd: int) -> None:
     conn = Connection(fd)
     sys.path[:] = conn.recv()
     payload = conn.recv()
-    line = _ParentLine(conn, float(payload["grace"]))
+    line = _ParentLine(conn, float(payload["grace"]), payload.get("mark"))
     signal.signal(signal.SIGTERM, lambda *_: line.cancel.set())
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=line.read, name="mjsched-isolation-reader", daemon=True).start()
@@ -351,7 +353,7 @@ def _child_main(fd: int) -> None:
     root.handlers[:] = [_PipeLogHandler(line.send)]
     root.setLevel(payload["log_level"])
     message = _run_driver(payload, line)
-    _kill_own_tree()   # nothing the driver started outlives the run
+    _kill_own_tree(line.mark)   # nothing the driver started outlives the run
     try:
         line.send(message)
         conn.close()

@@ -9,10 +9,11 @@ A process belongs to a run when either holds:
   (:func:`marked_environment`), and every process that inherits its environment keeps it,
   wherever it is reparented, also after the root has exited.
 
-:func:`end_run` sends them all ``SIGTERM``, waits up to a grace period, then stops what is
-left (``SIGSTOP``: a stopped process cannot fork) until a round finds no new member, and
-``SIGKILL``\\ s them together. A process reparented to init that also dropped its
-environment (``env -i``, ``sudo``, a service manager) or overwrote it (``setproctitle``)
+:meth:`RunProcesses.end` sends them all (and the run's process group) ``SIGTERM``, waits
+up to a grace period, then stops what is left (``SIGSTOP``: a stopped process cannot fork)
+until a round finds no new member, and ``SIGKILL``\\ s them together.
+
+A process reparented to init that also dropped its environment (``env -i``, ``sudo``, a service manager) or overwrote it (``setproctitle``)
 is not found; nor is anything without ``/proc`` (macOS), where only the process group is
 signalled. A cgroup per run (``systemd-run --scope``) contains those.
 """
@@ -51,12 +52,6 @@ def marked_environment(env: Mapping[str, str] | None, mark: str) -> dict[str, st
     return result
 
 
-def own_mark() -> str | None:
-    """The innermost run mark of this process, if it was started as part of a run."""
-    marks = os.environ.get(MARKS_VARIABLE)
-    return marks.rsplit(",", 1)[-1] if marks else None
-
-
 def become_subreaper() -> bool:
     """Make orphans of this process's tree its children instead of init's (Linux >= 3.4)."""
     try:
@@ -66,83 +61,86 @@ def become_subreaper() -> bool:
         return False
 
 
-def members(root: int | None, mark: str | None, exclude: Collection[int] = ()) -> Members:
-    """Live (not zombie) descendants of ``root`` and processes carrying ``mark``, but not
-    ``exclude``; the root itself only when it carries the mark."""
-    table = _process_table()
-    children: dict[int, list[int]] = {}
-    for pid, entry in table.items():
-        children.setdefault(entry.ppid, []).append(pid)
-    found: Members = {}
-    todo = list(children.get(root, [])) if root is not None else []
-    while todo:
-        pid = todo.pop()
-        if pid not in found:
-            found[pid] = table[pid].started
-            todo.extend(children.get(pid, []))
-    if mark is not None:
-        wanted = mark.encode()
+class RunProcesses:
+    """The processes of one run: descendants of ``root`` (while it is still the process that
+    was started), members of ``group``, and whatever carries ``mark``. ``exclude`` is never
+    signalled (a root ending its own tree)."""
+
+    def __init__(self, root: int | None, mark: str | None, *, group: int | None = None,
+                 exclude: Collection[int] = (), since: int | None = None) -> None:
+        self.root = root
+        self.mark = mark.encode() if mark is not None else None
+        self.group = group
+        self.exclude = frozenset(exclude)
+        self._root_started = _start_time(root) if root is not None else None
+        # a marked process was started after the root: older ones need not be read
+        self.since = since if since is not None else (self._root_started or 0)
+
+    def members(self) -> Members:
+        """Live (not zombie) members: pid -> start time; the root only when it is marked."""
+        table = _process_table()
+        found: Members = {}
+        root = self.root
+        if root is not None and root in table and table[root].started == self._root_started:
+            children: dict[int, list[int]] = {}
+            for pid, entry in table.items():
+                children.setdefault(entry.ppid, []).append(pid)
+            todo = list(children.get(root, []))
+            while todo:
+                pid = todo.pop()
+                if pid not in found:
+                    found[pid] = table[pid].started
+                    todo.extend(children.get(pid, []))
         for pid, entry in table.items():
-            if pid not in found and entry.live and _carries(pid, wanted):
+            if pid in found or not entry.live:
+                continue
+            if (self.group is not None and entry.pgid == self.group) or (
+                    self.mark is not None and entry.started >= self.since and _carries(pid, self.mark)):
                 found[pid] = entry.started
-    return {pid: started for pid, started in found.items() if pid not in exclude and table[pid].live}
+        return {pid: started for pid, started in found.items() if pid not in self.exclude and table[pid].live}
 
+    def signal(self, found: Members, sig: int) -> None:
+        if self.group is not None and hasattr(os, "killpg"):
+            try:
+                os.killpg(self.group, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for pid, started in found.items():
+            _signal_pid(pid, started, sig)
 
-def signal_members(found: Members, sig: int) -> None:
-    for pid, started in found.items():
-        _signal_pid(pid, started, sig)
+    def end(self, grace: float, pause: Callable[[float], object] = time.sleep) -> int:
+        """``SIGTERM`` every member, wait until none is left or ``grace`` passes, then
+        :meth:`kill`. Returns how many had to be killed. ``pause`` waits a moment (a caller
+        may drain pipes meanwhile)."""
+        found = self.members()
+        self.signal(found, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while found and time.monotonic() < deadline:
+            pause(POLL_INTERVAL)
+            found = self.members()
+        return self.kill(pause) if found else 0
 
-
-def signal_group(pgid: int | None, sig: int) -> None:
-    if pgid is None or not hasattr(os, "killpg"):
-        return
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def end_run(root: int | None, mark: str | None, *, grace: float, group: int | None = None,
-            exclude: Collection[int] = (), pause: Callable[[float], object] = time.sleep) -> int:
-    """``SIGTERM`` every member (and ``group``), wait until none is left or ``grace`` passes, then
-    :func:`kill_all`. Returns how many had to be killed. ``pause`` is how to wait a moment (a
-    caller may drain pipes meanwhile)."""
-    found = members(root, mark, exclude)
-    signal_group(group, signal.SIGTERM)
-    signal_members(found, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while (found or _group_alive(group)) and time.monotonic() < deadline:
-        pause(POLL_INTERVAL)
-        found = members(root, mark, exclude)
-    if not found and not _group_alive(group):
-        return 0
-    return kill_all(root, mark, group=group, exclude=exclude, pause=pause)
-
-
-def kill_all(root: int | None, mark: str | None, *, group: int | None = None, exclude: Collection[int] = (),
-             pause: Callable[[float], object] = time.sleep) -> int:
-    """Stop every member until a round finds no new one, ``SIGKILL`` them, wait (bounded) until
-    they are gone. Returns how many were killed."""
-    deadline = time.monotonic() + KILL_BOUND
-    stopped: Members = {}
-    while time.monotonic() < deadline:
-        signal_group(group, signal.SIGSTOP)
-        new = {pid: started for pid, started in members(root, mark, exclude).items() if pid not in stopped}
-        if not new:
-            break
-        signal_members(new, signal.SIGSTOP)
-        stopped.update(new)
-    signal_group(group, signal.SIGKILL)
-    signal_members(stopped, signal.SIGKILL)
-    left = members(root, mark, exclude)
-    while left and time.monotonic() < deadline:
-        signal_members(left, signal.SIGKILL)
-        pause(POLL_INTERVAL)
-        left = members(root, mark, exclude)
-    if left:
-        log.warning("%d process(es) of a run could not be killed: %s", len(left), sorted(left),
-                    extra={"action": "run_processes_left"})
-    return len(stopped)
+    def kill(self, pause: Callable[[float], object] = time.sleep) -> int:
+        """Stop members until a round finds no new one (a stopped process cannot fork), then
+        ``SIGKILL`` them together and wait, bounded, until they are gone. Returns how many."""
+        deadline = time.monotonic() + KILL_BOUND
+        stopped: Members = {}
+        while time.monotonic() < deadline:
+            new = {pid: started for pid, started in self.members().items() if pid not in stopped}
+            if not new:
+                break
+            self.signal(new, signal.SIGSTOP)
+            stopped.update(new)
+        self.signal(stopped, signal.SIGKILL)
+        left = self.members()
+        while left and time.monotonic() < deadline:
+            self.signal(left, signal.SIGKILL)
+            pause(POLL_INTERVAL)
+            left = self.members()
+        if left:
+            log.warning("%d process(es) of a run could not be killed: %s", len(left), sorted(left),
+                        extra={"action": "run_processes_left"})
+        return len(stopped)
 
 
 def exited(proc: subprocess.Popen[bytes]) -> bool:
@@ -221,19 +219,3 @@ def _signal_pid(pid: int, started: int, sig: int) -> None:
             os.kill(pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
-
-
-def _group_alive(pgid: int | None) -> bool:
-    """Whether a process other than a zombie is still in group ``pgid``."""
-    if pgid is None:
-        return False
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    if not os.path.isdir("/proc/self"):
-        return True
-    # zombies answer kill(0) until their parent reaps them; they hold nothing
-    return any(entry.live and entry.pgid == pgid for entry in _process_table().values())

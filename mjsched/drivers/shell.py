@@ -167,6 +167,7 @@ class ShellJob(BaseScheduledJob):
             return proc
         context.logger.info("shell job started pid=%s: %s", proc.pid, _shown(command), extra={"action": "shell_start"})
         assert proc.stdout is not None and proc.stderr is not None
+        processes = proctree.RunProcesses(proc.pid, mark, group=proc.pid)
         output = _Output(proc.stdout, proc.stderr)
         try:
             reason = _wait(proc, output, context.cancel_event, timeout)
@@ -174,12 +175,12 @@ class ShellJob(BaseScheduledJob):
                 context.logger.warning("shell job %s, terminating process group %s", reason, proc.pid,
                                        extra={"action": "shell_terminate"})
             # the run ends here: whatever it started goes with it, in its group or not
-            killed = proctree.end_run(proc.pid, mark, grace=_kill_grace(context), group=proc.pid, pause=output.pump)
+            killed = processes.end(_kill_grace(context), pause=output.pump)
             if killed:
                 context.logger.warning("shell job pid=%s: %d process(es) ignored SIGTERM and were killed", proc.pid,
                                        killed, extra={"action": "shell_kill"})
         finally:
-            _reap(proc)
+            _reap(proc, processes)
             output.finish(DRAIN_SECONDS)
         exit_code = proc.returncode
         details: dict[str, Any] = {"exit_code": exit_code, "stdout_tail": output.tail(0), "stderr_tail": output.tail(1)}
@@ -242,10 +243,11 @@ def _wait(proc: subprocess.Popen[bytes], output: _Output, cancel_event: threadin
             cancel_event.wait(POLL_INTERVAL)
 
 
-def _reap(proc: subprocess.Popen[bytes]) -> None:
-    """Collect the child; one still running here (an exception on the way) is killed first."""
+def _reap(proc: subprocess.Popen[bytes], processes: proctree.RunProcesses) -> None:
+    """Collect the child; one still running here (an exception on the way) is killed first,
+    with its tree."""
     if proc.poll() is None:
-        proctree.signal_group(proc.pid, signal.SIGKILL)
+        processes.kill()
         proc.kill()
     try:
         proc.wait(timeout=REAP_SECONDS)

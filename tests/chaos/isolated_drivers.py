@@ -142,7 +142,9 @@ class OrphansDriver(mjsched.BaseScheduledJob):
     Scenarios: "setsid" (a child in a session of its own), "double-fork" (fork, setsid,
     fork, the middle one exits: an orphan in its own session), "holds-line" (the same, but
     the grandchild stays a copy of this interpreter, holding every descriptor it had,
-    the line to the engine included)."""
+    the line to the engine included), "bare-env" (as "double-fork", with an empty
+    environment: only its descent tells it belongs to the run). Outcome "exit" is an
+    abrupt ``os._exit(7)``."""
 
     def execute(self, context: Any) -> Any:
         configuration = context.job.configuration
@@ -151,18 +153,20 @@ class OrphansDriver(mjsched.BaseScheduledJob):
             grandchild = subprocess.Popen(["sleep", "120"], start_new_session=True, stdin=subprocess.DEVNULL,
                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).pid
         else:
-            grandchild = _double_fork(exec_sleep=scenario == "double-fork")
+            grandchild = _double_fork(exec_sleep=scenario != "holds-line", bare_env=scenario == "bare-env")
         _note(context, "child.pid", os.getpid())
         _note(context, "grandchild.pid", grandchild)
         outcome = configuration["outcome"]
         if outcome == "fail":
             raise RuntimeError("the job failed")
+        if outcome == "exit":
+            os._exit(7)
         if outcome == "hang":
             time.sleep(120)
         return {"grandchild": grandchild}
 
 
-def _double_fork(exec_sleep: bool) -> int:
+def _double_fork(exec_sleep: bool, bare_env: bool = False) -> int:
     """fork, setsid, fork; the middle process exits: the grandchild is an orphan in a session
     of its own. Its pid comes back through a pipe."""
     read_end, write_end = os.pipe()
@@ -173,7 +177,7 @@ def _double_fork(exec_sleep: bool) -> int:
             if os.fork() == 0:
                 os.write(write_end, f"{os.getpid()}\n".encode())
                 if exec_sleep:
-                    os.execvp("sleep", ["sleep", "120"])
+                    os.execvpe("sleep", ["sleep", "120"], {"PATH": "/usr/bin:/bin"} if bare_env else os.environ)
                 time.sleep(120)
         finally:
             os._exit(0)
