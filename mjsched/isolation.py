@@ -11,12 +11,14 @@ result with its type, message and traceback tail, exactly as in thread mode.
 Cancellation. When ``context.cancel_event`` is set (``max_runtime``, shutdown,
 lease loss) the parent tells the child (its own ``cancel_event`` is set, by a
 message and by ``SIGTERM``), signals the child's whole process tree with
-``SIGTERM``, waits ``grace`` seconds, then ``SIGKILL``\\ s the tree and reaps the
-child. No orphan survives: descendants are found through ``/proc`` before the
-kill (so even a grandchild in its own session, like the shell driver's, is
-reached), and the child kills what is left of its own tree before it reports.
-If the engine itself dies (``kill -9``), the child sees its socket close and
-tears its tree down after the same grace.
+``SIGTERM``, waits ``grace`` seconds, then stops and ``SIGKILL``\\ s the child with
+its tree together, and reaps the child. No orphan survives (on Linux; see
+:mod:`mjsched.proctree`): the child is a subreaper, so what its driver forks stays in
+its tree even after ``setsid`` and a double fork; every process carries the run's mark
+in its environment; the child kills what is left of its own tree before it reports,
+and after a child that died abruptly the parent kills what carries the mark. If the
+engine itself dies (``kill -9``), the child sees its socket close and tears its tree
+down after the same grace.
 
 Heartbeats: the engine's lease keeper renews the run's lease from the parent,
 so the child needs none; ``context.heartbeat()`` in the child still works (it
@@ -232,9 +234,9 @@ class _Supervisor:
         if self.proc.returncode is None:
             if not proctree.exited(self.proc):   # supervise() was interrupted: abandon the child for sure
                 self._kill_tree()
-            self.processes.signal({}, signal.SIGKILL)  # leftovers of the group; the pid is not reused yet
+            # leftovers of the group and every process seen, while the child's pid is not reused yet
+            self.processes.signal(self.known, signal.SIGKILL)
             self.proc.wait()
-        self.processes.signal(self.known, signal.SIGKILL)
         # A child that died abruptly (os._exit, the OOM killer) left its orphans to init: the mark
         # finds them. Not the group: with the child reaped, its id may be another's.
         proctree.RunProcesses(None, self.mark, since=self.processes.since).kill()

@@ -13,9 +13,11 @@ A process belongs to a run when either holds:
 up to a grace period, then stops what is left (``SIGSTOP``: a stopped process cannot fork)
 until a round finds no new member, and ``SIGKILL``\\ s them together.
 
-A process reparented to init that also dropped its environment (``env -i``, ``sudo``, a service manager) or overwrote it (``setproctitle``)
-is not found; nor is anything without ``/proc`` (macOS), where only the process group is
-signalled. A cgroup per run (``systemd-run --scope``) contains those.
+Not found: a process reparented out of the tree that also dropped its environment
+(``env -i``, ``sudo``) or overwrote it (``setproctitle``), one a service manager started
+(``systemctl start``), another user's; and anything where ``/proc`` is missing (macOS),
+where only the process group is signalled. A cgroup per run (``systemd-run --scope``)
+contains those.
 """
 from __future__ import annotations
 
