@@ -37,6 +37,7 @@ POLL_INTERVAL = 0.05
 KILL_BOUND = 2.0        # seconds the stop-and-kill sweep may take before it gives up on a fork storm
 PR_SET_CHILD_SUBREAPER = 36
 _PREFIX = MARKS_VARIABLE.encode() + b"="
+_HAVE_PROC = os.path.isdir("/proc/self")
 
 Members = dict[int, int]   # pid -> start time in clock ticks (a reused pid has another)
 
@@ -117,10 +118,10 @@ class RunProcesses:
         found = self.members()
         self.signal(found, signal.SIGTERM)
         deadline = time.monotonic() + grace
-        while found and time.monotonic() < deadline:
+        while self._remaining(found) and time.monotonic() < deadline:
             pause(POLL_INTERVAL)
             found = self.members()
-        return self.kill(pause) if found else 0
+        return self.kill(pause) if self._remaining(found) else 0
 
     def kill(self, pause: Callable[[float], object] = time.sleep) -> int:
         """Stop members until a round finds no new one (a stopped process cannot fork), then
@@ -135,7 +136,7 @@ class RunProcesses:
             stopped.update(new)
         self.signal(stopped, signal.SIGKILL)
         left = self.members()
-        while left and time.monotonic() < deadline:
+        while left and time.monotonic() < deadline:   # without /proc: SIGKILL cannot be ignored
             self.signal(left, signal.SIGKILL)
             pause(POLL_INTERVAL)
             left = self.members()
@@ -143,6 +144,19 @@ class RunProcesses:
             log.warning("%d process(es) of a run could not be killed: %s", len(left), sorted(left),
                         extra={"action": "run_processes_left"})
         return len(stopped)
+
+
+    def _remaining(self, found: Members) -> bool:
+        """Members left; without /proc, whether the group still answers."""
+        if found or self.group is None or _HAVE_PROC or not hasattr(os, "killpg"):
+            return bool(found)
+        try:
+            os.killpg(self.group, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
 
 
 def exited(proc: subprocess.Popen[bytes]) -> bool:
