@@ -48,6 +48,7 @@ SCENARIOS = {
 }
 _AWAIT_NOTE = "i=0; while [ ! -e {d}/grandchild.pid ] && [ $i -lt 500 ]; do sleep 0.01; i=$((i+1)); done; "
 OUTCOMES = {"completed": "exit 0", "failed": "exit 3", "timeout": "exec sleep 60", "cancelled": "exec sleep 60"}
+ISOLATED_GRACE = 0.5  # the engine's cancel_grace: an operator's cancel kills after it
 SHELL_TIMEOUT = 2.0   # well past the grandchild's start, even on a loaded host
 
 
@@ -142,8 +143,38 @@ def test_shell_output_is_kept_although_a_grandchild_holds_the_pipes(tmp_path: Pa
     assert (result.details["stdout_tail"], result.details["stderr_tail"]) == ("out\n", "err\n")
 
 
+@pytest.mark.postgres
+@pytest.mark.parametrize("outcome", ["timeout", "cancelled"])
+def test_shell_run_through_the_engine_leaves_no_process_behind(make_engine: Any, tmp_path: Path, token: str,
+                                                               outcome: str) -> None:
+    """The engine's own endings of a shell run: max_runtime (Timeout) and an operator's cancel."""
+    engine = make_engine(lease_timeout=10.0, heartbeat_interval=0.5, cancel_grace=ISOLATED_GRACE)
+    command = SCENARIOS["holds-pipes"].format(d=tmp_path) + _AWAIT_NOTE.format(d=tmp_path) + "exec sleep 60"
+    job_id = engine.create_job(name=f"shell-orphans-{outcome}", driver="shell", cron=YEARLY,
+                               max_runtime=SHELL_TIMEOUT if outcome == "timeout" else None,
+                               configuration={"command": command, "env": {TOKEN: token}})
+    done: list[Any] = []
+    worker = threading.Thread(target=lambda: done.append(engine.execute_job(job_id)))
+    started = time.monotonic()
+    worker.start()
+    grandchild = _pid(tmp_path)
+    if outcome == "cancelled":
+        (running,) = engine.list_runs(job_id, status="Running")
+        started = time.monotonic()
+        engine.cancel_run(running.id)
+    worker.join(30)
+    elapsed = time.monotonic() - started
+    assert done, "the run did not end"
+    status = mjsched.RunStatus.TIMEOUT if outcome == "timeout" else mjsched.RunStatus.CANCELLED
+    assert done[0].status is status, (done[0].status, done[0].error_message)
+    bound = SHELL_TIMEOUT if outcome == "timeout" else 0.0
+    assert elapsed < bound + MARGIN, f"{outcome}: the run took {elapsed:.2f}s, bound {bound}s + {MARGIN}s"
+    # the engine may record the ending before the driver's thread has ended the tree
+    wait_for(lambda: not process_alive(grandchild) and carriers(token) == [], timeout=MARGIN,
+             message=f"{outcome}: the run's processes gone")
+
+
 # -- process isolation, through the engine ----------------------------------------------------
-ISOLATED_GRACE = 0.5   # the engine's cancel_grace: an operator's cancel kills after it
 MAX_RUNTIME = 2.0      # the child's start-up (an interpreter) comes out of it
 
 
