@@ -11,12 +11,14 @@ result with its type, message and traceback tail, exactly as in thread mode.
 Cancellation. When ``context.cancel_event`` is set (``max_runtime``, shutdown,
 lease loss) the parent tells the child (its own ``cancel_event`` is set, by a
 message and by ``SIGTERM``), signals the child's whole process tree with
-``SIGTERM``, waits ``grace`` seconds, then ``SIGKILL``\\ s the tree and reaps the
-child. No orphan survives: descendants are found through ``/proc`` before the
-kill (so even a grandchild in its own session, like the shell driver's, is
-reached), and the child kills what is left of its own tree before it reports.
-If the engine itself dies (``kill -9``), the child sees its socket close and
-tears its tree down after the same grace.
+``SIGTERM``, waits ``grace`` seconds, then stops and ``SIGKILL``\\ s the child with
+its tree together, and reaps the child. No orphan survives (on Linux; see
+:mod:`mjsched.proctree`): the child is a subreaper, so what its driver forks stays in
+its tree even after ``setsid`` and a double fork; every process carries the run's mark
+in its environment; the child kills what is left of its own tree before it reports,
+and after a child that died abruptly the parent kills what carries the mark. If the
+engine itself dies (``kill -9``), the child sees its socket close and tears its tree
+down after the same grace.
 
 Heartbeats: the engine's lease keeper renews the run's lease from the parent,
 so the child needs none; ``context.heartbeat()`` in the child still works (it
@@ -46,6 +48,7 @@ from multiprocessing import spawn as _mp_spawn
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
+from . import proctree
 from .drivers.base import BaseScheduledJob, ExecutionContext, JobResult
 from .errors import ConfigurationError
 
@@ -95,13 +98,15 @@ def run_in_process(driver_cls: type[BaseScheduledJob], context: ExecutionContext
                    grace: float = GRACE) -> JobResult:
     """Run ``driver_cls().execute(context)`` in a child process; see the module docstring."""
     path = driver_path(driver_cls)
+    mark = proctree.new_mark()
     parent_sock, child_sock = socket.socketpair()
     try:
         # -X, -W, -O ... of this interpreter, passed on as multiprocessing does
         flags = subprocess._args_from_interpreter_flags()  # type: ignore[attr-defined]
         proc = subprocess.Popen([_mp_spawn.get_executable(), *flags, "-c", _BOOTSTRAP, str(child_sock.fileno()),
                                  _PKG_ROOT],
-                                pass_fds=(child_sock.fileno(),), stdin=subprocess.DEVNULL, start_new_session=True)
+                                pass_fds=(child_sock.fileno(),), stdin=subprocess.DEVNULL, start_new_session=True,
+                                env=proctree.marked_environment(None, mark))
     except BaseException:
         parent_sock.close()
         raise
@@ -110,13 +115,13 @@ def run_in_process(driver_cls: type[BaseScheduledJob], context: ExecutionContext
     conn = Connection(parent_sock.detach())
     with _live_lock:
         _live[proc.pid] = context.run.id
-    supervisor = _Supervisor(proc, conn, context, grace)
+    supervisor = _Supervisor(proc, conn, context, grace, mark)
     log.debug("run %s of job %r: driver %s in child process %d", context.run.id, context.job.name, path, proc.pid,
               extra={"action": "isolated_start", "child_pid": proc.pid})
     try:
         try:
             conn.send(list(sys.path))
-            conn.send({"driver": path, "job": context.job, "run": context.run, "grace": grace,
+            conn.send({"driver": path, "job": context.job, "run": context.run, "grace": grace, "mark": mark,
                        "log_level": context.logger.getEffectiveLevel()})
         except OSError:
             pass  # the child died at once; its exit status tells why
@@ -132,8 +137,10 @@ class _Supervisor:
     """The parent's side of one child: relays messages, cancels, kills, reaps."""
 
     def __init__(self, proc: subprocess.Popen[bytes], conn: Connection, context: ExecutionContext,
-                 grace: float) -> None:
+                 grace: float, mark: str) -> None:
         self.proc = proc
+        self.mark = mark
+        self.processes = proctree.RunProcesses(proc.pid, mark, group=proc.pid)
         self.conn = conn
         self.context = context
         self.grace = grace
@@ -152,7 +159,7 @@ class _Supervisor:
                     exited = False
                     if not wait([self.conn], POLL_INTERVAL):
                         # gone, though something it forked may hold the line open: read what is left
-                        exited = _exited(self.proc)
+                        exited = proctree.exited(self.proc)
                     while self.conn.poll(0):
                         message = self.conn.recv()
                         if message[0] in ("result", "error"):
@@ -163,7 +170,7 @@ class _Supervisor:
                 except (EOFError, OSError):
                     connected = False
                 continue
-            if _exited(self.proc):
+            if proctree.exited(self.proc):
                 break
             if reported_at is not None and time.monotonic() - reported_at > EXIT_WAIT and not self.killed:
                 self._kill_tree()
@@ -212,28 +219,31 @@ class _Supervisor:
             self._kill_tree()
 
     def _signal_tree(self, sig: int) -> None:
-        self.known.update(_descendants(self.proc.pid))
-        _signal_group(self.proc.pid, sig)
-        for pid, started in list(self.known.items()):
-            _signal_pid(pid, started, sig)
+        self.known.update(self.processes.members())
+        self.processes.signal(self.known, sig)
 
     def _kill_tree(self) -> None:
+        """Stop and kill the child with its tree at once: while the child (a subreaper) lives,
+        nothing of its tree is reparented out of reach."""
         self.killed = True
-        self._signal_tree(signal.SIGKILL)
+        self.processes.kill()
+        self.processes.signal(self.known, signal.SIGKILL)
 
     def reap(self) -> None:
         """Make sure the child and its tree are gone, and reap the child (no zombie)."""
         if self.proc.returncode is None:
-            if not _exited(self.proc):   # supervise() was interrupted: abandon the child for sure
+            if not proctree.exited(self.proc):   # supervise() was interrupted: abandon the child for sure
                 self._kill_tree()
-            _signal_group(self.proc.pid, signal.SIGKILL)  # leftovers of the group; the pid is not reused yet
+            # leftovers of the group and every process seen, while the child's pid is not reused yet
+            self.processes.signal(self.known, signal.SIGKILL)
             self.proc.wait()
-        for pid, started in list(self.known.items()):
-            _signal_pid(pid, started, signal.SIGKILL)
+        # A child that died abruptly (os._exit, the OOM killer) left its orphans to init: the mark
+        # finds them. Not the group: with the child reaped, its id may be another's.
+        proctree.RunProcesses(None, self.mark, since=self.processes.since).kill()
 
     def _result(self, outcome: tuple[str, dict[str, Any]] | None) -> JobResult:
         pid = self.proc.pid
-        code = _exit_code(self.proc)
+        code = proctree.exit_code(self.proc)
         if outcome is not None and outcome[0] == "result":
             return JobResult(**outcome[1])
         if outcome is not None:
@@ -255,87 +265,6 @@ class _Supervisor:
                              "reported a result", details=details)
         return JobResult(success=False, error_message=f"child process {pid} exited with code {code} before it "
                          "reported a result", details=details)
-
-
-# -- process plumbing (Linux /proc; elsewhere only the process group is signalled) -----------
-def _exited(proc: subprocess.Popen[bytes]) -> bool:
-    """Has the child exited? Where possible without reaping it, so that its pid (and its
-    process group id) cannot be reused while the group is still being cleaned up."""
-    if not hasattr(os, "waitid"):   # e.g. macOS: reap at once
-        return proc.poll() is not None
-    try:
-        return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
-    except ChildProcessError:
-        return True
-
-
-def _exit_code(proc: subprocess.Popen[bytes]) -> int | None:
-    if not hasattr(os, "waitid"):
-        return proc.poll()
-    try:
-        info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:
-        return proc.returncode
-    if info is None:
-        return None
-    return -info.si_status if info.si_code in (os.CLD_KILLED, os.CLD_DUMPED) else info.si_status
-
-
-def _process_table() -> dict[int, tuple[int, int]]:
-    """pid -> (parent pid, start time in clock ticks), from /proc."""
-    table: dict[int, tuple[int, int]] = {}
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return table
-    for name in names:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as fh:
-                fields = fh.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        table[int(name)] = (int(fields[1]), int(fields[19]))
-    return table
-
-
-def _descendants(root: int) -> dict[int, int]:
-    table = _process_table()
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _) in table.items():
-        children.setdefault(ppid, []).append(pid)
-    found: dict[int, int] = {}
-    todo = list(children.get(root, []))
-    while todo:
-        pid = todo.pop()
-        if pid not in found:
-            found[pid] = table[pid][1]
-            todo.extend(children.get(pid, []))
-    return found
-
-
-def _start_time(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return int(fh.read().rsplit(b")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def _signal_pid(pid: int, started: int, sig: int) -> None:
-    if _start_time(pid) == started:  # still the process we saw, not a reused pid
-        try:
-            os.kill(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 # -- the child ------------------------------------------------------------------------------
@@ -361,9 +290,10 @@ class _PipeLogHandler(logging.Handler):
             pass
 
 
-def _kill_own_tree(sig: int) -> None:
-    for pid, started in _descendants(os.getpid()).items():
-        _signal_pid(pid, started, sig)
+def _kill_own_tree(mark: str | None) -> None:
+    """Kill every process of this run but this one: descendants (orphans included, this
+    process being their subreaper) and whatever carries the run's mark."""
+    proctree.RunProcesses(os.getpid(), mark, exclude=(os.getpid(),)).kill()
 
 
 class _ParentLine:
@@ -371,9 +301,10 @@ class _ParentLine:
     too), a reader thread takes the parent's cancel and heartbeat replies, and a closed line means
     the parent died."""
 
-    def __init__(self, conn: Connection, grace: float) -> None:
+    def __init__(self, conn: Connection, grace: float, mark: str | None) -> None:
         self.conn = conn
         self.grace = grace
+        self.mark = mark
         self.cancel = threading.Event()
         self._send_lock = threading.Lock()
         self._replies: queue.Queue[bool] = queue.Queue()
@@ -405,17 +336,18 @@ class _ParentLine:
         """The engine died: cancel, give the driver the grace period, then kill the whole tree."""
         self.cancel.set()
         time.sleep(self.grace)
-        _kill_own_tree(signal.SIGKILL)
+        _kill_own_tree(self.mark)
         os._exit(137)
 
 
 def _child_main(fd: int) -> None:
     """Entry point of the child interpreter (see ``_BOOTSTRAP``)."""
     os.set_inheritable(fd, False)   # grandchildren must not keep the parent's line open
+    proctree.become_subreaper()     # orphans of the driver's processes stay in this tree
     conn = Connection(fd)
     sys.path[:] = conn.recv()
     payload = conn.recv()
-    line = _ParentLine(conn, float(payload["grace"]))
+    line = _ParentLine(conn, float(payload["grace"]), payload.get("mark"))
     signal.signal(signal.SIGTERM, lambda *_: line.cancel.set())
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=line.read, name="mjsched-isolation-reader", daemon=True).start()
@@ -423,7 +355,7 @@ def _child_main(fd: int) -> None:
     root.handlers[:] = [_PipeLogHandler(line.send)]
     root.setLevel(payload["log_level"])
     message = _run_driver(payload, line)
-    _kill_own_tree(signal.SIGKILL)   # nothing the driver started outlives the run
+    _kill_own_tree(line.mark)   # nothing the driver started outlives the run
     try:
         line.send(message)
         conn.close()

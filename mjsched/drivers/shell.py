@@ -16,61 +16,99 @@ Configuration:
 
 Exit status 0 is success. ``details`` holds ``exit_code`` and the last
 :data:`TAIL_BYTES` bytes of stdout and stderr (decoded with
-``errors="replace"``). The child is started with ``start_new_session=True`` and
-cancellation (timeout, ``cancel_event``) signals the whole group: ``SIGTERM``,
-then ``SIGKILL`` after :data:`KILL_GRACE` seconds, so no grandchild outlives
-the run.
+``errors="replace"``), read by the run's own thread.
+
+No process outlives the run. The child is started in a session of its own, carrying the
+run's mark in its environment (:mod:`mjsched.proctree`). When the run ends — the command
+exits, its timeout passes, ``cancel_event`` is set — everything left of it gets ``SIGTERM``:
+its process group, its descendants and every process carrying the mark, also one that
+started a session of its own or was orphaned by a double fork; ``SIGKILL`` follows after
+:data:`KILL_GRACE` seconds (less when ``context.cancel_grace`` asks for less). Pipes held
+open by a process that escaped anyway (one that cleared its environment, or where
+``/proc`` is missing: only the group is found there) are read for at most
+:data:`DRAIN_SECONDS` more.
 """
 from __future__ import annotations
 
+import logging
 import os
+import selectors
 import signal
 import subprocess
 import threading
 import time
 from typing import IO, Any
 
+from .. import proctree
 from ..errors import ConfigurationError
 from .base import BaseScheduledJob, ExecutionContext, JobResult
 from .base import driver_named
 
+log = logging.getLogger(__name__)
+
 TAIL_BYTES = 4096
 KILL_GRACE = 2.0
-REAP_SECONDS = 1.0   # after SIGKILL, how long the group is waited for to be gone
+REAP_SECONDS = 1.0   # after SIGKILL, how long the child is waited for to be reaped
 POLL_INTERVAL = 0.05
-READER_JOIN_TIMEOUT = 2.0
+DRAIN_SECONDS = 0.5  # once the run's processes are gone, how long its pipes are read to their end
 
 
-class _TailReader(threading.Thread):
-    """Drains one pipe so the child never blocks, keeping only the last bytes."""
+class _Output:
+    """Drains the child's stdout and stderr from the run's own thread (no reader threads to
+    leak), keeping only the last :data:`TAIL_BYTES` of each."""
 
-    def __init__(self, stream: IO[bytes], name: str) -> None:
-        super().__init__(name=name, daemon=True)
-        self._stream = stream
-        self._buffer = bytearray()
-        self._lock = threading.Lock()
+    def __init__(self, *streams: IO[bytes]) -> None:
+        self._selector = selectors.DefaultSelector()
+        self._tails: list[bytearray] = []
+        for index, stream in enumerate(streams):
+            os.set_blocking(stream.fileno(), False)
+            self._selector.register(stream, selectors.EVENT_READ, index)
+            self._tails.append(bytearray())
 
-    def run(self) -> None:
-        try:
-            while True:
-                chunk = self._stream.read1(65536) if hasattr(self._stream, "read1") else self._stream.read(65536)
-                if not chunk:
-                    break
-                with self._lock:
-                    self._buffer += chunk
-                    if len(self._buffer) > TAIL_BYTES:
-                        del self._buffer[:-TAIL_BYTES]
-        except (OSError, ValueError):  # pipe closed under us
-            pass
-        finally:
+    @property
+    def open(self) -> bool:
+        return bool(self._selector.get_map())
+
+    def pump(self, timeout: float) -> None:
+        """Read what is there, waiting up to ``timeout`` for something to come."""
+        if not self.open:
+            time.sleep(timeout)
+            return
+        for key, _ in self._selector.select(timeout):
+            stream = key.fileobj
             try:
-                self._stream.close()
+                chunk = os.read(stream.fileno(), 65536)  # type: ignore[union-attr]
+            except BlockingIOError:
+                continue
             except OSError:
-                pass
+                chunk = b""
+            if not chunk:
+                self._close(stream)  # type: ignore[arg-type]
+                continue
+            tail = self._tails[key.data]
+            tail += chunk
+            if len(tail) > TAIL_BYTES:
+                del tail[:-TAIL_BYTES]
 
-    def tail(self) -> str:
-        with self._lock:
-            return bytes(self._buffer).decode("utf-8", errors="replace")
+    def finish(self, bound: float) -> None:
+        """Read to the end, for at most ``bound`` seconds (a process that escaped the run may
+        hold a pipe open; it does not hold the run), then close both pipes."""
+        deadline = time.monotonic() + bound
+        while self.open and time.monotonic() < deadline:
+            self.pump(max(0.0, min(POLL_INTERVAL, deadline - time.monotonic())))
+        for key in list(self._selector.get_map().values()):
+            self._close(key.fileobj)  # type: ignore[arg-type]
+        self._selector.close()
+
+    def tail(self, index: int) -> str:
+        return bytes(self._tails[index]).decode("utf-8", errors="replace")
+
+    def _close(self, stream: IO[bytes]) -> None:
+        self._selector.unregister(stream)
+        try:
+            stream.close()
+        except OSError:
+            pass
 
 
 def _number(value: Any) -> bool:
@@ -123,40 +161,46 @@ class ShellJob(BaseScheduledJob):
         self.validate_configuration(configuration)
         command = configuration["command"]
         timeout = configuration.get("timeout")
-        proc = _start(command, configuration.get("cwd"), configuration.get("env"))
+        mark = proctree.new_mark()
+        proc = _start(command, configuration.get("cwd"), configuration.get("env"), mark)
         if isinstance(proc, JobResult):
             return proc
         context.logger.info("shell job started pid=%s: %s", proc.pid, _shown(command), extra={"action": "shell_start"})
-        readers = _start_readers(proc)
-        reason = _wait(proc, context.cancel_event, timeout)
-        if reason is not None:
-            context.logger.warning("shell job %s, terminating process group %s", reason, proc.pid,
-                                   extra={"action": "shell_terminate"})
-            terminate_process_group(proc, _kill_grace(context))
-        for reader in readers:
-            reader.join(READER_JOIN_TIMEOUT)
-        details: dict[str, Any] = {
-            "exit_code": proc.returncode,
-            "stdout_tail": readers[0].tail(),
-            "stderr_tail": readers[1].tail(),
-        }
-        return _result(proc.returncode, reason, timeout, details)
+        assert proc.stdout is not None and proc.stderr is not None
+        processes = proctree.RunProcesses(proc.pid, mark, group=proc.pid)
+        output = _Output(proc.stdout, proc.stderr)
+        try:
+            reason = _wait(proc, output, context.cancel_event, timeout)
+            if reason is not None:
+                context.logger.warning("shell job %s, terminating process group %s", reason, proc.pid,
+                                       extra={"action": "shell_terminate"})
+            # the run ends here: whatever it started goes with it, in its group or not
+            killed = processes.end(_kill_grace(context), pause=output.pump)
+            if killed:
+                context.logger.warning("shell job pid=%s: %d process(es) ignored SIGTERM and were killed", proc.pid,
+                                       killed, extra={"action": "shell_kill"})
+        finally:
+            _reap(proc, processes)
+            output.finish(DRAIN_SECONDS)
+        exit_code = proc.returncode
+        details: dict[str, Any] = {"exit_code": exit_code, "stdout_tail": output.tail(0), "stderr_tail": output.tail(1)}
+        return _result(exit_code, reason, timeout, details)
 
 
 def _shown(command: str | list[str]) -> str:
     return command if isinstance(command, str) else " ".join(command)
 
 
-def _start(command: str | list[str], cwd: str | None,
-           env: dict[str, str] | None) -> subprocess.Popen[bytes] | JobResult:
-    """The child in a session (so a process group) of its own, both outputs piped; a command
-    that cannot start is a failed run saying why, not an exception."""
+def _start(command: str | list[str], cwd: str | None, env: dict[str, str] | None,
+           mark: str) -> subprocess.Popen[bytes] | JobResult:
+    """The child in a session (so a process group) of its own, carrying the run's mark, both
+    outputs piped; a command that cannot start is a failed run saying why, not an exception."""
     try:
         return subprocess.Popen(
             command,
             shell=isinstance(command, str),
             cwd=cwd,
-            env={**os.environ, **env} if env else None,
+            env=proctree.marked_environment({**os.environ, **(env or {})}, mark),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -173,16 +217,6 @@ def _start(command: str | list[str], cwd: str | None,
     return JobResult(False, message, {"exit_code": None, "stdout_tail": "", "stderr_tail": ""})
 
 
-def _start_readers(proc: subprocess.Popen[bytes]) -> list[_TailReader]:
-    """stdout's and stderr's readers, in that order, already draining."""
-    assert proc.stdout is not None and proc.stderr is not None
-    readers = [_TailReader(proc.stdout, f"mjsched-shell-out-{proc.pid}"),
-               _TailReader(proc.stderr, f"mjsched-shell-err-{proc.pid}")]
-    for reader in readers:
-        reader.start()
-    return readers
-
-
 def _kill_grace(context: ExecutionContext) -> float:
     """SIGTERM to SIGKILL: KILL_GRACE, or less when the engine asks for less (a fenced run's
     is 0: its lease is about to pass to another engine, so the group dies at once)."""
@@ -190,20 +224,35 @@ def _kill_grace(context: ExecutionContext) -> float:
     return KILL_GRACE if asked is None else max(0.0, min(KILL_GRACE, float(asked)))
 
 
-def _wait(proc: subprocess.Popen[bytes], cancel_event: threading.Event, timeout: float | None) -> str | None:
-    """Wait for the child to exit (None), or until the run is cancelled ("cancelled") or its own
-    timeout passes ("timeout"); cancellation is checked every POLL_INTERVAL."""
+def _wait(proc: subprocess.Popen[bytes], output: _Output, cancel_event: threading.Event,
+          timeout: float | None) -> str | None:
+    """Drain the outputs until the child exits (None; it is left unreaped, so its pid and group
+    id stay its own while its tree is ended), the run is cancelled ("cancelled") or its own
+    timeout passes ("timeout"); checked at least every POLL_INTERVAL."""
     deadline = time.monotonic() + timeout if timeout is not None else None
     while True:
-        try:
-            proc.wait(timeout=POLL_INTERVAL)
+        if proctree.exited(proc):
             return None
-        except subprocess.TimeoutExpired:
-            pass
         if cancel_event.is_set():
             return "cancelled"
         if deadline is not None and time.monotonic() >= deadline:
             return "timeout"
+        if output.open:
+            output.pump(POLL_INTERVAL)
+        else:
+            cancel_event.wait(POLL_INTERVAL)
+
+
+def _reap(proc: subprocess.Popen[bytes], processes: proctree.RunProcesses) -> None:
+    """Collect the child; one still running here (an exception on the way) is killed first,
+    with its tree."""
+    if proc.poll() is None:
+        processes.kill()
+        proc.kill()
+    try:
+        proc.wait(timeout=REAP_SECONDS)
+    except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
+        log.warning("shell job pid=%s not reaped %gs after SIGKILL", proc.pid, REAP_SECONDS)
 
 
 def _result(exit_code: int | None, reason: str | None, timeout: float | None, details: dict[str, Any]) -> JobResult:
@@ -223,62 +272,3 @@ def _result(exit_code: int | None, reason: str | None, timeout: float | None, de
             name = f"signal {-exit_code}"
         return JobResult(False, f"command killed by {name}", details)
     return JobResult(False, f"command exited with status {exit_code}", details)
-
-
-def _group_alive(pgid: int) -> bool:
-    """Whether any process other than a zombie is still in group ``pgid``."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    if not os.path.isdir("/proc/self"):
-        return True
-    # Zombies still answer kill(0) until their (possibly non-reaping) parent
-    # collects them; they hold no resources, so they do not count.
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2:].split()
-        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
-            return True
-    return False
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def terminate_process_group(proc: subprocess.Popen, grace: float | None = None) -> None:
-    """SIGTERM the child's process group, SIGKILL it after ``grace`` seconds, reap the child.
-
-    The child was started with ``start_new_session=True``, so its pid is the group id.
-    ``grace`` defaults to :data:`KILL_GRACE`.
-    """
-    grace = KILL_GRACE if grace is None else grace
-    pgid = proc.pid
-    _signal_group(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        if proc.poll() is not None and not _group_alive(pgid):
-            return
-        time.sleep(POLL_INTERVAL)
-    _signal_group(pgid, signal.SIGKILL)
-    try:
-        proc.wait(timeout=max(grace, REAP_SECONDS))   # SIGKILL is not ignored: only the reaping is waited for
-    except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
-        pass
-    # Members of the group that were already reparented are reaped by init;
-    # wait briefly so callers can rely on the group being gone.
-    deadline = time.monotonic() + max(grace, REAP_SECONDS)
-    while _group_alive(pgid) and time.monotonic() < deadline:
-        time.sleep(POLL_INTERVAL)

@@ -132,3 +132,56 @@ class DoubleForkDriver(mjsched.BaseScheduledJob):
         daemon = int(os.read(read_end, 64).decode())
         _note(context, "daemon.pid", daemon)
         return {"daemon": daemon}
+
+
+@mjsched.register_driver("iso-orphans")
+class OrphansDriver(mjsched.BaseScheduledJob):
+    """Leaves a grandchild behind (``scenario``), notes its pid in ``dir``, then ends as
+    ``outcome`` says: "complete" returns, "fail" raises, "hang" ignores cancellation.
+
+    Scenarios: "setsid" (a child in a session of its own), "double-fork" (fork, setsid,
+    fork, the middle one exits: an orphan in its own session), "holds-line" (the same, but
+    the grandchild stays a copy of this interpreter, holding every descriptor it had,
+    the line to the engine included), "bare-env" (as "double-fork", with an empty
+    environment: only its descent tells it belongs to the run). Outcome "exit" is an
+    abrupt ``os._exit(7)``."""
+
+    def execute(self, context: Any) -> Any:
+        configuration = context.job.configuration
+        scenario = configuration["scenario"]
+        if scenario == "setsid":
+            grandchild = subprocess.Popen(["sleep", "120"], start_new_session=True, stdin=subprocess.DEVNULL,
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).pid
+        else:
+            grandchild = _double_fork(exec_sleep=scenario != "holds-line", bare_env=scenario == "bare-env")
+        _note(context, "child.pid", os.getpid())
+        _note(context, "grandchild.pid", grandchild)
+        outcome = configuration["outcome"]
+        if outcome == "fail":
+            raise RuntimeError("the job failed")
+        if outcome == "exit":
+            os._exit(7)
+        if outcome == "hang":
+            time.sleep(120)
+        return {"grandchild": grandchild}
+
+
+def _double_fork(exec_sleep: bool, bare_env: bool = False) -> int:
+    """fork, setsid, fork; the middle process exits: the grandchild is an orphan in a session
+    of its own. Its pid comes back through a pipe."""
+    read_end, write_end = os.pipe()
+    first = os.fork()
+    if first == 0:
+        try:
+            os.setsid()
+            if os.fork() == 0:
+                os.write(write_end, f"{os.getpid()}\n".encode())
+                if exec_sleep:
+                    os.execvpe("sleep", ["sleep", "120"], {"PATH": "/usr/bin:/bin"} if bare_env else os.environ)
+                time.sleep(120)
+        finally:
+            os._exit(0)
+    os.waitpid(first, 0)
+    os.close(write_end)
+    with os.fdopen(read_end) as fh:
+        return int(fh.readline())
