@@ -187,7 +187,7 @@ def cmd_jobs_show(ctx: Context) -> int:
     data = redact(jsonable(job))
     width = max(len(k) for k in data)
     for key, value in data.items():
-        if key == "configuration":
+        if key == "configuration" and not isinstance(value, str):   # a str: "<undecodable: ...>" (decoding.py)
             value = json.dumps(value, sort_keys=True)
         ctx.emit(f"{key.ljust(width)}  {'-' if value is None else value}")
     return EXIT_OK

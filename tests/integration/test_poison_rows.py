@@ -452,3 +452,125 @@ def test_scripts_name_each_rule_after_its_column() -> None:
         text = sqlfiles.script(dialect, "001_schema.sql")
         for rule in RULES:
             assert f"ck_scheduled_job_{rule}" in text, (dialect, rule)
+
+
+# -- rows no engine can decode (issue 32) ---------------------------------------------------------
+# JSON nested ~1,000 levels deep (2 KB) made psycopg2's jsonb caster raise RecursionError for the
+# whole claimed batch after the claim committed: every job claimed with it was left Running with
+# nobody executing it, `jobs list` crashed, the dashboard's job page answered 500. Each value is
+# now decoded per row (mjsched/decoding.py); a row that cannot be is set aside, naming the field.
+
+def deep_json(depth: int) -> str:
+    """A JSON object whose objects nest ``depth`` levels ({} is one level)."""
+    return '{"a": ' * (depth - 1) + "{}" + "}" * (depth - 1)
+
+
+def write_past_the_schema(sql: Any, job_id: str, column: str, value: str) -> None:
+    """What an older schema (or a rule dropped by hand) lets plain SQL write."""
+    sql.run("ALTER TABLE mjsched.scheduled_job DROP CONSTRAINT IF EXISTS ck_scheduled_job_configuration")
+    sql.run(f"UPDATE mjsched.scheduled_job SET {column} = %s::jsonb WHERE id = %s", (value, job_id))
+
+
+def nothing_left_held(sql: Any) -> None:
+    assert sql.rows("SELECT id, scheduled_job_id FROM mjsched.scheduled_job_run WHERE status = 'Running'") == []
+    assert sql.rows("SELECT name FROM mjsched.scheduled_job WHERE lock_token IS NOT NULL") == []
+
+
+@pytest.mark.parametrize("depth", [1000, 3000, 65])
+def test_a_deep_json_job_is_set_aside_once_beside_healthy_per_second_jobs(depth: int, make_engine: Any, sql: Any,
+                                                                        caplog: Any) -> None:
+    caplog.set_level(logging.INFO, logger="mjsched")
+    admin = make_engine()
+    healthy = [per_second_job(admin, f"healthy-{i}") for i in range(4)]
+    poison = per_second_job(admin, "deep")
+    write_past_the_schema(sql, poison, "configuration", deep_json(depth))
+    engine = make_engine(lease_timeout=5.0, max_poll_interval=0.5, max_concurrent_jobs=10)
+    engine.start_polling()
+    try:
+        for job in healthy:
+            wait_for(lambda: len(engine.list_runs(job, status="Completed")) >= 3, timeout=15,
+                     message="each healthy job to run beside the deep one")
+        engine.dispatch_due_jobs()   # a poll by hand: raises nothing either
+    finally:
+        engine.stop_polling(wait=True, max_wait=5)
+    nothing_left_held(sql)
+    runs = sql.rows("SELECT status, error_message FROM mjsched.scheduled_job_run WHERE scheduled_job_id = %s",
+                    (poison,))
+    assert [r["status"] for r in runs] == ["Failed"], runs
+    assert "configuration: nesting deeper than 64 levels" in runs[0]["error_message"], runs
+    reports = [r.getMessage() for r in caplog.records if getattr(r, "action", "") == "job_set_aside"]
+    assert len(reports) == 1 and "deep" in reports[0] and "configuration" in reports[0], reports
+    assert not [r for r in caplog.records if "RecursionError" in r.getMessage() or r.exc_info]
+    job = engine.get_job(poison)
+    assert job.undecodable == ("configuration",)
+    assert job.configuration == "<undecodable: nesting deeper than 64 levels>"
+    assert {j.name for j in engine.list_jobs()} >= {"deep", "healthy-0"}
+
+
+def test_a_deep_job_fixed_by_its_owner_runs_again(make_engine: Any, sql: Any) -> None:
+    """The set-aside job is passed over by the reschedule sweep only while it cannot be decoded."""
+    admin = make_engine()
+    poison = per_second_job(admin, "deep")
+    write_past_the_schema(sql, poison, "configuration", deep_json(1000))
+    engine = make_engine(lease_timeout=5.0, max_poll_interval=0.5)
+    engine.start_polling()
+    try:
+        wait_for(lambda: sql.one("SELECT count(*) FROM mjsched.scheduled_job_run WHERE scheduled_job_id = %s",
+                                 (poison,)) == 1, timeout=10, message="the deep job to be set aside")
+        time.sleep(2.5)   # ticks pass: it is not claimed (nor set aside) again
+        assert sql.one("SELECT count(*) FROM mjsched.scheduled_job_run WHERE scheduled_job_id = %s", (poison,)) == 1
+        admin.update_job(poison, configuration={"callable": "os:getpid"})
+        wait_for(lambda: engine.list_runs(poison, status="Completed"), timeout=15, message="the fixed job to run")
+    finally:
+        engine.stop_polling(wait=True, max_wait=5)
+    nothing_left_held(sql)
+
+
+def test_a_run_whose_details_cannot_be_decoded_is_listed(make_engine: Any, sql: Any) -> None:
+    engine = make_engine()
+    job_id = per_second_job(engine, "target", status="Paused")
+    run = engine.execute_job(job_id, force=True)
+    sql.run("UPDATE mjsched.scheduled_job_run SET details = %s::jsonb, parameters = %s::jsonb WHERE id = %s",
+            (deep_json(2000), '{"n": 1' + "0" * 5000 + "}", run.id))
+    runs = engine.list_runs(job_id)
+    assert [r.undecodable for r in runs] == [("details", "parameters")]
+    assert runs[0].details == "<undecodable: nesting deeper than 64 levels>"
+    assert runs[0].parameters.startswith("<undecodable: not decodable as JSON")
+    assert engine.backend.get_run(run.id).undecodable == ("details", "parameters")
+
+
+def test_jobs_list_show_and_the_dashboard_show_an_undecodable_row(make_engine: Any, sql: Any, pg_dsn: str,
+                                                                   tmp_path: Any) -> None:
+    from tests.cli.conftest import Cli
+
+    admin = make_engine()
+    healthy = per_second_job(admin, "healthy", status="Paused")
+    poison = per_second_job(admin, "deep", status="Paused")
+    write_past_the_schema(sql, poison, "configuration", deep_json(1000))
+    with pytest.raises(mjsched.ConfigurationError) as refused:   # before anything is written
+        admin.execute_job(poison, force=True)
+    assert refused.value.field == "configuration" and "nesting deeper than 64" in str(refused.value)
+    run = admin.execute_job(healthy, force=True)
+    sql.run("UPDATE mjsched.scheduled_job_run SET details = %s::jsonb WHERE id = %s", (deep_json(1000), run.id))
+    cli = Cli(tmp_path)
+    listed = cli("jobs", "list", "--dsn", pg_dsn, expect=0).stdout
+    assert "deep" in listed and "healthy" in listed
+    shown = cli("jobs", "show", "deep", "--dsn", pg_dsn, expect=0).stdout
+    assert "<undecodable: nesting deeper than 64 levels>" in shown and "Traceback" not in shown
+    as_json = cli.json("jobs", "list", "--dsn", pg_dsn)
+    assert {j["name"]: j["configuration"] for j in as_json}["deep"] == "<undecodable: nesting deeper than 64 levels>"
+    cli("runs", "--dsn", pg_dsn, expect=0)
+
+    pytest.importorskip("werkzeug", reason="the 'web' extra is not installed")
+    from tests.web.conftest import Browserless
+    from mjsched.web import create_app
+
+    app = create_app(admin)
+    try:
+        client = Browserless(app)
+        assert "deep" in client.html("/jobs")
+        page = client.html(f"/jobs/{poison}")
+        assert "&lt;undecodable: nesting deeper than 64 levels&gt;" in page
+        client.html("/runs")
+    finally:
+        app.close()
