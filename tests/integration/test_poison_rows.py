@@ -413,7 +413,9 @@ def test_upgrade_sets_aside_rows_an_older_release_left(make_engine: Any, sql: An
         assert any(r["name"] == name and fragment in r["error_message"] for r in runs), (name, fragment, runs)
     warnings = [r.getMessage() for r in caplog.records if getattr(r, "action", "") == "job_set_aside"]
     assert len(warnings) == len(expected), warnings
-    assert sql.one("SELECT count(*) FROM pg_constraint WHERE NOT convalidated") == 0
+    # every rule validated, but the run table's JSON limits (001_schema.sql: for runs written from now on)
+    assert sql.rows("SELECT conname FROM pg_constraint WHERE NOT convalidated ORDER BY 1") == [
+        {"conname": "ck_scheduled_job_run_details_limits"}, {"conname": "ck_scheduled_job_run_parameters_limits"}]
     assert {r["conname"] for r in sql.rows("SELECT conname FROM pg_constraint WHERE contype = 'c'")} >= \
         {f"ck_scheduled_job_{rule}" for rule in RULES}
 
@@ -469,6 +471,12 @@ def write_past_the_schema(sql: Any, job_id: str, column: str, value: str) -> Non
     """What an older schema (or a rule dropped by hand) lets plain SQL write."""
     sql.run("ALTER TABLE mjsched.scheduled_job DROP CONSTRAINT IF EXISTS ck_scheduled_job_configuration")
     sql.run(f"UPDATE mjsched.scheduled_job SET {column} = %s::jsonb WHERE id = %s", (value, job_id))
+
+
+def drop_run_json_limits(sql: Any) -> None:
+    """A run written before the run table had its JSON rules (or by a client past them)."""
+    for rule in ("details", "parameters"):
+        sql.run(f"ALTER TABLE mjsched.scheduled_job_run DROP CONSTRAINT IF EXISTS ck_scheduled_job_run_{rule}_limits")
 
 
 def nothing_left_held(sql: Any) -> None:
@@ -530,6 +538,7 @@ def test_a_run_whose_details_cannot_be_decoded_is_listed(make_engine: Any, sql: 
     engine = make_engine()
     job_id = per_second_job(engine, "target", status="Paused")
     run = engine.execute_job(job_id, force=True)
+    drop_run_json_limits(sql)
     sql.run("UPDATE mjsched.scheduled_job_run SET details = %s::jsonb, parameters = %s::jsonb WHERE id = %s",
             (deep_json(2000), '{"n": 1' + "0" * 5000 + "}", run.id))
     runs = engine.list_runs(job_id)
@@ -551,6 +560,7 @@ def test_jobs_list_show_and_the_dashboard_show_an_undecodable_row(make_engine: A
         admin.execute_job(poison, force=True)
     assert refused.value.field == "configuration" and "nesting deeper than 64" in str(refused.value)
     run = admin.execute_job(healthy, force=True)
+    drop_run_json_limits(sql)
     sql.run("UPDATE mjsched.scheduled_job_run SET details = %s::jsonb WHERE id = %s", (deep_json(1000), run.id))
     cli = Cli(tmp_path)
     listed = cli("jobs", "list", "--dsn", pg_dsn, expect=0).stdout
@@ -574,3 +584,122 @@ def test_jobs_list_show_and_the_dashboard_show_an_undecodable_row(make_engine: A
         client.html("/runs")
     finally:
         app.close()
+
+
+# -- the limits on JSON: the API, the admin procedures, the schema (issue 32) ---------------------
+
+def nested(depth: int) -> dict[str, Any]:
+    """A dict whose dicts nest ``depth`` levels, built without recursion (past Python's limit too)."""
+    value: dict[str, Any] = {}
+    for _ in range(depth - 1):
+        value = {"a": value}
+    return value
+
+
+def deep_details() -> dict[str, Any]:
+    """A python job's result: details nested past the limit (the run must still be recorded)."""
+    return {"result": nested(200)}
+
+
+@pytest.mark.parametrize("depth", [65, 900, 3000])
+def test_the_api_refuses_json_nested_deeper_than_64_levels(depth: int, make_engine: Any, sql: Any) -> None:
+    engine = make_engine()
+    config = {"callable": "os:getpid", "kwargs": nested(depth - 1)}
+    with pytest.raises(mjsched.ConfigurationError) as refused:
+        engine.create_job("deep", "python", "* * * * *", configuration=config)
+    assert refused.value.field == "configuration" and "64 levels" in str(refused.value)
+    job_id = per_second_job(engine, "target", status="Paused")
+    with pytest.raises(mjsched.ConfigurationError) as refused:
+        engine.update_job(job_id, configuration=config)
+    assert refused.value.field == "configuration"
+    with pytest.raises(mjsched.ConfigurationError) as refused:
+        engine.execute_job(job_id, parameters={"kwargs": nested(depth)}, force=True)
+    assert refused.value.field == "parameters" and "64 levels" in str(refused.value)
+    assert sql.one("SELECT count(*) FROM mjsched.scheduled_job_run") == 0
+    # 64 levels are allowed
+    engine.update_job(job_id, configuration={"callable": "os:getpid", "x": nested(63)})
+
+
+def test_admin_procedures_refuse_json_nested_deeper_than_64_levels(executor_dsn: str, make_engine: Any,
+                                                                    sql: Any) -> None:
+    job_id = per_second_job(make_engine(), "target")
+    type_id = sql.one("SELECT job_type_id FROM mjsched.scheduled_job WHERE id = %s", (job_id,))
+    conn = psycopg2.connect(executor_dsn)
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            for depth in (65, 3000):
+                config = deep_json(depth)
+                new = json.dumps({"job_type_id": str(type_id), "name": "new", "cron_expression": "* * * * * *",
+                                  "status": "Active"})[:-1] + f', "configuration": {config}}}'
+                with pytest.raises(psycopg2.Error) as refused:
+                    cur.execute("SELECT * FROM mjsched.insert_job(%s::jsonb)", (new,))
+                assert refused.value.pgcode == "22023" and "fields.configuration" in str(refused.value)
+                assert "64 levels" in str(refused.value)
+                with pytest.raises(psycopg2.Error) as refused:
+                    cur.execute("SELECT * FROM mjsched.update_job(%s::uuid, %s::jsonb)",
+                                (job_id, f'{{"configuration": {config}}}'))
+                assert refused.value.pgcode == "22023" and "fields.configuration" in str(refused.value)
+            cur.execute("SELECT * FROM mjsched.update_job(%s::uuid, %s::jsonb)",
+                        (job_id, f'{{"configuration": {deep_json(64)}}}'))
+    finally:
+        conn.close()
+
+
+def test_the_schema_refuses_json_nested_deeper_than_64_levels(make_engine: Any, sql: Any) -> None:
+    engine = make_engine()
+    job_id = per_second_job(engine, "target", status="Paused")
+    run = engine.execute_job(job_id, force=True)
+    for table, column, row, rule in (
+            ("scheduled_job", "configuration", job_id, "ck_scheduled_job_configuration"),
+            ("scheduled_job_run", "details", run.id, "ck_scheduled_job_run_details_limits"),
+            ("scheduled_job_run", "parameters", run.id, "ck_scheduled_job_run_parameters_limits")):
+        with pytest.raises(psycopg2.errors.CheckViolation) as refused:
+            sql.run(f"UPDATE mjsched.{table} SET {column} = %s::jsonb WHERE id = %s", (deep_json(65), row))
+        assert rule in str(refused.value), refused.value
+        sql.run(f"UPDATE mjsched.{table} SET {column} = %s::jsonb WHERE id = %s", (deep_json(64), row))
+        with pytest.raises(psycopg2.errors.CheckViolation):
+            sql.run(f"UPDATE mjsched.{table} SET {column} = jsonb_build_object('x', repeat('c', 1000001)) "
+                    "WHERE id = %s", (row,))
+
+
+def test_the_upgrade_sets_aside_a_job_whose_configuration_is_too_deep(make_engine: Any, sql: Any) -> None:
+    engine = make_engine()
+    healthy = per_second_job(engine, "healthy")
+    deep = per_second_job(engine, "deep")
+    write_past_the_schema(sql, deep, "configuration", deep_json(1000))
+    _reapply_schema(sql)
+    assert "001_schema" in make_engine().install()
+    jobs = {r["name"]: r for r in sql.rows("SELECT name, status, configuration FROM mjsched.scheduled_job")}
+    assert jobs["deep"]["status"] == "Disabled" and jobs["deep"]["configuration"] is None
+    assert jobs["healthy"]["status"] == "Active"
+    message = sql.one("SELECT error_message FROM mjsched.scheduled_job_run WHERE scheduled_job_id = %s", (deep,))
+    assert "configuration" in message and "ck_scheduled_job_configuration" in message
+    assert healthy
+
+
+def test_details_past_the_limits_do_not_fail_the_completion(make_engine: Any, sql: Any) -> None:
+    engine = make_engine()
+    job_id = engine.create_job("deep-result", "python", "0 0 1 1 *",
+                               configuration={"callable": "tests.integration.test_poison_rows:deep_details"})
+    run = engine.execute_job(job_id)
+    assert run.status.value == "Completed", run
+    assert run.details == {"details_dropped": "nesting deeper than 64 levels"}
+    # a completion written by another client (an engine of the previous release) with such details
+    # is recorded too, the details replaced by a note, and the rest of its batch with it
+    other = engine.execute_job(per_second_job(engine, "other", status="Paused"), force=True)
+    sql.run("UPDATE mjsched.scheduled_job_run SET status = 'Running', lock_token = gen_random_uuid(), "
+            "lease_expires_at = now() + interval '1 minute', completed_at = NULL WHERE id IN (%s, %s)",
+            (run.id, other.id))
+    tokens = {r["id"]: str(r["lock_token"]) for r in sql.rows(
+        "SELECT id::text, lock_token FROM mjsched.scheduled_job_run WHERE id IN (%s, %s)", (run.id, other.id))}
+    items = [{"run_id": run.id, "token": tokens[run.id], "status": "Completed", "details": "DEEP"},
+             {"run_id": other.id, "token": tokens[other.id], "status": "Completed",
+              "details": {"big": "x" * 1000001}}]
+    payload = json.dumps(items).replace('"DEEP"', deep_json(3000))
+    done = sql.rows("SELECT run_id::text, completed FROM mjsched.complete_runs(%s::jsonb)", (payload,))
+    assert {r["run_id"]: r["completed"] for r in done} == {run.id: 1, other.id: 1}
+    details = {r["id"]: r["details"] for r in sql.rows(
+        "SELECT id::text, details FROM mjsched.scheduled_job_run WHERE id IN (%s, %s)", (run.id, other.id))}
+    assert details[run.id] == {"details_dropped": "nesting deeper than 64 levels"}
+    assert details[other.id]["details_dropped"].endswith("bytes as JSON; at most 1000000 allowed")
