@@ -62,8 +62,10 @@ def schedule_words(job: Any) -> str:
 
     if job.interval_seconds is not None:
         return f"every {format_duration(job.interval_seconds)}"
-    if job.run_at is not None:
+    if isinstance(job.run_at, datetime):
         return f"once at {job.run_at.astimezone(UTC).isoformat()}"
+    if job.run_at is not None:   # an Undecodable (mjsched/decoding.py)
+        return f"once at {job.run_at}"
     return str(job.cron_expression)
 
 
