@@ -242,6 +242,7 @@ class Dispatcher:
                 job = batch.jobs[claim.job_id]
                 if not self._pending.first_time(claim):   # started before a replay of its claim
                     continue
+                registered = len(ready)
                 try:
                     if job.undecodable:   # a stored value no engine can read: before any run started
                         self._set_aside_undecodable(job, claim.run_id, claim.lock_token)
@@ -250,7 +251,11 @@ class Dispatcher:
                 except scheduling.UnusableSchedule as exc:   # the row itself: before any run started
                     self._set_aside(job, claim.run_id, claim.lock_token, exc.cause)
                 except Exception as exc:  # noqa: BLE001 - between a committed claim and its start
-                    self._give_back(job, claim.run_id, claim.lock_token, exc)
+                    if len(ready) == registered:
+                        self._give_back(job, claim.run_id, claim.lock_token, exc)
+                    else:   # its run is registered already: it starts with the others (finally below)
+                        log.error("job %r: %s: %s after its run was prepared; the run starts", job.name,
+                                  type(exc).__name__, exc, extra={"action": "dispatch_failed", "job_id": job.id})
         finally:
             failed = self._hand_to_pool(ready)
         return [run_id for run_id in started if run_id not in failed]

@@ -703,3 +703,28 @@ def test_details_past_the_limits_do_not_fail_the_completion(make_engine: Any, sq
         "SELECT id::text, details FROM mjsched.scheduled_job_run WHERE id IN (%s, %s)", (run.id, other.id))}
     assert details[run.id] == {"details_dropped": "nesting deeper than 64 levels"}
     assert details[other.id]["details_dropped"].endswith("bytes as JSON; at most 1000000 allowed")
+
+
+def test_a_claim_that_fails_before_its_start_is_handed_back(make_engine: Any, sql: Any,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever fails between a committed claim and its driver's start hands the claim back at
+    once (its run Skipped, its lock released), not left Running until its lease lapses; the
+    other claims of the batch start."""
+    engine = make_engine(max_concurrent_jobs=5, lease_timeout=30)
+    failing, running = per_second_job(engine, "fails"), per_second_job(engine, "runs")
+    sql.run("UPDATE mjsched.scheduled_job SET next_run_at = now() - interval '1 second'")
+    original = engine._dispatcher.start_claim
+
+    def fail_one(job: Any, *args: Any) -> int:
+        if job.id == failing:
+            raise RuntimeError("boom before the run")
+        return original(job, *args)
+    monkeypatch.setattr(engine._dispatcher, "start_claim", fail_one)
+    assert engine.dispatch_due_jobs().dispatched == 1
+    wait_for(lambda: engine.list_runs(running, status="Completed"), message="the other claim's run")
+    wait_for(lambda: engine.list_runs(failing, status="Skipped"), message="the failed claim handed back")
+    [handed] = engine.list_runs(failing)
+    assert handed.error_message == "not started: RuntimeError: boom before the run"
+    wait_for(lambda: sql.one("SELECT count(*) FROM mjsched.scheduled_job WHERE lock_token IS NOT NULL") == 0,
+             timeout=5, message="the locks to be released, not left to lapse (lease 30 s)")
+    nothing_left_held(sql)
