@@ -72,8 +72,8 @@ def _undecodable_of(obj: Any) -> tuple[str, ...]:
 
 def _decoded(values: dict[str, Any], converters: Mapping[str, Callable[[Any], Any]]) -> tuple[str, ...]:
     """``values`` converted field by field, each failure an Undecodable in its field's place
-    (the slow path of a from_row whose fast path raised, and the check of its JSON fields):
-    a row is never refused whole for one bad value. Returns the fields that failed."""
+    (the slow path of a from_row whose fast path raised or met a marker): a row is never
+    refused whole for one bad value. Returns the fields that failed."""
     failed: list[str] = []
     for name, convert in converters.items():
         value = values.get(name)
