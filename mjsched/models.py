@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Mapping, TypeVar
+from typing import Any, Callable, Mapping, TypeVar
 
+from .decoding import Undecodable, decode_json
 from .frozen import quick_init
 
 E = TypeVar("E", bound=enum.Enum)
@@ -66,10 +66,30 @@ def enum_member(cls: type[E], value: Any) -> E:
     return member if member is not None else cls(value)   # type: ignore[return-value]
 
 
-def _json(value: Any) -> Any:
-    if isinstance(value, (str, bytes, bytearray)):
-        return json.loads(value)
-    return value
+def _undecodable_of(obj: Any) -> tuple[str, ...]:
+    return obj.__dict__.get("_undecodable", ())   # type: ignore[no-any-return]
+
+
+def _decoded(values: dict[str, Any], converters: Mapping[str, Callable[[Any], Any]]) -> tuple[str, ...]:
+    """``values`` converted field by field, each failure an Undecodable in its field's place
+    (the slow path of a from_row whose fast path raised or met a marker): a row is never
+    refused whole for one bad value. Returns the fields that failed."""
+    failed: list[str] = []
+    for name, convert in converters.items():
+        value = values.get(name)
+        if isinstance(value, Undecodable):     # the driver could not read it (decoding.safe_caster)
+            failed.append(name)
+            values[name] = Undecodable(name, value.reason)
+            continue
+        try:
+            values[name] = convert(value)
+        except Exception as exc:  # noqa: BLE001 - whatever a stored value makes a conversion raise
+            values[name] = Undecodable(name, f"{type(exc).__name__}: {exc}"[:300])
+            failed.append(name)
+            continue
+        if isinstance(values[name], Undecodable):
+            failed.append(name)
+    return tuple(failed)
 
 
 
@@ -166,44 +186,86 @@ class Job:
 
         return RetryPolicy.from_row({k: getattr(self, k) for k in COLUMNS})
 
+    @property
+    def undecodable(self) -> tuple[str, ...]:
+        """The fields whose stored value could not be decoded (each holds a
+        ``decoding.Undecodable`` saying why): such a row is never run (engine/dispatch.py)."""
+        return _undecodable_of(self)
+
     @classmethod
     def from_row(cls, row: Mapping[str, Any], **columns: Any) -> "Job":
         """``columns`` stand in for (or add to) the row's own: a claim's row names its job
-        ``job_id`` and carries the claim's token, not the job's."""
+        ``job_id`` and carries the claim's token, not the job's. Never raises for a stored
+        value: one that cannot be decoded is an Undecodable in its field (``undecodable``)."""
         values = _field_values(cls, row)
         values.update(columns)
-        values["id"] = str(values["id"])
-        values["job_type_id"] = str(values["job_type_id"])
-        values["status"] = enum_member(JobStatus, values["status"])
-        values["concurrency_mode"] = enum_member(ConcurrencyMode, values["concurrency_mode"])
-        values["missed_run_policy"] = enum_member(MissedRunPolicy, values["missed_run_policy"])
-        values["isolation"] = enum_member(Isolation, values["isolation"]) if values["isolation"] else None
+        failed: tuple[str, ...] = ()
         try:
-            values["configuration"] = _json(values["configuration"]) or {}
-        except ValueError:   # not JSON (a row no rule checked): the engine refuses to run it, naming why
-            pass
-        values["lock_token"] = str(values["lock_token"]) if values["lock_token"] else None
-        values["run_immediately_if_never_run"] = bool(values["run_immediately_if_never_run"])
-        values["notify_on_success"] = bool(values["notify_on_success"])
-        values["notify_on_failure"] = bool(values["notify_on_failure"])
-        values["high_frequency_ok"] = bool(values["high_frequency_ok"])
-        values["notify_final_attempt_only"] = values["notify_final_attempt_only"] is None \
-            or bool(values["notify_final_attempt_only"])
-        values["retry_count"] = int(values["retry_count"] or 0)
-        for key in ("retry_initial_delay", "retry_factor", "retry_max_delay", "retry_jitter"):
-            if values[key] is not None:
-                values[key] = float(values[key])
-        if values["max_runtime_seconds"] is not None:
-            values["max_runtime_seconds"] = float(values["max_runtime_seconds"])
-        if values["interval_seconds"] is not None:
-            values["interval_seconds"] = int(values["interval_seconds"])
+            values["id"] = str(values["id"])
+            values["job_type_id"] = str(values["job_type_id"])
+            values["status"] = enum_member(JobStatus, values["status"])
+            values["concurrency_mode"] = enum_member(ConcurrencyMode, values["concurrency_mode"])
+            values["missed_run_policy"] = enum_member(MissedRunPolicy, values["missed_run_policy"])
+            values["isolation"] = enum_member(Isolation, values["isolation"]) if values["isolation"] else None
+            values["configuration"] = decode_json(values["configuration"], "configuration") or {}
+            values["lock_token"] = str(values["lock_token"]) if values["lock_token"] else None
+            values["run_immediately_if_never_run"] = bool(values["run_immediately_if_never_run"])
+            values["notify_on_success"] = bool(values["notify_on_success"])
+            values["notify_on_failure"] = bool(values["notify_on_failure"])
+            values["high_frequency_ok"] = bool(values["high_frequency_ok"])
+            values["notify_final_attempt_only"] = values["notify_final_attempt_only"] is None \
+                or bool(values["notify_final_attempt_only"])
+            values["retry_count"] = int(values["retry_count"] or 0)
+            for key in ("retry_initial_delay", "retry_factor", "retry_max_delay", "retry_jitter"):
+                if values[key] is not None:
+                    values[key] = float(values[key])
+            if values["max_runtime_seconds"] is not None:
+                values["max_runtime_seconds"] = float(values["max_runtime_seconds"])
+            if values["interval_seconds"] is not None:
+                values["interval_seconds"] = int(values["interval_seconds"])
+            if Undecodable in map(type, values.values()):   # a marker of decode_json or of the driver
+                raise ValueError("undecodable")
+        except Exception:  # noqa: BLE001 - a value no rule checked: decode field by field, naming it
+            values = _field_values(cls, row)
+            values.update(columns)
+            failed = _decoded(values, _JOB_CONVERTERS)
         if "__post_init__" in cls.__dict__:
-            return cls(**values)
-        # Every field is in ``values``, and the frozen __init__ would only store them one by one
-        # through object.__setattr__ (48 of them, about 8 µs per claimed job): store them at once.
-        job = object.__new__(cls)
-        job.__dict__.update(values)
+            job = cls(**values)
+        else:
+            # Every field is in ``values``, and the frozen __init__ would only store them one by one
+            # through object.__setattr__ (48 of them, about 8 µs per claimed job): store them at once.
+            job = object.__new__(cls)
+            job.__dict__.update(values)
+        if failed:
+            job.__dict__["_undecodable"] = failed   # not a field: no column of its own
         return job
+
+
+def _optional(convert: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda value: None if value is None else convert(value)
+
+
+def _kept(value: Any) -> Any:
+    return value
+
+
+_JOB_CONVERTERS: dict[str, Callable[[Any], Any]] = {
+    **{f.name: _kept for f in dataclasses.fields(Job)},
+    "id": str, "job_type_id": str,
+    "status": lambda v: enum_member(JobStatus, v),
+    "concurrency_mode": lambda v: enum_member(ConcurrencyMode, v),
+    "missed_run_policy": lambda v: enum_member(MissedRunPolicy, v),
+    "isolation": lambda v: enum_member(Isolation, v) if v else None,
+    "configuration": lambda v: decode_json(v, "configuration") or {},
+    "lock_token": lambda v: str(v) if v else None,
+    **{k: bool for k in ("run_immediately_if_never_run", "notify_on_success", "notify_on_failure",
+                         "high_frequency_ok")},
+    "notify_final_attempt_only": lambda v: v is None or bool(v),
+    "retry_count": lambda v: int(v or 0),
+    **{k: _optional(float) for k in ("retry_initial_delay", "retry_factor", "retry_max_delay", "retry_jitter",
+                                     "max_runtime_seconds")},
+    "interval_seconds": _optional(int),
+}
 
 
 @quick_init
@@ -235,23 +297,52 @@ class JobRun:
     attempt: int = 1                     # 1 for a tick's first run; a retry of the same tick counts on
     retry_at: datetime | None = None     # a Queued retry: when it is due
 
+    @property
+    def undecodable(self) -> tuple[str, ...]:
+        """The fields whose stored value could not be decoded (each holds an Undecodable)."""
+        return _undecodable_of(self)
+
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> "JobRun":
+        """Never raises for a stored value: one that cannot be decoded (details nested a
+        thousand levels deep) is an Undecodable in its field (``undecodable``)."""
         values = _field_values(cls, row)
-        values["id"] = str(values["id"])
-        values["scheduled_job_id"] = str(values["scheduled_job_id"])
-        values["status"] = enum_member(RunStatus, values["status"])
-        values["details"] = _json(values["details"])
-        values["parameters"] = _json(values["parameters"])
-        values["lock_token"] = str(values["lock_token"]) if values["lock_token"] else None
-        values["attempt"] = int(values["attempt"] or 1)
-        if values["success"] is not None:
-            values["success"] = bool(values["success"])
-        return cls(**values)
+        failed: tuple[str, ...] = ()
+        try:
+            values["id"] = str(values["id"])
+            values["scheduled_job_id"] = str(values["scheduled_job_id"])
+            values["status"] = enum_member(RunStatus, values["status"])
+            values["details"] = decode_json(values["details"], "details")
+            values["parameters"] = decode_json(values["parameters"], "parameters")
+            values["lock_token"] = str(values["lock_token"]) if values["lock_token"] else None
+            values["attempt"] = int(values["attempt"] or 1)
+            if values["success"] is not None:
+                values["success"] = bool(values["success"])
+            if Undecodable in map(type, values.values()):
+                raise ValueError("undecodable")
+        except Exception:  # noqa: BLE001 - decode field by field, naming the one that fails
+            values = _field_values(cls, row)
+            failed = _decoded(values, _RUN_CONVERTERS)
+        run = cls(**values)
+        if failed:
+            run.__dict__["_undecodable"] = failed
+        return run
 
     @property
     def finished(self) -> bool:
         return self.status not in (RunStatus.QUEUED, RunStatus.RUNNING)
+
+
+_RUN_CONVERTERS: dict[str, Callable[[Any], Any]] = {
+    **{f.name: _kept for f in dataclasses.fields(JobRun)},
+    "id": str, "scheduled_job_id": str,
+    "status": lambda v: enum_member(RunStatus, v),
+    "details": lambda v: decode_json(v, "details"),
+    "parameters": lambda v: decode_json(v, "parameters"),
+    "lock_token": lambda v: str(v) if v else None,
+    "attempt": lambda v: int(v or 1),
+    "success": _optional(bool),
+}
 
 
 @dataclass(frozen=True)

@@ -17,12 +17,13 @@ import json
 import math
 from typing import TYPE_CHECKING, Any, Mapping
 
+from .decoding import MAX_JSON_BYTES, MAX_JSON_DEPTH, nesting_reason, value_nesting_exceeds
 from .errors import ConfigurationError
 
 if TYPE_CHECKING:
     from .models import Job
 
-MAX_PARAMETER_BYTES = 1_000_000    # as a job's configuration (ck_scheduled_job_configuration)
+MAX_PARAMETER_BYTES = MAX_JSON_BYTES   # and MAX_JSON_DEPTH levels, as a job's configuration (decoding.py)
 
 
 def check_parameters(value: Any) -> dict[str, Any] | None:
@@ -32,6 +33,9 @@ def check_parameters(value: Any) -> dict[str, Any] | None:
         return None
     if not isinstance(value, Mapping):
         raise ConfigurationError("parameters", value, "must be a dict (a JSON object) of configuration keys")
+    if value_nesting_exceeds(dict(value)):   # before the checks below, which recurse
+        raise ConfigurationError("parameters", f"<JSON {nesting_reason()}>",
+                                 f"is nested deeper than {MAX_JSON_DEPTH} levels of objects and arrays")
     for key, item in value.items():
         if not isinstance(key, str) or not key:
             raise ConfigurationError("parameters", key, "every key must be a non-empty string")

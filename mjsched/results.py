@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .decoding import bounded_json
 from .drivers.base import JobResult
 from .redaction import redact, redact_text
 
@@ -35,6 +36,13 @@ def safe_text(value: Any) -> str:
             return "<unprintable>"
 
 
+def _repr(value: Any) -> str:
+    try:
+        return repr(value)
+    except Exception:  # noqa: BLE001 - RecursionError of a value nested too deeply, or a broken __repr__
+        return f"<{type(value).__name__}>"
+
+
 def normalise(raw: Any) -> JobResult:
     if raw is None:
         return JobResult(success=True)
@@ -46,10 +54,13 @@ def normalise(raw: Any) -> JobResult:
         return JobResult(success=False,
                          error_message=f"driver returned {type(raw).__name__}, expected a JobResult, dict or None")
     if result.details is not None:
+        # Details past the limits of a stored JSON value (mjsched/decoding.py: nesting, size) are
+        # replaced by a note saying so: the run's outcome is recorded all the same.
+        details, _dropped = bounded_json(result.details, "details")
         try:
-            details = json.loads(json.dumps(result.details, default=str, allow_nan=False))   # no JSON has NaN
-        except (TypeError, ValueError) as exc:
-            details = {"unserialisable_details": repr(result.details)[:2000], "error": str(exc)}
+            details = json.loads(json.dumps(details, default=str, allow_nan=False))   # no JSON has NaN
+        except (TypeError, ValueError, RecursionError) as exc:
+            details = {"unserialisable_details": _repr(result.details)[:2000], "error": str(exc)}
         if not isinstance(details, dict):
             details = {"value": details}
         result = JobResult(result.success, result.error_message, redact(scrub(details)))

@@ -13,6 +13,7 @@ from typing import Any, Callable, Mapping
 
 from . import retention
 from .cron import CronSchedule, resolve_timezone
+from .decoding import MAX_JSON_BYTES, MAX_JSON_DEPTH, nesting_reason, text_nesting_exceeds, value_nesting_exceeds
 from .schedules import LATEST_RUN_AT, parse_duration
 from .drivers.registry import get_driver
 from .errors import ConfigurationError, InvalidCronExpression, JobNotFound
@@ -22,7 +23,7 @@ from .retry import policy as retry_policy
 
 MAX_NAME = 200
 MAX_TEXT = 100_000
-MAX_CONFIGURATION_BYTES = 1_000_000
+MAX_CONFIGURATION_BYTES = MAX_JSON_BYTES     # and MAX_JSON_DEPTH levels of nesting (mjsched/decoding.py)
 MAX_NOTIFY_TO = 1000
 MAX_OWNER = 255
 
@@ -105,6 +106,9 @@ def configuration(value: Any, field: str = "configuration") -> dict[str, Any]:
     configuration may hold a DSN with a password (the sql driver's)."""
     if value is None:
         return {}
+    if isinstance(value, str) and text_nesting_exceeds(value) or value_nesting_exceeds(value):
+        raise ConfigurationError(field, f"<JSON {nesting_reason()}>",
+                                 f"is nested deeper than {MAX_JSON_DEPTH} levels of objects and arrays")
     if isinstance(value, str):
         try:
             value = json.loads(value)

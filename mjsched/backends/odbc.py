@@ -15,6 +15,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 import pyodbc
 
+from ..decoding import Undecodable, safe_caster
 from ..errors import ConfigurationError
 from ..redaction import redact_dsn
 from .pool import ConnectionPool
@@ -268,6 +269,9 @@ def _guid(raw: bytes | None) -> str | None:
     return str(uuid.UUID(raw.decode("utf-16-le") if b"\x00" in raw else raw.decode("ascii")))
 
 
+_SAFE_DATETIMEOFFSET = safe_caster(_datetimeoffset, "datetimeoffset")
+_SAFE_GUID = safe_caster(_guid, "uniqueidentifier")
+
 _TIME_COLUMNS = {"start_at", "end_at", "next_run_at", "last_run_at", "locked_at", "expected_completion_at",
                  "created_at", "updated_at", "scheduled_for", "queued_at", "started_at", "completed_at",
                  "lease_expires_at", "db_now", "next_due_at", "replied_at", "last_seen_at", "stopped_at", "now",
@@ -275,9 +279,13 @@ _TIME_COLUMNS = {"start_at", "end_at", "next_run_at", "last_run_at", "locked_at"
 
 
 def _value(column: str, value: Any) -> Any:
-    """Drivers that report datetimeoffset as text (old FreeTDS) still give datetimes."""
-    if isinstance(value, str) and column in _TIME_COLUMNS:
-        return parse_timestamp(value)
+    """Drivers that report datetimeoffset as text (old FreeTDS) still give datetimes; text
+    that is no instant is an Undecodable, for its row alone (mjsched/decoding.py)."""
+    if isinstance(value, str) and column in _TIME_COLUMNS and not isinstance(value, Undecodable):
+        try:
+            return parse_timestamp(value)
+        except (ValueError, OverflowError) as exc:
+            return Undecodable(column, f"{value[:100]!r} is not an instant: {exc}")
     return value
 
 
@@ -298,8 +306,11 @@ def to_param(value: Any) -> Any:
 def configure_connection(conn: Any, lock_timeout_ms: int | None = None) -> None:
     """What mjsched does to every new pyodbc connection: converters and session options
     (``SET LOCK_TIMEOUT`` when given: error 1222, transient, instead of a wait on an outsider)."""
-    conn.add_output_converter(_SQL_SS_TIMESTAMPOFFSET, _datetimeoffset)
-    conn.add_output_converter(pyodbc.SQL_GUID, _guid)
+    # Each converter returns an Undecodable for a value it cannot convert, never raising: one
+    # such value must fail its own row, not the fetch of the rows beside it (a claim's reply
+    # arrives after its commit). JSON columns arrive as text, decoded per row (decoding.py).
+    conn.add_output_converter(_SQL_SS_TIMESTAMPOFFSET, _SAFE_DATETIMEOFFSET)
+    conn.add_output_converter(pyodbc.SQL_GUID, _SAFE_GUID)
     setup = _SESSION_SETUP if lock_timeout_ms is None else f"{_SESSION_SETUP} SET LOCK_TIMEOUT {int(lock_timeout_ms)};"
     conn.execute(setup).close()
 

@@ -18,6 +18,7 @@ import psycopg2.extensions
 import psycopg2.extras
 
 from .. import sqlfiles
+from ..decoding import safe_caster
 from ..redaction import redact_dsn
 from ..errors import ConfigurationError, DatabaseError, JobNameTaken, SchemaNotInstalled
 from ..models import ClaimBatch, Job, JobRun
@@ -95,6 +96,33 @@ def _utc_opts(dsn: str, connect_timeout: float, statement_timeout_ms: int, call_
     }
 
 
+def _row_safe_casters() -> list[Any]:
+    """The typecasters every engine connection reads with, so that no stored value can fail
+    the fetch of the rows beside it (a claim's reply arrives after its commit):
+    json and jsonb arrive as their text, decoded per row and field by the row models
+    (mjsched/decoding.py: bounded depth, errors named by field), and the date and time types,
+    which psycopg2 cannot hold past year 9999, become an Undecodable instead of raising."""
+    ext = psycopg2.extensions
+    text = ext.new_type((114, 3802), "MJSCHED_JSON_TEXT", lambda value, _cursor: value)
+    casters = [text, ext.new_array_type((199, 3807), "MJSCHED_JSON_TEXT_ARRAY", text)]
+    for base, array, name in ((ext.PYDATETIMETZ, ext.PYDATETIMETZARRAY, "timestamptz"),
+                              (ext.PYDATETIME, ext.PYDATETIMEARRAY, "timestamp"),
+                              (ext.PYDATE, ext.PYDATEARRAY, "date"),
+                              (ext.PYINTERVAL, ext.PYINTERVALARRAY, "interval")):
+        safe = ext.new_type(base.values, f"MJSCHED_SAFE_{name.upper()}", safe_caster(base, name))
+        casters += [safe, ext.new_array_type(array.values, f"MJSCHED_SAFE_{name.upper()}_ARRAY", safe)]
+    return casters
+
+
+ROW_SAFE_CASTERS = _row_safe_casters()
+
+
+def register_row_safe_casters(conn: Any) -> None:
+    """Read on ``conn`` with ROW_SAFE_CASTERS (the connection's own, no global change)."""
+    for caster in ROW_SAFE_CASTERS:
+        psycopg2.extensions.register_type(caster, conn)
+
+
 def _abandon(conn: Any) -> None:
     """The watchdog's way out of a call blocked in recv: shut the socket down (a cancel
     request would travel the same stalled path and hang as well)."""
@@ -166,6 +194,7 @@ class PostgresBackend(Backend):
     def _connect(self) -> Any:
         conn = psycopg2.connect(**self._kwargs)
         conn.autocommit = True
+        register_row_safe_casters(conn)
         return conn
 
     @contextlib.contextmanager

@@ -62,8 +62,10 @@ def schedule_words(job: Any) -> str:
 
     if job.interval_seconds is not None:
         return f"every {format_duration(job.interval_seconds)}"
-    if job.run_at is not None:
+    if isinstance(job.run_at, datetime):
         return f"once at {job.run_at.astimezone(UTC).isoformat()}"
+    if job.run_at is not None:   # an Undecodable (mjsched/decoding.py)
+        return f"once at {job.run_at}"
     return str(job.cron_expression)
 
 
@@ -187,7 +189,7 @@ def cmd_jobs_show(ctx: Context) -> int:
     data = redact(jsonable(job))
     width = max(len(k) for k in data)
     for key, value in data.items():
-        if key == "configuration":
+        if key == "configuration" and not isinstance(value, str):   # a str: "<undecodable: ...>" (decoding.py)
             value = json.dumps(value, sort_keys=True)
         ctx.emit(f"{key.ljust(width)}  {'-' if value is None else value}")
     return EXIT_OK

@@ -40,6 +40,8 @@ def jsonable(value: Any) -> Any:
 
 
 def ts(value: datetime | None) -> str:
+    if value is not None and not isinstance(value, datetime):   # an Undecodable (mjsched/decoding.py)
+        return str(value)
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S") if value else "-"
 
 

@@ -230,8 +230,14 @@ class Dispatcher:
         return batch, batch.db_now or self._clock.now()
 
     def _start_claims(self, batch: ClaimBatch, db_now: datetime) -> list[str]:
+        """Start a run per claim of a committed claim. Nothing that goes wrong here may leave a
+        claim Running with nobody executing it: a row that cannot be decoded or scheduled is
+        set aside, and any other failure hands its claim back (``_give_back``)."""
         assert self._pending is not None
-        self._housekeeping.warn_high_frequency(list(batch.jobs.values()))
+        try:
+            self._housekeeping.warn_high_frequency(list(batch.jobs.values()))
+        except Exception as exc:  # noqa: BLE001 - advice only: never a reason to leave claims unstarted
+            log.debug("high-frequency check of a claim skipped: %s", exc)
         started: list[str] = []
         ready: list[Run] = []
         try:
@@ -239,14 +245,20 @@ class Dispatcher:
                 job = batch.jobs[claim.job_id]
                 if not self._pending.first_time(claim):   # started before a replay of its claim
                     continue
+                registered = len(ready)
                 try:
-                    if self.start_claim(job, claim, db_now, ready) and claim.run_id is not None:
+                    if job.undecodable:   # a stored value no engine can read: before any run started
+                        self._set_aside_undecodable(job, claim.run_id, claim.lock_token)
+                    elif self.start_claim(job, claim, db_now, ready) and claim.run_id is not None:
                         started.append(claim.run_id)
                 except scheduling.UnusableSchedule as exc:   # the row itself: before any run started
                     self._set_aside(job, claim.run_id, claim.lock_token, exc.cause)
-                except SchedulerError as exc:
-                    log.error("could not start run of job %r: %s (its lease will lapse and be swept)",
-                              job.name, exc, extra={"action": "dispatch_failed"})
+                except Exception as exc:  # noqa: BLE001 - between a committed claim and its start
+                    if len(ready) == registered:
+                        self._give_back(job, claim.run_id, claim.lock_token, exc)
+                    else:   # its run is registered already: it starts with the others (finally below)
+                        log.error("job %r: %s: %s after its run was prepared; the run starts", job.name,
+                                  type(exc).__name__, exc, extra={"action": "dispatch_failed", "job_id": job.id})
         finally:
             failed = self._hand_to_pool(ready)
         return [run_id for run_id in started if run_id not in failed]
@@ -255,18 +267,34 @@ class Dispatcher:
         """The registered runs of one claim go to the pool together, once the claim's rows are
         all read: a worker woken per run while the rest were still being prepared took the GIL
         from this thread run by run. Also when preparing a later one raised (finally above):
-        a registered run is always started. Returns the ids of the runs the pool refused."""
+        a registered run is always started, or its claim handed back. Returns the ids of the
+        runs the pool refused."""
         failed: set[str] = set()
         for run in ready:
             try:
                 run.start()
-            except SchedulerError as exc:
+            except Exception as exc:  # noqa: BLE001 - the pool refused it (shut down): hand it back
                 failed.add(run.run_id)
-                log.error("could not start run of job %r: %s (its lease will lapse and be swept)",
-                          run.job.name, exc, extra={"action": "dispatch_failed"})
+                self._give_back(run.job, run.run_id, run.token, exc)
                 continue
             self._stats["dispatched"] += 1
         return failed
+
+    def _give_back(self, job: Job, run_id: str | None, token: str, exc: BaseException) -> None:
+        """A claim that failed between its commit and its driver's start is handed back at
+        once, not left Running until its lease lapses: its run ends Skipped, unstarted (which
+        releases the lock and leaves the schedule alone: the tick, which now has a run, is
+        advanced past at the next claim), or a run-less claim's lock is released."""
+        log.error("could not start run of job %r: %s: %s; its claim is handed back", job.name,
+                  type(exc).__name__, exc, extra={"action": "dispatch_failed", "job_id": job.id})
+        try:
+            if run_id is None:
+                self._backend.release_job_lock(job.id, token)
+            else:
+                self._skip(Completion(run_id, token, RunStatus.SKIPPED.value,
+                                      f"not started: {type(exc).__name__}: {exc}"[:2000], None, None))
+        except Exception as again:  # noqa: BLE001 - the database or the writer failed too: the lease lapses
+            log.warning("job %r: could not hand its claim back (%s); its lease will lapse", job.name, again)
 
     def start_claim(self, job: Job, claim: Claim, db_now: datetime, ready: list[Run]) -> int:
         """Prepare and register the run of one claim, to be started with the claim's others
@@ -351,21 +379,41 @@ class Dispatcher:
         it again until its definition changes (the start-up sweep passes it over, reported
         once), and the claimed run ends Skipped with the reason. Logged once per job and reason."""
         reason = f"{type(exc).__name__}: {exc}"
+        if self._clear_schedule(job, run_id, token, RunStatus.SKIPPED,
+                                f"set aside: its schedule cannot be computed ({reason}); fix the job's definition") \
+                and self._housekeeping.first_report(job):
+            log.error("job %r (%s) set aside: its schedule cannot be computed (%s); it will not run until its "
+                      "definition is fixed", job.name, job.id, reason,
+                      extra={"action": "job_set_aside", "job_id": job.id})
+
+    def _set_aside_undecodable(self, job: Job, run_id: str | None, token: str) -> None:
+        """A claimed job a stored value of which cannot be decoded (mjsched/decoding.py: JSON
+        nested deeper than the limit, a number Python will not read, an instant past year 9999,
+        written by plain SQL): set aside as ``_set_aside`` does, its run recorded Failed naming
+        the field, and passed over by the reschedule sweep until the row decodes again
+        (Housekeeping.note_set_aside). Logged once per job and reason."""
+        reason = "; ".join(f"{name}: {getattr(job, name).reason}" for name in job.undecodable)
+        self._housekeeping.note_set_aside(job)
+        if self._clear_schedule(job, run_id, token, RunStatus.FAILED,
+                                f"set aside: its row cannot be decoded ({reason}); fix the job's definition") \
+                and self._housekeeping.first_refusal(job, f"undecodable: {reason}"):
+            log.error("job %r (%s) set aside: its row cannot be decoded (%s); it will not run until its "
+                      "definition is fixed", job.name, job.id, reason,
+                      extra={"action": "job_set_aside", "job_id": job.id})
+
+    def _clear_schedule(self, job: Job, run_id: str | None, token: str, status: RunStatus, message: str) -> bool:
+        """The set-aside itself: next_run_at cleared, then the claimed run ended with ``status``
+        and ``message`` (which releases the lock), or a run-less claim's lock released."""
         try:
             # guarded: an edit since the claim (a fix, say) keeps its next run
             self._backend.advance_job(job.id, token, None, release=run_id is None, guard=True,
                                       expected_next_run_at=job.next_run_at)
         except SchedulerError as db_exc:
             log.warning("job %r: could not set it aside (%s); its lease will lapse", job.name, db_exc)
-            return
+            return False
         if run_id is not None:
-            self._skip(Completion(run_id, token, RunStatus.SKIPPED.value,
-                                  f"set aside: its schedule cannot be computed ({reason}); "
-                                  "fix the job's definition", None, None))
-        if self._housekeeping.first_report(job):
-            log.error("job %r (%s) set aside: its schedule cannot be computed (%s); it will not run until its "
-                      "definition is fixed", job.name, job.id, reason,
-                      extra={"action": "job_set_aside", "job_id": job.id})
+            self._skip(Completion(run_id, token, status.value, message, None, None))
+        return True
 
     def _definition_refused(self, job: Job) -> str | None:
         """Why no run of ``job`` can succeed on this engine (its driver is not installed here, or

@@ -68,6 +68,7 @@ class Housekeeping:
         self._cursor: str | None = None
         self._reported: set[tuple[str, str, str]] = set()   # (job id, cron, zone) logged as unusable
         self._refused: set[tuple[str, str, str]] = set()    # (job id, driver, reason) logged as not runnable
+        self._undecodable: set[str] = set()   # ids of jobs set aside for a value no engine can decode
 
     def purge_if_due(self) -> None:
         """Run-history retention: start a purge pass (on its own thread) when its interval has
@@ -112,6 +113,11 @@ class Housekeeping:
 
     def _schedule_page(self, jobs: list[UnscheduledJob]) -> None:
         """One page: the first due instant once per distinct schedule, one call to set them."""
+        if self._undecodable:
+            held = self._still_undecodable([j.id for j in jobs if j.id in self._undecodable])
+            jobs = [j for j in jobs if j.id not in held]
+            if not jobs:
+                return
         now = self._backend.db_now()
         self._clock.observe(now)
         groups: dict[tuple[object, ...], list[UnscheduledJob]] = {}
@@ -159,6 +165,27 @@ class Housekeeping:
             self._reported.clear()
         self._reported.add(key)
         return True
+
+    def note_set_aside(self, job: Job) -> None:
+        """``job`` was set aside because a stored value of it cannot be decoded: the sweep
+        passes it over (it would be claimed and set aside again at each tick) until its row
+        decodes, which ``_still_undecodable`` reads again at each sweep that meets it."""
+        if len(self._undecodable) > 100_000:
+            self._undecodable.clear()
+        self._undecodable.add(job.id)
+
+    def _still_undecodable(self, ids: list[str]) -> set[str]:
+        """Of the set-aside jobs ``ids``, those whose row still cannot be decoded; the others
+        (fixed or deleted) are forgotten, so the sweep schedules them again."""
+        if not ids:
+            return set()
+        try:
+            still = {j.id for j in self._backend.get_jobs(ids) if j.undecodable}
+        except SchedulerError as exc:
+            log.debug("could not read %d set-aside job(s) again: %s", len(ids), exc)
+            return set(ids)
+        self._undecodable.difference_update(set(ids) - still)
+        return still
 
     def first_refusal(self, job: Job, reason: str) -> bool:
         """True the first time ``job`` is refused for ``reason`` (its driver or configuration)."""

@@ -37,6 +37,9 @@ class ManualRuns:
         if not isinstance(force, bool):
             raise ConfigurationError("force", force, "must be True or False")
         params = run_parameters.check_parameters(parameters)
+        for name in job.undecodable:   # a stored value no engine can read (mjsched/decoding.py)
+            raise ConfigurationError(name, getattr(job, name), "cannot be decoded as stored; fix the job's "
+                                                               "definition before it can run")
         if params:
             job = dataclasses.replace(job, configuration=run_parameters.merged_configuration(job, params))
         # What this process cannot run (an import path it lacks) is refused before a run is recorded.

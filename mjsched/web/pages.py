@@ -14,6 +14,7 @@ from typing import Any, Sequence
 
 from ..backends.base import Backend
 from ..cron import next_run_times
+from ..decoding import Undecodable, decode_json
 from ..liveness import engine_state
 from ..redaction import redact, redact_text
 from ..set_aside import set_aside_jobs
@@ -65,6 +66,17 @@ def fold_recent(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             job["completed"].append(row["run_completed_at"])
             job["errors"].append(row["run_error"])
     return list(jobs.values())
+
+
+def json_text(stored: Any, field: str, indent: int | None = None) -> str:
+    """A stored JSON column as masked text for a page ('' when empty); a value that cannot be
+    decoded (mjsched/decoding.py) shows as such, "<undecodable: nesting deeper than 64 levels>"."""
+    value = decode_json(stored, field)
+    if isinstance(value, Undecodable):
+        return str(value)
+    if not value:
+        return ""
+    return json.dumps(redact(value), indent=indent, sort_keys=True, default=str)
 
 
 def seconds(value: Any) -> float | None:
@@ -152,10 +164,7 @@ class Reader:
             return None
         job = dict(rows[0])
         job["id"] = str(job["id"])
-        configuration = job.get("configuration")
-        if isinstance(configuration, str):
-            configuration = json.loads(configuration)
-        job["configuration_text"] = json.dumps(redact(configuration or {}), indent=2, sort_keys=True, default=str)
+        job["configuration_text"] = json_text(job.get("configuration"), "configuration", indent=2) or "{}"
         job["schedule_words"] = humanize.schedule_in_words(job)
         return job
 
@@ -192,22 +201,9 @@ class Reader:
         row["id"] = str(r["id"])
         row["scheduled_job_id"] = str(r["scheduled_job_id"])
         row["error_message"] = redact_text(r["error_message"]) if r.get("error_message") else None
-        details = r.get("details")
-        if isinstance(details, str):
-            try:
-                details = json.loads(details)
-            except ValueError:
-                pass
-        row["details_text"] = json.dumps(redact(details), sort_keys=True, default=str)[:2000] if details else ""
-        parameters = r.get("parameters")
-        if isinstance(parameters, str):
-            try:
-                parameters = json.loads(parameters)
-            except ValueError:
-                pass
+        row["details_text"] = json_text(r.get("details"), "details")[:2000]
         # execute_job(parameters=...): masked like configuration and details
-        row["parameters_text"] = json.dumps(redact(parameters), sort_keys=True, default=str)[:500] if parameters \
-            else ""
+        row["parameters_text"] = json_text(r.get("parameters"), "parameters")[:500]
         row["elapsed_s"] = seconds(r.get("elapsed"))
         row["lease_left_s"] = seconds(r.get("lease_left"))
         return row

@@ -499,7 +499,9 @@ INSERT INTO @v_drop (table_name, constraint_name) VALUES
         (N'scheduled_job', N'ck_scheduled_job_success_count'),
         (N'scheduled_job', N'ck_scheduled_job_failure_count'),
         (N'scheduled_job', N'ck_scheduled_job_last_duration_ms'),
-        (N'scheduled_job', N'ck_scheduled_job_total_duration_ms');
+        (N'scheduled_job', N'ck_scheduled_job_total_duration_ms'),
+        (N'scheduled_job_run', N'ck_scheduled_job_run_details_limits'),
+        (N'scheduled_job_run', N'ck_scheduled_job_run_parameters_limits');
 DECLARE @v_table sysname, @v_name sysname, @v_sql nvarchar(max);
 WHILE 1 = 1
 BEGIN
@@ -516,6 +518,35 @@ BEGIN
 END;
 GO
 
+-- json_nesting_exceeds: whether a JSON value's objects and arrays nest deeper than @p_limit
+-- levels ({} is one level): a container @p_limit levels below the root is one level too many.
+-- Each level is read with OPENJSON, down to that level and no further, however deep the value
+-- goes (64 levels stay inside a recursive CTE's default MAXRECURSION of 100). The rules below
+-- call it, so it is (re)created here, after they were dropped and before they are added.
+CREATE OR ALTER FUNCTION mjsched.json_nesting_exceeds(@p_json nvarchar(max), @p_limit int)
+RETURNS bit
+AS
+BEGIN
+    DECLARE @v_exceeds bit = 0;
+    IF @p_json IS NULL OR ISJSON(@p_json) = 0 OR LEFT(LTRIM(@p_json), 1) NOT IN (N'{', N'[')
+    BEGIN
+        RETURN 0;
+    END;
+    WITH levels (depth, item) AS (
+        SELECT 1, CAST(e.[value] AS nvarchar(max))
+          FROM OPENJSON(@p_json) AS e
+         WHERE e.[type] IN (4, 5)
+        UNION ALL
+        SELECT l.depth + 1, CAST(e.[value] AS nvarchar(max))
+          FROM levels AS l
+         CROSS APPLY OPENJSON(l.item) AS e
+         WHERE e.[type] IN (4, 5) AND l.depth < @p_limit
+    )
+    SELECT @v_exceeds = 1 WHERE EXISTS (SELECT 1 FROM levels AS l WHERE l.depth >= @p_limit);
+    RETURN @v_exceeds;
+END;
+GO
+
 ALTER TABLE mjsched.scheduled_job_type WITH NOCHECK ADD
     CONSTRAINT ck_scheduled_job_type_default_max_runtime_seconds
         CHECK (default_max_runtime_seconds IS NULL
@@ -525,12 +556,21 @@ GO
 ALTER TABLE mjsched.scheduled_job WITH NOCHECK ADD
     CONSTRAINT ck_scheduled_job_max_runtime_seconds
         CHECK (max_runtime_seconds IS NULL OR (max_runtime_seconds > 0 AND max_runtime_seconds <= 31536000));
--- a JSON object, as jsonb_typeof(configuration) = 'object' in PostgreSQL
+-- a JSON object, as jsonb_typeof(configuration) = 'object' in PostgreSQL, nested at most 64 levels
 ALTER TABLE mjsched.scheduled_job WITH NOCHECK ADD
     CONSTRAINT ck_scheduled_job_configuration
         CHECK (configuration IS NULL
                OR (ISJSON(configuration) = 1 AND LEFT(LTRIM(configuration), 1) = N'{'
-                   AND LEN(configuration) <= 1000000));
+                   AND LEN(configuration) <= 1000000 AND mjsched.json_nesting_exceeds(configuration, 64) = 0));
+-- A run's details and parameters keep the same JSON limits (sql/postgres/001_schema.sql): added
+-- WITH NOCHECK each time and never made trusted, so an upgrade does not read the run history.
+ALTER TABLE mjsched.scheduled_job_run WITH NOCHECK ADD
+    CONSTRAINT ck_scheduled_job_run_details_limits
+        CHECK (details IS NULL OR (LEN(details) <= 1000000 AND mjsched.json_nesting_exceeds(details, 64) = 0));
+ALTER TABLE mjsched.scheduled_job_run WITH NOCHECK ADD
+    CONSTRAINT ck_scheduled_job_run_parameters_limits
+        CHECK (parameters IS NULL
+               OR (LEN(parameters) <= 1000000 AND mjsched.json_nesting_exceeds(parameters, 64) = 0));
 -- LEN ignores trailing spaces: 0 for an empty or all-space value, as length(btrim(x)) in PostgreSQL
 ALTER TABLE mjsched.scheduled_job WITH NOCHECK ADD
     CONSTRAINT ck_scheduled_job_name CHECK (LEN(name) > 0);

@@ -1342,7 +1342,14 @@ BEGIN
            SET status = i.status,
                success = CASE WHEN i.status = N'Completed' THEN 1 ELSE 0 END,
                error_message = i.error_message,
-               details = i.details,
+               -- details past the JSON limits (ck_scheduled_job_run_details_limits) are replaced by a
+               -- note: the run's outcome is recorded all the same, and the rest of the batch with it
+               details = CASE WHEN mjsched.json_nesting_exceeds(i.details, 64) = 1
+                              THEN N'{"details_dropped": "nesting deeper than 64 levels"}'
+                              WHEN LEN(i.details) > 1000000
+                              THEN CONCAT(N'{"details_dropped": "', LEN(i.details),
+                                          N' characters as JSON; at most 1000000 allowed"}')
+                              ELSE i.details END,
                completed_at = @v_now,
                duration_ms = CASE WHEN i.status = N'Skipped' THEN 0
                                   WHEN DATEDIFF_BIG(millisecond, r.started_at, @v_now) > 0
@@ -1827,6 +1834,12 @@ BEGIN
         BEGIN
             THROW 50022, @v_bad, 1;
         END;
+        SET @v_bad = CONCAT(N'parameters=<', LEN(@p_parameters), N' characters of JSON>: must nest at most 64 ',
+                            N'levels of objects and arrays and be at most 1000000 characters');
+        IF mjsched.json_nesting_exceeds(@p_parameters, 64) = 1 OR LEN(@p_parameters) > 1000000
+        BEGIN
+            THROW 50022, @v_bad, 1;
+        END;
         SELECT @v_token = t.claim_token FROM mjsched.claim_token(@p_request_id, @p_job_id) AS t;
         BEGIN TRANSACTION;
         -- READPAST: a job row another session holds (an operator's open transaction, a claim
@@ -2169,7 +2182,8 @@ RETURN
     SELECT r.internal_routines
       FROM (VALUES (N'test_pause'), (N'claimable'), (N'claim_token'), (N'abandon_runs'), (N'renew_tokens'),
                    (N'complete_items'), (N'take_over'), (N'expire_ended_jobs'), (N'claim_replay'), (N'claim_queued'), (N'claim_ticks'),
-                   (N'next_due_at'), (N'claim_counters'), (N'purge_candidates'), (N'note_engine_seen')) AS r (internal_routines);
+                   (N'next_due_at'), (N'claim_counters'), (N'purge_candidates'), (N'note_engine_seen'),
+                   (N'json_nesting_exceeds')) AS r (internal_routines);
 GO
 
 -- probe_permissions: which mjsched routines the current user may execute, the internal
@@ -2196,7 +2210,7 @@ BEGIN
                    (N'complete_job_runs'), (N'complete_runs'), (N'delete_job'), (N'engines_holding_locks'), (N'enqueue_job_run'), (N'ensure_job_type'),
                    (N'expire_ended_jobs'), (N'extend_job_leases'), (N'force_unlock_job'),
                    (N'initialize_next_run'), (N'initialize_next_runs'), (N'insert_job'), (N'internal_routines'),
-                   (N'lease_interval'), (N'next_due_at'), (N'note_engine_seen'), (N'note_frequency_warned'), (N'probe_permissions'),
+                   (N'json_nesting_exceeds'), (N'lease_interval'), (N'next_due_at'), (N'note_engine_seen'), (N'note_frequency_warned'), (N'probe_permissions'),
                    (N'purge_candidates'), (N'purge_runs'), (N'register_engine'),
                    (N'release_engine_locks'), (N'release_job_lock'), (N'renew_leases'), (N'renew_tokens'),
                    (N'start_manual_run'), (N'sweep_expired_leases'), (N'take_over'), (N'test_pause'),

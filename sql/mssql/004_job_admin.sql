@@ -168,6 +168,8 @@ BEGIN
             THEN CONCAT(N'fields.timezone: ', COALESCE(N'''' + @v_zone + N'''', N'null'), N' must not be empty')
         WHEN LEN(@v_description) > 100000
             THEN CONCAT(N'fields.description: ', LEN(@v_description), N' characters long; at most 100000 allowed')
+        WHEN mjsched.json_nesting_exceeds(@v_configuration, 64) = 1
+            THEN N'fields.configuration: JSON nested deeper than 64 levels of objects and arrays; at most 64 allowed'
         WHEN LEN(@v_configuration) > 1000000
             THEN CONCAT(N'fields.configuration: ', LEN(@v_configuration), N' characters; at most 1000000 allowed')
         WHEN @v_status NOT IN (N'Pending', N'Active', N'Paused', N'Disabled', N'Expired')

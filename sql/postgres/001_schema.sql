@@ -313,9 +313,14 @@ ALTER TABLE mjsched.scheduled_job
     DROP CONSTRAINT IF EXISTS ck_scheduled_job_total_duration_ms,
     ADD CONSTRAINT ck_scheduled_job_max_runtime_seconds
         CHECK (max_runtime_seconds IS NULL OR (max_runtime_seconds > 0 AND max_runtime_seconds <= 31536000)) NOT VALID,
+    -- JSON: an object of at most 1,000,000 bytes whose objects and arrays nest at most 64 levels
+    -- (mjsched/decoding.py; a container at level 64 below the root is a 65th level)
     ADD CONSTRAINT ck_scheduled_job_configuration
         CHECK (configuration IS NULL
-               OR (jsonb_typeof(configuration) = 'object' AND octet_length(configuration::text) <= 1000000)) NOT VALID,
+               OR (jsonb_typeof(configuration) = 'object' AND octet_length(configuration::text) <= 1000000
+                   AND NOT jsonb_path_exists(configuration,
+                                             'strict $.**{64} ? (@.type() == "object" || @.type() == "array")')))
+        NOT VALID,
     ADD CONSTRAINT ck_scheduled_job_name CHECK (length(btrim(name)) > 0) NOT VALID,
     ADD CONSTRAINT ck_scheduled_job_description
         CHECK (description IS NULL OR length(description) <= 100000) NOT VALID,
@@ -350,6 +355,27 @@ ALTER TABLE mjsched.scheduled_job
         CHECK (last_duration_ms IS NULL OR last_duration_ms BETWEEN 0 AND 4000000000000000000) NOT VALID,
     ADD CONSTRAINT ck_scheduled_job_total_duration_ms
         CHECK (total_duration_ms BETWEEN 0 AND 4000000000000000000) NOT VALID;
+
+-- A run's details and parameters keep the same JSON limits as a configuration (mjsched/decoding.py):
+-- the completion replaces details past them with a note (complete_items), start_manual_run refuses
+-- such parameters. Added NOT VALID each time this script runs and never validated: they hold for
+-- every run written from now on, and an upgrade does not read the whole run history for them
+-- (a run written before them is still read safely: each value is decoded on its own).
+ALTER TABLE mjsched.scheduled_job_run
+    DROP CONSTRAINT IF EXISTS ck_scheduled_job_run_details_limits,
+    DROP CONSTRAINT IF EXISTS ck_scheduled_job_run_parameters_limits,
+    ADD CONSTRAINT ck_scheduled_job_run_details_limits
+        CHECK (details IS NULL
+               OR (octet_length(details::text) <= 1000000
+                   AND NOT jsonb_path_exists(details,
+                                             'strict $.**{64} ? (@.type() == "object" || @.type() == "array")')))
+        NOT VALID,
+    ADD CONSTRAINT ck_scheduled_job_run_parameters_limits
+        CHECK (parameters IS NULL
+               OR (octet_length(parameters::text) <= 1000000
+                   AND NOT jsonb_path_exists(parameters,
+                                             'strict $.**{64} ? (@.type() == "object" || @.type() == "array")')))
+        NOT VALID;
 
 -- Set aside the rows that break a rule added above, then validate it. The rule's own
 -- expression (pg_get_expr) finds them, so each rule is written once. A row may break
@@ -413,6 +439,7 @@ BEGIN
           JOIN pg_class rel ON rel.oid = con.conrelid
           JOIN pg_namespace nsp ON nsp.oid = rel.relnamespace AND nsp.nspname = 'mjsched'
          WHERE con.contype = 'c' AND NOT con.convalidated
+           AND rel.relname IN ('scheduled_job', 'scheduled_job_type')   -- the run rules stay NOT VALID
          ORDER BY rel.relname, con.conname
     LOOP
         EXECUTE format('ALTER TABLE mjsched.%I VALIDATE CONSTRAINT %I', c.relname, c.conname);

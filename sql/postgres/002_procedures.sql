@@ -885,7 +885,15 @@ BEGIN
            SET status = i.status,
                success = (i.status = 'Completed'),
                error_message = i.error_message,
-               details = CASE WHEN jsonb_typeof(i.details) = 'null' THEN NULL ELSE i.details END,
+               -- details past the JSON limits (ck_scheduled_job_run_details_limits) are replaced by a
+               -- note: the run's outcome is recorded all the same, and the rest of the batch with it
+               details = CASE WHEN jsonb_typeof(i.details) = 'null' THEN NULL
+                              WHEN mjsched.json_nesting_exceeds(i.details, 64)
+                              THEN jsonb_build_object('details_dropped', 'nesting deeper than 64 levels')
+                              WHEN octet_length(i.details::text) > 1000000
+                              THEN jsonb_build_object('details_dropped', format('%s bytes as JSON; at most 1000000 '
+                                                                                'allowed', octet_length(i.details::text)))
+                              ELSE i.details END,
                completed_at = v_now,
                duration_ms = CASE WHEN i.status = 'Skipped' THEN 0
                                   ELSE greatest(0, (extract(epoch FROM v_now - r.started_at) * 1000)::bigint) END,
@@ -1223,6 +1231,10 @@ BEGIN
     IF p_parameters IS NOT NULL AND jsonb_typeof(p_parameters) <> 'object' THEN
         RAISE EXCEPTION 'parameters=%: must be a JSON object', left(p_parameters::text, 200) USING ERRCODE = '22023';
     END IF;
+    IF mjsched.json_nesting_exceeds(p_parameters, 64) OR octet_length(p_parameters::text) > 1000000 THEN
+        RAISE EXCEPTION 'parameters=<% bytes of JSON>: must nest at most 64 levels of objects and arrays and be at '
+                        'most 1000000 bytes', octet_length(p_parameters::text) USING ERRCODE = '22023';
+    END IF;
     v_token := md5(p_request_id::text || p_job_id::text)::uuid;
     -- SKIP LOCKED: a job row another session holds (an operator's open transaction, a
     -- claim under way) answers 'locked' at once instead of making the caller wait.
@@ -1411,6 +1423,17 @@ BEGIN
 END;
 $$;
 
+-- json_nesting_exceeds: whether a JSON value's objects and arrays nest deeper than p_limit
+-- levels ({} is one level): a container p_limit levels below the root is one level too many.
+-- The walk stops at that level, however deep the value goes. (The table rules of
+-- 001_schema.sql spell the same path out for 64: a rule calling a function would need EXECUTE
+-- on it for every role that writes a row.)
+CREATE OR REPLACE FUNCTION mjsched.json_nesting_exceeds(p_json jsonb, p_limit integer) RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT coalesce(jsonb_path_exists(
+        p_json, format('strict $.**{%s} ? (@.type() == "object" || @.type() == "array")', p_limit)::jsonpath), false)
+$$;
+
 -- internal_routines: the building blocks the procedures call as their owner. They take
 -- p_now without check_test_clock, or change rows unfenced (abandon_runs), so the engine
 -- role may not call them directly: grants.sql revokes them, and the probe skips them
@@ -1419,7 +1442,8 @@ CREATE OR REPLACE FUNCTION mjsched.internal_routines() RETURNS text[]
 LANGUAGE sql IMMUTABLE AS $$
     SELECT ARRAY['test_pause', 'claimable', 'claim_token', 'abandon_runs', 'renew_tokens', 'complete_items',
                  'runs_of_tokens', 'take_over', 'expire_ended_jobs', 'claim_replay', 'claim_queued',
-                 'claim_ticks', 'next_due_at', 'claim_counters', 'purge_candidates', 'note_engine_seen']
+                 'claim_ticks', 'next_due_at', 'claim_counters', 'purge_candidates', 'note_engine_seen',
+                 'json_nesting_exceeds']
 $$;
 
 -- probe_permissions: which mjsched procedures the current role may not execute.

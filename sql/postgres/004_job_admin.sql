@@ -100,6 +100,10 @@ BEGIN
         RAISE EXCEPTION 'fields.configuration: a JSON % must be a JSON object', jsonb_typeof(r.configuration)
             USING ERRCODE = '22023';
     END IF;
+    IF mjsched.json_nesting_exceeds(r.configuration, 64) THEN
+        RAISE EXCEPTION 'fields.configuration: JSON nested deeper than 64 levels of objects and arrays; at most 64 '
+                        'allowed' USING ERRCODE = '22023';
+    END IF;
     IF octet_length(r.configuration::text) > 1000000 THEN
         RAISE EXCEPTION 'fields.configuration: % bytes; at most 1000000 allowed', octet_length(r.configuration::text)
             USING ERRCODE = '22023';

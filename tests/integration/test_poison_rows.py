@@ -413,7 +413,9 @@ def test_upgrade_sets_aside_rows_an_older_release_left(make_engine: Any, sql: An
         assert any(r["name"] == name and fragment in r["error_message"] for r in runs), (name, fragment, runs)
     warnings = [r.getMessage() for r in caplog.records if getattr(r, "action", "") == "job_set_aside"]
     assert len(warnings) == len(expected), warnings
-    assert sql.one("SELECT count(*) FROM pg_constraint WHERE NOT convalidated") == 0
+    # every rule validated, but the run table's JSON limits (001_schema.sql: for runs written from now on)
+    assert sql.rows("SELECT conname FROM pg_constraint WHERE NOT convalidated ORDER BY 1") == [
+        {"conname": "ck_scheduled_job_run_details_limits"}, {"conname": "ck_scheduled_job_run_parameters_limits"}]
     assert {r["conname"] for r in sql.rows("SELECT conname FROM pg_constraint WHERE contype = 'c'")} >= \
         {f"ck_scheduled_job_{rule}" for rule in RULES}
 
@@ -452,3 +454,277 @@ def test_scripts_name_each_rule_after_its_column() -> None:
         text = sqlfiles.script(dialect, "001_schema.sql")
         for rule in RULES:
             assert f"ck_scheduled_job_{rule}" in text, (dialect, rule)
+
+
+# -- rows no engine can decode (issue 32) ---------------------------------------------------------
+# JSON nested ~1,000 levels deep (2 KB) made psycopg2's jsonb caster raise RecursionError for the
+# whole claimed batch after the claim committed: every job claimed with it was left Running with
+# nobody executing it, `jobs list` crashed, the dashboard's job page answered 500. Each value is
+# now decoded per row (mjsched/decoding.py); a row that cannot be is set aside, naming the field.
+
+def deep_json(depth: int) -> str:
+    """A JSON object whose objects nest ``depth`` levels ({} is one level)."""
+    return '{"a": ' * (depth - 1) + "{}" + "}" * (depth - 1)
+
+
+def write_past_the_schema(sql: Any, job_id: str, column: str, value: str) -> None:
+    """What an older schema (or a rule dropped by hand) lets plain SQL write."""
+    sql.run("ALTER TABLE mjsched.scheduled_job DROP CONSTRAINT IF EXISTS ck_scheduled_job_configuration")
+    sql.run(f"UPDATE mjsched.scheduled_job SET {column} = %s::jsonb WHERE id = %s", (value, job_id))
+
+
+def drop_run_json_limits(sql: Any) -> None:
+    """A run written before the run table had its JSON rules (or by a client past them)."""
+    for rule in ("details", "parameters"):
+        sql.run(f"ALTER TABLE mjsched.scheduled_job_run DROP CONSTRAINT IF EXISTS ck_scheduled_job_run_{rule}_limits")
+
+
+def nothing_left_held(sql: Any) -> None:
+    assert sql.rows("SELECT id, scheduled_job_id FROM mjsched.scheduled_job_run WHERE status = 'Running'") == []
+    assert sql.rows("SELECT name FROM mjsched.scheduled_job WHERE lock_token IS NOT NULL") == []
+
+
+@pytest.mark.parametrize("depth", [1000, 3000, 65])
+def test_a_deep_json_job_is_set_aside_once_beside_healthy_per_second_jobs(depth: int, make_engine: Any, sql: Any,
+                                                                        caplog: Any) -> None:
+    caplog.set_level(logging.INFO, logger="mjsched")
+    admin = make_engine()
+    healthy = [per_second_job(admin, f"healthy-{i}") for i in range(4)]
+    poison = per_second_job(admin, "deep")
+    write_past_the_schema(sql, poison, "configuration", deep_json(depth))
+    engine = make_engine(lease_timeout=5.0, max_poll_interval=0.5, max_concurrent_jobs=10)
+    engine.start_polling()
+    try:
+        for job in healthy:
+            wait_for(lambda: len(engine.list_runs(job, status="Completed")) >= 3, timeout=15,
+                     message="each healthy job to run beside the deep one")
+        engine.dispatch_due_jobs()   # a poll by hand: raises nothing either
+    finally:
+        engine.stop_polling(wait=True, max_wait=5)
+    nothing_left_held(sql)
+    runs = sql.rows("SELECT status, error_message FROM mjsched.scheduled_job_run WHERE scheduled_job_id = %s",
+                    (poison,))
+    assert [r["status"] for r in runs] == ["Failed"], runs
+    assert "configuration: nesting deeper than 64 levels" in runs[0]["error_message"], runs
+    reports = [r.getMessage() for r in caplog.records if getattr(r, "action", "") == "job_set_aside"]
+    assert len(reports) == 1 and "deep" in reports[0] and "configuration" in reports[0], reports
+    assert not [r for r in caplog.records if "RecursionError" in r.getMessage() or r.exc_info]
+    job = engine.get_job(poison)
+    assert job.undecodable == ("configuration",)
+    assert job.configuration == "<undecodable: nesting deeper than 64 levels>"
+    assert {j.name for j in engine.list_jobs()} >= {"deep", "healthy-0"}
+
+
+def test_a_deep_job_fixed_by_its_owner_runs_again(make_engine: Any, sql: Any) -> None:
+    """The set-aside job is passed over by the reschedule sweep only while it cannot be decoded."""
+    admin = make_engine()
+    poison = per_second_job(admin, "deep")
+    write_past_the_schema(sql, poison, "configuration", deep_json(1000))
+    engine = make_engine(lease_timeout=5.0, max_poll_interval=0.5)
+    engine.start_polling()
+    try:
+        wait_for(lambda: sql.one("SELECT count(*) FROM mjsched.scheduled_job_run WHERE scheduled_job_id = %s",
+                                 (poison,)) == 1, timeout=10, message="the deep job to be set aside")
+        time.sleep(2.5)   # ticks pass: it is not claimed (nor set aside) again
+        assert sql.one("SELECT count(*) FROM mjsched.scheduled_job_run WHERE scheduled_job_id = %s", (poison,)) == 1
+        admin.update_job(poison, configuration={"callable": "os:getpid"})
+        wait_for(lambda: engine.list_runs(poison, status="Completed"), timeout=15, message="the fixed job to run")
+    finally:
+        engine.stop_polling(wait=True, max_wait=5)
+    nothing_left_held(sql)
+
+
+def test_a_run_whose_details_cannot_be_decoded_is_listed(make_engine: Any, sql: Any) -> None:
+    engine = make_engine()
+    job_id = per_second_job(engine, "target", status="Paused")
+    run = engine.execute_job(job_id, force=True)
+    drop_run_json_limits(sql)
+    sql.run("UPDATE mjsched.scheduled_job_run SET details = %s::jsonb, parameters = %s::jsonb WHERE id = %s",
+            (deep_json(2000), '{"n": 1' + "0" * 5000 + "}", run.id))
+    runs = engine.list_runs(job_id)
+    assert [r.undecodable for r in runs] == [("details", "parameters")]
+    assert runs[0].details == "<undecodable: nesting deeper than 64 levels>"
+    assert runs[0].parameters.startswith("<undecodable: not decodable as JSON")
+    assert engine.backend.get_run(run.id).undecodable == ("details", "parameters")
+
+
+def test_jobs_list_show_and_the_dashboard_show_an_undecodable_row(make_engine: Any, sql: Any, pg_dsn: str,
+                                                                   tmp_path: Any) -> None:
+    from tests.cli.conftest import Cli
+
+    admin = make_engine()
+    healthy = per_second_job(admin, "healthy", status="Paused")
+    poison = per_second_job(admin, "deep", status="Paused")
+    write_past_the_schema(sql, poison, "configuration", deep_json(1000))
+    with pytest.raises(mjsched.ConfigurationError) as refused:   # before anything is written
+        admin.execute_job(poison, force=True)
+    assert refused.value.field == "configuration" and "nesting deeper than 64" in str(refused.value)
+    run = admin.execute_job(healthy, force=True)
+    drop_run_json_limits(sql)
+    sql.run("UPDATE mjsched.scheduled_job_run SET details = %s::jsonb WHERE id = %s", (deep_json(1000), run.id))
+    cli = Cli(tmp_path)
+    listed = cli("jobs", "list", "--dsn", pg_dsn, expect=0).stdout
+    assert "deep" in listed and "healthy" in listed
+    shown = cli("jobs", "show", "deep", "--dsn", pg_dsn, expect=0).stdout
+    assert "<undecodable: nesting deeper than 64 levels>" in shown and "Traceback" not in shown
+    as_json = cli.json("jobs", "list", "--dsn", pg_dsn)
+    assert {j["name"]: j["configuration"] for j in as_json}["deep"] == "<undecodable: nesting deeper than 64 levels>"
+    cli("runs", "--dsn", pg_dsn, expect=0)
+
+    pytest.importorskip("werkzeug", reason="the 'web' extra is not installed")
+    from tests.web.conftest import Browserless
+    from mjsched.web import create_app
+
+    app = create_app(admin)
+    try:
+        client = Browserless(app)
+        assert "deep" in client.html("/jobs")
+        page = client.html(f"/jobs/{poison}")
+        assert "&lt;undecodable: nesting deeper than 64 levels&gt;" in page
+        client.html("/runs")
+    finally:
+        app.close()
+
+
+# -- the limits on JSON: the API, the admin procedures, the schema (issue 32) ---------------------
+
+def nested(depth: int) -> dict[str, Any]:
+    """A dict whose dicts nest ``depth`` levels, built without recursion (past Python's limit too)."""
+    value: dict[str, Any] = {}
+    for _ in range(depth - 1):
+        value = {"a": value}
+    return value
+
+
+def deep_details() -> dict[str, Any]:
+    """A python job's result: details nested past the limit (the run must still be recorded)."""
+    return {"result": nested(200)}
+
+
+@pytest.mark.parametrize("depth", [65, 900, 3000])
+def test_the_api_refuses_json_nested_deeper_than_64_levels(depth: int, make_engine: Any, sql: Any) -> None:
+    engine = make_engine()
+    config = {"callable": "os:getpid", "kwargs": nested(depth - 1)}
+    with pytest.raises(mjsched.ConfigurationError) as refused:
+        engine.create_job("deep", "python", "* * * * *", configuration=config)
+    assert refused.value.field == "configuration" and "64 levels" in str(refused.value)
+    job_id = per_second_job(engine, "target", status="Paused")
+    with pytest.raises(mjsched.ConfigurationError) as refused:
+        engine.update_job(job_id, configuration=config)
+    assert refused.value.field == "configuration"
+    with pytest.raises(mjsched.ConfigurationError) as refused:
+        engine.execute_job(job_id, parameters={"kwargs": nested(depth)}, force=True)
+    assert refused.value.field == "parameters" and "64 levels" in str(refused.value)
+    assert sql.one("SELECT count(*) FROM mjsched.scheduled_job_run") == 0
+    # 64 levels are allowed
+    engine.update_job(job_id, configuration={"callable": "os:getpid", "x": nested(63)})
+
+
+def test_admin_procedures_refuse_json_nested_deeper_than_64_levels(executor_dsn: str, make_engine: Any,
+                                                                    sql: Any) -> None:
+    job_id = per_second_job(make_engine(), "target")
+    type_id = sql.one("SELECT job_type_id FROM mjsched.scheduled_job WHERE id = %s", (job_id,))
+    conn = psycopg2.connect(executor_dsn)
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            for depth in (65, 3000):
+                config = deep_json(depth)
+                new = json.dumps({"job_type_id": str(type_id), "name": "new", "cron_expression": "* * * * * *",
+                                  "status": "Active"})[:-1] + f', "configuration": {config}}}'
+                with pytest.raises(psycopg2.Error) as refused:
+                    cur.execute("SELECT * FROM mjsched.insert_job(%s::jsonb)", (new,))
+                assert refused.value.pgcode == "22023" and "fields.configuration" in str(refused.value)
+                assert "64 levels" in str(refused.value)
+                with pytest.raises(psycopg2.Error) as refused:
+                    cur.execute("SELECT * FROM mjsched.update_job(%s::uuid, %s::jsonb)",
+                                (job_id, f'{{"configuration": {config}}}'))
+                assert refused.value.pgcode == "22023" and "fields.configuration" in str(refused.value)
+            cur.execute("SELECT * FROM mjsched.update_job(%s::uuid, %s::jsonb)",
+                        (job_id, f'{{"configuration": {deep_json(64)}}}'))
+    finally:
+        conn.close()
+
+
+def test_the_schema_refuses_json_nested_deeper_than_64_levels(make_engine: Any, sql: Any) -> None:
+    engine = make_engine()
+    job_id = per_second_job(engine, "target", status="Paused")
+    run = engine.execute_job(job_id, force=True)
+    for table, column, row, rule in (
+            ("scheduled_job", "configuration", job_id, "ck_scheduled_job_configuration"),
+            ("scheduled_job_run", "details", run.id, "ck_scheduled_job_run_details_limits"),
+            ("scheduled_job_run", "parameters", run.id, "ck_scheduled_job_run_parameters_limits")):
+        with pytest.raises(psycopg2.errors.CheckViolation) as refused:
+            sql.run(f"UPDATE mjsched.{table} SET {column} = %s::jsonb WHERE id = %s", (deep_json(65), row))
+        assert rule in str(refused.value), refused.value
+        sql.run(f"UPDATE mjsched.{table} SET {column} = %s::jsonb WHERE id = %s", (deep_json(64), row))
+        with pytest.raises(psycopg2.errors.CheckViolation):
+            sql.run(f"UPDATE mjsched.{table} SET {column} = jsonb_build_object('x', repeat('c', 1000001)) "
+                    "WHERE id = %s", (row,))
+
+
+def test_the_upgrade_sets_aside_a_job_whose_configuration_is_too_deep(make_engine: Any, sql: Any) -> None:
+    engine = make_engine()
+    healthy = per_second_job(engine, "healthy")
+    deep = per_second_job(engine, "deep")
+    write_past_the_schema(sql, deep, "configuration", deep_json(1000))
+    _reapply_schema(sql)
+    assert "001_schema" in make_engine().install()
+    jobs = {r["name"]: r for r in sql.rows("SELECT name, status, configuration FROM mjsched.scheduled_job")}
+    assert jobs["deep"]["status"] == "Disabled" and jobs["deep"]["configuration"] is None
+    assert jobs["healthy"]["status"] == "Active"
+    message = sql.one("SELECT error_message FROM mjsched.scheduled_job_run WHERE scheduled_job_id = %s", (deep,))
+    assert "configuration" in message and "ck_scheduled_job_configuration" in message
+    assert healthy
+
+
+def test_details_past_the_limits_do_not_fail_the_completion(make_engine: Any, sql: Any) -> None:
+    engine = make_engine()
+    job_id = engine.create_job("deep-result", "python", "0 0 1 1 *",
+                               configuration={"callable": "tests.integration.test_poison_rows:deep_details"})
+    run = engine.execute_job(job_id)
+    assert run.status.value == "Completed", run
+    assert run.details == {"details_dropped": "nesting deeper than 64 levels"}
+    # a completion written by another client (an engine of the previous release) with such details
+    # is recorded too, the details replaced by a note, and the rest of its batch with it
+    other = engine.execute_job(per_second_job(engine, "other", status="Paused"), force=True)
+    sql.run("UPDATE mjsched.scheduled_job_run SET status = 'Running', lock_token = gen_random_uuid(), "
+            "lease_expires_at = now() + interval '1 minute', completed_at = NULL WHERE id IN (%s, %s)",
+            (run.id, other.id))
+    tokens = {r["id"]: str(r["lock_token"]) for r in sql.rows(
+        "SELECT id::text, lock_token FROM mjsched.scheduled_job_run WHERE id IN (%s, %s)", (run.id, other.id))}
+    items = [{"run_id": run.id, "token": tokens[run.id], "status": "Completed", "details": "DEEP"},
+             {"run_id": other.id, "token": tokens[other.id], "status": "Completed",
+              "details": {"big": "x" * 1000001}}]
+    payload = json.dumps(items).replace('"DEEP"', deep_json(3000))
+    done = sql.rows("SELECT run_id::text, completed FROM mjsched.complete_runs(%s::jsonb)", (payload,))
+    assert {r["run_id"]: r["completed"] for r in done} == {run.id: 1, other.id: 1}
+    details = {r["id"]: r["details"] for r in sql.rows(
+        "SELECT id::text, details FROM mjsched.scheduled_job_run WHERE id IN (%s, %s)", (run.id, other.id))}
+    assert details[run.id] == {"details_dropped": "nesting deeper than 64 levels"}
+    assert details[other.id]["details_dropped"].endswith("bytes as JSON; at most 1000000 allowed")
+
+
+def test_a_claim_that_fails_before_its_start_is_handed_back(make_engine: Any, sql: Any,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever fails between a committed claim and its driver's start hands the claim back at
+    once (its run Skipped, its lock released), not left Running until its lease lapses; the
+    other claims of the batch start."""
+    engine = make_engine(max_concurrent_jobs=5, lease_timeout=30)
+    failing, running = per_second_job(engine, "fails"), per_second_job(engine, "runs")
+    sql.run("UPDATE mjsched.scheduled_job SET next_run_at = now() - interval '1 second'")
+    original = engine._dispatcher.start_claim
+
+    def fail_one(job: Any, *args: Any) -> int:
+        if job.id == failing:
+            raise RuntimeError("boom before the run")
+        return original(job, *args)
+    monkeypatch.setattr(engine._dispatcher, "start_claim", fail_one)
+    assert engine.dispatch_due_jobs().dispatched == 1
+    wait_for(lambda: engine.list_runs(running, status="Completed"), message="the other claim's run")
+    wait_for(lambda: engine.list_runs(failing, status="Skipped"), message="the failed claim handed back")
+    [handed] = engine.list_runs(failing)
+    assert handed.error_message == "not started: RuntimeError: boom before the run"
+    wait_for(lambda: sql.one("SELECT count(*) FROM mjsched.scheduled_job WHERE lock_token IS NOT NULL") == 0,
+             timeout=5, message="the locks to be released, not left to lapse (lease 30 s)")
+    nothing_left_held(sql)
