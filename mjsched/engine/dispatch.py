@@ -360,7 +360,7 @@ class Dispatcher:
         this call's transaction the claim was made (a replay answers an earlier call's claims;
         ``locked_at`` and ``db_now`` are both the database's clock)."""
         earlier = 0.0
-        if job.locked_at is not None:
+        if isinstance(job.locked_at, datetime) and isinstance(db_now, datetime):   # not an Undecodable
             earlier = max(0.0, (db_now - job.locked_at).total_seconds())
         return self._claimed_at - earlier
 
