@@ -47,7 +47,6 @@ retry (the job's retry policy) is a new attempt, hence a new task and a new mess
 from __future__ import annotations
 
 import math
-import re
 import threading
 import time
 import uuid
@@ -59,12 +58,12 @@ from ..models import JobRun
 from .base import BaseScheduledJob, ExecutionContext, JobResult
 from .base import driver_named
 from .celery_probe import UNREGISTERED, LostWatch, ask, task_queue
+from .celery_trust import APP_PATH_RE
 
 TASK_ID_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_DNS, "celery.mjsched")   # fixed: ids stay stable across releases
 MODES = ("wait", "send")
 KNOWN_KEYS = {"app", "backend", "task", "args", "kwargs", "queue", "routing_key", "priority", "mode",
               "send_timeout", "unregistered_check", "lost_after"}
-APP_PATH_RE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
 BROKER_SCHEMES = {"redis", "rediss", "amqp", "amqps", "pyamqp", "librabbitmq", "memory", "sqs", "sentinel",
                   "filesystem", "qpid", "zookeeper", "mongodb", "sqla", "sqlalchemy", "confluentkafka", "gcpubsub",
                   "azurestoragequeues", "azureservicebus"}
