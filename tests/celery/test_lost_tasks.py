@@ -27,6 +27,8 @@ from mjsched.models import RunStatus
 
 from .conftest import AMQP_URL, REDIS_URL, Worker, worker_env
 
+BACKEND_URL = "redis://127.0.0.1:6379/14"      # worker_app's result backend
+
 pytestmark = [pytest.mark.celery, pytest.mark.chaos]   # ~30-45 s each: CI's second step
 
 CUT_BOUND = 30.0         # seconds from the kill until every cut run has ended
@@ -52,6 +54,12 @@ def _env(broker: str, tag: str, request: pytest.FixtureRequest) -> dict[str, str
                       MJSCHED_CELERY_QUEUE=tag, MJSCHED_CELERY_TAG=tag)
 
 
+def _app(broker: str, tag: str) -> dict[str, str]:
+    """The job's app: the broker's URL (worker_app, imported in this process, is bound to the
+    session's Redis) and worker_app's result backend; the task goes to the test's own queue."""
+    return {"app": REDIS_URL if broker == "redis" else AMQP_URL, "backend": BACKEND_URL, "queue": tag}
+
+
 @pytest.mark.parametrize("broker", ["redis", "rabbitmq"])
 @pytest.mark.parametrize("task", ["t.sleep", "t.tick"])      # plain (acked on receipt) / guarded (acks_late)
 def test_a_worker_killed_mid_task_costs_a_retry_not_the_job(broker: str, task: str, make_engine: Any,
@@ -66,8 +74,8 @@ def test_a_worker_killed_mid_task_costs_a_retry_not_the_job(broker: str, task: s
         args: dict[str, Any] = {"args": [WORK]} if task == "t.sleep" else {"args": [tag], "kwargs": {"work": WORK}}
         job_ids = [engine.create_job(f"lost-{i}-{tag}", "celery", "* * * * * *", retry=RETRY,
                                      concurrency_mode="Queue", max_queued_runs=1,
-                                     configuration={"app": "tests.celery.worker_app:app", "task": task,
-                                                    "queue": tag, **args}) for i in (1, 2)]
+                                     configuration={"task": task, **_app(broker, tag), **args})
+                   for i in (1, 2)]
         engine.start_polling()
 
         def executing() -> list[Any]:
@@ -151,15 +159,14 @@ def test_another_apps_worker_does_not_fail_or_revoke_our_waiting_run(broker: str
     completes once ours is back; nothing is revoked."""
     tag = f"mjsched-other-{uuid.uuid4().hex[:8]}"
     env = _env(broker, tag, request)
-    other = Worker(f"other-{tag}", dict(env, MJSCHED_OTHER_QUEUE=f"{tag}-other"), tmp_path,
-                   app="tests.celery.other_app")
+    other = Worker(f"other-{tag}", dict(env, MJSCHED_CELERY_QUEUE=f"{tag}-other", MJSCHED_OTHER_QUEUE=f"{tag}-other"),
+                   tmp_path, app="tests.celery.other_app")
     ours: Worker | None = None
     try:
         other.wait_ready()
         engine = make_engine()
         job_id = engine.create_job(f"other-{tag}", "celery", "0 0 1 1 *", configuration={
-            "app": "tests.celery.worker_app:app", "task": "t.add", "args": [20, 22], "queue": tag,
-            "unregistered_check": 1})
+            "task": "t.add", "args": [20, 22], "unregistered_check": 1, **_app(broker, tag)})
         outcome: dict[str, Any] = {}
         waiter = threading.Thread(target=lambda: outcome.update(run=engine.execute_job(job_id)), daemon=True)
         waiter.start()
