@@ -71,20 +71,40 @@ def ask(app: Any, queue: str, task_name: str, task_id: str) -> Answer:
     if not consumers:
         return Answer(UNKNOWN)
     inspect = app.control.inspect(destination=consumers, timeout=INSPECT_TIMEOUT, limit=len(consumers))
-    active, reserved = inspect.active() or {}, inspect.reserved() or {}
-    scheduled, registered, stats = inspect.scheduled() or {}, inspect.registered() or {}, inspect.stats() or {}
-    answered = tuple(w for w in consumers if w in active and w in reserved)
+    return judge(consumers, task_name, task_id, Replies(inspect.active() or {}, inspect.reserved() or {},
+                                                        inspect.scheduled() or {}, inspect.registered() or {},
+                                                        inspect.stats() or {}))
+
+
+@dataclass(frozen=True)
+class Replies:
+    """The consumers' answers to ``celery inspect``, by worker name."""
+
+    active: dict[str, Any]
+    reserved: dict[str, Any]
+    scheduled: dict[str, Any]
+    registered: dict[str, Any]
+    stats: dict[str, Any]
+
+
+def judge(consumers: list[str], task_name: str, task_id: str, replies: Replies) -> Answer:
+    """The verdict of the consumers' replies (pure: see the module docstring)."""
+    answered = tuple(w for w in consumers if w in replies.active and w in replies.reserved)
     if not answered:
         return Answer(UNKNOWN, tuple(consumers))
-    holders = tuple(w for w in answered
-                    if task_id in _ids(active.get(w)) | _ids(reserved.get(w)) | _ids(scheduled.get(w)))
+    holders = tuple(w for w in answered if task_id in _ids(replies.active.get(w)) | _ids(replies.reserved.get(w))
+                    | _ids(replies.scheduled.get(w)))
     if holders:
         return Answer(HELD, answered, holders)
+    registered = replies.registered
     if registered and all(w in registered for w in answered) and not any(
             str(n).split(" ")[0] == task_name for w in answered for n in registered[w] or ()):
         return Answer(UNREGISTERED, answered)
-    idle = [w for w in answered if len(active.get(w) or ()) < _slots(stats.get(w))]
-    return Answer(NOT_HELD if idle else UNKNOWN, answered)
+    # A worker with a free slot and nothing reserved takes a waiting message at once, so the
+    # task is not in the queue either; when all are full it may be waiting there.
+    free = [w for w in answered
+            if len(replies.active.get(w) or ()) + len(replies.reserved.get(w) or ()) < _slots(replies.stats.get(w))]
+    return Answer(NOT_HELD if free else UNKNOWN, answered)
 
 
 def _slots(stats: Any) -> int:
