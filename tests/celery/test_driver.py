@@ -201,6 +201,11 @@ def test_a_resent_run_is_refused_by_the_duplicate_guard(make_engine: Any, sessio
     wait_for(lambda: counters.get(f"{_tag()}:delivered:{task_id}") == b"2", 20, "both messages delivered")
     time.sleep(0.5)
     assert counters.get(f"{_tag()}:executed:{task_id}") == b"1"
+    # The refusal of a duplicate whose first execution finished (or still runs) records nothing:
+    # the first one's SUCCESS stands (a refusal is recorded only for an id nobody will finish).
+    import tests.celery.worker_app as worker_app
+
+    assert worker_app.app.AsyncResult(task_id).state == "SUCCESS"
 
 
 def test_wait_mode_does_not_send_a_finished_run_again(make_engine: Any, session_worker: Worker,
