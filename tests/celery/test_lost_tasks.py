@@ -29,7 +29,7 @@ from .conftest import AMQP_URL, REDIS_URL, Worker, worker_env
 
 BACKEND_URL = "redis://127.0.0.1:6379/14"      # worker_app's result backend
 
-pytestmark = [pytest.mark.celery, pytest.mark.chaos]   # ~30-45 s each: CI's second step
+pytestmark = pytest.mark.celery
 
 CUT_BOUND = 30.0         # seconds from the kill until every cut run has ended
 RESTART_AFTER = 2.0      # the deploy-like gap between the kill and the restart
@@ -60,6 +60,7 @@ def _app(broker: str, tag: str) -> dict[str, str]:
     return {"app": REDIS_URL if broker == "redis" else AMQP_URL, "backend": BACKEND_URL, "queue": tag}
 
 
+@pytest.mark.chaos                                          # ~25-40 s each: CI's second step
 @pytest.mark.parametrize("broker", ["redis", "rabbitmq"])
 @pytest.mark.parametrize("task", ["t.sleep", "t.tick"])      # plain (acked on receipt) / guarded (acks_late)
 def test_a_worker_killed_mid_task_costs_a_retry_not_the_job(broker: str, task: str, make_engine: Any,
