@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .drivers.base import BaseScheduledJob, ExecutionContext, JobResult
+from .drivers.celery_trust import CeleryAllowList, refusal_for
 from .drivers.registry import get_driver, refusal
 from .models import Isolation, Job
 from .redaction import redact, redact_text
@@ -56,12 +57,13 @@ def runtime_bound(job: Job, driver_cls: type[BaseScheduledJob] | None,
     return RuntimeBound(engine_default, ENGINE_DEFAULT) if engine_default is not None else None
 
 
-def run_driver(context: ExecutionContext,
-               allowed_drivers: frozenset[str] | None = None) -> tuple[JobResult, BaseScheduledJob | None]:
+def run_driver(context: ExecutionContext, allowed_drivers: frozenset[str] | None = None,
+               celery_allow: CeleryAllowList | None = None) -> tuple[JobResult, BaseScheduledJob | None]:
     """Execute the job's driver in this thread (or in a child process when isolated).
 
-    A driver outside ``allowed_drivers`` (None: all) is not run: the run fails
-    with the reason, whatever the database says, and a WARNING names the job."""
+    A driver outside ``allowed_drivers`` (None: all), or a celery job naming an app or a
+    broker outside ``celery_allow``, is not run: the run fails with the reason, whatever
+    the database says, and a WARNING names the job."""
     driver: BaseScheduledJob | None = None
     if allowed_drivers is not None and context.job.driver not in allowed_drivers:
         message = refusal(context.job.driver, allowed_drivers)
@@ -69,6 +71,11 @@ def run_driver(context: ExecutionContext,
                     extra={"action": "driver_not_allowed", "driver": context.job.driver})
         return JobResult(success=False, error_message=message,
                          details={"driver": context.job.driver, "allowed_drivers": sorted(allowed_drivers)}), None
+    refused = refusal_for(celery_allow, context.job.driver, context.job.configuration)
+    if refused is not None:
+        log.warning("job %r (run %s): %s; recorded Failed", context.job.name, context.run.id, refused,
+                    extra={"action": "celery_not_allowed", "driver": context.job.driver})
+        return JobResult(success=False, error_message=refused, details={"driver": context.job.driver}), None
     try:
         driver_cls = get_driver(context.job.driver)
         driver = driver_cls()

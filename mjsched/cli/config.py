@@ -19,6 +19,8 @@ when it exists. Its ``[scheduled_jobs]`` table mirrors the reference's
     keep_runs_count = 100          # ... and each job's newest 100 finished runs are kept
     purge_interval = 10            # seconds between two purge passes of an engine
     allowed_drivers = ["http", "python"]   # refuse (Failed run) jobs of other drivers; unset: all
+    celery_allowed_apps = ["proj.celery:app"]           # celery jobs: app paths it may import
+    celery_allowed_brokers = ["redis://broker.internal:6379"]   # ... and broker URLs they may name
 
     [scheduled_jobs.smtp]          # e-mail notifications (optional)
     host = "smtp.internal"
@@ -205,6 +207,32 @@ def _drivers(label: str, value: Any) -> list[str] | None:
     return sorted(names) if names is not None else None
 
 
+def _celery_apps(label: str, value: Any) -> list[str] | None:
+    """App paths a celery job may name ('pkg.module:app'), a list or a comma-separated string;
+    unset: any; an empty list: none."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    from ..drivers.celery_trust import allowed_apps
+
+    if not isinstance(value, (str, list)):
+        raise ConfigurationError(label, value, "must be a list of app paths or a comma-separated string")
+    apps = allowed_apps(value, field=label)
+    return sorted(apps) if apps is not None else None
+
+
+def _celery_brokers(label: str, value: Any) -> list[str] | None:
+    """Broker / result backend URLs a celery job may name, kept without their credentials;
+    unset: any; an empty list: none."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    from ..drivers.celery_trust import allowed_brokers
+
+    if not isinstance(value, (str, list)):
+        raise ConfigurationError(label, value, "must be a list of URLs or a comma-separated string")
+    places = allowed_brokers(value, field=label)
+    return [str(p) for p in places] if places is not None else None
+
+
 def _host(label: str, value: Any) -> str:
     out = _text(255)(label, value)
     if out is None:
@@ -236,6 +264,11 @@ KEYS: dict[str, Key] = {k.name: k for k in (
     Key("instance_name", _text(255), None, "engine name in run rows and `mjsched status`; default host-pid"),
     Key("allowed_drivers", _drivers, None, "drivers this engine may run, e.g. [\"http\", \"python\"]; a job of "
                                            "another driver ends Failed on it (unset: every registered driver)"),
+    Key("celery_allowed_apps", _celery_apps, None, "app paths ('pkg.module:app') a celery job may name here; "
+                                                   "others end Failed, never imported (unset: any)"),
+    Key("celery_allowed_brokers", _celery_brokers, None, "broker / result backend URLs a celery job may name "
+                                                         "(credentials ignored; no path: any db or vhost there; "
+                                                         "unset: any)"),
     Key("shutdown_timeout", _seconds(86_400), 30.0, "on SIGINT/SIGTERM, wait at most this long for running jobs"),
     Key("cancel_grace", _seconds(86_400), 30.0, "seconds a run cancelled by `mjsched runs cancel` has to stop "
                                                 "before its process is killed"),
@@ -336,6 +369,8 @@ class Settings:
                                  min_poll_interval=self.values["min_poll_interval"],
                                  max_poll_interval=self.values["max_poll_interval"],
                                  allowed_drivers=self.values["allowed_drivers"],
+                                 celery_allowed_apps=self.values["celery_allowed_apps"],
+                                 celery_allowed_brokers=self.values["celery_allowed_brokers"],
                                  cancel_grace=self.values["cancel_grace"],
                                  default_max_runtime=self.values["default_max_runtime"],
                                  keep_runs_days=self.values["keep_runs_days"],

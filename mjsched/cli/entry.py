@@ -40,6 +40,8 @@ def flag_settings(args: argparse.Namespace) -> dict[str, tuple[Any, str]]:
                "instance_name": ("instance_name", "--instance-name"),
                "shutdown_timeout": ("shutdown_timeout", "--shutdown-timeout"),
                "allowed_drivers": ("allowed_drivers", "--allowed-drivers"),
+               "celery_allowed_apps": ("celery_allowed_apps", "--celery-allowed-apps"),
+               "celery_allowed_brokers": ("celery_allowed_brokers", "--celery-allowed-brokers"),
                "metrics_port": ("metrics.port", "--metrics-port"), "metrics_host": ("metrics.host", "--metrics-host"),
                "engine_keep_runs_days": ("keep_runs_days", "--keep-runs-days"),
                "engine_keep_runs_count": ("keep_runs_count", "--keep-runs-count"),

@@ -112,6 +112,11 @@ def _add_run(sub: Any, add: AddVerb) -> None:
     run.add_argument("--allowed-drivers", action="append", metavar="NAMES",
                      help="drivers this engine may run, comma-separated or repeated (default: all); a job of "
                           "another driver ends Failed here")
+    run.add_argument("--celery-allowed-apps", action="append", metavar="PATHS",
+                     help="celery app paths ('pkg.module:app') a celery job may name, comma-separated or "
+                          "repeated (default: any); others end Failed, never imported")
+    run.add_argument("--celery-allowed-brokers", action="append", metavar="URLS",
+                     help="broker / result backend URLs a celery job may name (default: any)")
     run.add_argument("--keep-runs-days", type=int, metavar="DAYS", dest="engine_keep_runs_days",
                      help="retention default: keep finished runs this many days (0: off; a job's own setting wins)")
     run.add_argument("--keep-runs-count", type=int, metavar="N", dest="engine_keep_runs_count",

@@ -9,13 +9,17 @@
 Limits of the guard, honestly: it remembers an id for ``mjsched_guard_ttl`` seconds (default
 7 days) only; it marks an id when the task *starts*, so a worker that dies mid-task and has
 its message redelivered (``acks_late``) does not run it again (at most once per id: pick
-this guard for tasks where a double run is worse than a missed one); it needs Redis (the
+this guard for tasks where a double run is worse than a missed one). Such a refusal is
+recorded as the task's FAILURE (:class:`AlreadyStarted`) unless the id already has a final
+state or another worker process is still running it, so a ``wait`` run ends at once and
+the job's retry policy sends the tick again as a new attempt (a new task id); it needs Redis (the
 ``mjsched_guard_url`` setting, else the app's Redis result backend, else its Redis broker)
 and fails the task, rather than running it unguarded, when Redis cannot be reached.
 """
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -61,8 +65,50 @@ def claim_execution(app: Any, task_id: str, retries: int = 0, owner: str = "") -
     return bool(_client(guard_url(app)).set(key, owner or "1", nx=True, ex=ttl))
 
 
+class AlreadyStarted(Exception):
+    """The FAILURE the guard records for a task id that started once and was not run again."""
+
+
+def _running_elsewhere(app: Any, task_id: str, owner: str) -> bool:
+    """Whether the worker that claimed ``task_id`` (``owner``) runs it now in another process
+    (a redelivery while the first execution is alive: a long task past Redis' visibility
+    timeout). No answer within 2 s counts as no: the owner is taken for dead."""
+    if not owner:
+        return False
+    try:
+        active = app.control.inspect(destination=[owner], timeout=2.0, limit=1).active() or {}
+    except Exception:  # noqa: BLE001 - the control channel is best effort here
+        return False
+    me = os.getpid()
+    return any(isinstance(entry, dict) and entry.get("id") == task_id and entry.get("worker_pid") != me
+               for entries in active.values() for entry in entries or ())
+
+
+def _record_refusal(task: Task, request: Any) -> None:
+    """Store AlreadyStarted as the task's result, so a run waiting for it ends now; left alone
+    when the id has a final state (it finished) or is still running elsewhere."""
+    from celery.states import READY_STATES
+
+    backend = task.backend
+    if "DisabledBackend" in type(backend).__name__:
+        return
+    try:
+        if backend.get_task_meta(request.id).get("status") in READY_STATES:
+            return
+        owner = _client(guard_url(task.app)).get(f"{GUARD_PREFIX}{request.id}:{int(request.retries or 0)}")
+        owner = owner.decode() if isinstance(owner, bytes) else str(owner or "")
+        if _running_elsewhere(task.app, request.id, owner):
+            return
+        backend.mark_as_failure(request.id, AlreadyStarted(
+            f"task {request.id} started once already (on {owner or 'a worker'}); not run again by the mjsched "
+            "duplicate guard: its worker was probably lost mid-task"), request=request, call_errbacks=False)
+    except Exception:  # noqa: BLE001 - the refusal stands; only its record failed
+        log.exception("task %s [%s]: could not record the guard's refusal", task.name, request.id)
+
+
 class DeduplicatedTask(Task):
-    """Refuses (Celery ``Ignore``: no result stored, message acked) a task id it already ran.
+    """Refuses (Celery ``Ignore``, message acked) a task id it already ran, and records the
+    refusal as the task's FAILURE when nobody else will give it an outcome.
 
     Use ``@app.task(base=DeduplicatedTask)`` or ``Celery(..., task_cls=DeduplicatedTask)``.
     A retry (``self.retry()``) keeps the task id; it is a new claim (the retry number is
@@ -75,6 +121,7 @@ class DeduplicatedTask(Task):
             if not claim_execution(self.app, request.id, int(request.retries or 0), str(request.hostname or "")):
                 log.warning("task %s [%s] already executed (retry %s); refused by the mjsched duplicate guard",
                             self.name, request.id, request.retries)
+                _record_refusal(self, request)
                 raise Ignore()
         return super().__call__(*args, **kwargs)
 

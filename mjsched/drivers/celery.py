@@ -30,16 +30,23 @@ Configuration:
     Seconds the broker may take to accept the message before the run fails
     (default 10).
 ``unregistered_check``
-    Seconds a ``wait`` task may stay PENDING before the workers are asked whether
-    any of them registers the task name (default 5; 0 turns the check off). When
-    workers answer and none knows the task, the run fails instead of waiting.
+    Seconds a ``wait`` task may stay unfinished before the workers consuming its queue
+    are asked, every few seconds from then on, where it is (default 5; 0 turns the
+    check off): see :mod:`mjsched.drivers.celery_probe`. When those workers answer and
+    none registers the task name, the run fails (and the message is revoked: they are
+    the ones that would take it). Workers of other queues are never asked.
+``lost_after``
+    Seconds of consecutive answers that no consumer holds the task (at least three
+    answers, while one of them has a free slot) after which a ``wait`` run fails as
+    lost, without revoking anything (default 10; 0: wait until max_runtime). On Redis
+    with ``acks_late`` and no duplicate guard, set it above the visibility timeout.
 
-The task id is ``uuid5(namespace, "<job id>|<tick or manual run id>|<attempt>")``;
-attempt is always 1 until run retries exist.
+The task id is ``uuid5(namespace, "<job id>|<tick or manual run id>|<attempt>")``: a
+retry (the job's retry policy) is a new attempt, hence a new task and a new message.
 """
 from __future__ import annotations
 
-import re
+import math
 import threading
 import time
 import uuid
@@ -50,12 +57,13 @@ from ..errors import ConfigurationError
 from ..models import JobRun
 from .base import BaseScheduledJob, ExecutionContext, JobResult
 from .base import driver_named
+from .celery_probe import UNREGISTERED, LostWatch, ask, task_queue
+from .celery_trust import APP_PATH_RE
 
 TASK_ID_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_DNS, "celery.mjsched")   # fixed: ids stay stable across releases
 MODES = ("wait", "send")
 KNOWN_KEYS = {"app", "backend", "task", "args", "kwargs", "queue", "routing_key", "priority", "mode",
-              "send_timeout", "unregistered_check"}
-APP_PATH_RE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
+              "send_timeout", "unregistered_check", "lost_after"}
 BROKER_SCHEMES = {"redis", "rediss", "amqp", "amqps", "pyamqp", "librabbitmq", "memory", "sqs", "sentinel",
                   "filesystem", "qpid", "zookeeper", "mongodb", "sqla", "sqlalchemy", "confluentkafka", "gcpubsub",
                   "azurestoragequeues", "azureservicebus"}
@@ -65,6 +73,9 @@ BACKEND_FAILURE_BUDGET = 30.0                      # seconds of failing polls be
 BACKEND_CALL_TIMEOUT = 10.0                        # one result-backend read or control call, at most
 DEFAULT_SEND_TIMEOUT = 10.0
 DEFAULT_UNREGISTERED_CHECK = 5.0
+DEFAULT_LOST_AFTER = 10.0
+PROBE_INTERVAL = 2.0                               # seconds between two questions to the workers
+UNFINISHED = ("PENDING", "RECEIVED", "STARTED", "RETRY")
 
 _apps: dict[tuple[str, str | None], Any] = {}
 _apps_lock = threading.Lock()
@@ -160,7 +171,7 @@ def validate_form(configuration: Any) -> None:
     mode = configuration.get("mode", "wait")
     if mode not in MODES:
         raise ConfigurationError("configuration.mode", mode, "must be 'wait' or 'send'")
-    for key in ("send_timeout", "unregistered_check"):
+    for key in ("send_timeout", "unregistered_check", "lost_after"):
         value = configuration.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0
                                   or value > 3600 or (key == "send_timeout" and value == 0)):
@@ -269,8 +280,9 @@ class CeleryJob(BaseScheduledJob):
             return JobResult(False, str(exc), {"app": configuration.get("app")})
         mode = configuration.get("mode", "wait")
         task_name = configuration["task"]
-        task_id = task_id_for(context.job.id, context.run)
-        details: dict[str, Any] = {"task_id": task_id, "task": task_name, "mode": mode, "attempt": 1}
+        attempt = int(context.run.attempt or 1)
+        task_id = task_id_for(context.job.id, context.run, attempt)
+        details: dict[str, Any] = {"task_id": task_id, "task": task_name, "mode": mode, "attempt": attempt}
         if mode == "wait" and not has_result_backend(app):
             return JobResult(False, f"task {task_name} not sent: mode 'wait' needs a result backend and app "
                                     f"{configuration['app']!r} has none; set result_backend or use mode 'send'",
@@ -323,12 +335,14 @@ class CeleryJob(BaseScheduledJob):
     def _wait(self, app: Any, context: ExecutionContext, task_name: str, task_id: str,
               details: dict[str, Any]) -> JobResult:
         configuration = context.job.configuration
-        check_after = configuration.get("unregistered_check", DEFAULT_UNREGISTERED_CHECK)
+        check_after = float(configuration.get("unregistered_check", DEFAULT_UNREGISTERED_CHECK))
+        lost_after = float(configuration.get("lost_after", DEFAULT_LOST_AFTER))
+        queue = task_queue(app, configuration, task_name)
+        watch = LostWatch(lost_after)
         backend = app.backend
-        started = time.monotonic()
+        next_probe = time.monotonic() + check_after if check_after else math.inf
         failing_since: float | None = None
         polls = 0
-        checked = False
         while True:
             if context.cancel_event.is_set():
                 return self._revoke(app, task_name, task_id, details, "the run was cancelled (max_runtime, "
@@ -349,31 +363,45 @@ class CeleryJob(BaseScheduledJob):
             finished = _finished(state, meta, task_name, task_id, details)
             if finished is not None:
                 return finished
-            if (state == "PENDING" and check_after and not checked
-                    and time.monotonic() - started >= check_after):
-                checked = True
-                unknown = self._unregistered(app, task_name)
-                if unknown is not None:
-                    _bounded(lambda: app.control.revoke(task_id), BACKEND_CALL_TIMEOUT)
-                    details.update(state="PENDING", workers=unknown)
-                    return JobResult(False, f"task {task_name!r} is not registered on any worker that answered "
-                                            f"({', '.join(unknown)}); the message was revoked", details)
+            if state in UNFINISHED and time.monotonic() >= next_probe:
+                ended = self._probe(app, context, queue, task_name, task_id, watch, details)
+                if ended is not None:
+                    return ended
+                next_probe = time.monotonic() + PROBE_INTERVAL
             pause = POLL_INTERVALS[polls] if polls < len(POLL_INTERVALS) else 1.0
             polls += 1
             context.cancel_event.wait(pause)
 
-    def _unregistered(self, app: Any, task_name: str) -> list[str] | None:
-        """The workers that answered, when none of them registers ``task_name``; else None."""
-        try:
-            registered = app.control.inspect(timeout=1.0).registered() or {}
-        except Exception:  # noqa: BLE001 - the check is best effort
+    def _probe(self, app: Any, context: ExecutionContext, queue: str, task_name: str, task_id: str,
+               watch: LostWatch, details: dict[str, Any]) -> JobResult | None:
+        """Ask the queue's consumers where the task is; a result when the run ends on their answer."""
+        ok, answer = _bounded(lambda: ask(app, queue, task_name, task_id), BACKEND_CALL_TIMEOUT)
+        if not ok:
+            context.logger.debug("celery task %s [%s]: the workers could not be asked: %s", task_name, task_id,
+                                 answer)
             return None
-        if not registered:
-            return None
-        for names in registered.values():
-            if any(str(n).split(" ")[0] == task_name for n in names):
-                return None
-        return sorted(registered)
+        if answer.verdict == UNREGISTERED:
+            _bounded(lambda: app.control.revoke(task_id), BACKEND_CALL_TIMEOUT)
+            details.update(state="PENDING", queue=queue, workers=list(answer.consumers))
+            return JobResult(False, f"task {task_name!r} is not registered on any worker consuming queue {queue!r} "
+                                    f"({', '.join(answer.consumers)}); the message was revoked", details)
+        if watch.lost_after > 0 and watch.note(answer, time.monotonic()):
+            # It may have finished between the state read and the question: read it once more.
+            ok, meta = _bounded(lambda: app.backend.get_task_meta(task_id), BACKEND_CALL_TIMEOUT)
+            finished = _finished(meta.get("status") if ok else None, meta, task_name, task_id, details)
+            if finished is not None:
+                return finished
+            waited = time.monotonic() - (watch.since or time.monotonic())
+            details.update(state=(meta.get("status") if ok else None), lost=True, queue=queue,
+                           workers=list(answer.consumers))
+            context.logger.warning("celery task %s [%s] lost: no worker consuming queue %r holds it", task_name,
+                                   task_id, queue, extra={"action": "celery_task_lost"})
+            return JobResult(False, f"task {task_name} [{task_id}] lost: none of the workers consuming queue "
+                                    f"{queue!r} ({', '.join(answer.consumers)}) holds it (active, reserved or "
+                                    f"scheduled), asked {watch.count} times over {waited:.0f}s; its worker probably "
+                                    "died after taking it (not revoked; a retry policy sends the tick again)",
+                             details)
+        return None
 
     def _revoke(self, app: Any, task_name: str, task_id: str, details: dict[str, Any], why: str) -> JobResult:
         ok, error = _bounded(lambda: app.control.revoke(task_id, terminate=True, signal="SIGTERM"),

@@ -19,6 +19,7 @@ from typing import Callable
 from .. import scheduling, validation
 from ..backends.base import Backend, Completion, SweepResult
 from ..clock import DbClock
+from ..drivers.celery_trust import refusal_for
 from ..errors import SchedulerError
 from ..models import Claim, ClaimBatch, ConcurrencyMode, DispatchResult, Job, RunStatus
 from .background import BackgroundTasks
@@ -417,7 +418,11 @@ class Dispatcher:
 
     def _definition_refused(self, job: Job) -> str | None:
         """Why no run of ``job`` can succeed on this engine (its driver is not installed here, or
-        the driver refuses its configuration), or None. Logged once per job and reason."""
+        the driver refuses its configuration), or None. Logged once per job and reason.
+        A celery job outside this engine's allow-list is left to its run, which ends Failed
+        saying so: its driver's checks, which import the app, are not called."""
+        if refusal_for(self._options.celery_allow, job.driver, job.configuration) is not None:
+            return None
         try:
             validation.check_runnable(job.driver, job.configuration)
             return None

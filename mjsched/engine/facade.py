@@ -44,13 +44,18 @@ class SchedulingEngine:
                  cancel_grace: float = 30.0, default_max_runtime: float | None = DEFAULT_MAX_RUNTIME,
                  keep_runs_days: int | None = None, keep_runs_count: int | None = None,
                  purge_interval: float | None = 10.0, purge_pass_seconds: float = 0.2, purge_batch_size: int = 1000,
+                 celery_allowed_apps: Iterable[str] | str | None = None,
+                 celery_allowed_brokers: Iterable[str] | str | None = None,
                  **backend_options: Any) -> None:
         """``options`` (built by the CLI's config) replaces the tuning arguments when given (one
         given beside it as well is refused: ConfigurationError naming it).
         ``keep_runs_days``/``keep_runs_count``: run-history retention for jobs without their own
         (README "Run-history retention"); ``purge_interval`` (None: this engine never purges).
         ``default_max_runtime`` (seconds; default one day, None: unbounded) bounds every run whose
-        job sets no max_runtime (nor its driver a default_max_runtime): past it the run is Timeout."""
+        job sets no max_runtime (nor its driver a default_max_runtime): past it the run is Timeout.
+        ``celery_allowed_apps`` / ``celery_allowed_brokers``: the app paths a ``celery`` job may
+        name here / the broker and result backend URLs (None: any); others are refused by
+        create_job and end Failed when they run, never imported (docs/guide/trust.md)."""
         self.options = options_from(
             options, max_concurrent_jobs=max_concurrent_jobs, lease_timeout=lease_timeout, instance_name=instance_name,
             min_poll_interval=min_poll_interval, max_poll_interval=max_poll_interval,
@@ -58,7 +63,8 @@ class SchedulingEngine:
             completion_batch_window=completion_batch_window, allowed_drivers=allowed_drivers,
             cancel_grace=cancel_grace, default_max_runtime=default_max_runtime,
             keep_runs_days=keep_runs_days, keep_runs_count=keep_runs_count, purge_interval=purge_interval,
-            purge_pass_seconds=purge_pass_seconds, purge_batch_size=purge_batch_size)
+            purge_pass_seconds=purge_pass_seconds, purge_batch_size=purge_batch_size,
+            celery_allowed_apps=celery_allowed_apps, celery_allowed_brokers=celery_allowed_brokers)
         opts = self.options
         self.max_concurrent_jobs, self.lease_timeout = opts.max_concurrent_jobs, opts.lease_timeout
         self.min_poll_interval, self.max_poll_interval = opts.min_poll_interval, opts.max_poll_interval
@@ -94,9 +100,17 @@ class SchedulingEngine:
         """Validate everything, then insert the job; returns its id (a UUID string). The schedule
         is exactly one of ``cron``, ``every`` (a timedelta or '90s', '15m', '2h', '1d') and
         ``run_at`` (an aware datetime: one run, then the job is Expired)."""
+        self._admit(driver, configuration)
         return create_job(self.backend, {"name": name, "driver": driver, "cron": cron, "every": every,
                                          "run_at": run_at, "timezone": timezone, "configuration": configuration,
                                          **fields})
+
+    def _admit(self, driver: Any, configuration: Any) -> None:
+        """A celery job this engine may not run is refused before its driver's checks, which
+        import the app (ConfigurationError naming the key; see celery_allowed_apps)."""
+        allow = self.options.celery_allow
+        if allow is not None and driver == "celery":
+            allow.check(configuration)
 
     def get_job(self, job_id: str) -> Job:
         """The job ``job_id`` names: an id, or a name (a value that is not a UUID); JobNotFound
@@ -109,6 +123,7 @@ class SchedulingEngine:
         defaults, except ``status`` (kept unless given). Only the fields that differ are
         written, so next_run_at is recomputed only when the schedule changed; id, statistics
         and history are kept. Safe from several processes at once (names are unique)."""
+        self._admit(driver, fields.get("configuration"))
         spec = {"name": name, "driver": driver, "cron": cron, "every": every, "run_at": run_at, **fields}
         return declared.ensure(self, declared.declare(spec))[1]
 
@@ -118,6 +133,9 @@ class SchedulingEngine:
         jobs no dict names are kept, paused (Active ones) or deleted, as ``remove_missing``
         says ("keep", "pause" or "delete": every job in the database counts). With
         ``dry_run`` nothing is written and the result says what would change."""
+        for spec in jobs if isinstance(jobs, list) else ():
+            if isinstance(spec, dict):
+                self._admit(spec.get("driver"), spec.get("configuration"))
         return declared.sync(self, jobs, remove_missing, dry_run)
 
     def list_jobs(self, status: str | None = None) -> list[Job]:
@@ -128,6 +146,8 @@ class SchedulingEngine:
     def update_job(self, job_id: str, **fields: Any) -> Job:
         """Change fields of a job; a new schedule takes effect from its next tick."""
         current = self.get_job(job_id)
+        if "driver" in fields or "configuration" in fields:
+            self._admit(fields.get("driver", current.driver), fields.get("configuration", current.configuration))
         values = changed_job_values(self.backend, current, fields)
         if not self.backend.update_job(current.id, values):
             raise JobNotFound(job_id)

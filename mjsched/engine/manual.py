@@ -14,6 +14,7 @@ import uuid
 from typing import Any
 
 from .. import parameters as run_parameters
+from ..drivers.celery_trust import refusal_for
 from ..drivers.registry import get_driver
 from ..errors import ConfigurationError, JobNotActive, JobNotFound, LockNotAcquired
 from ..models import Job, JobRun
@@ -42,8 +43,10 @@ class ManualRuns:
                                                                "definition before it can run")
         if params:
             job = dataclasses.replace(job, configuration=run_parameters.merged_configuration(job, params))
-        # What this process cannot run (an import path it lacks) is refused before a run is recorded.
-        get_driver(job.driver)().check_can_run(job.configuration)
+        # What this process cannot run (an import path it lacks) is refused before a run is recorded;
+        # a celery job outside the allow-list is not checked (that imports it): its run ends Failed.
+        if refusal_for(self._e.options.celery_allow, job.driver, job.configuration) is None:
+            get_driver(job.driver)().check_can_run(job.configuration)
         lease_from = time.monotonic()   # before the call that grants the run its lease (Run.lease_until)
         start = self._start(job, force, params)
         if start.outcome == "not_found":

@@ -12,6 +12,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Iterable
 
 from .. import retention, validation
+from ..drivers.celery_trust import CeleryAllowList, allowed_apps, allowed_brokers
 from ..drivers.registry import allowed_driver_names
 from ..errors import ConfigurationError
 
@@ -51,6 +52,10 @@ class EngineOptions:
     purge_interval: float | None = 10.0
     purge_pass_seconds: float = 0.2
     purge_batch_size: int = 1000
+    # What a celery job may name on this engine (docs/guide/trust.md): app paths it may import,
+    # broker / result backend URLs it may connect to; None: any. Others end Failed, untouched.
+    celery_allowed_apps: Iterable[str] | str | frozenset[str] | None = None
+    celery_allowed_brokers: Iterable[str] | str | None = None
 
     def __post_init__(self) -> None:
         def keep(name: str, value: object) -> None:
@@ -88,8 +93,18 @@ class EngineOptions:
                                                                     optional=False, maximum=60) or 0))
         keep("purge_batch_size", validation.positive_int("purge_batch_size", self.purge_batch_size,
                                                          maximum=retention.MAX_BATCH))
+        keep("celery_allowed_apps", allowed_apps(self.celery_allowed_apps))
+        keep("celery_allowed_brokers", allowed_brokers(self.celery_allowed_brokers))
         keep("instance_name", validation.text("instance_name", self.instance_name, limit=255)
              or f"{socket.gethostname()}-{os.getpid()}")
+
+
+    @property
+    def celery_allow(self) -> CeleryAllowList | None:
+        """The celery allow-list of this engine (None: any app, any broker)."""
+        if self.celery_allowed_apps is None and self.celery_allowed_brokers is None:
+            return None
+        return CeleryAllowList(self.celery_allowed_apps, self.celery_allowed_brokers)  # type: ignore[arg-type]
 
 
 def options_from(options: EngineOptions | None, **tuning: Any) -> EngineOptions:

@@ -33,6 +33,7 @@ from .. import scheduling
 from ..backends.base import Backend, CancelRequest, Completion
 from ..clock import DbClock
 from ..drivers.base import BaseScheduledJob, ExecutionContext, JobResult
+from ..drivers.celery_trust import CeleryAllowList
 from ..drivers.registry import get_driver
 from ..errors import SchedulerError
 from ..execution import RuntimeBound, failure, run_driver, runtime_bound
@@ -78,6 +79,7 @@ class RunServices:
     allowed_drivers: frozenset[str] | None
     wake: Callable[[], None]            # the dispatcher polls again (a slot or a job came free)
     default_max_runtime: float | None = None   # the bound of runs whose job and driver set none
+    celery_allow: CeleryAllowList | None = None   # what a celery job may name here (None: anything)
 
 
 @dataclass(eq=False)
@@ -222,7 +224,7 @@ class Run:
             return
         try:
             log.debug("starting job %r (run %s)", self.job.name, self.run_id, extra={"action": "run_started"})
-            result, driver = run_driver(self.context, self.services.allowed_drivers)
+            result, driver = run_driver(self.context, self.services.allowed_drivers, self.services.celery_allow)
         except BaseException as exc:  # noqa: BLE001 - even KeyboardInterrupt from a driver: the run must end
             result = failure(exc)
         finally:

@@ -56,7 +56,7 @@ def wire(engine: Any, opts: EngineOptions) -> None:
                                clock=engine._clock, stats=engine.stats, instance=engine.instance_name,
                                lease_seconds=engine.lease_timeout,
                                allowed_drivers=engine.allowed_drivers, wake=lambda: engine._poller.wake(),
-                               default_max_runtime=opts.default_max_runtime)
+                               default_max_runtime=opts.default_max_runtime, celery_allow=opts.celery_allow)
     engine._cancels = Cancellation(engine.backend, engine._registry, grace=opts.cancel_grace,
                                    on_overdue_soon=lambda: engine._keeper.poke())
     engine._keeper = LeaseKeeper(engine.backend, engine._registry, instance=engine.instance_name,

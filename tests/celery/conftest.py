@@ -70,11 +70,12 @@ class Worker:
     """One ``celery worker`` process (its own process group, killed at teardown)."""
 
     def __init__(self, name: str, env: dict[str, str], logdir: Path, concurrency: int = 2,
-                 pool: str = "prefork") -> None:
+                 pool: str = "prefork", app: str = "tests.celery.worker_app", life: int = 1) -> None:
+        """``life``: the how-many-th start of this worker name (a restart keeps the name, not the log)."""
         self.name = f"{name}@{socket.gethostname()}"
         self.env = env
-        self.log = logdir / f"{name}.log"
-        cmd = [sys.executable, "-m", "celery", "-A", "tests.celery.worker_app", "worker",
+        self.log = logdir / (f"{name}.log" if life == 1 else f"{name}.{life}.log")
+        cmd = [sys.executable, "-m", "celery", "-A", app, "worker",
                "-Q", env["MJSCHED_CELERY_QUEUE"], "-c", str(concurrency), f"--pool={pool}", "-n", self.name,
                "--without-gossip", "--without-mingle", "--loglevel=INFO", f"--logfile={self.log}"]
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
@@ -100,6 +101,7 @@ class Worker:
             self.proc.wait(10)
 
     def stop(self) -> None:
+        """SIGKILL the whole process group (main process and pool children), as a host crash does."""
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:
