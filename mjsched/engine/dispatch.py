@@ -360,9 +360,11 @@ class Dispatcher:
         which its lease runs from (Run.lease_until): this call's start, less how long before
         this call's transaction the claim was made (a replay answers an earlier call's claims;
         ``locked_at`` and ``db_now`` are both the database's clock)."""
-        earlier = 0.0
-        if isinstance(job.locked_at, datetime) and isinstance(db_now, datetime):   # not an Undecodable
-            earlier = max(0.0, (db_now - job.locked_at).total_seconds())
+        decoded = isinstance(job.locked_at, datetime) and isinstance(db_now, datetime)   # not an Undecodable
+        earlier = max(0.0, (db_now - job.locked_at).total_seconds()) if decoded else 0.0
+        if self._claimed_at == float("-inf"):   # a claim made by a caller of start_claim: its age by the clock
+            age = max(0.0, (self._clock.now() - job.locked_at).total_seconds()) if decoded else 0.0
+            return time.monotonic() - age
         return self._claimed_at - earlier
 
     def _attempt_of(self, run_id: str) -> int:

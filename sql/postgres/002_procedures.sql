@@ -746,8 +746,10 @@ BEGIN
                 lock_token, lease_expires_at)
         SELECT t.id, t.next_run_at, 'Running', greatest(p_now, t.last_run_at), p_instance, t.lock_token, t.lease_until
           FROM taken t
-         WHERE NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run s
-                            WHERE s.scheduled_job_id = t.id AND s.scheduled_for >= t.next_run_at)
+         -- (the newest tick by max(): a backward probe of uq_scheduled_job_run_tick per job, never
+         -- an anti-join the planner may hash over the whole history under stale statistics)
+         WHERE coalesce((SELECT max(s.scheduled_for) FROM mjsched.scheduled_job_run s
+                          WHERE s.scheduled_job_id = t.id), '-infinity') < t.next_run_at
         ON CONFLICT DO NOTHING
         RETURNING id, scheduled_job_id
     )

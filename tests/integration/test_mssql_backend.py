@@ -222,7 +222,7 @@ def test_install_refuses_a_database_below_compatibility_level_130_before_touchin
     for level in (130, 160, None):                # at 130+ (or unknown) install goes on to take its lock
         fake = _CompatibilityOnly(level)
         backend._pool = fake  # type: ignore[assignment]
-        with pytest.raises(AssertionError, match="unexpected statement: SET XACT_ABORT ON; BEGIN TRANSACTION"):
+        with pytest.raises(AssertionError, match="unexpected statement: SET LOCK_TIMEOUT -1; SET XACT_ABORT ON; BEGIN TRANSACTION"):
             backend.install()
 
 

@@ -2,7 +2,7 @@
 
 A claim's transaction fixes its clock (now()) when it begins, but in READ COMMITTED each
 statement inside the procedure sees what committed before that statement. A claim that
-began, was held up (here: by a lock on its engine's row), and then found the job freed by a
+began, was held up (here: by a table lock on the engine registry), and then found the job freed by a
 completion that began after it, recorded its run as started before the previous run ended:
 the history of a Skip or Queue job showed two runs at once that never ran at once (seen in
 test_engine_retries' three-engine race). The claim now starts such a run no earlier than
@@ -34,7 +34,7 @@ def _job(backend: Backend, mode: str) -> str:
 
 
 def _held_up_claim(pg_db: Db, sql: Sql, instance: str, free_the_job: Callable[[], None]) -> list[Any]:
-    """``instance``'s claim begins, waits on its engine row (held by a controller), the job is
+    """``instance``'s claim begins, waits on the engine registry (locked by a controller), the job is
     freed meanwhile (``free_the_job``), then the claim goes on; returns its batch's claims."""
     backend = pg_db.backend(pool_size=2)
     backend.register_engine(instance, "host", 1, "test")
@@ -43,8 +43,11 @@ def _held_up_claim(pg_db: Db, sql: Sql, instance: str, free_the_job: Callable[[]
     controller = psycopg2.connect(pg_db.dsn)
     out: list[Any] = []
     try:
-        with controller.cursor() as cur:   # psycopg2 opens the transaction: the row stays locked
-            cur.execute("SELECT 1 FROM mjsched.engine_instance WHERE instance = %s FOR UPDATE", (instance,))
+        # psycopg2 opens the transaction: the lock stays. A lock on the engine's row no longer
+        # holds a claim up (its liveness write skips a held row: note_engine_seen); a table lock
+        # still does, on a backend without a lock_timeout (an engine's would give up instead).
+        with controller.cursor() as cur:
+            cur.execute("LOCK TABLE mjsched.engine_instance IN SHARE MODE")
         claimer = threading.Thread(target=lambda: out.append(backend.claim_due_jobs(instance, 10, 60)))
         claimer.start()
         wait_for(lambda: sql.one("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
