@@ -14,7 +14,7 @@ from .drivers.base import BaseScheduledJob, ExecutionContext, JobResult
 from .drivers.registry import get_driver, refusal
 from .models import Isolation, Job
 from .redaction import redact, redact_text
-from .results import MAX_ERROR_CHARS, normalise, safe_text, scrub  # noqa: F401  (used here and re-exported)
+from .results import MAX_ERROR_CHARS, mask_job_secrets, normalise, safe_text, scrub  # noqa: F401  (re-exported)
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,8 @@ def run_driver(context: ExecutionContext,
     """Execute the job's driver in this thread (or in a child process when isolated).
 
     A driver outside ``allowed_drivers`` (None: all) is not run: the run fails
-    with the reason, whatever the database says, and a WARNING names the job."""
+    with the reason, whatever the database says, and a WARNING names the job. The job's own
+    secrets (``mjsched.redaction.secret_values`` of its configuration) are masked in the result."""
     driver: BaseScheduledJob | None = None
     if allowed_drivers is not None and context.job.driver not in allowed_drivers:
         message = refusal(context.job.driver, allowed_drivers)
@@ -78,11 +79,11 @@ def run_driver(context: ExecutionContext,
             raw: Any = run_in_process(driver_cls, context)
         else:
             raw = driver.execute(context)
-        return normalise(raw), driver
+        return mask_job_secrets(normalise(raw), context.job.configuration), driver
     except BaseException as exc:  # noqa: BLE001 - a driver may raise anything, even SystemExit
         if isinstance(exc, KeyboardInterrupt):
             raise
-        return failure(exc), driver
+        return mask_job_secrets(failure(exc), context.job.configuration), driver
 
 
 def failure(exc: BaseException) -> JobResult:

@@ -245,6 +245,7 @@ class Dashboard:
         job = self.reader.job(job_id)
         if job is None:
             raise UserError(404, "Not found", f"no job has the id {job_id}")
+        known = job.pop("secret_values")
         run_status = _choice("status", request.args.get("status"), RUN_STATUSES)
         page = _positive_page(request.args.get("page"))
         try:
@@ -260,7 +261,7 @@ class Dashboard:
         return self._render(request, "job.html", http_status=status_code, nav="jobs", job=job, now=now,
                             next_runs=next_runs, schedule_error=schedule_error, run_status=run_status, summary=summary,
                             chart=self.reader.duration_chart(job_id), form=form, form_error=form_error,
-                            **self.reader.job_runs(job_id, status=run_status, page=page))
+                            **self.reader.job_runs(job_id, status=run_status, page=page, known=known))
 
     def on_preview(self, request: Request, job_id: str) -> Response:
         """The edit form's live check: the next runs of a cron and zone, or why they are wrong."""

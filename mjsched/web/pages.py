@@ -15,7 +15,7 @@ from typing import Any, Sequence
 from ..backends.base import Backend
 from ..cron import next_run_times
 from ..liveness import engine_state
-from ..redaction import redact, redact_text
+from ..redaction import redact, redact_text, secret_values
 from ..set_aside import set_aside_jobs
 from . import humanize
 from .queries import QUERIES
@@ -156,13 +156,17 @@ class Reader:
         if isinstance(configuration, str):
             configuration = json.loads(configuration)
         job["configuration_text"] = json.dumps(redact(configuration or {}), indent=2, sort_keys=True, default=str)
+        job.pop("configuration", None)     # only its masked text reaches a template
+        job["secret_values"] = secret_values(configuration or {})   # for job_runs; popped before rendering
         job["schedule_words"] = humanize.schedule_in_words(job)
         return job
 
-    def job_runs(self, job_id: str, *, status: str | None, page: int) -> dict[str, Any]:
+    def job_runs(self, job_id: str, *, status: str | None, page: int, known: frozenset[str] = frozenset()) \
+            -> dict[str, Any]:
+        """One page of the job's runs; ``known``: the job's secret values, masked where its runs show them."""
         rows = self._rows("job_runs", job_id=job_id, status=status, limit=PAGE_SIZE + 1,
                           offset=(page - 1) * PAGE_SIZE)
-        return {"runs": [self._run_row(r) for r in rows[:PAGE_SIZE]],
+        return {"runs": [self._run_row(r, known) for r in rows[:PAGE_SIZE]],
                 "page": Page(page, PAGE_SIZE, len(rows) > PAGE_SIZE)}
 
     def duration_chart(self, job_id: str, limit: int = 60) -> Any:
@@ -187,18 +191,18 @@ class Reader:
 
     # -- runs --------------------------------------------------------------------------------
     @staticmethod
-    def _run_row(r: dict[str, Any]) -> dict[str, Any]:
+    def _run_row(r: dict[str, Any], known: frozenset[str] = frozenset()) -> dict[str, Any]:
         row = dict(r)
         row["id"] = str(r["id"])
         row["scheduled_job_id"] = str(r["scheduled_job_id"])
-        row["error_message"] = redact_text(r["error_message"]) if r.get("error_message") else None
+        row["error_message"] = redact_text(r["error_message"], known) if r.get("error_message") else None
         details = r.get("details")
         if isinstance(details, str):
             try:
                 details = json.loads(details)
             except ValueError:
                 pass
-        row["details_text"] = json.dumps(redact(details), sort_keys=True, default=str)[:2000] if details else ""
+        row["details_text"] = json.dumps(redact(details, known), sort_keys=True, default=str)[:2000] if details else ""
         parameters = r.get("parameters")
         if isinstance(parameters, str):
             try:
@@ -206,8 +210,8 @@ class Reader:
             except ValueError:
                 pass
         # execute_job(parameters=...): masked like configuration and details
-        row["parameters_text"] = json.dumps(redact(parameters), sort_keys=True, default=str)[:500] if parameters \
-            else ""
+        row["parameters_text"] = (json.dumps(redact(parameters, known), sort_keys=True, default=str)[:500]
+                                  if parameters else "")
         row["elapsed_s"] = seconds(r.get("elapsed"))
         row["lease_left_s"] = seconds(r.get("lease_left"))
         return row
