@@ -106,6 +106,7 @@ def _assert_rest_kept(name: str, text: str) -> None:
 def test_no_surface_of_the_engine_shows_a_secret(make_engine: Any, captured_logs: dict[str, io.StringIO],
                                                   sql: Any) -> None:
     from mjsched.web import create_app
+    from tests.web.conftest import local_peer
     from werkzeug.test import Client
 
     notifier = Recording()
@@ -125,7 +126,7 @@ def test_no_surface_of_the_engine_shows_a_secret(make_engine: Any, captured_logs
 
     dashboard = create_app(engine)
     try:
-        client = Client(dashboard)
+        client = Client(local_peer(dashboard))
         for url in ("/jobs", f"/jobs/{shell_id}", f"/jobs/{python_id}", "/runs", "/runs?status=Failed"):
             response = client.get(url)
             assert response.status_code == 200, url
