@@ -17,6 +17,12 @@ def home() -> str:
     return "the legacy app"
 
 
+@app.get("/login")
+def login_form() -> str:
+    return ('<form method="post" action="/login"><input name="user"><input name="password" type="password">'
+            '<button type="submit">Sign in</button></form>')
+
+
 @app.post("/login")
 def login():  # type: ignore[no-untyped-def]  # stands in for the application's real login
     if request.form.get("password") != os.environ["EXAMPLE_PASSWORD"]:
