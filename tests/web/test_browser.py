@@ -286,7 +286,8 @@ def flask_mounts(engine: mjsched.SchedulingEngine, pg_dsn: str, monkeypatch: pyt
     import tests.web.examples.flask_app as example
     example = importlib.reload(example)
     bare = Flask("bare")
-    bare.wsgi_app = DispatcherMiddleware(bare.wsgi_app, {"/scheduler": create_app(engine)})  # type: ignore[method-assign]
+    mounts = {"/scheduler": create_app(engine)}
+    bare.wsgi_app = DispatcherMiddleware(bare.wsgi_app, mounts)  # type: ignore[method-assign]
     servers = {name: make_server("127.0.0.1", 0, wsgi, threaded=True)
                for name, wsgi in (("authorize", example.app), ("bare", bare))}
     threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in servers.values()]
