@@ -15,7 +15,7 @@ from .drivers.celery_trust import CeleryAllowList, refusal_for
 from .drivers.registry import get_driver, refusal
 from .models import Isolation, Job
 from .redaction import redact, redact_text
-from .results import MAX_ERROR_CHARS, normalise, safe_text, scrub  # noqa: F401  (used here and re-exported)
+from .results import MAX_ERROR_CHARS, mask_job_secrets, normalise, safe_text, scrub  # noqa: F401  (re-exported)
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,8 @@ def run_driver(context: ExecutionContext, allowed_drivers: frozenset[str] | None
 
     A driver outside ``allowed_drivers`` (None: all), or a celery job naming an app or a
     broker outside ``celery_allow``, is not run: the run fails with the reason, whatever
-    the database says, and a WARNING names the job."""
+    the database says, and a WARNING names the job. The job's own secrets
+    (``mjsched.redaction.secret_values`` of its configuration) are masked in the result."""
     driver: BaseScheduledJob | None = None
     if allowed_drivers is not None and context.job.driver not in allowed_drivers:
         message = refusal(context.job.driver, allowed_drivers)
@@ -85,11 +86,11 @@ def run_driver(context: ExecutionContext, allowed_drivers: frozenset[str] | None
             raw: Any = run_in_process(driver_cls, context)
         else:
             raw = driver.execute(context)
-        return normalise(raw), driver
+        return mask_job_secrets(normalise(raw), context.job.configuration), driver
     except BaseException as exc:  # noqa: BLE001 - a driver may raise anything, even SystemExit
         if isinstance(exc, KeyboardInterrupt):
             raise
-        return failure(exc), driver
+        return mask_job_secrets(failure(exc), context.job.configuration), driver
 
 
 def failure(exc: BaseException) -> JobResult:

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit, urlunsplit
 from .drivers.base import Notification
 from .errors import ConfigurationError
 from .models import Job, JobRun, RunStatus
-from .redaction import redact, redact_text
+from .redaction import redact, redact_text, secret_values
 
 log = logging.getLogger("mjsched.notify")
 
@@ -215,10 +215,23 @@ class CompositeNotifier(Notifier):
             raise ExceptionGroup(f"{len(errors)} of {len(self.notifiers)} notifiers failed", errors)
 
 
-def redacted(notification: Notification) -> Notification:
-    """``notification`` with secrets masked (mjsched.redaction), whatever the driver put in it."""
-    return dataclasses.replace(notification, subject=redact_text(notification.subject),
-                               body=redact_text(notification.body), metadata=redact(notification.metadata))
+def redacted(notification: Notification, job: Job | None = None) -> Notification:
+    """``notification`` with secrets masked (mjsched.redaction), whatever the driver put in it,
+    and the job's own secret values wherever they reappear."""
+    known = secret_values(getattr(job, "configuration", None) or {})
+    return dataclasses.replace(notification, subject=redact_text(notification.subject, known),
+                               body=redact_text(notification.body, known),
+                               metadata=redact(notification.metadata, known))
+
+
+def redacted_run(run: JobRun, job: Job | None = None) -> JobRun:
+    """``run`` as a notifier sees it: its error, details and parameters masked like the notification."""
+    if not dataclasses.is_dataclass(run):
+        return run
+    known = secret_values(getattr(job, "configuration", None) or {})
+    fields = {name: redact(getattr(run, name), known) for name in ("error_message", "details", "parameters")
+              if getattr(run, name, None) is not None}
+    return dataclasses.replace(run, **fields) if fields else run
 
 
 def safe_notify(
@@ -238,7 +251,7 @@ def safe_notify(
     try:
         if notifier is None:
             return True
-        notifier.notify(job, run, redacted(notification))
+        notifier.notify(job, redacted_run(run, job), redacted(notification, job))
         return True
     except KeyboardInterrupt:
         raise

@@ -8,7 +8,7 @@ from typing import Any
 
 from .decoding import bounded_json
 from .drivers.base import JobResult
-from .redaction import redact, redact_text
+from .redaction import mask_values, redact, redact_text, secret_values
 
 MAX_ERROR_CHARS = 8000
 
@@ -70,3 +70,13 @@ def normalise(raw: Any) -> JobResult:
             message = message[:MAX_ERROR_CHARS] + "..."
         result = JobResult(result.success, message, result.details)
     return result
+
+
+def mask_job_secrets(result: JobResult, *values: Any) -> JobResult:
+    """``result`` with the secrets of ``values`` (the job's configuration, run parameters
+    merged) masked wherever they reappear: a shell job that echoes its ``env`` password, a
+    callable that prints its token. What is stored and notified never shows them."""
+    known = secret_values(*values)
+    if not known:
+        return result
+    return JobResult(result.success, mask_values(result.error_message, known), mask_values(result.details, known))

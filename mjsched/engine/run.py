@@ -38,6 +38,7 @@ from ..drivers.registry import get_driver
 from ..errors import SchedulerError
 from ..execution import RuntimeBound, failure, run_driver, runtime_bound
 from ..models import ConcurrencyMode, Job, JobRun, RunStatus
+from ..redaction import guard_logger
 from . import retrying
 from .cancellation import cancel_message
 from .completions import CompletionWriter
@@ -427,8 +428,10 @@ def _heartbeat_of(run: Run) -> Callable[[], bool]:
 
 @functools.lru_cache(maxsize=1024)
 def _job_logger(driver: str) -> logging.Logger:
-    """A driver's logger, looked up once (getLogger takes logging's module lock each call)."""
-    return logging.getLogger(f"mjsched.job.{driver}")
+    """A driver's logger, looked up once (getLogger takes logging's module lock each call). Its
+    records name what a job runs (a shell command, a URL), so they are masked at the source,
+    for every handler an application attaches (an isolated run's records are handled here too)."""
+    return guard_logger(logging.getLogger(f"mjsched.job.{driver}"))
 
 
 def hand_back_held(services: RunServices) -> None:

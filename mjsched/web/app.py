@@ -82,7 +82,8 @@ class Dashboard:
     """The WSGI application ``create_app`` returns; ``close()`` frees what it opened."""
 
     def __init__(self, engine: SchedulingEngine, *, owns_engine: bool, read_only: bool,
-                 auth: security.Auth | None, stale_after: float) -> None:
+                 auth: security.Auth | None, stale_after: float,
+                 authorize: Callable[[Any], Any] | None = None) -> None:
         if engine.backend.dialect not in QUERIES:
             raise ConfigurationError("dsn_or_engine", engine.backend.dialect,
                                      f"the dashboard reads {', '.join(sorted(QUERIES))} databases")
@@ -90,6 +91,7 @@ class Dashboard:
         self.reader = Reader(engine.backend)
         self.read_only = read_only
         self.auth = auth
+        self.authorize = authorize
         self.stale_after = float(stale_after)
         self._owns_engine = owns_engine
         # At most this many requests use the database at once: an engine shared with the dashboard
@@ -131,6 +133,9 @@ class Dashboard:
                 if user is None:
                     return self._finish(request, self._unauthorized(request))
                 request.user = user  # type: ignore[attr-defined]
+            refusal = self._gate(request)
+            if refusal is not None:
+                return self._finish(request, refusal)
             adapter = self.url_map.bind_to_environ(request.environ)
             endpoint, args = adapter.match()
             if endpoint == "static":
@@ -177,6 +182,29 @@ class Dashboard:
                                 path=self._cookie_path(request), httponly=True, samesite="Strict",
                                 secure=request.scheme == "https")
         return response
+
+    def _gate(self, request: Request) -> Response | None:
+        """Who may use it (module security): ``authorize`` decides when given (its str names the
+        user in audit lines; an exception refuses); else, without ``auth``, local requests only."""
+        if self.authorize is None:
+            if self.auth is not None or security.is_local_request(request.environ):
+                return None
+            log.info("refused a non-local request from %s for %s: no authorize= was given", request.remote_addr,
+                     request.path, extra={"action": "web_refused", "reason": "not_local"})
+            return self._error_page(request, 403, "Local requests only",
+                                    "This dashboard answers requests from this machine only. The application that "
+                                    "mounts it lets its users in with create_app(..., authorize=...).")
+        try:
+            verdict = self.authorize(request.environ.get(security.HOST_REQUEST, request))
+        except Exception:  # noqa: BLE001 - a broken check refuses (fails closed) and is logged
+            log.exception("authorize= raised for %s %s; refused", request.method, request.path,
+                          extra={"action": "web_refused", "reason": "authorize_failed"})
+            verdict = False
+        if not verdict:
+            return self._error_page(request, 403, "Forbidden", "The application does not let you use this dashboard.")
+        if isinstance(verdict, str):
+            request.user = verdict[:100]  # type: ignore[attr-defined]
+        return None
 
     @staticmethod
     def _cookie_path(request: Request) -> str:
@@ -245,6 +273,7 @@ class Dashboard:
         job = self.reader.job(job_id)
         if job is None:
             raise UserError(404, "Not found", f"no job has the id {job_id}")
+        known = job.pop("secret_values")
         run_status = _choice("status", request.args.get("status"), RUN_STATUSES)
         page = _positive_page(request.args.get("page"))
         try:
@@ -260,7 +289,7 @@ class Dashboard:
         return self._render(request, "job.html", http_status=status_code, nav="jobs", job=job, now=now,
                             next_runs=next_runs, schedule_error=schedule_error, run_status=run_status, summary=summary,
                             chart=self.reader.duration_chart(job_id), form=form, form_error=form_error,
-                            **self.reader.job_runs(job_id, status=run_status, page=page))
+                            **self.reader.job_runs(job_id, status=run_status, page=page, known=known))
 
     def on_preview(self, request: Request, job_id: str) -> Response:
         """The edit form's live check: the next runs of a cron and zone, or why they are wrong."""
@@ -409,7 +438,7 @@ class Dashboard:
 
 
 def create_app(dsn_or_engine: str | SchedulingEngine, *, read_only: bool = False, auth: Any = None,
-               stale_after: float = 600.0) -> Dashboard:
+               stale_after: float = 600.0, authorize: Callable[[Any], Any] | None = None) -> Dashboard:
     """The dashboard as a WSGI application.
 
     ``dsn_or_engine``: a database URL (the dashboard opens its own, non-polling engine for
@@ -418,7 +447,15 @@ def create_app(dsn_or_engine: str | SchedulingEngine, *, read_only: bool = False
     :class:`TokenAuth`, a :class:`BasicAuth`, ``"token:T"`` or ``"basic:USER:PASSWORD"``;
     required by :func:`serve` beyond loopback. ``stale_after``: seconds without a
     heartbeat after which an engine is shown stale (engines renew every lease/4).
+    ``authorize``: a callable on each request that says who may use the dashboard, so a
+    host application's login decides; it gets Django's ``HttpRequest`` under
+    :func:`~mjsched.web.mounts.django_view`, else the dashboard's Werkzeug ``Request``
+    (``request.environ`` is the WSGI environ). Truthy lets the request in (a str names the
+    user in audit lines); falsy or an exception answers 403. Without ``authorize`` and
+    ``auth`` the dashboard answers local requests only (``security.is_local_request``).
     """
+    if authorize is not None and not callable(authorize):
+        raise ConfigurationError("authorize", type(authorize).__name__, "must be a callable taking the request")
     parsed = security.parse_auth(auth)
     if not isinstance(read_only, bool):
         raise ConfigurationError("read_only", read_only, "must be True or False")
@@ -426,13 +463,14 @@ def create_app(dsn_or_engine: str | SchedulingEngine, *, read_only: bool = False
         raise ConfigurationError("stale_after", stale_after, "must be a positive number of seconds")
     if isinstance(dsn_or_engine, SchedulingEngine):
         return Dashboard(dsn_or_engine, owns_engine=False, read_only=read_only, auth=parsed,
-                         stale_after=stale_after)
+                         stale_after=stale_after, authorize=authorize)
     if not isinstance(dsn_or_engine, str) or not dsn_or_engine:
         raise ConfigurationError("dsn_or_engine", type(dsn_or_engine).__name__,
                                  "must be a database URL or a SchedulingEngine")
     engine = SchedulingEngine(dsn_or_engine, max_concurrent_jobs=4, instance_name="mjsched-dashboard")
     try:
-        return Dashboard(engine, owns_engine=True, read_only=read_only, auth=parsed, stale_after=stale_after)
+        return Dashboard(engine, owns_engine=True, read_only=read_only, auth=parsed, stale_after=stale_after,
+                         authorize=authorize)
     except BaseException:
         engine.close()
         raise

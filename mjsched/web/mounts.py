@@ -9,14 +9,20 @@ Django: a URL route whose view hands the request to the dashboard (:func:`django
 
     path("scheduler/", django_view(dashboard)), path("scheduler/<path:rest>", django_view(dashboard))
 
-Wrap the view in ``staff_member_required`` (or any decorator) to put Django's own login in
-front. The dashboard checks its own CSRF token, so the view is exempt from Django's.
+Mounted, the dashboard answers local requests only until the application says who may use
+it: ``create_app(DSN, authorize=...)``, a callable on the request. Under ``django_view`` it
+gets Django's request (``authorize=lambda r: r.user.is_staff and r.user.get_username()``);
+under a WSGI mount, the dashboard's Werkzeug request, whose ``environ`` a Flask app can
+enter (``with app.request_context(request.environ): ...``) to ask its own login. The
+dashboard checks its own CSRF token, so the view is exempt from Django's.
 """
 from __future__ import annotations
 
 import io
 from http.cookies import SimpleCookie
 from typing import Any, Callable
+
+from .security import HOST_REQUEST
 
 
 def django_view(app: Callable[..., Any]) -> Callable[..., Any]:
@@ -28,6 +34,7 @@ def django_view(app: Callable[..., Any]) -> Callable[..., Any]:
         path = request.path
         prefix = path[: len(path) - len(rest)].rstrip("/") if rest and path.endswith(rest) else path.rstrip("/")
         environ = dict(request.META)
+        environ[HOST_REQUEST] = request          # what authorize= is called with
         environ.update({"SCRIPT_NAME": prefix, "PATH_INFO": "/" + rest, "wsgi.input": io.BytesIO(request.body),
                         "CONTENT_LENGTH": str(len(request.body)), "wsgi.url_scheme": request.scheme})
         started: dict[str, Any] = {}

@@ -10,13 +10,13 @@ import json
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from ..backends.base import Backend
 from ..cron import next_run_times
 from ..decoding import Undecodable, decode_json
 from ..liveness import engine_state
-from ..redaction import redact, redact_text
+from ..redaction import redact, redact_text, secret_values
 from ..set_aside import set_aside_jobs
 from . import humanize
 from .queries import QUERIES
@@ -68,15 +68,16 @@ def fold_recent(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(jobs.values())
 
 
-def json_text(stored: Any, field: str, indent: int | None = None) -> str:
-    """A stored JSON column as masked text for a page ('' when empty); a value that cannot be
-    decoded (mjsched/decoding.py) shows as such, "<undecodable: nesting deeper than 64 levels>"."""
+def json_text(stored: Any, field: str, indent: int | None = None, known: Iterable[str] = ()) -> str:
+    """A stored JSON column as masked text for a page ('' when empty; ``known``: the job's own
+    secret values, masked too); a value that cannot be decoded (mjsched/decoding.py) shows as
+    such, "<undecodable: nesting deeper than 64 levels>"."""
     value = decode_json(stored, field)
     if isinstance(value, Undecodable):
         return str(value)
     if not value:
         return ""
-    return json.dumps(redact(value), indent=indent, sort_keys=True, default=str)
+    return json.dumps(redact(value, known), indent=indent, sort_keys=True, default=str)
 
 
 def seconds(value: Any) -> float | None:
@@ -164,14 +165,21 @@ class Reader:
             return None
         job = dict(rows[0])
         job["id"] = str(job["id"])
-        job["configuration_text"] = json_text(job.get("configuration"), "configuration", indent=2) or "{}"
+        configuration = decode_json(job.get("configuration"), "configuration")
+        job["configuration_text"] = (str(configuration) if isinstance(configuration, Undecodable)
+                                     else json_text(configuration, "configuration", indent=2) or "{}")
+        job.pop("configuration", None)     # only its masked text reaches a template
+        job["secret_values"] = (frozenset() if isinstance(configuration, Undecodable)    # for job_runs; popped
+                                else secret_values(configuration or {}))                  # before rendering
         job["schedule_words"] = humanize.schedule_in_words(job)
         return job
 
-    def job_runs(self, job_id: str, *, status: str | None, page: int) -> dict[str, Any]:
+    def job_runs(self, job_id: str, *, status: str | None, page: int, known: frozenset[str] = frozenset()) \
+            -> dict[str, Any]:
+        """One page of the job's runs; ``known``: the job's secret values, masked where its runs show them."""
         rows = self._rows("job_runs", job_id=job_id, status=status, limit=PAGE_SIZE + 1,
                           offset=(page - 1) * PAGE_SIZE)
-        return {"runs": [self._run_row(r) for r in rows[:PAGE_SIZE]],
+        return {"runs": [self._run_row(r, known) for r in rows[:PAGE_SIZE]],
                 "page": Page(page, PAGE_SIZE, len(rows) > PAGE_SIZE)}
 
     def duration_chart(self, job_id: str, limit: int = 60) -> Any:
@@ -196,14 +204,14 @@ class Reader:
 
     # -- runs --------------------------------------------------------------------------------
     @staticmethod
-    def _run_row(r: dict[str, Any]) -> dict[str, Any]:
+    def _run_row(r: dict[str, Any], known: frozenset[str] = frozenset()) -> dict[str, Any]:
         row = dict(r)
         row["id"] = str(r["id"])
         row["scheduled_job_id"] = str(r["scheduled_job_id"])
-        row["error_message"] = redact_text(r["error_message"]) if r.get("error_message") else None
-        row["details_text"] = json_text(r.get("details"), "details")[:2000]
+        row["error_message"] = redact_text(r["error_message"], known) if r.get("error_message") else None
+        row["details_text"] = json_text(r.get("details"), "details", known=known)[:2000]
         # execute_job(parameters=...): masked like configuration and details
-        row["parameters_text"] = json_text(r.get("parameters"), "parameters")[:500]
+        row["parameters_text"] = json_text(r.get("parameters"), "parameters", known=known)[:500]
         row["elapsed_s"] = seconds(r.get("elapsed"))
         row["lease_left_s"] = seconds(r.get("lease_left"))
         return row

@@ -7,6 +7,10 @@
 * CSRF: a double-submit token. Every page sets a random ``mjsched_csrf`` cookie
   (SameSite=Strict, HttpOnly) and puts the same value in each form; a state-changing
   request whose form value does not match the cookie is refused with 403.
+* ``authorize``: a callable on the request (the host application's login decides). Without
+  it and without ``auth``, the dashboard answers local requests only (:func:`is_local_request`),
+  mounted or not: Hangfire's convention, failing closed. Not read-only instead: what the
+  pages show (commands, hosts, users, errors) is itself worth keeping from strangers.
 * ``check_bind``: a listener beyond loopback without auth refuses to start.
 """
 from __future__ import annotations
@@ -130,6 +134,27 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+HOST_REQUEST = "mjsched.host_request"   # environ key: the host framework's request (django_view sets it)
+FORWARDING_HEADERS = ("HTTP_FORWARDED", "HTTP_X_FORWARDED_FOR", "HTTP_X_REAL_IP", "HTTP_X_FORWARDED_HOST")
+
+
+def is_local_request(environ: Mapping[str, object]) -> bool:
+    """True for a request from this machine addressed to it: a loopback peer (``REMOTE_ADDR``;
+    absent, as behind a unix socket, is not local), a loopback ``Host`` (so a web page whose
+    DNS name was rebound to 127.0.0.1 is not local) and no proxy's forwarding headers (a
+    reverse proxy on this machine connects from loopback on behalf of anyone)."""
+    peer = str(environ.get("REMOTE_ADDR") or "")
+    if peer.lower().startswith("::ffff:"):
+        peer = peer[7:]
+    if not peer or not is_loopback(peer):
+        return False
+    if any(environ.get(name) for name in FORWARDING_HEADERS):
+        return False
+    host = str(environ.get("HTTP_HOST") or environ.get("SERVER_NAME") or "")
+    name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+    return is_loopback(name.strip("[]"))
 
 
 def parse_bind(bind: str) -> tuple[str, int]:

@@ -241,6 +241,7 @@ def test_the_dashboard_reads_jobs_as_the_admin_role(pg_dsn: str, logins: Logins,
     from werkzeug.test import Client
 
     from mjsched.web import create_app
+    from tests.web.conftest import local_peer
 
     apply_grants(pg_dsn)
     job_id = make_engine().create_job(**job_fields("shown"))
@@ -248,7 +249,7 @@ def test_the_dashboard_reads_jobs_as_the_admin_role(pg_dsn: str, logins: Logins,
     app = create_app(admin, read_only=True)
     try:
         for url in ("/jobs", f"/jobs/{job_id}"):
-            response = Client(app).get(url)
+            response = Client(local_peer(app)).get(url)
             assert response.status_code == 200, (url, response.get_data(as_text=True)[:1000])
             assert "shown" in response.get_data(as_text=True)
     finally:

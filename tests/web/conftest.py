@@ -16,12 +16,21 @@ from werkzeug.test import Client  # noqa: E402
 CSRF_INPUT = re.compile(r'name="csrf_token" value="([^"]+)"')
 
 
+def local_peer(app: Any, address: str = "127.0.0.1") -> Callable[..., Any]:
+    """``app`` as a server on this machine calls it: Werkzeug's test client sets no
+    REMOTE_ADDR, and a dashboard without ``authorize=`` answers local peers only."""
+    def call(environ: dict[str, Any], start_response: Any) -> Any:
+        environ.setdefault("REMOTE_ADDR", address)
+        return app(environ, start_response)
+    return call
+
+
 class Browserless:
-    """A test client that keeps cookies and posts forms with the page's CSRF token."""
+    """A test client (a local peer) that keeps cookies and posts forms with the page's CSRF token."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
-        self.client = Client(app)
+        self.client = Client(local_peer(app))
 
     def get(self, url: str, **kw: Any) -> Any:
         return self.client.get(url, **kw)

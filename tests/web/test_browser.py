@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -60,7 +61,8 @@ def browser() -> Iterator[Any]:
     options.binary_location = CHROMIUM
     for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--no-first-run", "--window-size=1280,900", f"--user-data-dir={profile}"):
+                 "--no-first-run", "--window-size=1280,900", f"--user-data-dir={profile}",
+                 "--host-resolver-rules=MAP app.example 127.0.0.1"):   # a non-loopback name for this machine
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     driver.set_page_load_timeout(WAIT)
@@ -264,3 +266,58 @@ def test_a_killed_engine_goes_stale_or_dead(browser: Any, live: Callable[..., st
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(10)
+
+
+@pytest.fixture
+def flask_mounts(engine: mjsched.SchedulingEngine, pg_dsn: str, monkeypatch: pytest.MonkeyPatch) \
+        -> Iterator[Callable[[str], str]]:
+    """The Flask example (authorize= through its session) and a mount without authorize=,
+    each served on loopback; returns the URL of each by name."""
+    pytest.importorskip("flask")
+    import importlib
+
+    from flask import Flask
+    from werkzeug.middleware.dispatcher import DispatcherMiddleware
+    from werkzeug.serving import make_server
+
+    monkeypatch.setenv("MJSCHED_DSN", pg_dsn)
+    monkeypatch.setenv("FLASK_SECRET_KEY", "test-only-flask-key")
+    monkeypatch.setenv("EXAMPLE_PASSWORD", "correct horse")
+    import tests.web.examples.flask_app as example
+    example = importlib.reload(example)
+    bare = Flask("bare")
+    mounts = {"/scheduler": create_app(engine)}
+    bare.wsgi_app = DispatcherMiddleware(bare.wsgi_app, mounts)  # type: ignore[method-assign]
+    servers = {name: make_server("127.0.0.1", 0, wsgi, threaded=True)
+               for name, wsgi in (("authorize", example.app), ("bare", bare))}
+    threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in servers.values()]
+    for thread in threads:
+        thread.start()
+    yield lambda name: f"http://127.0.0.1:{servers[name].server_address[1]}"
+    for server in servers.values():
+        server.shutdown()
+        server.server_close()
+    for wsgi in (example.app, bare):
+        wsgi.wsgi_app.mounts["/scheduler"].close()  # type: ignore[attr-defined]
+
+
+def test_a_mounted_dashboard_lets_in_whom_the_application_says(browser: Any, engine: mjsched.SchedulingEngine,
+                                                                 flask_mounts: Callable[[str], str]) -> None:
+    from selenium.webdriver.common.by import By
+
+    shell_job(engine, "mounted-job")
+    app_url = flask_mounts("authorize")
+    browser.get(app_url + "/scheduler/jobs")
+    assert "does not let you use this dashboard" in browser.page_source and "mounted-job" not in browser.page_source
+    browser.get(app_url + "/login")
+    browser.find_element(By.NAME, "user").send_keys("ops")
+    browser.find_element(By.NAME, "password").send_keys("correct horse")
+    browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait_until(browser, lambda d: "mounted-job" in d.page_source, "the jobs page after signing in")
+    shot(browser, "mounted-signed-in")
+
+    bare_url = flask_mounts("bare")
+    browser.get(bare_url.replace("127.0.0.1", "app.example") + "/scheduler/jobs")
+    assert "Local requests only" in browser.page_source and "mounted-job" not in browser.page_source
+    browser.get(bare_url + "/scheduler/jobs")
+    wait_until(browser, lambda d: "mounted-job" in d.page_source, "the jobs page from this machine")
