@@ -89,13 +89,14 @@ class Cell:
 
     @property
     def blocks_completions(self) -> bool:
-        """A table lock that refuses every completion's writes (its job and run rows) for longer
-        than the lease: a run that finished meanwhile cannot be recorded before its lease lapses,
-        and whoever takes the job records it Abandoned ("the lease expired before the run
+        """A table lock that refuses the engines' writes -- a completion's (its job and run rows)
+        or a renewal's (those, and the engine registry's liveness write) -- for longer than the
+        lease: a run that finished meanwhile may not be recorded before its lease lapses, and
+        whoever takes the job records it Abandoned ("the lease expired before the run
         completed"). Nothing runs twice (counted as everywhere); docs/guide/protocol.md
         "Self-fencing" names this limit."""
         return (not self.rows_only and self.lock in ("SHARE", "EXCLUSIVE", "ACCESS EXCLUSIVE")
-                and self.table in ("scheduled_job", "scheduled_job_run"))
+                and self.table in ("scheduled_job", "scheduled_job_run", "engine_instance"))
 
     def line(self) -> str:
         held = self.refused or ("table" if self.rows < 0 else f"{self.rows} row(s)" if self.rows else "-")
