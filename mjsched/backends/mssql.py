@@ -32,10 +32,9 @@ from .. import sqlfiles
 from ..redaction import redact_dsn
 from ..errors import ConfigurationError, DatabaseError, JobNameTaken, SchemaNotInstalled
 from ..models import ClaimBatch, Job, JobRun
-from .base import (NAME_CONSTRAINT, Backend, CancelOutcome, CancelRequest, Completion, Listener, ManualStart,
-                   SweepResult, cancel_outcome, cancel_requests, claim_batch, completion_outcomes, completions_json,
-                   deleted_or_replayed, manual_start, naming, replayed_attempts,
-                   NEW_JOB_ID, with_new_job_id)
+from .base import (NAME_CONSTRAINT, NEW_JOB_ID, Backend, CancelOutcome, CancelRequest, Completion, Listener,
+                   ManualStart, SweepResult, cancel_outcome, cancel_requests, claim_batch, completion_outcomes,
+                   completions_json, deleted_or_replayed, manual_start, naming, replayed_attempts, with_new_job_id)
 from .base import UnscheduledJob
 from ..retention import PurgeBatch
 from .watchdog import DEFAULT_CALL_TIMEOUT
