@@ -11,6 +11,7 @@ import abc
 import contextlib
 import json
 import logging
+import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
@@ -27,6 +28,14 @@ from . import queries
 T = TypeVar("T")
 
 NAME_CONSTRAINT = "uq_scheduled_job_name"   # job names are unique (sql/*/005_job_names.sql)
+NEW_JOB_ID = "id"   # the key of insert_job's fields that holds the id its caller chose for the job
+
+
+def with_new_job_id(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """``fields`` of a job to insert, with the id of the new job (a new UUID, unless they hold
+    one): chosen before the call, so every retry of it carries the same id, and insert_job
+    answers a retry whose first attempt committed (its reply lost) with the job it inserted."""
+    return {NEW_JOB_ID: str(uuid.uuid4()), **fields}
 
 
 @quick_init
@@ -478,7 +487,11 @@ class Backend(abc.ABC):
                         default_max_runtime: float | None = None) -> str: ...
 
     @abc.abstractmethod
-    def insert_job(self, fields: Mapping[str, Any]) -> str: ...
+    def insert_job(self, fields: Mapping[str, Any]) -> str:
+        """The id of the new job. Replay-safe: the id is chosen before the call
+        (``with_new_job_id``), and a retry that finds the job its lost first attempt inserted
+        (same id, name and job type) answers that id. A name another job holds raises
+        ``JobNameTaken``; an id another job holds, ``ConfigurationError`` naming ``id``."""
 
     @abc.abstractmethod
     def update_job(self, job_id: str, fields: Mapping[str, Any]) -> bool: ...

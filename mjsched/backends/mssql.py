@@ -32,9 +32,9 @@ from .. import sqlfiles
 from ..redaction import redact_dsn
 from ..errors import ConfigurationError, DatabaseError, JobNameTaken, SchemaNotInstalled
 from ..models import ClaimBatch, Job, JobRun
-from .base import (NAME_CONSTRAINT, Backend, CancelOutcome, CancelRequest, Completion, Listener, ManualStart,
-                   SweepResult, cancel_outcome, cancel_requests, claim_batch, completion_outcomes, completions_json,
-                   deleted_or_replayed, manual_start, naming, replayed_attempts)
+from .base import (NAME_CONSTRAINT, NEW_JOB_ID, Backend, CancelOutcome, CancelRequest, Completion, Listener,
+                   ManualStart, SweepResult, cancel_outcome, cancel_requests, claim_batch, completion_outcomes,
+                   completions_json, deleted_or_replayed, manual_start, naming, replayed_attempts, with_new_job_id)
 from .base import UnscheduledJob
 from ..retention import PurgeBatch
 from .watchdog import DEFAULT_CALL_TIMEOUT
@@ -399,21 +399,22 @@ class MssqlBackend(Backend):
         return str(type_id)
 
     @staticmethod
-    def _adapt(fields: Mapping[str, Any]) -> dict[str, Any]:
-        unknown = set(fields) - set(JOB_COLUMNS)
+    def _adapt(fields: Mapping[str, Any], keys: Iterable[str] = JOB_COLUMNS) -> dict[str, Any]:
+        unknown = set(fields) - set(keys)
         if unknown:
             raise ConfigurationError(sorted(unknown)[0], fields[sorted(unknown)[0]], "not a job column")
         return {key: to_param(value) for key, value in fields.items()}
 
-    def _fields_json(self, fields: Mapping[str, Any]) -> str:
-        values = self._adapt(fields)
+    def _fields_json(self, fields: Mapping[str, Any], keys: Iterable[str] = JOB_COLUMNS) -> str:
+        values = self._adapt(fields, keys)
         if isinstance(values.get("configuration"), str):   # nested JSON, not a string value
             values["configuration"] = json.loads(values["configuration"])
         return json.dumps(values, default=str)
 
     def insert_job(self, fields: Mapping[str, Any]) -> str:
+        values = self._fields_json(with_new_job_id(fields), (NEW_JOB_ID, *JOB_COLUMNS))   # the same on every retry
         with naming(fields, self.jobs_named):
-            return str(self._scalar("insert_job", fields=self._fields_json(fields)))
+            return str(self._scalar("insert_job", fields=values))
 
     def update_job(self, job_id: str, fields: Mapping[str, Any]) -> bool:
         with naming(fields, self.jobs_named):

@@ -22,9 +22,9 @@ from ..decoding import safe_caster
 from ..redaction import redact_dsn
 from ..errors import ConfigurationError, DatabaseError, JobNameTaken, SchemaNotInstalled
 from ..models import ClaimBatch, Job, JobRun
-from .base import (NAME_CONSTRAINT, Backend, CancelOutcome, CancelRequest, Completion, Listener, ManualStart,
-                   SweepResult, cancel_outcome, cancel_requests, claim_batch, completion_outcomes, completions_json,
-                   deleted_or_replayed, manual_start, naming, replayed_attempts)
+from .base import (NAME_CONSTRAINT, NEW_JOB_ID, Backend, CancelOutcome, CancelRequest, Completion, Listener,
+                   ManualStart, SweepResult, cancel_outcome, cancel_requests, claim_batch, completion_outcomes,
+                   completions_json, deleted_or_replayed, manual_start, naming, replayed_attempts, with_new_job_id)
 from .base import UnscheduledJob
 from ..retention import PurgeBatch
 from .pg_install import PgInstaller
@@ -411,8 +411,8 @@ class PostgresBackend(Backend):
         return str(type_id)
 
     @staticmethod
-    def _fields_json(fields: Mapping[str, Any]) -> str:
-        unknown = set(fields) - set(JOB_COLUMNS)
+    def _fields_json(fields: Mapping[str, Any], keys: Iterable[str] = JOB_COLUMNS) -> str:
+        unknown = set(fields) - set(keys)
         if unknown:
             key = sorted(unknown)[0]
             raise ConfigurationError(key, fields[key], "not a job column")
@@ -426,9 +426,9 @@ class PostgresBackend(Backend):
         return json.dumps({k: plain(v) for k, v in fields.items()})
 
     def insert_job(self, fields: Mapping[str, Any]) -> str:
+        values = self._fields_json(with_new_job_id(fields), (NEW_JOB_ID, *JOB_COLUMNS))   # the same on every retry
         with naming(fields, self.jobs_named):
-            return str(self._scalar("create_job", "SELECT job_id FROM mjsched.insert_job(%s::jsonb)",
-                                    (self._fields_json(fields),)))
+            return str(self._scalar("create_job", "SELECT job_id FROM mjsched.insert_job(%s::jsonb)", (values,)))
 
     def update_job(self, job_id: str, fields: Mapping[str, Any]) -> bool:
         with naming(fields, self.jobs_named):

@@ -242,87 +242,144 @@ BEGIN
 END;
 GO
 
+-- insert_job: the new job's id. @p_fields may hold the "id" the caller chose for it (the
+-- backends send a new UUID per creation, the same on every retry of it); without one the job
+-- gets a random id (NEWID(): the column's NEWSEQUENTIALID() is allowed only as a DEFAULT).
+-- Replay-safe: an id already taken by a job of the same name and job type is the job a call
+-- whose reply was lost inserted, and its id is the answer (nothing is written). An id taken
+-- by another job is an error naming fields.id (error 50022); a name another job holds is the
+-- violation of the UNIQUE constraint uq_scheduled_job_name (error 2627), as without an id.
 CREATE OR ALTER PROCEDURE mjsched.insert_job
     @p_fields nvarchar(max)
 AS
 BEGIN
     SET NOCOUNT ON;
     SET XACT_ABORT ON;
-    EXEC mjsched.check_job_fields @p_fields = @p_fields;
+    DECLARE @v_id uniqueidentifier;
+    DECLARE @v_fields nvarchar(max) = @p_fields;   -- without "id", the one key check_job_fields does not take
+    DECLARE @v_id_text nvarchar(max), @v_id_type int;
+    DECLARE @v_message nvarchar(2048);
+    IF ISJSON(@p_fields) = 1 AND LEFT(LTRIM(@p_fields), 1) = N'{'
+    BEGIN
+        SELECT TOP (1) @v_id_text = e.[value], @v_id_type = e.[type]
+          FROM OPENJSON(@p_fields) AS e
+         WHERE e.[key] COLLATE Latin1_General_BIN2 = N'id';
+        -- a string of 36 characters, or 38 in braces: CONVERT cuts a longer string to fit
+        SET @v_id = CASE WHEN @v_id_type = 1
+                          AND (LEN(@v_id_text) = 36
+                               OR (LEN(@v_id_text) = 38 AND LEFT(@v_id_text, 1) = N'{' AND RIGHT(@v_id_text, 1) = N'}'))
+                         THEN TRY_CONVERT(uniqueidentifier, @v_id_text) END;
+        SET @v_message = CONCAT(N'fields.id: ', LEFT(@v_id_text, 200), N' is not a valid value');
+        IF @v_id_type <> 0 AND @v_id IS NULL
+        BEGIN
+            THROW 50022, @v_message, 1;
+        END;
+        IF @v_id_type IS NOT NULL
+        BEGIN
+            SET @v_fields = JSON_MODIFY(@p_fields, N'$.id', NULL);   -- lax mode: NULL deletes the key
+        END;
+    END;
+    EXEC mjsched.check_job_fields @p_fields = @v_fields;
     DECLARE @v_keys TABLE (name nvarchar(4000) COLLATE Latin1_General_BIN2 NOT NULL);
-    INSERT INTO @v_keys (name) SELECT e.[key] COLLATE Latin1_General_BIN2 FROM OPENJSON(@p_fields) AS e;
+    INSERT INTO @v_keys (name) SELECT e.[key] COLLATE Latin1_General_BIN2 FROM OPENJSON(@v_fields) AS e;
     IF NOT EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name IN (N'cron_expression', N'interval_seconds', N'run_at'))
     BEGIN
         THROW 50022, N'fields.cron_expression: a job needs a schedule: cron_expression, interval_seconds or run_at', 1;
     END;
-    DECLARE @v_ids TABLE (id uniqueidentifier NOT NULL);
-    INSERT INTO mjsched.scheduled_job (job_type_id, name, description, cron_expression, timezone, start_at, end_at, status, configuration, owner, concurrency_mode, missed_run_policy, run_immediately_if_never_run, max_runtime_seconds, isolation, max_queued_runs, notify_on_success, notify_on_failure, notify_to, next_run_at, high_frequency_ok, keep_runs_days, keep_runs_count, interval_seconds, run_at, retry_max_attempts, retry_initial_delay, retry_factor, retry_max_delay, retry_jitter, notify_final_attempt_only)
-    OUTPUT inserted.id INTO @v_ids
-    SELECT
-               f.job_type_id,
-               f.name,
-               f.description,
-               f.cron_expression,
-               CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'timezone') THEN f.timezone ELSE N'UTC' END,
-               f.start_at,
-               f.end_at,
-               CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'status') THEN f.status ELSE N'Pending' END,
-               f.configuration,
-               f.owner,
-               CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'concurrency_mode') THEN f.concurrency_mode ELSE N'Skip' END,
-               CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'missed_run_policy') THEN f.missed_run_policy ELSE N'RunOnce' END,
-               CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'run_immediately_if_never_run') THEN f.run_immediately_if_never_run ELSE 0 END,
-               f.max_runtime_seconds,
-               f.isolation,
-               CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'max_queued_runs') THEN f.max_queued_runs ELSE 5 END,
-               CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'notify_on_success') THEN f.notify_on_success ELSE 0 END,
-               CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'notify_on_failure') THEN f.notify_on_failure ELSE 1 END,
-               f.notify_to,
-               f.next_run_at,
-               CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'high_frequency_ok') THEN COALESCE(f.high_frequency_ok, 0) ELSE 0 END,
-               f.keep_runs_days,
-               f.keep_runs_count,
-               f.interval_seconds,
-               f.run_at,
-               f.retry_max_attempts,
-               f.retry_initial_delay,
-               f.retry_factor,
-               f.retry_max_delay,
-               f.retry_jitter,
-               COALESCE(f.notify_final_attempt_only, 1)
-      FROM OPENJSON(@p_fields) WITH (
-            job_type_id uniqueidentifier '$.job_type_id',
+    DECLARE @v_name nvarchar(200), @v_type_id uniqueidentifier;
+    SELECT @v_name = f.name, @v_type_id = f.job_type_id
+      FROM OPENJSON(@v_fields) WITH (
             name nvarchar(200) '$.name',
-            description nvarchar(max) '$.description',
-            cron_expression nvarchar(255) '$.cron_expression',
-            timezone nvarchar(64) '$.timezone',
-            start_at datetimeoffset '$.start_at',
-            end_at datetimeoffset '$.end_at',
-            status nvarchar(20) '$.status',
-            configuration nvarchar(max) '$.configuration' AS JSON,
-            owner nvarchar(255) '$.owner',
-            concurrency_mode nvarchar(20) '$.concurrency_mode',
-            missed_run_policy nvarchar(20) '$.missed_run_policy',
-            run_immediately_if_never_run bit '$.run_immediately_if_never_run',
-            max_runtime_seconds float '$.max_runtime_seconds',
-            isolation nvarchar(10) '$.isolation',
-            max_queued_runs int '$.max_queued_runs',
-            notify_on_success bit '$.notify_on_success',
-            notify_on_failure bit '$.notify_on_failure',
-            notify_to nvarchar(1000) '$.notify_to',
-            next_run_at datetimeoffset '$.next_run_at',
-            high_frequency_ok bit '$.high_frequency_ok',
-            keep_runs_days int '$.keep_runs_days',
-            keep_runs_count int '$.keep_runs_count',
-            interval_seconds int '$.interval_seconds',
-            run_at datetimeoffset '$.run_at',
-            retry_max_attempts int '$.retry_max_attempts',
-            retry_initial_delay float '$.retry_initial_delay',
-            retry_factor float '$.retry_factor',
-            retry_max_delay float '$.retry_max_delay',
-            retry_jitter float '$.retry_jitter',
-            notify_final_attempt_only bit '$.notify_final_attempt_only'
+            job_type_id uniqueidentifier '$.job_type_id'
       ) AS f;
+    SET @v_id = COALESCE(@v_id, NEWID());
+    DECLARE @v_ids TABLE (id uniqueidentifier NOT NULL);
+    BEGIN TRANSACTION;
+    -- UPDLOCK, HOLDLOCK on the id: a replay that finds the lost call's insert still uncommitted
+    -- waits for it, then reads its row; until this commits, no other call inserts under the id.
+    IF EXISTS (SELECT 1 FROM mjsched.scheduled_job AS j WITH (UPDLOCK, HOLDLOCK) WHERE j.id = @v_id)
+    BEGIN
+        SET @v_message = CONCAT(N'fields.id: ', CONVERT(nvarchar(36), @v_id), N' is the id of another job (not named ''',
+                                LEFT(@v_name, 200), N''')');
+        IF NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job AS j
+                        WHERE j.id = @v_id AND j.name = @v_name AND j.job_type_id = @v_type_id)
+        BEGIN
+            THROW 50022, @v_message, 1;   -- XACT_ABORT ON: the transaction is rolled back
+        END;
+        INSERT INTO @v_ids (id) VALUES (@v_id);   -- the job an earlier attempt of this call inserted
+    END;
+    IF NOT EXISTS (SELECT 1 FROM @v_ids)
+    BEGIN
+        INSERT INTO mjsched.scheduled_job (id, job_type_id, name, description, cron_expression, timezone, start_at, end_at, status, configuration, owner, concurrency_mode, missed_run_policy, run_immediately_if_never_run, max_runtime_seconds, isolation, max_queued_runs, notify_on_success, notify_on_failure, notify_to, next_run_at, high_frequency_ok, keep_runs_days, keep_runs_count, interval_seconds, run_at, retry_max_attempts, retry_initial_delay, retry_factor, retry_max_delay, retry_jitter, notify_final_attempt_only)
+        OUTPUT inserted.id INTO @v_ids
+        SELECT
+                   @v_id,
+                   f.job_type_id,
+                   f.name,
+                   f.description,
+                   f.cron_expression,
+                   CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'timezone') THEN f.timezone ELSE N'UTC' END,
+                   f.start_at,
+                   f.end_at,
+                   CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'status') THEN f.status ELSE N'Pending' END,
+                   f.configuration,
+                   f.owner,
+                   CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'concurrency_mode') THEN f.concurrency_mode ELSE N'Skip' END,
+                   CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'missed_run_policy') THEN f.missed_run_policy ELSE N'RunOnce' END,
+                   CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'run_immediately_if_never_run') THEN f.run_immediately_if_never_run ELSE 0 END,
+                   f.max_runtime_seconds,
+                   f.isolation,
+                   CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'max_queued_runs') THEN f.max_queued_runs ELSE 5 END,
+                   CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'notify_on_success') THEN f.notify_on_success ELSE 0 END,
+                   CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'notify_on_failure') THEN f.notify_on_failure ELSE 1 END,
+                   f.notify_to,
+                   f.next_run_at,
+                   CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'high_frequency_ok') THEN COALESCE(f.high_frequency_ok, 0) ELSE 0 END,
+                   f.keep_runs_days,
+                   f.keep_runs_count,
+                   f.interval_seconds,
+                   f.run_at,
+                   f.retry_max_attempts,
+                   f.retry_initial_delay,
+                   f.retry_factor,
+                   f.retry_max_delay,
+                   f.retry_jitter,
+                   COALESCE(f.notify_final_attempt_only, 1)
+          FROM OPENJSON(@v_fields) WITH (
+                job_type_id uniqueidentifier '$.job_type_id',
+                name nvarchar(200) '$.name',
+                description nvarchar(max) '$.description',
+                cron_expression nvarchar(255) '$.cron_expression',
+                timezone nvarchar(64) '$.timezone',
+                start_at datetimeoffset '$.start_at',
+                end_at datetimeoffset '$.end_at',
+                status nvarchar(20) '$.status',
+                configuration nvarchar(max) '$.configuration' AS JSON,
+                owner nvarchar(255) '$.owner',
+                concurrency_mode nvarchar(20) '$.concurrency_mode',
+                missed_run_policy nvarchar(20) '$.missed_run_policy',
+                run_immediately_if_never_run bit '$.run_immediately_if_never_run',
+                max_runtime_seconds float '$.max_runtime_seconds',
+                isolation nvarchar(10) '$.isolation',
+                max_queued_runs int '$.max_queued_runs',
+                notify_on_success bit '$.notify_on_success',
+                notify_on_failure bit '$.notify_on_failure',
+                notify_to nvarchar(1000) '$.notify_to',
+                next_run_at datetimeoffset '$.next_run_at',
+                high_frequency_ok bit '$.high_frequency_ok',
+                keep_runs_days int '$.keep_runs_days',
+                keep_runs_count int '$.keep_runs_count',
+                interval_seconds int '$.interval_seconds',
+                run_at datetimeoffset '$.run_at',
+                retry_max_attempts int '$.retry_max_attempts',
+                retry_initial_delay float '$.retry_initial_delay',
+                retry_factor float '$.retry_factor',
+                retry_max_delay float '$.retry_max_delay',
+                retry_jitter float '$.retry_jitter',
+                notify_final_attempt_only bit '$.notify_final_attempt_only'
+          ) AS f;
+    END;
+    COMMIT TRANSACTION;
     SELECT i.id AS job_id FROM @v_ids AS i;
 END;
 GO

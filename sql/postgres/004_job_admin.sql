@@ -184,45 +184,75 @@ BEGIN
 END;
 $$;
 
+-- insert_job: the new job's id. p_fields may hold the "id" the caller chose for it (the
+-- backends send a new UUID per creation, the same on every retry of it); without one the job
+-- gets a random id. Replay-safe: an id already taken by a job of the same name and job type
+-- is the job a call whose reply was lost inserted, and its id is the answer (nothing is
+-- written). An id taken by another job is an error naming fields.id (SQLSTATE 22023); a name
+-- another job holds is the unique violation of uq_scheduled_job_name, as without an id.
 CREATE OR REPLACE FUNCTION mjsched.insert_job(p_fields jsonb)
 RETURNS TABLE (job_id uuid)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = mjsched, pg_temp AS $$
 #variable_conflict use_column
 DECLARE
     r mjsched.scheduled_job;
+    v_id uuid;
+    v_inserted uuid;
 BEGIN
-    PERFORM mjsched.check_job_fields(p_fields);
+    IF jsonb_typeof(p_fields) = 'object' AND jsonb_typeof(p_fields -> 'id') IS DISTINCT FROM 'null' THEN
+        BEGIN
+            v_id := (p_fields ->> 'id')::uuid;
+        EXCEPTION WHEN data_exception THEN
+            RAISE EXCEPTION 'fields.id: % is not a valid value (%)', left(p_fields ->> 'id', 200), SQLERRM
+                USING ERRCODE = '22023';
+        END;
+    END IF;
+    PERFORM mjsched.check_job_fields(CASE WHEN jsonb_typeof(p_fields) = 'object' THEN p_fields - 'id'
+                                          ELSE p_fields END);
     IF NOT (p_fields ?| ARRAY['cron_expression', 'interval_seconds', 'run_at']) THEN
         RAISE EXCEPTION 'fields.cron_expression: a job needs a schedule: cron_expression, interval_seconds or run_at'
             USING ERRCODE = '22023';
     END IF;
-    r := jsonb_populate_record(NULL::mjsched.scheduled_job, p_fields);
-    RETURN QUERY
-    INSERT INTO mjsched.scheduled_job AS j
-           (job_type_id, name, description, cron_expression, timezone, start_at, end_at, status,
-            configuration, owner, concurrency_mode, missed_run_policy, run_immediately_if_never_run,
-            max_runtime_seconds, isolation, max_queued_runs, notify_on_success, notify_on_failure,
-            notify_to, next_run_at, high_frequency_ok, keep_runs_days, keep_runs_count,
-            interval_seconds, run_at, retry_max_attempts, retry_initial_delay,
-            retry_factor, retry_max_delay, retry_jitter, notify_final_attempt_only)
-    VALUES (r.job_type_id, r.name, r.description, r.cron_expression,
-            CASE WHEN p_fields ? 'timezone' THEN r.timezone ELSE 'UTC' END,
-            r.start_at, r.end_at,
-            CASE WHEN p_fields ? 'status' THEN r.status ELSE 'Pending' END,
-            r.configuration, r.owner,
-            CASE WHEN p_fields ? 'concurrency_mode' THEN r.concurrency_mode ELSE 'Skip' END,
-            CASE WHEN p_fields ? 'missed_run_policy' THEN r.missed_run_policy ELSE 'RunOnce' END,
-            coalesce(r.run_immediately_if_never_run, false),
-            r.max_runtime_seconds, r.isolation,
-            coalesce(r.max_queued_runs, 5),
-            coalesce(r.notify_on_success, false),
-            coalesce(r.notify_on_failure, true),
-            r.notify_to, r.next_run_at,
-            coalesce(r.high_frequency_ok, false),
-            r.keep_runs_days, r.keep_runs_count, r.interval_seconds, r.run_at,
-            r.retry_max_attempts, r.retry_initial_delay, r.retry_factor, r.retry_max_delay, r.retry_jitter,
-            coalesce(r.notify_final_attempt_only, true))
-    RETURNING j.id;
+    r := jsonb_populate_record(NULL::mjsched.scheduled_job, p_fields - 'id');
+    BEGIN
+        INSERT INTO mjsched.scheduled_job AS j
+               (id, job_type_id, name, description, cron_expression, timezone, start_at, end_at, status,
+                configuration, owner, concurrency_mode, missed_run_policy, run_immediately_if_never_run,
+                max_runtime_seconds, isolation, max_queued_runs, notify_on_success, notify_on_failure,
+                notify_to, next_run_at, high_frequency_ok, keep_runs_days, keep_runs_count,
+                interval_seconds, run_at, retry_max_attempts, retry_initial_delay,
+                retry_factor, retry_max_delay, retry_jitter, notify_final_attempt_only)
+        VALUES (coalesce(v_id, gen_random_uuid()), r.job_type_id, r.name, r.description, r.cron_expression,
+                CASE WHEN p_fields ? 'timezone' THEN r.timezone ELSE 'UTC' END,
+                r.start_at, r.end_at,
+                CASE WHEN p_fields ? 'status' THEN r.status ELSE 'Pending' END,
+                r.configuration, r.owner,
+                CASE WHEN p_fields ? 'concurrency_mode' THEN r.concurrency_mode ELSE 'Skip' END,
+                CASE WHEN p_fields ? 'missed_run_policy' THEN r.missed_run_policy ELSE 'RunOnce' END,
+                coalesce(r.run_immediately_if_never_run, false),
+                r.max_runtime_seconds, r.isolation,
+                coalesce(r.max_queued_runs, 5),
+                coalesce(r.notify_on_success, false),
+                coalesce(r.notify_on_failure, true),
+                r.notify_to, r.next_run_at,
+                coalesce(r.high_frequency_ok, false),
+                r.keep_runs_days, r.keep_runs_count, r.interval_seconds, r.run_at,
+                r.retry_max_attempts, r.retry_initial_delay, r.retry_factor, r.retry_max_delay, r.retry_jitter,
+                coalesce(r.notify_final_attempt_only, true))
+        RETURNING j.id INTO v_inserted;
+    EXCEPTION WHEN unique_violation THEN
+        -- The id or the name is taken: by the job an earlier attempt of this call inserted (its
+        -- reply lost, or its insert committed while this one waited on it), or by another job.
+        SELECT j.id INTO v_inserted FROM mjsched.scheduled_job j
+         WHERE j.id = v_id AND j.name = r.name AND j.job_type_id = r.job_type_id;
+        IF v_inserted IS NULL AND EXISTS (SELECT 1 FROM mjsched.scheduled_job j WHERE j.id = v_id) THEN
+            RAISE EXCEPTION 'fields.id: % is the id of another job (not named %)', v_id, quote_literal(r.name)
+                USING ERRCODE = '22023';
+        ELSIF v_inserted IS NULL THEN
+            RAISE;      -- the name, held by another job (uq_scheduled_job_name)
+        END IF;
+    END;
+    RETURN QUERY SELECT v_inserted;
 END;
 $$;
 

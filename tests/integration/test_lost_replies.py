@@ -396,15 +396,14 @@ def test_lost_reply_initialize_next_runs(make_engine: Callable[..., Any], sql: A
 
 
 def test_lost_reply_insert_job(make_engine: Callable[..., Any], sql: Any) -> None:
-    """The known gap, as the replay table states it: the replay of a committed insert cannot
-    make a second job (names are unique), and fails with JobNameTaken naming the job that the
-    lost call created."""
+    """The backend chooses the new job's id before the call, so the retry carries the id the
+    lost call inserted under: insert_job finds its own job (same id, name and job type) and
+    answers that id. No error, and one job."""
     engine, plan = losing(make_engine, "insert_job")
-    with pytest.raises(mjsched.JobNameTaken) as taken:
-        engine.create_job("inserted-once", "test-ok", NEVER)
+    job = engine.create_job("inserted-once", "test-ok", NEVER)
     was_lost(plan, "insert_job")
-    assert sql.one("SELECT count(*) FROM mjsched.scheduled_job WHERE name = 'inserted-once'") == 1
-    assert taken.value.existing_id == str(sql.one("SELECT id FROM mjsched.scheduled_job WHERE name = 'inserted-once'"))
+    assert sql.rows("SELECT id::text AS id FROM mjsched.scheduled_job WHERE name = 'inserted-once'") == [{"id": job}]
+    assert sql.one("SELECT count(*) FROM mjsched.scheduled_job") == 1
 
 
 def test_lost_reply_update_job(make_engine: Callable[..., Any], sql: Any) -> None:

@@ -6,6 +6,7 @@ PostgreSQL always and on SQL Server when a server is given (tests/support/mssql.
 from __future__ import annotations
 
 import dataclasses
+import json
 import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -16,7 +17,7 @@ import pytest
 
 from mjsched.backends import open_backend
 from mjsched.backends.base import Backend, Completion
-from mjsched.errors import ConfigurationError
+from mjsched.errors import ConfigurationError, JobNameTaken
 from tests.support.db import Db
 
 
@@ -336,6 +337,33 @@ def test_bad_procedure_arguments_are_typed_errors(backend: Backend) -> None:
         backend.acquire_job_lock(job, token(), "a", 0)
     with pytest.raises(ConfigurationError, match="max_jobs"):
         backend.claim_due_jobs("a", -1, 60)
+
+
+def test_an_insert_under_its_own_id_answers_the_job_an_earlier_attempt_inserted(backend: Backend, db: Db) -> None:
+    """insert_job takes the new job's id from its caller: a retry after a lost reply, or racing
+    an attempt still under way, answers the job inserted under that id; the id or the name of
+    another job is refused."""
+    job_id = token()
+    assert race(4, lambda i: new_job(backend, id=job_id, name="once")) == [job_id] * 4
+    assert new_job(backend, id=job_id, name="once") == job_id
+    assert db.one("SELECT count(*) FROM mjsched.scheduled_job") == 1
+    for other in ({"name": "other"}, {"name": "once", "job_type_id": backend.ensure_job_type("shell")}):
+        with pytest.raises(ConfigurationError, match="fields.id") as refused:
+            new_job(backend, id=job_id, **other)
+        assert not isinstance(refused.value, JobNameTaken)
+    with pytest.raises(JobNameTaken) as taken:
+        new_job(backend, id=token(), name="once")
+    assert taken.value.existing_id == job_id
+    for bad in ("not-a-uuid", 5, job_id + "0"):
+        with pytest.raises(ConfigurationError, match="fields.id"):
+            new_job(backend, id=bad, name="bad")
+    assert db.one("SELECT count(*) FROM mjsched.scheduled_job") == 1
+    # a caller of the previous release sends no id: the job gets one
+    fields = json.dumps({"job_type_id": backend.ensure_job_type("python"), "name": "no-id",
+                         "cron_expression": "0 0 1 1 *"})
+    call = ("SELECT job_id FROM mjsched.insert_job(?::jsonb)" if db.dialect == "postgres"
+            else "EXEC mjsched.insert_job @p_fields = ?")
+    assert str(db.one(call, (fields,))) == str(db.one("SELECT id FROM mjsched.scheduled_job WHERE name = 'no-id'"))
 
 
 def _claims(batch: Any) -> list[tuple[Any, ...]]:
