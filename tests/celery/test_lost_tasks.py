@@ -24,6 +24,7 @@ import pytest
 import mjsched
 from mjsched.drivers.celery import task_id_for
 from mjsched.models import RunStatus
+from tests.support.pg import wait_for as bounded_wait
 
 from .conftest import AMQP_URL, REDIS_URL, Worker, worker_env
 
@@ -38,13 +39,7 @@ RETRY = mjsched.RetryPolicy(max_attempts=3, initial_delay=1.0, jitter=0.0)
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"not within {timeout:g}s: {what}")
+    return bounded_wait(predicate, timeout=timeout, interval=0.1, message=what)
 
 
 def _env(broker: str, tag: str, request: pytest.FixtureRequest) -> dict[str, str]:
