@@ -79,7 +79,9 @@ def _row_locked(dsn: str, table: str, victim: dict[str, str]) -> Iterator[dict[s
 
 @contextlib.contextmanager
 def _keeper_backend_stopped(sql: Sql, engine_pid: int) -> Iterator[dict[str, Any]]:
-    """SIGSTOP each idle backend of ``engine_pid`` whose last statement was a renewal, until exit."""
+    """SIGSTOP each backend of ``engine_pid`` running or last running a renewal, until exit. The
+    fault begins (the context is entered) once one is stopped: the engine pools its connections,
+    so the one a renewal used may carry a claim next, and a poll may miss it for a while."""
     stopped: list[int] = []
     done = threading.Event()
     failure: list[BaseException] = []
@@ -89,17 +91,20 @@ def _keeper_backend_stopped(sql: Sql, engine_pid: int) -> Iterator[dict[str, Any
         try:
             while not done.wait(0.02):
                 for row in watcher.rows("""SELECT pid FROM pg_stat_activity
-                                            WHERE datname = current_database() AND state = 'idle'
+                                            WHERE datname = current_database() AND state IN ('idle', 'active')
                                               AND client_port = ANY(%s) AND query ~* '(renew|extend_job_leases)'""",
                                         (sorted(client_ports(engine_pid)),)):
                     if row["pid"] not in stopped:
                         os.kill(row["pid"], signal.SIGSTOP)
                         stopped.append(row["pid"])
+                        first_stopped.set()
         except BaseException as exc:  # noqa: BLE001 - reported by the test below
             failure.append(exc)
 
+    first_stopped = threading.Event()
     thread = threading.Thread(target=stalk, name="stop-keeper-backend", daemon=True)
     thread.start()
+    first_stopped.wait(10 * LEASE)      # bounded: the assertion below says when none was caught
     figures: dict[str, Any] = {"backends_stopped": stopped}
     try:
         yield figures
