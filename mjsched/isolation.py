@@ -355,9 +355,12 @@ def _child_main(fd: int) -> None:
     root.handlers[:] = [_PipeLogHandler(line.send)]
     root.setLevel(payload["log_level"])
     message = _run_driver(payload, line)
-    _kill_own_tree(line.mark)   # nothing the driver started outlives the run
     try:
-        line.send(message)
+        line.send(message)      # first: the parent's kill grace is running if it cancelled us
+    except OSError:
+        pass
+    _kill_own_tree(line.mark)   # nothing the driver started outlives the run (the parent waits for our exit)
+    try:
         conn.close()
     except OSError:
         pass
