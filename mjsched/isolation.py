@@ -48,7 +48,7 @@ from multiprocessing import spawn as _mp_spawn
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from . import proctree
+from . import proctree, tracing
 from .drivers.base import BaseScheduledJob, ExecutionContext, JobResult
 from .errors import ConfigurationError
 
@@ -106,7 +106,7 @@ def run_in_process(driver_cls: type[BaseScheduledJob], context: ExecutionContext
         proc = subprocess.Popen([_mp_spawn.get_executable(), *flags, "-c", _BOOTSTRAP, str(child_sock.fileno()),
                                  _PKG_ROOT],
                                 pass_fds=(child_sock.fileno(),), stdin=subprocess.DEVNULL, start_new_session=True,
-                                env=proctree.marked_environment(None, mark))
+                                env=proctree.marked_environment({**os.environ, **tracing.environment()}, mark))
     except BaseException:
         parent_sock.close()
         raise
@@ -354,6 +354,7 @@ def _child_main(fd: int) -> None:
     root = logging.getLogger()
     root.handlers[:] = [_PipeLogHandler(line.send)]
     root.setLevel(payload["log_level"])
+    tracing.attach_from_environment(os.environ)   # the driver's spans continue the run's trace
     message = _run_driver(payload, line)
     try:
         line.send(message)      # first: the parent's kill grace is running if it cancelled us

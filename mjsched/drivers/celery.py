@@ -53,6 +53,7 @@ import uuid
 from datetime import timezone
 from typing import Any, Callable
 
+from .. import tracing
 from ..errors import ConfigurationError
 from ..models import JobRun
 from .base import BaseScheduledJob, ExecutionContext, JobResult
@@ -318,10 +319,13 @@ class CeleryJob(BaseScheduledJob):
                 options[key] = configuration[key]
         timeout = float(configuration.get("send_timeout") or DEFAULT_SEND_TIMEOUT)
 
+        headers = {"mjsched_job_id": context.job.id, "mjsched_run_id": context.run.id}
+        tracing.inject(headers)   # the worker can continue the run's trace (traceparent)
+
         def send() -> None:
             app.send_task(task_name, args=list(configuration.get("args", [])),
                           kwargs=dict(configuration.get("kwargs", {})), task_id=task_id,
-                          headers={"mjsched_job_id": context.job.id, "mjsched_run_id": context.run.id},
+                          headers=headers,
                           retry=True, retry_policy={"max_retries": 3, "interval_start": 0,
                                                     "interval_step": 0.5, "interval_max": 1.0},
                           **options)
