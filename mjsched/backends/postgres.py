@@ -21,6 +21,7 @@ from .. import sqlfiles
 from ..decoding import safe_caster
 from ..redaction import redact_dsn
 from ..errors import ConfigurationError, DatabaseError, JobNameTaken, SchemaNotInstalled
+from ..forking import track
 from ..models import ClaimBatch, Job, JobRun
 from .base import (NAME_CONSTRAINT, NEW_JOB_ID, Backend, CancelOutcome, CancelRequest, Completion, Listener,
                    ManualStart, SweepResult, cancel_outcome, cancel_requests, claim_batch, completion_outcomes,
@@ -123,6 +124,23 @@ def register_row_safe_casters(conn: Any) -> None:
         psycopg2.extensions.register_type(caster, conn)
 
 
+def abandon_inherited(conn: Any) -> None:
+    """A connection inherited across a fork is the parent's session: its descriptor is pointed
+    at /dev/null, so nothing this process does with it later (a stray query, ``close()`` and
+    the Terminate message it sends) reaches the parent's session; the parent's socket itself
+    is untouched. The object is left to the garbage collector (psycopg2 never closes a
+    connection made by another process when it frees it)."""
+    try:
+        fd = conn.fileno()
+    except psycopg2.Error:
+        return    # closed: no socket left to share
+    null = os.open(os.devnull, os.O_RDWR)
+    try:
+        os.dup2(null, fd, inheritable=False)
+    finally:
+        os.close(null)
+
+
 def _abandon(conn: Any) -> None:
     """The watchdog's way out of a call blocked in recv: shut the socket down (a cancel
     request would travel the same stalled path and hang as well)."""
@@ -181,7 +199,8 @@ class PostgresBackend(Backend):
         self._watchdog = CallWatchdog()
         if connection_factory is not None:
             self._kwargs["connection_factory"] = connection_factory
-        self._pool: ConnectionPool[Any] = ConnectionPool(self._connect, _broken_after, max_size=pool_size)
+        self._pool: ConnectionPool[Any] = ConnectionPool(self._connect, _broken_after, max_size=pool_size,
+                                                         abandon=abandon_inherited)
         self._retry_attempts = retry_attempts
         self._retry_max_delay = retry_max_delay
         try:
@@ -537,6 +556,21 @@ class PgListener(Listener):
         self._wakeup = threading.Event()
         self._pipe_r, self._pipe_w = os.pipe()   # interrupt() writes here to end a select at once
         self._pipe_lock = threading.Lock()
+        track(self)
+
+    def after_fork_in_child(self) -> None:
+        """The inherited LISTEN connection is the parent's session: abandoned, never used
+        here; new locks, and a pipe of this process's own (the parent's would wake its select)."""
+        conn, self._conn = self._conn, None
+        self._lock, self._pipe_lock = threading.Lock(), threading.Lock()
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                abandon_inherited(conn)
+        for fd in (self._pipe_r, self._pipe_w):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)   # this process's copies only
+        self._pipe_r, self._pipe_w = os.pipe()
 
     def _connect(self) -> Any:
         conn = psycopg2.connect(**self._kwargs)
