@@ -9,7 +9,7 @@ never imports (``mjsched.cli``, ``mjsched.web``). No import cycles at any level
 """
 from .drivers import BaseScheduledJob, ExecutionContext, JobResult, Notification, register_driver
 from .engine import SchedulingEngine
-from .errors import (ConfigurationError, DatabaseError, EngineStopped, InvalidCronExpression, JobNameTaken, JobNotActive, JobNotFound,
+from .errors import (ConfigurationError, DatabaseError, EngineForked, EngineStopped, InvalidCronExpression, JobNameTaken, JobNotActive, JobNotFound,
                      LockNotAcquired, RunNotCancellable, RunNotFound, SchedulerError, SchemaNotInstalled, UnknownDriver,
                      UnknownTimezone)
 from .models import (ConcurrencyMode, DispatchResult, FieldChange, Isolation, Job, JobRun, JobStatus, MissedRunPolicy,
@@ -21,7 +21,7 @@ from .version import __version__
 
 __all__ = [
     "BaseScheduledJob", "CompositeNotifier", "ConcurrencyMode", "ConfigurationError", "DatabaseError",
-    "DispatchResult", "EngineStopped", "ExecutionContext", "FieldChange", "InvalidCronExpression", "Isolation", "Job", "JobNameTaken",
+    "DispatchResult", "EngineForked", "EngineStopped", "ExecutionContext", "FieldChange", "InvalidCronExpression", "Isolation", "Job", "JobNameTaken",
     "JobNotActive", "JobNotFound",
     "JobResult", "JobRun", "JobStatus", "LockNotAcquired", "LoggingNotifier", "MissedRunPolicy",
     "Notification", "Notifier", "RetryPolicy", "RunNotCancellable", "RunNotFound", "RunStatus", "SchedulerError",

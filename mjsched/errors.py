@@ -121,6 +121,23 @@ class EngineStopped(SchedulerError, RuntimeError):
         super().__init__(f"{method}(): this engine was {state} and starts no runs any more; {remedy}")
 
 
+class EngineForked(SchedulerError, RuntimeError):
+    """A call on a SchedulingEngine in a process forked from the one that made it (gunicorn
+    ``--preload``, uWSGI without ``lazy-apps``, ``os.fork``, multiprocessing's "fork"). The
+    copy shares its parent's database connections and has none of its threads, so it never
+    runs and never touches them; the engine works on in the process that made it.
+    ``method`` names the call; ``parent_pid`` is that process (docs/guide/deployment.md)."""
+
+    def __init__(self, method: str, parent_pid: int) -> None:
+        self.method = method
+        self.parent_pid = parent_pid
+        super().__init__(
+            f"{method}(): this SchedulingEngine was made in process {parent_pid} and this process is a fork "
+            "of it, which shares its database connections; the copy refuses to run. Make and start the "
+            "engine after the fork: in gunicorn's post_fork hook (or without --preload), with uWSGI's "
+            "lazy-apps = true, or as a separate `mjsched run` service (docs/guide/deployment.md)")
+
+
 class DatabaseError(SchedulerError):
     """The database failed or could not be reached (after retries).
 

@@ -6,12 +6,13 @@ the completion writer and the change feed together (see the package docstring).
 """
 from __future__ import annotations
 
+import functools
 import logging
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, TypeVar
 
 from .. import validation
 from ..backends import Backend, open_backend
-from ..errors import ConfigurationError, JobNotFound
+from ..errors import ConfigurationError, EngineForked, JobNotFound
 from ..models import DispatchResult, Job, JobRun, JobStatus, RunStatus, SyncResult
 from ..notify import LoggingNotifier, Notifier
 from . import declared, refs
@@ -26,8 +27,35 @@ from .retention import prune
 from .wiring import backend_defaults, wire
 
 log = logging.getLogger("mjsched.engine")
+F = TypeVar("F", bound=Callable[..., Any])
+E = TypeVar("E", bound=type)
+
+# What a forked copy of an engine still answers, doing nothing there: the calls a shutdown
+# path makes in every process (atexit, gunicorn's worker_exit, a with-block's end). Every
+# other public method raises EngineForked (mjsched/forking.py, docs/guide/deployment.md).
+ANSWERED_AFTER_FORK = frozenset({"stop_polling", "close", "__exit__"})
 
 
+def _refused_after_fork(method: F) -> F:
+    @functools.wraps(method)
+    def guarded(self: "SchedulingEngine", *args: Any, **kwargs: Any) -> Any:
+        if self._control.forked:
+            raise EngineForked(method.__name__, self._control.owner_pid)
+        return method(self, *args, **kwargs)
+    return guarded  # type: ignore[return-value]
+
+
+def _one_process(cls: E) -> E:
+    """Every public method of ``cls`` but ANSWERED_AFTER_FORK refuses in a forked copy: a
+    method added tomorrow is covered too (tests/integration/test_fork.py checks each)."""
+    for name, value in list(vars(cls).items()):
+        public = not name.startswith("_") or name == "__enter__"
+        if public and callable(value) and name not in ANSWERED_AFTER_FORK:
+            setattr(cls, name, _refused_after_fork(value))
+    return cls
+
+
+@_one_process
 class SchedulingEngine:
     """Runs cron-scheduled jobs stored in a database, safely alongside other engines.
 
@@ -184,7 +212,8 @@ class SchedulingEngine:
     # -- polling -------------------------------------------------------------------------
     @property
     def is_polling(self) -> bool:
-        return self._control.polling
+        """False in a forked copy: its threads did not survive the fork (it never polls)."""
+        return self._control.polling and not self._control.forked
 
     def start_polling(self) -> None:
         """Run the start-up steps, then poll in the background; returns at once."""
@@ -192,6 +221,8 @@ class SchedulingEngine:
 
     def stop_polling(self, wait: bool = True, max_wait: float | None = 30.0) -> None:
         """Stop dispatching; with ``wait``, drain in-flight runs for at most ``max_wait`` seconds.
+        In a forked copy (docs/guide/deployment.md) it returns at once, doing nothing: the
+        engine polls, and is stopped, in the process that made it.
 
         Runs still going afterwards get their ``cancel_event`` set and keep their
         leases, which lapse once this engine stops renewing them. The call returns
@@ -203,13 +234,13 @@ class SchedulingEngine:
 
     @property
     def inflight(self) -> int:
-        """Runs executing in this engine now (what the cap counts)."""
-        return self._registry.live_count()
+        """Runs executing in this engine now (what the cap counts); 0 in a forked copy."""
+        return 0 if self._control.forked else self._registry.live_count()
 
     @property
     def leaked(self) -> int:
         """Timed-out or lease-lost runs whose thread still runs (they hold no slot)."""
-        return self._registry.leaked
+        return 0 if self._control.forked else self._registry.leaked
 
     def add_listener(self, listener: EngineListener) -> None:
         """Observe the engine: ``listener`` implements any of ``on_poll(DispatchResult)``,
@@ -273,7 +304,9 @@ class SchedulingEngine:
         """Stop polling (without draining) and leave nothing held: runs still going get their
         ``cancel_event`` and CLOSE_GRACE_SECONDS to return (their outcome is recorded as
         usual); what is left after that is handed back (recorded Cancelled, its lock released,
-        fenced by its token) before the connections close. Also called at interpreter exit."""
+        fenced by its token) before the connections close. Also called at interpreter exit.
+        In a forked copy it returns at once: the inherited connections are the parent's, left
+        open for it (docs/guide/deployment.md)."""
         self._control.close()
 
     def __enter__(self) -> "SchedulingEngine":

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import mimetypes
+import os
 import threading
 import uuid
 from importlib import resources
@@ -78,16 +79,23 @@ def _job_id(value: str) -> str:
         raise UserError(404, "Not found", f"no job has the id {value!r}") from None
 
 
+_REMAKE_LOCKS: dict[int, threading.Lock] = {}   # by process id: Dashboard._own_engine_here
+
+
 class Dashboard:
     """The WSGI application ``create_app`` returns; ``close()`` frees what it opened."""
 
     def __init__(self, engine: SchedulingEngine, *, owns_engine: bool, read_only: bool,
                  auth: security.Auth | None, stale_after: float,
-                 authorize: Callable[[Any], Any] | None = None) -> None:
+                 authorize: Callable[[Any], Any] | None = None,
+                 remake: Callable[[], SchedulingEngine] | None = None) -> None:
+        """``remake``: how to make the dashboard's own engine again in a forked process."""
         if engine.backend.dialect not in QUERIES:
             raise ConfigurationError("dsn_or_engine", engine.backend.dialect,
                                      f"the dashboard reads {', '.join(sorted(QUERIES))} databases")
         self.engine = engine
+        self._pid = os.getpid()
+        self._remake = remake if owns_engine else None
         self.reader = Reader(engine.backend)
         self.read_only = read_only
         self.auth = auth
@@ -114,8 +122,22 @@ class Dashboard:
             Rule("/static/<name>", endpoint="static", methods=["GET"]),
         ], strict_slashes=False)
 
+    def _own_engine_here(self) -> None:
+        """An engine the dashboard made itself is made again in a process forked after
+        create_app (an app mounted at import under gunicorn --preload, or uWSGI without
+        lazy-apps): the inherited copy refuses every call there (docs/guide/deployment.md).
+        An engine the caller gave is the caller's to make after the fork."""
+        if self._remake is None or os.getpid() == self._pid:
+            return
+        with _REMAKE_LOCKS.setdefault(os.getpid(), threading.Lock()):   # this process's own lock
+            if os.getpid() != self._pid:
+                self.engine = self._remake()
+                self.reader = Reader(self.engine.backend)
+                self._pid = os.getpid()
+
     # -- WSGI ---------------------------------------------------------------------------------
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        self._own_engine_here()
         request = Request(environ)
         response = self._respond(request)
         return response(environ, start_response)
@@ -467,10 +489,12 @@ def create_app(dsn_or_engine: str | SchedulingEngine, *, read_only: bool = False
     if not isinstance(dsn_or_engine, str) or not dsn_or_engine:
         raise ConfigurationError("dsn_or_engine", type(dsn_or_engine).__name__,
                                  "must be a database URL or a SchedulingEngine")
-    engine = SchedulingEngine(dsn_or_engine, max_concurrent_jobs=4, instance_name="mjsched-dashboard")
+    def make() -> SchedulingEngine:
+        return SchedulingEngine(dsn_or_engine, max_concurrent_jobs=4, instance_name="mjsched-dashboard")
+    engine = make()
     try:
         return Dashboard(engine, owns_engine=True, read_only=read_only, auth=parsed, stale_after=stale_after,
-                         authorize=authorize)
+                         authorize=authorize, remake=make)
     except BaseException:
         engine.close()
         raise
