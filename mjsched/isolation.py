@@ -28,7 +28,10 @@ loggers of the same name.
 Not ``multiprocessing.Process``: its spawn and forkserver start methods
 re-import the application's ``__main__`` in the child, which re-runs an
 unguarded script (and its ``start_polling()``). The child here is started with
-``subprocess`` and talks through ``multiprocessing.connection`` framing.
+``subprocess`` and talks through ``multiprocessing.connection`` framing, and
+is told which script the engine runs as ``__main__``: a python job naming a
+function of that script is refused there rather than importing it
+(mjsched/drivers/callables.py).
 """
 from __future__ import annotations
 
@@ -49,6 +52,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from . import proctree, tracing
+from .drivers import callables
 from .drivers.base import BaseScheduledJob, ExecutionContext, JobResult
 from .errors import ConfigurationError
 
@@ -122,7 +126,7 @@ def run_in_process(driver_cls: type[BaseScheduledJob], context: ExecutionContext
         try:
             conn.send(list(sys.path))
             conn.send({"driver": path, "job": context.job, "run": context.run, "grace": grace, "mark": mark,
-                       "log_level": context.logger.getEffectiveLevel()})
+                       "log_level": context.logger.getEffectiveLevel(), "script": callables.running_script()})
         except OSError:
             pass  # the child died at once; its exit status tells why
         return supervisor.supervise()
@@ -347,6 +351,7 @@ def _child_main(fd: int) -> None:
     conn = Connection(fd)
     sys.path[:] = conn.recv()
     payload = conn.recv()
+    callables.enter_isolated_child(payload["script"])   # the engine's script is not imported here
     line = _ParentLine(conn, float(payload["grace"]), payload.get("mark"))
     signal.signal(signal.SIGTERM, lambda *_: line.cancel.set())
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -319,14 +319,29 @@ def _driver(fields: Mapping[str, Any], *, creating: bool, current: Mapping[str, 
     if creating or "driver" in fields:
         driver_name = str(text("driver", fields.get("driver"), required=True, limit=255))
         driver_cls = get_driver(driver_name)  # raises UnknownDriver
-        conf = configuration(fields.get("configuration"))
+        conf = configuration(prepared(driver_name, driver_cls, fields.get("configuration")))
         _validate_with(driver_name, driver_cls, conf)
         return {"driver": driver_name, "configuration": conf}
     if "configuration" in fields:
-        conf = configuration(fields["configuration"])
-        _validate_with(current["driver"], get_driver(current["driver"]), conf)
+        driver_cls = get_driver(current["driver"])
+        conf = configuration(prepared(current["driver"], driver_cls, fields["configuration"]))
+        _validate_with(current["driver"], driver_cls, conf)
         return {"configuration": conf}
     return {}
+
+
+def prepared(name: str, driver_cls: type, value: Any, field: str = "configuration") -> Any:
+    """``value`` with the Python objects its driver takes in place of JSON replaced by their JSON
+    form (``BaseScheduledJob.prepare_configuration``: the python driver's function by its path)."""
+    if not isinstance(value, Mapping):
+        return value
+    try:
+        driver = driver_cls()
+    except Exception as exc:  # a broken plugin is a configuration problem of this job
+        raise ConfigurationError("driver", name, f"driver could not be constructed: {type(exc).__name__}: {exc}") \
+            from exc
+    prepare = getattr(driver, "prepare_configuration", None)
+    return prepare(value, field) if prepare is not None else value
 
 
 def _run_policies(fields: Mapping[str, Any], *, creating: bool) -> dict[str, Any]:

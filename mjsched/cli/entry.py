@@ -97,14 +97,29 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _prepare_process(args: argparse.Namespace) -> None:
-    """--app-dir first on sys.path, then logging (the demo sets up its own, from args.verbose)."""
+    """The application's folders on sys.path, then logging (the demo sets up its own, from args.verbose)."""
     verbosity = int(getattr(args, "verbose", 0) or 0)
-    for directory in reversed(getattr(args, "app_dir", None) or []):
-        sys.path.insert(0, str(Path(directory).expanduser().resolve()))
+    sys.path[:0] = app_path(getattr(args, "app_dir", None) or [], sys.path)
     if args.command != "demo":
         setup_logging(verbosity, args.command, json_lines=bool(getattr(args, "json", False)))
     else:
         args.verbose = verbosity
+
+
+def app_path(app_dirs: Sequence[str], path: Sequence[str]) -> list[str]:
+    """What goes first on sys.path so that the application's modules import: each --app-dir, then
+    the working directory, as `celery -A`, `flask` and `python -m` have it (`mjsched jobs
+    import-celery proj.celery:app` run from the project's folder finds `proj`; an installed
+    console script has only its own bin folder first). The working directory is not added
+    again when it is there already, nor when it is gone."""
+    front = [str(Path(directory).expanduser().resolve()) for directory in app_dirs]
+    try:
+        cwd = os.getcwd()
+    except OSError:   # the folder was removed under us: nothing to import from there
+        return front
+    if cwd not in front and cwd not in path and "" not in path:
+        front.append(cwd)
+    return front
 
 
 def _run_command(args: argparse.Namespace) -> int:

@@ -47,7 +47,8 @@ def _common() -> Parser:
     common.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
                         help="more log output (-v: info, -vv: debug)")
     common.add_argument("--app-dir", action="append", default=argparse.SUPPRESS, metavar="DIR",
-                        help="import python jobs' modules from DIR too (put first on sys.path; repeatable)")
+                        help="import the application's modules (python jobs, a Celery app) from DIR too: put first on "
+                             "sys.path, before the working directory, which is always there (repeatable)")
     return common
 
 

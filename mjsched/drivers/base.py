@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, TypeVar
+from typing import Any, Callable, ClassVar, Mapping, TypeVar
 
 from ..models import Job, JobRun
 
@@ -64,6 +64,14 @@ class BaseScheduledJob:
     default_max_runtime: ClassVar[float | None] = None
     retry: ClassVar[Any] = None   # a mjsched.RetryPolicy: the default of jobs without their own
     driver_name: ClassVar[str] = ""
+
+    def prepare_configuration(self, configuration: Mapping[str, Any],
+                              field: str = "configuration") -> Mapping[str, Any]:
+        """The configuration with the Python objects this driver takes in place of JSON values
+        replaced by their JSON form (the python driver: a function by its path), or as given.
+        Called where a job's configuration or a run's parameters are given, before they are
+        checked and stored; an object that has no JSON form is a ConfigurationError under ``field``."""
+        return configuration
 
     def validate_configuration(self, configuration: dict[str, Any]) -> None:
         """Raise ``ConfigurationError`` naming the key when ``configuration`` is unusable.

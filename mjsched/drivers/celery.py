@@ -130,7 +130,8 @@ def load_app(configuration: dict[str, Any]) -> Any:
         except Exception as exc:  # noqa: BLE001 - a module may raise anything at import
             raise ConfigurationError("configuration.app", spec,
                                      f"cannot import module {module_name!r}: {type(exc).__name__}: {exc} "
-                                     "(is it on PYTHONPATH / --app-dir?)") from exc
+                                     "(run the command from the project's folder, or give the CLI --app-dir DIR, or "
+                                     "add the folder to PYTHONPATH)") from exc
         app = module
         for part in attr.split("."):
             if not hasattr(app, part):

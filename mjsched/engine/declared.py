@@ -73,7 +73,9 @@ def declare(spec: Any) -> Declaration:
         raise ConfigurationError("cron", None, "a declared job needs a schedule: "
                                                + " or ".join(f"{k}=" for k in SCHEDULE_KINDS))
     full = {**DEFAULTS, **fields}
-    validation.job_fields(full, creating=True)       # every check create_job makes, nothing written
+    values = validation.job_fields(full, creating=True)       # every check create_job makes, nothing written
+    if isinstance(full["configuration"], Mapping):
+        full["configuration"] = values["configuration"]       # as stored: a python job's function by its path
     return Declaration(name=str(full["name"]), fields=full, status_declared="status" in fields)
 
 
