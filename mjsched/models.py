@@ -399,6 +399,38 @@ class FieldChange:
 
 
 @dataclass(frozen=True)
+class JobChange:
+    """One row of a job's audit trail (``job_history``): a field changed by whom and how.
+
+    ``action`` is 'created', 'updated' or 'deleted'; ``field`` is a column name,
+    'configuration.<key>' for one key of the configuration, or '*' for a whole definition
+    (created or deleted, as JSON). ``via`` is the path ('api', 'cli', 'dashboard',
+    'ensure_job', 'cli/sync_jobs', ..., or 'sql' for plain SQL); ``db_login`` the database
+    login that made it; ``app_user`` who the application said it was (``mjsched.changes_by``).
+    Values are as stored: surfaces mask credentials when they show them."""
+
+    id: int
+    job_id: str
+    job_name: str
+    version: int
+    changed_at: datetime
+    action: str
+    field: str
+    old_value: str | None
+    new_value: str | None
+    db_login: str
+    app_user: str | None
+    via: str
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> "JobChange":
+        return cls(id=int(row["id"]), job_id=str(row["job_id"]).lower(), job_name=str(row["job_name"]),
+                   version=int(row["version"]), changed_at=row["changed_at"], action=str(row["action"]),
+                   field=str(row["field"]), old_value=row.get("old_value"), new_value=row.get("new_value"),
+                   db_login=str(row["db_login"]), app_user=row.get("app_user"), via=str(row["via"]))
+
+
+@dataclass(frozen=True)
 class SyncResult:
     """What ``sync_jobs`` did (or, with ``dry_run``, would do), by job name.
 

@@ -20,7 +20,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_afte
 
 from ..errors import JobNameTaken, SchedulerError
 from ..frozen import quick_init
-from ..models import Claim, ClaimBatch, Job, JobRun
+from ..models import Claim, ClaimBatch, Job, JobChange, JobRun
 from ..retention import PurgeBatch
 from ..redaction import redact_dsn
 from . import queries
@@ -546,6 +546,16 @@ class Backend(abc.ABC):
         time: another purger's call answers ``busy`` and does nothing. ``dry_run`` counts
         what this call's page of jobs would lose and deletes nothing."""
         raise NotImplementedError(f"{type(self).__name__} has no purge_runs")
+
+    def purge_job_changes(self, keep_seconds: float | None, batch_size: int = 1000,
+                          now: datetime | None = None) -> int:
+        """Delete at most ``batch_size`` rows of the audit trail that the jobs' keep_runs_days
+        (else ``keep_seconds``) let go, oldest first (``purge_job_changes``, 013_audit.sql)."""
+        return 0
+
+    def job_history(self, job_id: str | None, name: str | None, limit: int = 100) -> list[JobChange]:
+        """A job's audit trail, newest first: by ``job_id``, else by ``name`` (a deleted job's too)."""
+        raise NotImplementedError(f"{type(self).__name__} has no audit trail")
 
     @abc.abstractmethod
     def list_runs(self, job_id: str | None = None, status: str | None = None,

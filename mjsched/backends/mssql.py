@@ -31,7 +31,8 @@ import pyodbc
 from .. import sqlfiles
 from ..redaction import redact_dsn
 from ..errors import ConfigurationError, DatabaseError, JobNameTaken, SchemaNotInstalled
-from ..models import ClaimBatch, Job, JobRun
+from .. import audit
+from ..models import ClaimBatch, Job, JobChange, JobRun
 from .base import (NAME_CONSTRAINT, NEW_JOB_ID, Backend, CancelOutcome, CancelRequest, Completion, Listener,
                    ManualStart, SweepResult, cancel_outcome, cancel_requests, claim_batch, completion_outcomes,
                    completions_json, deleted_or_replayed, manual_start, naming, replayed_attempts, with_new_job_id)
@@ -58,6 +59,16 @@ from .odbc import (
 )
 
 log = logging.getLogger(__name__)
+
+
+def _audited(statement: str) -> str:
+    """``statement`` with who makes the job change around it, for the audit trail's trigger
+    (013_audit.sql): session context set before and cleared after, in one batch (the first
+    result set is the procedure's). Parameters: via, app user, then the statement's."""
+    return ("SET NOCOUNT ON; EXEC sys.sp_set_session_context @key = N'mjsched.via', @value = ?; "
+            "EXEC sys.sp_set_session_context @key = N'mjsched.app_user', @value = ?; " + statement +
+            " EXEC sys.sp_set_session_context @key = N'mjsched.via', @value = NULL;"
+            " EXEC sys.sp_set_session_context @key = N'mjsched.app_user', @value = NULL;")
 T = TypeVar("T")
 
 UNIQUE_VIOLATION = {2627, 2601}   # a UNIQUE constraint's violation; a unique index's
@@ -414,15 +425,21 @@ class MssqlBackend(Backend):
     def insert_job(self, fields: Mapping[str, Any]) -> str:
         values = self._fields_json(with_new_job_id(fields), (NEW_JOB_ID, *JOB_COLUMNS))   # the same on every retry
         with naming(fields, self.jobs_named):
-            return str(self._scalar("insert_job", fields=values))
+            rows = self._rows("insert_job", _audited("EXEC mjsched.insert_job @p_fields = ?;"),
+                              [*audit.current(), values])
+            return str(next(iter(rows[0].values())))
 
     def update_job(self, job_id: str, fields: Mapping[str, Any]) -> bool:
         with naming(fields, self.jobs_named):
-            return bool(self._scalar("update_job", job_id=job_id, fields=self._fields_json(fields)))
+            rows = self._rows("update_job", _audited("EXEC mjsched.update_job @p_job_id = ?, @p_fields = ?;"),
+                              [*audit.current(), job_id, self._fields_json(fields)])
+            return bool(rows and next(iter(rows[0].values())))
 
     def delete_job(self, job_id: str) -> bool:
+        changer = audit.current()
+
         def attempt(cur: Any) -> bool:
-            cur.execute("EXEC mjsched.delete_job @p_job_id = ?;", [to_param(job_id)])
+            cur.execute(_audited("EXEC mjsched.delete_job @p_job_id = ?;"), [*changer, to_param(job_id)])
             rows = _rows_of(cur)
             return bool(rows and next(iter(rows[0].values())))
         return self._run("delete_job", deleted_or_replayed(attempt))
@@ -480,6 +497,14 @@ class MssqlBackend(Backend):
         rows = (self._read("list_runs", status, int(limit)) if job_id is None
                 else self._read("job_runs", job_id, status, int(limit)))
         return [JobRun.from_row(r) for r in rows]
+
+    def job_history(self, job_id: str | None, name: str | None, limit: int = 100) -> list[JobChange]:
+        return [JobChange.from_row(r) for r in self._read("job_history", job_id, name, int(limit))]
+
+    def purge_job_changes(self, keep_seconds: float | None, batch_size: int = 1000,
+                          now: datetime | None = None) -> int:
+        return int(self._scalar("purge_job_changes", keep_seconds=keep_seconds, batch_size=batch_size,
+                                now=now) or 0)
 
     def get_run(self, run_id: str) -> JobRun | None:
         rows = self._read("get_run", run_id)

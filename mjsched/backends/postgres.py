@@ -21,8 +21,9 @@ from .. import sqlfiles
 from ..decoding import safe_caster
 from ..redaction import redact_dsn
 from ..errors import ConfigurationError, DatabaseError, JobNameTaken, SchemaNotInstalled
+from .. import audit
 from ..forking import track
-from ..models import ClaimBatch, Job, JobRun
+from ..models import ClaimBatch, Job, JobChange, JobRun
 from .base import (NAME_CONSTRAINT, NEW_JOB_ID, Backend, CancelOutcome, CancelRequest, Completion, Listener,
                    ManualStart, SweepResult, cancel_outcome, cancel_requests, claim_batch, completion_outcomes,
                    completions_json, deleted_or_replayed, manual_start, naming, replayed_attempts, with_new_job_id)
@@ -33,6 +34,9 @@ from .pool import ConnectionPool
 from .watchdog import DEFAULT_CALL_TIMEOUT, CallAbandoned, CallWatchdog, shutdown_socket
 
 log = logging.getLogger(__name__)
+# Who makes a job change, for the audit trail's triggers (013_audit.sql): transaction-local
+# settings, sent in the same statement as the change (autocommit: one implicit transaction).
+_AUDITED = "SELECT set_config('mjsched.via', %s, true), set_config('mjsched.app_user', coalesce(%s, ''), true); "
 T = TypeVar("T")
 
 NOTIFY_CHANNEL = "mjsched_job_changed"
@@ -514,16 +518,20 @@ class PostgresBackend(Backend):
     def insert_job(self, fields: Mapping[str, Any]) -> str:
         values = self._fields_json(with_new_job_id(fields), (NEW_JOB_ID, *JOB_COLUMNS))   # the same on every retry
         with naming(fields, self.jobs_named):
-            return str(self._scalar("create_job", "SELECT job_id FROM mjsched.insert_job(%s::jsonb)", (values,)))
+            return str(self._scalar("create_job", _AUDITED + "SELECT job_id FROM mjsched.insert_job(%s::jsonb)",
+                                    (*audit.current(), values)))
 
     def update_job(self, job_id: str, fields: Mapping[str, Any]) -> bool:
         with naming(fields, self.jobs_named):
-            return bool(self._scalar("update_job", "SELECT updated FROM mjsched.update_job(%s::uuid, %s::jsonb)",
-                                     (job_id, self._fields_json(fields))))
+            return bool(self._scalar("update_job",
+                                     _AUDITED + "SELECT updated FROM mjsched.update_job(%s::uuid, %s::jsonb)",
+                                     (*audit.current(), job_id, self._fields_json(fields))))
 
     def delete_job(self, job_id: str) -> bool:
+        changer = audit.current()
+
         def attempt(cur: Any) -> bool:
-            cur.execute("SELECT deleted FROM mjsched.delete_job(%s::uuid)", (job_id,))
+            cur.execute(_AUDITED + "SELECT deleted FROM mjsched.delete_job(%s::uuid)", (*changer, job_id))
             row = cur.fetchone()
             return bool(row and row["deleted"])
         return self._run("delete_job", deleted_or_replayed(attempt))
@@ -574,6 +582,15 @@ class PostgresBackend(Backend):
         params = {"job": job_id, "status": status, "limit": limit}
         rows = self._read("list_runs", params) if job_id is None else self._read("job_runs", params)
         return [JobRun.from_row(r) for r in rows]
+
+    def job_history(self, job_id: str | None, name: str | None, limit: int = 100) -> list[JobChange]:
+        return [JobChange.from_row(r) for r in self._read("job_history", {"job": job_id, "name": name,
+                                                                            "limit": int(limit)})]
+
+    def purge_job_changes(self, keep_seconds: float | None, batch_size: int = 1000,
+                          now: datetime | None = None) -> int:
+        return int(self._scalar("purge_job_changes", "SELECT purged FROM mjsched.purge_job_changes(%s, %s, %s)",
+                                (keep_seconds, batch_size, now)) or 0)
 
     def get_run(self, run_id: str) -> JobRun | None:
         rows = self._read("get_run", {"id": run_id})

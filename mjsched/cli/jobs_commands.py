@@ -195,6 +195,22 @@ def cmd_jobs_show(ctx: Context) -> int:
     return EXIT_OK
 
 
+HISTORY_HEADERS = ["CHANGED (UTC)", "VERSION", "ACTION", "FIELD", "OLD", "NEW", "BY", "VIA"]
+
+
+def cmd_jobs_history(ctx: Context) -> int:
+    """The audit trail (013_audit.sql) of a job, newest first, values masked."""
+    changes = ctx.engine().job_history(ctx.args.job, limit=ctx.args.limit)
+    if ctx.json:
+        ctx.emit_json(changes)
+        return EXIT_OK
+    rows = [[ts(c.changed_at), str(c.version), c.action, c.field, clip(c.old_value or "-", 40),
+             clip(c.new_value or "-", 40), c.db_login + (f" ({c.app_user})" if c.app_user else ""), c.via]
+            for c in changes]
+    ctx.emit(table(HISTORY_HEADERS, rows))
+    return EXIT_OK
+
+
 def _set_status(ctx: Context, action: str) -> int:
     engine = ctx.engine()
     job = resolve_job(engine, ctx.args.job)

@@ -11,7 +11,7 @@ from .context import Context
 from .demo import cmd_demo
 from .engine_commands import cmd_config, cmd_dashboard, cmd_execute, cmd_init_db, cmd_run, cmd_status
 from .jobs_commands import (cmd_jobs_add, cmd_jobs_apply, cmd_jobs_edit, cmd_jobs_import_celery, cmd_jobs_list,
-                            cmd_jobs_pause, cmd_jobs_preview, cmd_jobs_remove, cmd_jobs_resume, cmd_jobs_show,
+                            cmd_jobs_history, cmd_jobs_pause, cmd_jobs_preview, cmd_jobs_remove, cmd_jobs_resume, cmd_jobs_show,
                             cmd_jobs_unlock)
 from .runs_commands import cmd_runs, cmd_runs_cancel, cmd_runs_prune
 from .terminal import EXIT_USAGE
@@ -139,7 +139,7 @@ def _add_run(sub: Any, add: AddVerb) -> None:
 def _add_jobs(sub: Any, add: AddVerb, common: Parser) -> None:
     """``jobs ACTION``: one builder per action; without an ACTION it prints its help."""
     jobs = sub.add_parser("jobs", parents=[common],
-                          help="add, edit, apply, list, show, pause, resume, remove, unlock, preview jobs",
+                          help="add, edit, apply, list, show, history, pause, resume, remove, unlock, preview jobs",
                           description="Manage jobs. A JOB is an id (a UUID) or a name (names are unique; a value "
                                       "that is not a UUID is a name), or a unique id prefix of 4+ characters.")
     jobs.set_defaults(handler=lambda ctx: _missing_subcommand(jobs))
@@ -273,6 +273,10 @@ def _add_jobs_by_ref(jsub: Any, add: AddVerb) -> None:
                                 ("unlock", cmd_jobs_unlock, "free a job's lock whoever holds it (operator "
                                                             "override; the holding run ends Abandoned)")):
         add(jsub, name, handler, text).add_argument("job", metavar="JOB")
+    jh = add(jsub, "history", cmd_jobs_history, "the job's audit trail: every change, by whom and how, newest "
+                                                "first (a deleted job's too)")
+    jh.add_argument("job", metavar="JOB")
+    jh.add_argument("-n", "--limit", type=int, default=50, help="how many changes (default 50)")
 
 
 def _add_jobs_preview(jsub: Any, add: AddVerb) -> None:

@@ -10,10 +10,10 @@ import functools
 import logging
 from typing import Any, Callable, Iterable, TypeVar
 
-from .. import validation
+from .. import audit, validation
 from ..backends import Backend, open_backend
 from ..errors import ConfigurationError, EngineForked, JobNotFound
-from ..models import DispatchResult, Job, JobRun, JobStatus, RunStatus, SyncResult
+from ..models import DispatchResult, Job, JobChange, JobRun, JobStatus, RunStatus, SyncResult
 from ..notify import LoggingNotifier, Notifier
 from . import declared, refs
 from .cancellation import default_requester
@@ -153,7 +153,8 @@ class SchedulingEngine:
         and history are kept. Safe from several processes at once (names are unique)."""
         self._admit(driver, fields.get("configuration"))
         spec = {"name": name, "driver": driver, "cron": cron, "every": every, "run_at": run_at, **fields}
-        return declared.ensure(self, declared.declare(spec))[1]
+        with audit.changes_by(via="ensure_job"):
+            return declared.ensure(self, declared.declare(spec))[1]
 
     def sync_jobs(self, jobs: list[dict[str, Any]], remove_missing: str = "keep", *,
                   dry_run: bool = False) -> SyncResult:
@@ -164,7 +165,23 @@ class SchedulingEngine:
         for spec in jobs if isinstance(jobs, list) else ():
             if isinstance(spec, dict):
                 self._admit(spec.get("driver"), spec.get("configuration"))
-        return declared.sync(self, jobs, remove_missing, dry_run)
+        with audit.changes_by(via="sync_jobs"):
+            return declared.sync(self, jobs, remove_missing, dry_run)
+
+    def job_history(self, job_id: str, limit: int = 100) -> list[JobChange]:
+        """The job's audit trail, newest first: every change to its definition, by whom
+        (database login, application user), through which path, field by field, credentials
+        masked. ``job_id`` may name a deleted job (its id, or its last name)."""
+        limit = validation.positive_int("limit", limit)
+        job = refs.as_job_id(job_id)
+        if job is None:
+            name = validation.job_name(job_id)
+            found = self.backend.jobs_named(name)
+            job = found[0].id if len(found) == 1 else None
+        changes = self.backend.job_history(job, None if job is not None else name, limit)
+        if not changes:
+            raise JobNotFound(job_id)
+        return [audit.masked(c) for c in changes]
 
     def list_jobs(self, status: str | None = None) -> list[Job]:
         if status is not None:

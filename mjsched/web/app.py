@@ -22,6 +22,7 @@ from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
 from ..engine import SchedulingEngine
+from .. import audit
 from ..errors import ConfigurationError, DatabaseError, JobNotFound, SchedulerError, SchemaNotInstalled
 from ..redaction import redact_text
 from ..version import __version__
@@ -166,7 +167,9 @@ class Dashboard:
                 if not self._db_slots.acquire(timeout=DB_SLOT_WAIT):
                     raise UserError(503, "Busy", "Too many dashboard requests at once; try again in a moment.")
                 try:
-                    response = getattr(self, f"on_{endpoint}")(request, **args)
+                    # who changes jobs from here, for the audit trail (013_audit.sql)
+                    with audit.changes_by(getattr(request, "user", None) or None, via="dashboard"):
+                        response = getattr(self, f"on_{endpoint}")(request, **args)
                 finally:
                     self._db_slots.release()
         except UserError as exc:
@@ -311,7 +314,18 @@ class Dashboard:
         return self._render(request, "job.html", http_status=status_code, nav="jobs", job=job, now=now,
                             next_runs=next_runs, schedule_error=schedule_error, run_status=run_status, summary=summary,
                             chart=self.reader.duration_chart(job_id), form=form, form_error=form_error,
+                            changes=self._changes(job_id),
                             **self.reader.job_runs(job_id, status=run_status, page=page, known=known))
+
+    def _changes(self, job_id: str) -> list[Any]:
+        """The job page's newest changes (masked); none on a schema without the audit trail."""
+        try:
+            return self.engine.job_history(job_id, limit=20)
+        except (JobNotFound, NotImplementedError):
+            return []
+        except DatabaseError as exc:
+            log.warning("audit trail of job %s not read: %s", job_id, exc, extra={"action": "web_error"})
+            return []
 
     def on_preview(self, request: Request, job_id: str) -> Response:
         """The edit form's live check: the next runs of a cron and zone, or why they are wrong."""

@@ -396,6 +396,17 @@ IF COL_LENGTH(N'mjsched.scheduled_job_run', N'retry_at') IS NULL
 BEGIN
     ALTER TABLE mjsched.scheduled_job_run ADD retry_at datetimeoffset NULL;
 END;
+-- Added for the audit trail (013_audit.sql): the job definition's version, moved on by every
+-- change to it, and the version a run started with (the claims and manual starts write it).
+IF COL_LENGTH(N'mjsched.scheduled_job', N'version') IS NULL
+BEGIN
+    ALTER TABLE mjsched.scheduled_job ADD version int NOT NULL
+        CONSTRAINT df_scheduled_job_version DEFAULT 1;
+END;
+IF COL_LENGTH(N'mjsched.scheduled_job_run', N'job_version') IS NULL
+BEGIN
+    ALTER TABLE mjsched.scheduled_job_run ADD job_version int NULL;
+END;
 GO
 
 -- An upgrade fills last_success_at from the history (only where it is still empty, so a

@@ -2211,7 +2211,7 @@ BEGIN
                    (N'expire_ended_jobs'), (N'extend_job_leases'), (N'force_unlock_job'),
                    (N'initialize_next_run'), (N'initialize_next_runs'), (N'insert_job'), (N'internal_routines'),
                    (N'json_nesting_exceeds'), (N'lease_interval'), (N'next_due_at'), (N'note_engine_seen'), (N'note_frequency_warned'), (N'probe_permissions'),
-                   (N'purge_candidates'), (N'purge_runs'), (N'register_engine'),
+                   (N'purge_candidates'), (N'purge_job_changes'), (N'purge_runs'), (N'register_engine'),
                    (N'release_engine_locks'), (N'release_job_lock'), (N'renew_leases'), (N'renew_tokens'),
                    (N'start_manual_run'), (N'sweep_expired_leases'), (N'take_over'), (N'test_pause'),
                    (N'unregister_engine'), (N'update_job')) AS r (name)

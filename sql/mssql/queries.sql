@@ -100,6 +100,17 @@ SELECT TOP (@limit) {run_columns} FROM (
  ORDER BY COALESCE(started_at, queued_at) DESC, id DESC
 OPTION (RECOMPILE);
 
+-- name: job_history
+-- A job's audit trail (013_audit.sql), newest first: by id, or by name (a deleted job's too).
+SET NOCOUNT ON;
+DECLARE @job uniqueidentifier = ?, @name nvarchar(200) = ?, @limit int = ?;
+SELECT TOP (@limit) id, job_id, job_name, version, changed_at, action, field, old_value, new_value, db_login,
+       app_user, via
+  FROM mjsched.job_change
+ WHERE (@job IS NOT NULL AND job_id = @job) OR (@job IS NULL AND job_name = @name)
+ ORDER BY id DESC
+OPTION (RECOMPILE);
+
 -- name: get_run
 SELECT {run_columns} FROM mjsched.scheduled_job_run WHERE id = ?;
 

@@ -79,6 +79,15 @@ SELECT {run_columns} FROM (
  ORDER BY coalesce(started_at, queued_at) DESC NULLS LAST, id DESC
  LIMIT %(limit)s
 
+-- name: job_history
+-- A job's audit trail (013_audit.sql), newest first: by id, or by name (a deleted job's too).
+SELECT id, job_id, job_name, version, changed_at, action, field, old_value, new_value, db_login, app_user, via
+  FROM mjsched.job_change
+ WHERE (%(job)s::uuid IS NOT NULL AND job_id = %(job)s::uuid)
+    OR (%(job)s::uuid IS NULL AND job_name = %(name)s::varchar)
+ ORDER BY id DESC
+ LIMIT %(limit)s
+
 -- name: get_run
 SELECT {run_columns} FROM mjsched.scheduled_job_run WHERE id = %(id)s::uuid
 
