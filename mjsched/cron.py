@@ -89,7 +89,8 @@ def hash_value(seed: str, purpose: str, size: int) -> int:
 
 def uses_hash(expression: object) -> bool:
     """Whether a cron expression holds an ``H`` item (its times then depend on the job's name)."""
-    return isinstance(expression, str) and _USES_HASH_RE.search(expression) is not None
+    return isinstance(expression, str) and ("h" in expression or "H" in expression) \
+        and _USES_HASH_RE.search(expression) is not None   # (the test first: every claim and sweep asks)
 
 
 def resolve_timezone(name: str, field: str = "timezone") -> ZoneInfo:
