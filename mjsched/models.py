@@ -178,6 +178,24 @@ class Job:
     retry_jitter: float | None = None
     notify_final_attempt_only: bool = True    # failures notify only when no retry follows
     retry_count: int = 0                      # retries scheduled (each attempt also counts in run_count)
+    jitter_seconds: int | None = None         # every tick moves by a stable offset in [0, this] (schedules.py)
+
+    @property
+    def jitter(self) -> timedelta | None:
+        """The job's jitter bound, or None: its ticks move by ``jitter_offset`` within it."""
+        return None if self.jitter_seconds is None else timedelta(seconds=self.jitter_seconds)
+
+    @property
+    def resolved_cron(self) -> str | None:
+        """The cron expression with its ``H`` items resolved for this job's name (``H 2 * * *``
+        -> ``37 2 * * *``); the expression itself without any; None for the other kinds."""
+        if self.cron_expression is None:
+            return None
+        from .cron import CronSchedule, uses_hash
+
+        if not uses_hash(self.cron_expression):
+            return self.cron_expression
+        return CronSchedule.parse(self.cron_expression, self.timezone, seed=self.name).resolved
 
     @property
     def retry(self) -> Any:
@@ -223,6 +241,8 @@ class Job:
                 values["max_runtime_seconds"] = float(values["max_runtime_seconds"])
             if values["interval_seconds"] is not None:
                 values["interval_seconds"] = int(values["interval_seconds"])
+            if values["jitter_seconds"] is not None:
+                values["jitter_seconds"] = int(values["jitter_seconds"])
             if Undecodable in map(type, values.values()):   # a marker of decode_json or of the driver
                 raise ValueError("undecodable")
         except Exception:  # noqa: BLE001 - a value no rule checked: decode field by field, naming it
@@ -265,6 +285,7 @@ _JOB_CONVERTERS: dict[str, Callable[[Any], Any]] = {
     **{k: _optional(float) for k in ("retry_initial_delay", "retry_factor", "retry_max_delay", "retry_jitter",
                                      "max_runtime_seconds")},
     "interval_seconds": _optional(int),
+    "jitter_seconds": _optional(int),
 }
 
 

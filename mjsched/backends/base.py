@@ -149,6 +149,7 @@ class UnscheduledJob:
     interval_seconds: int | None = None   # an every= job's interval
     run_at: datetime | None = None        # a run_at= job's one instant
     created_at: datetime | None = None    # an every= job's anchor when it has no start_at
+    jitter_seconds: int | None = None     # the job's jitter bound (schedules.jitter_offset)
 
     @property
     def schedule_text(self) -> str:
@@ -158,11 +159,12 @@ class UnscheduledJob:
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> "UnscheduledJob":
-        interval = row.get("interval_seconds")
+        interval, jitter = row.get("interval_seconds"), row.get("jitter_seconds")
         return cls(str(row["id"]).lower(), row["name"], row["driver"], row["cron_expression"], row["timezone"],
                    row["start_at"], bool(row["run_immediately_if_never_run"]), row["last_run_at"],
                    int(row["run_count"]), bool(row.get("high_frequency_ok")), row.get("frequency_warned"),
-                   None if interval is None else int(interval), row.get("run_at"), row.get("created_at"))
+                   None if interval is None else int(interval), row.get("run_at"), row.get("created_at"),
+                   None if jitter is None else int(jitter))
 
 
 class Listener(abc.ABC):

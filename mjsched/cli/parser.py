@@ -159,13 +159,17 @@ def _add_jobs_add(jsub: Any, add: AddVerb) -> None:
     ja.add_argument("--name", required=True)
     ja.add_argument("--driver", required=True, help="shell, python, sql, http, or a registered driver")
     kinds = ja.add_mutually_exclusive_group(required=True)
-    kinds.add_argument("--cron", help="5 fields, or 6 with seconds first; @hourly-style macros")
+    kinds.add_argument("--cron", help="5 fields, or 6 with seconds first; @hourly-style macros; H (a value "
+                                      "hashed from the job's name: H 2 * * *, H/15, H(0-29))")
     kinds.add_argument("--every", metavar="DURATION",
                     help="an interval instead of a cron: 90s, 15m, 2h, 1d, 1h30m (ticks from --start-at, else "
                          "the creation time; DST never moves them)")
     kinds.add_argument("--run-at", metavar="ISO",
                     help="one run instead of a cron, then the job is Expired (no offset: in --timezone)")
     ja.add_argument("--timezone", default="UTC", help="IANA zone the cron is read in (default UTC)")
+    ja.add_argument("--jitter", metavar="DURATION",
+                    help="move every tick by a stable offset of 0 to DURATION (90s, 5m; at most 1d) hashed from "
+                         "the job's name, to spread jobs that share a schedule")
     ja.add_argument("--config", "--configuration", dest="configuration", metavar="JSON",
                     help="driver configuration as a JSON object, or @file.json")
     ja.add_argument("--description")
@@ -213,6 +217,8 @@ def _add_jobs_edit(jsub: Any, add: AddVerb) -> None:
     kinds.add_argument("--every", metavar="DURATION", help="90s, 15m, 2h, 1d, 1h30m")
     kinds.add_argument("--run-at", metavar="ISO", help="one run (no offset: in the job's timezone)")
     je.add_argument("--timezone")
+    je.add_argument("--jitter", metavar="DURATION", help="as for jobs add")
+    je.add_argument("--clear-jitter", action="store_true", help="no jitter: ticks at the schedule's own times")
     je.add_argument("--config", "--configuration", dest="configuration", metavar="JSON",
                     help="replaces the whole configuration: a JSON object, or @file.json")
     je.add_argument("--description")
@@ -289,6 +295,8 @@ def _add_jobs_preview(jsub: Any, add: AddVerb) -> None:
     kinds.add_argument("--every", metavar="DURATION", help="preview this interval (anchored at --after, or now)")
     kinds.add_argument("--run-at", metavar="ISO", help="preview this one run (no offset: in --timezone)")
     jp.add_argument("--timezone", help="zone to read --cron in (default UTC, or the job's)")
+    jp.add_argument("--name", help="the job name H and --jitter are hashed from (a schedule given as flags)")
+    jp.add_argument("--jitter", metavar="DURATION", help="preview with this jitter (needs --name)")
     jp.add_argument("-n", "--count", type=int, default=5, help="how many (default 5)")
     jp.add_argument("--after", metavar="ISO", help="start after this instant (default now)")
 

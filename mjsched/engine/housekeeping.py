@@ -268,7 +268,7 @@ class Housekeeping:
         if key not in self._verdicts:
             try:
                 by_design = getattr(get_driver(driver), "high_frequency_by_design", False)
-                gap = None if by_design else scheduling.schedule_gap(cron, zone, self._clock.now())
+                gap = None if by_design else scheduling.schedule_gap(cron, zone, self._clock.now(), example)
             except Exception:  # noqa: BLE001 - an unusable schedule is reported where it is scheduled
                 gap = None
             if len(self._verdicts) > 10_000:

@@ -21,6 +21,7 @@ from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound
 from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
+from ..cron import CronSchedule
 from ..engine import SchedulingEngine
 from .. import audit
 from ..errors import ConfigurationError, DatabaseError, JobNotFound, SchedulerError, SchemaNotInstalled
@@ -34,7 +35,7 @@ log = logging.getLogger("mjsched.web")
 
 FLASH_COOKIE = "mjsched_flash"
 STATIC_FILES = frozenset({"dashboard.css", "dashboard.js"})
-EDITABLE = ("cron", "timezone", "status", "max_runtime")
+EDITABLE = ("cron", "timezone", "status", "max_runtime", "jitter")
 DB_SLOTS_SHARED = 2      # concurrent requests on an engine the application shares with the dashboard
 DB_SLOTS_OWNED = 4       # on the dashboard's own engine (create_app(dsn))
 DB_SLOT_WAIT = 10.0      # seconds a request waits for a slot before a "busy" page
@@ -310,7 +311,8 @@ class Dashboard:
         summary = self.reader.summary()
         now = summary["now"]
         form = form or {"cron": job["cron_expression"] or "", "timezone": job["timezone"], "status": job["status"],
-                        "max_runtime": "" if job["max_runtime_seconds"] is None else f"{job['max_runtime_seconds']:g}"}
+                        "max_runtime": "" if job["max_runtime_seconds"] is None else f"{job['max_runtime_seconds']:g}",
+                        "jitter": "" if job.get("jitter_seconds") is None else str(job["jitter_seconds"])}
         return self._render(request, "job.html", http_status=status_code, nav="jobs", job=job, now=now,
                             next_runs=next_runs, schedule_error=schedule_error, run_status=run_status, summary=summary,
                             chart=self.reader.duration_chart(job_id), form=form, form_error=form_error,
@@ -328,12 +330,19 @@ class Dashboard:
             return []
 
     def on_preview(self, request: Request, job_id: str) -> Response:
-        """The edit form's live check: the next runs of a cron and zone, or why they are wrong."""
+        """The edit form's live check: the next runs of a cron, zone and jitter (H and the jitter
+        hashed from the job's name), or why they are wrong."""
         cron = (request.args.get("cron") or "").strip()
         timezone = (request.args.get("timezone") or "UTC").strip()
+        jitter = (request.args.get("jitter") or "").strip()
+        job = self.reader.job(_job_id(job_id))
+        if job is None:
+            raise UserError(404, "Not found", f"no job has the id {job_id}")
         try:
-            times = self.reader.next_runs(cron, timezone, count=5)
-            body = {"ok": True, "words": humanize.cron_in_words(cron, timezone),
+            times = self.reader.next_runs(cron, timezone, count=5, job=job, jitter=_jitter_field(jitter))
+            resolved = CronSchedule.parse(cron, timezone, seed=job["name"]).resolved
+            words = humanize.cron_in_words(resolved, timezone)
+            body = {"ok": True, "words": words if resolved == cron else f"{words} ({resolved} for this job's name)",
                     "times": [t.isoformat(sep=" ") for t in times]}
         except SchedulerError as exc:
             body = {"ok": False, "error": str(exc)}
@@ -451,6 +460,12 @@ class Dashboard:
                                                           "of seconds")
         if max_runtime != job.max_runtime_seconds:
             changes["max_runtime"] = max_runtime
+        try:
+            jitter = _jitter_field(form["jitter"])
+        except SchedulerError as exc:
+            return self._edit_refused(request, job, form, str(exc))
+        if jitter != job.jitter_seconds:
+            changes["jitter"] = jitter
         if not changes:
             return self._redirect(request, back, "ok", "Nothing changed.")
         try:
@@ -512,3 +527,11 @@ def create_app(dsn_or_engine: str | SchedulingEngine, *, read_only: bool = False
     except BaseException:
         engine.close()
         raise
+
+
+def _jitter_field(text: str) -> int | None:
+    """The form's jitter: seconds or a duration such as '90s', '5m' (empty: none)."""
+    from ..schedules import parse_jitter
+
+    text = text.strip()
+    return parse_jitter(int(text) if text.isdigit() else text or None, "jitter")

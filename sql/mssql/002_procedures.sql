@@ -1119,7 +1119,7 @@ BEGIN
         keep_runs_days int NULL, keep_runs_count int NULL, interval_seconds int NULL, run_at datetimeoffset NULL,
         retry_max_attempts int NULL, retry_initial_delay float NULL, retry_factor float NULL,
         retry_max_delay float NULL, retry_jitter float NULL, notify_final_attempt_only bit NOT NULL,
-        retry_count int NOT NULL);
+        retry_count int NOT NULL, jitter_seconds int NULL);
     BEGIN TRY
         EXEC mjsched.check_lease @p_lease_seconds = @p_lease_seconds;
         SET @v_message = CONCAT(N'max_jobs=', COALESCE(CONVERT(nvarchar(20), @p_max_jobs), N'NULL'),
@@ -1173,7 +1173,7 @@ BEGIN
             total_duration_ms, locked_at, locked_by_instance, expected_completion_at, created_at,
             updated_at, high_frequency_ok, frequency_warned, keep_runs_days, keep_runs_count,
             interval_seconds, run_at, retry_max_attempts, retry_initial_delay, retry_factor,
-            retry_max_delay, retry_jitter, notify_final_attempt_only, retry_count)
+            retry_max_delay, retry_jitter, notify_final_attempt_only, retry_count, jitter_seconds)
         SELECT j.id, j.job_type_id, t.driver_class, j.name, j.description, j.cron_expression,
                j.timezone, j.start_at, j.end_at, j.status, j.configuration, j.owner,
                j.concurrency_mode, j.missed_run_policy, j.run_immediately_if_never_run,
@@ -1184,7 +1184,7 @@ BEGIN
                j.created_at, j.updated_at, j.high_frequency_ok, j.frequency_warned,
                j.keep_runs_days, j.keep_runs_count, j.interval_seconds, j.run_at,
                j.retry_max_attempts, j.retry_initial_delay, j.retry_factor, j.retry_max_delay,
-               j.retry_jitter, j.notify_final_attempt_only, j.retry_count
+               j.retry_jitter, j.notify_final_attempt_only, j.retry_count, j.jitter_seconds
           FROM mjsched.scheduled_job AS j
           JOIN mjsched.scheduled_job_type AS t ON t.id = j.job_type_id
          WHERE j.id IN (SELECT c.job_id FROM #mjsched_claimed AS c);
@@ -1219,7 +1219,7 @@ BEGIN
            j.expected_completion_at, j.created_at, j.updated_at, j.high_frequency_ok,
            j.frequency_warned, j.keep_runs_days, j.keep_runs_count, j.interval_seconds, j.run_at,
            j.retry_max_attempts, j.retry_initial_delay, j.retry_factor, j.retry_max_delay,
-           j.retry_jitter, j.notify_final_attempt_only, j.retry_count
+           j.retry_jitter, j.notify_final_attempt_only, j.retry_count, j.jitter_seconds
       FROM @v_out AS o
       LEFT JOIN #mjsched_claimed_jobs AS j ON j.id = o.job_id
      ORDER BY o.seq;

@@ -46,7 +46,7 @@ SET NOCOUNT ON;
 DECLARE @limit int = ?, @after uniqueidentifier = ?;
 SELECT TOP (@limit) j.id, j.name, t.driver_class AS driver, j.cron_expression, j.timezone, j.start_at,
        j.run_immediately_if_never_run, j.last_run_at, j.run_count, j.high_frequency_ok,
-       j.frequency_warned, j.interval_seconds, j.run_at, j.created_at
+       j.frequency_warned, j.interval_seconds, j.run_at, j.created_at, j.jitter_seconds
   FROM mjsched.scheduled_job AS j JOIN mjsched.scheduled_job_type AS t ON t.id = j.job_type_id
  WHERE j.status = N'Active' AND j.next_run_at IS NULL AND (@after IS NULL OR j.id > @after)
  ORDER BY j.id

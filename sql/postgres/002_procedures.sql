@@ -448,7 +448,7 @@ RETURNS TABLE (job_id uuid, run_id uuid, lock_token uuid, scheduled_for timestam
                keep_runs_days integer, keep_runs_count integer, interval_seconds integer, run_at timestamptz,
                retry_max_attempts integer, retry_initial_delay double precision, retry_factor double precision,
                retry_max_delay double precision, retry_jitter double precision,
-               notify_final_attempt_only boolean, retry_count integer)
+               notify_final_attempt_only boolean, retry_count integer, jitter_seconds integer)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
@@ -511,7 +511,7 @@ BEGIN
            j.keep_runs_days, j.keep_runs_count, j.interval_seconds, j.run_at,
            j.retry_max_attempts, j.retry_initial_delay, j.retry_factor,
            j.retry_max_delay, j.retry_jitter,
-           j.notify_final_attempt_only, j.retry_count
+           j.notify_final_attempt_only, j.retry_count, j.jitter_seconds
       FROM unnest(v_job_ids, v_run_ids, v_tokens, v_for, v_queued) WITH ORDINALITY
            AS c(job_id, run_id, lock_token, scheduled_for, from_queue, n)
       JOIN mjsched.scheduled_job j ON j.id = c.job_id
@@ -532,7 +532,7 @@ BEGIN
                         NULL::integer, NULL::integer, NULL::integer, NULL::timestamptz,
                         NULL::integer, NULL::double precision, NULL::double precision,
                         NULL::double precision, NULL::double precision,
-                        NULL::boolean, NULL::integer
+                        NULL::boolean, NULL::integer, NULL::integer
                    FROM mjsched.claim_counters(p_instance, v_left <= 0, v_now) t;
 END;
 $$;

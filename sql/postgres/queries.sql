@@ -35,7 +35,7 @@ SELECT {job_columns}, t.driver_class AS driver
 -- Active jobs without a next run (created by plain SQL, or set aside), a page at a time by id.
 SELECT j.id, j.name, t.driver_class AS driver, j.cron_expression, j.timezone, j.start_at,
        j.run_immediately_if_never_run, j.last_run_at, j.run_count, j.high_frequency_ok,
-       j.frequency_warned, j.interval_seconds, j.run_at, j.created_at
+       j.frequency_warned, j.interval_seconds, j.run_at, j.created_at, j.jitter_seconds
   FROM mjsched.scheduled_job j JOIN mjsched.scheduled_job_type t ON t.id = j.job_type_id
  WHERE j.status = 'Active' AND j.next_run_at IS NULL
    AND (%(after)s::uuid IS NULL OR j.id > %(after)s::uuid)

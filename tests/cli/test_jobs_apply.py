@@ -107,3 +107,16 @@ def test_help_lists_apply(cli: Cli) -> None:
     assert "apply" in cli("jobs", "--help", expect=0).stdout
     text = cli("jobs", "apply", "--help", expect=0).stdout
     assert "--dry-run" in text and "--remove-missing" in text
+
+
+def test_apply_declares_h_and_jitter(cli: Cli, pg_dsn: str, tmp_path: Path) -> None:
+    """A [jobs.NAME] table takes cron = "H 2 * * *" and jitter = "90s" (issue 37 item 3)."""
+    text = FILE_V2.replace('cron = "30 2 * * *"', 'cron = "H 2 * * *"\njitter = "90s"')
+    assert cli.json("jobs", "apply", write(tmp_path, text), "--dsn", pg_dsn)["created"] == ["report"]
+    job = jobs(cli, pg_dsn)["report"]
+    assert (job["cron_expression"], job["jitter_seconds"]) == ("H 2 * * *", 90)
+    again = cli.json("jobs", "apply", write(tmp_path, text), "--dsn", pg_dsn)
+    assert again["unchanged"] == ["report"]
+    plan = cli.json("jobs", "apply", write(tmp_path, FILE_V2.replace('cron = "30 2 * * *"', 'cron = "H 2 * * *"')),
+                    "--dry-run", "--dsn", pg_dsn)
+    assert plan["updated"] == ["report"]                  # the jitter the file no longer gives goes

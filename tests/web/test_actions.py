@@ -104,3 +104,20 @@ def test_edit_validates_previews_and_saves(engine: mjsched.SchedulingEngine, cli
     assert "editable saved" in html and "on weekdays at 04:30 (Europe/Berlin)" in html
     assert job.next_run_at is not None and job.next_run_at.astimezone(
         __import__("zoneinfo").ZoneInfo("Europe/Berlin")).strftime("%H:%M") == "04:30"
+
+
+def test_the_job_page_shows_h_resolved_and_edits_the_jitter(engine: mjsched.SchedulingEngine,
+                                                            client: Browserless) -> None:
+    job_id = shell_job(engine, "nightly-report", cron="H 2 * * *")
+    html = client.html(f"/jobs/{job_id}")
+    assert 'id="schedule-resolved"' in html and "6 2 * * *" in html and 'id="edit-jitter"' in html
+    preview = client.get(f"/jobs/{job_id}/preview?cron=H+2+*+*+*&timezone=UTC&jitter=90s").get_json()
+    assert preview["ok"] and "6 2 * * *" in preview["words"]
+    assert all(t.endswith("02:06:13+00:00") for t in preview["times"])     # the name's offset: 13 s
+    assert not client.get(f"/jobs/{job_id}/preview?cron=H+2+*+*+*&timezone=UTC&jitter=2d").get_json()["ok"]
+    form = {"cron": "H 2 * * *", "timezone": "UTC", "status": "Active", "max_runtime": ""}
+    assert client.post(f"/jobs/{job_id}/edit", {**form, "jitter": "soon"}).status_code == 400
+    html = client.follow(client.post(f"/jobs/{job_id}/edit", {**form, "jitter": "90"}))
+    job = engine.get_job(job_id)
+    assert job.jitter_seconds == 90 and job.next_run_at.strftime("%M:%S") == "06:13"
+    assert 'id="schedule-jitter"' in html

@@ -14,6 +14,7 @@
     var out = document.getElementById("preview");
     var cron = document.getElementById("edit-cron");
     var zone = document.getElementById("edit-timezone");
+    var jitter = document.getElementById("edit-jitter");
     var timer = null, seq = 0;
     var show = function (body) {
       out.textContent = "";
@@ -29,7 +30,8 @@
     var check = function () {
       var mine = ++seq;
       var url = edit.getAttribute("data-preview") + "?cron=" + encodeURIComponent(cron.value) +
-                "&timezone=" + encodeURIComponent(zone.value);
+                "&timezone=" + encodeURIComponent(zone.value) +
+                "&jitter=" + encodeURIComponent(jitter ? jitter.value : "");
       fetch(url, { credentials: "same-origin" }).then(function (r) { return r.json(); })
         .then(function (body) { if (mine === seq) { show(body); } })
         .catch(function () { /* the server checks again on save */ });
@@ -37,6 +39,7 @@
     var later = function () { clearTimeout(timer); timer = setTimeout(check, 250); };
     cron.addEventListener("input", later);
     zone.addEventListener("input", later);
+    if (jitter) { jitter.addEventListener("input", later); }
   }
 
   // Auto-refresh of the live pages (body data-refresh="seconds"), paused while the user
