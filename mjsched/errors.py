@@ -99,6 +99,19 @@ class RunNotFound(SchedulerError, LookupError):
         super().__init__(f"run_id={run_id!r}: no such run")
 
 
+class AmbiguousRunId(SchedulerError, LookupError):
+    """A shortened run id (a prefix, or the short id ``mjsched runs`` shows) that more than one
+    run's id matches. ``candidates``: the full ids of the first runs it matches (more may)."""
+
+    def __init__(self, run_id: Any, candidates: list[str], more: bool = False) -> None:
+        self.run_id = run_id
+        self.candidates = list(candidates)
+        self.more = more
+        count = f"{len(self.candidates)}{' or more' if more else ''}"
+        super().__init__(f"run_id={run_id!r}: ambiguous, {count} runs match ({', '.join(self.candidates)}"
+                         f"{', ...' if more else ''}); give more of the id")
+
+
 class RunNotCancellable(SchedulerError):
     """cancel_run on a run that already ended (Completed, Failed, Timeout, Cancelled, ...)."""
 

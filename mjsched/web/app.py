@@ -21,7 +21,9 @@ from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
 from ..engine import SchedulingEngine
-from ..errors import ConfigurationError, DatabaseError, JobNotFound, SchedulerError, SchemaNotInstalled
+from ..engine.refs import short_run_id
+from ..errors import (AmbiguousRunId, ConfigurationError, DatabaseError, JobNotFound, RunNotFound, SchedulerError,
+                      SchemaNotInstalled)
 from ..redaction import redact_text
 from ..version import __version__
 from . import humanize, security
@@ -99,7 +101,8 @@ class Dashboard:
         self._db_slots = threading.BoundedSemaphore(DB_SLOTS_OWNED if owns_engine else DB_SLOTS_SHARED)
         self.templates = Environment(loader=PackageLoader("mjsched.web", "templates"),
                                      autoescape=select_autoescape(default=True, default_for_string=True))
-        self.templates.filters.update(duration=humanize.duration, span=humanize.span, age_from=humanize.age)
+        self.templates.filters.update(duration=humanize.duration, span=humanize.span, age_from=humanize.age,
+                                      short_run_id=short_run_id)
         self.templates.globals.update(version=__version__, JOB_STATUSES=JOB_STATUSES, RUN_STATUSES=RUN_STATUSES)
         self.url_map = Map([
             Rule("/", endpoint="index", methods=["GET"]),
@@ -336,12 +339,12 @@ class Dashboard:
         """Cancel a Queued or Running run (engine.cancel_run): back to its job's page with a flash."""
         self._check_action(request, "cancel", run_id)
         try:
-            run_id = str(uuid.UUID(run_id))
-        except ValueError:
-            raise UserError(404, "Not found", f"run_id={run_id!r}: no such run") from None
-        run = self.engine.backend.get_run(run_id)
-        if run is None:
-            raise UserError(404, "Not found", f"run_id={run_id!r}: no such run")
+            run = self.engine.get_run(run_id)    # the id, a unique prefix or the short id shown
+        except RunNotFound as exc:
+            raise UserError(404, "Not found", str(exc)) from None
+        except AmbiguousRunId as exc:
+            raise UserError(409, "Ambiguous run id", str(exc)) from None
+        run_id = run.id
         back = f"/jobs/{run.scheduled_job_id}"
         who = f"dashboard user {getattr(request, 'user', None) or '-'} from {request.remote_addr or '?'}"
         try:
@@ -350,9 +353,9 @@ class Dashboard:
             self._audit(request, "cancel", run_id, "refused", str(exc))
             return self._redirect(request, back, "error", f"cancel refused: {redact_text(str(exc))}")
         if run.status.value == "Queued":
-            message = f"Run {run_id[:8]} cancelled: it was queued and will not run."
+            message = f"Run {short_run_id(run_id)} cancelled: it was queued and will not run."
         else:
-            message = (f"Cancel of run {run_id[:8]} requested: its engine ({run.executed_by_instance or '?'}) "
+            message = (f"Cancel of run {short_run_id(run_id)} requested: its engine ({run.executed_by_instance or '?'}) "
                        "stops it at its next lease renewal and records it Cancelled.")
         self._audit(request, "cancel", run_id, "ok", message)
         return self._redirect(request, back, "ok", message)

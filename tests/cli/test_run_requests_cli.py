@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import uuid
 
+from mjsched.engine.refs import short_run_id
 from tests.cli.conftest import Cli
 from tests.cli.test_cli import add_job, assert_one_line_error
 from tests.support.pg import wait_for
@@ -52,4 +53,4 @@ def test_runs_cancel_stops_a_run_executing_in_another_process(cli: Cli, pg_dsn: 
     assert_one_line_error(cli("runs", "cancel", run["id"], "--dsn", pg_dsn), "Cancelled", "can be cancelled")
     assert_one_line_error(cli("runs", "cancel", str(uuid.uuid4()), "--dsn", pg_dsn), "no such run")
     listed = cli("runs", "--dsn", pg_dsn, expect=0).stdout       # `runs` alone still lists (no ACTION)
-    assert run["id"][:8] in listed and "Cancelled: requested by" in listed
+    assert short_run_id(run["id"]) in listed and "Cancelled: requested by" in listed

@@ -321,3 +321,22 @@ def test_a_mounted_dashboard_lets_in_whom_the_application_says(browser: Any, eng
     assert "Local requests only" in browser.page_source and "mounted-job" not in browser.page_source
     browser.get(bare_url + "/scheduler/jobs")
     wait_until(browser, lambda d: "mounted-job" in d.page_source, "the jobs page from this machine")
+
+
+def test_the_history_shows_run_ids_that_differ_and_cancel_by_one(browser: Any, live: Callable[..., str],
+                                                                  engine: mjsched.SchedulingEngine, sql: Sql) -> None:
+    """Issue 35 item 3: runs made within a minute showed the same id (its time part) under "Job"."""
+    from mjsched.engine.refs import short_run_id
+
+    job_id = shell_job(engine, "burst", cron="0 3 * * *")
+    runs = [engine.execute_job(job_id) for _ in range(3)]
+    waiting = str(sql.one("INSERT INTO mjsched.scheduled_job_run (scheduled_job_id, scheduled_for, status, queued_at) "
+                          "VALUES (%s, now(), 'Queued', now()) RETURNING id", (job_id,)))
+    browser.get(live() + f"/jobs/{job_id}")
+    assert browser.execute_script("return document.querySelector('table.runs thead th').textContent") == "Run"
+    shown = browser.execute_script(
+        "return Array.from(document.querySelectorAll('table.runs td.run-id')).map(e => e.innerText.trim());")
+    assert sorted(shown) == sorted([r.id[-12:] for r in runs] + [waiting[-12:]])
+    click_and_confirm(browser, f'tr[data-run="{waiting}"] button[data-action="cancel"]')
+    wait_until(browser, lambda d: f"Run {short_run_id(waiting)} cancelled" in text_of(d, ".flash"), "the flash")
+    assert "Cancelled" in text_of(browser, f'tr[data-run="{waiting}"]')
