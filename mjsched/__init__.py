@@ -11,7 +11,7 @@ from .drivers import BaseScheduledJob, ExecutionContext, JobResult, Notification
 from .engine import SchedulingEngine
 from .errors import (AmbiguousRunId, ConfigurationError, DatabaseError, EngineStopped, InvalidCronExpression, JobNameTaken, JobNotActive, JobNotFound,
                      LockNotAcquired, RunNotCancellable, RunNotFound, SchedulerError, SchemaNotInstalled, UnknownDriver,
-                     UnknownTimezone)
+                     UnknownParameter, UnknownTimezone)
 from .models import (ConcurrencyMode, DispatchResult, FieldChange, Isolation, Job, JobRun, JobStatus, MissedRunPolicy,
                      RunStatus, SyncResult)
 from .notify import CompositeNotifier, LoggingNotifier, Notifier, SmtpNotifier, WebhookNotifier
@@ -26,6 +26,6 @@ __all__ = [
     "JobResult", "JobRun", "JobStatus", "LockNotAcquired", "LoggingNotifier", "MissedRunPolicy",
     "Notification", "Notifier", "RetryPolicy", "RunNotCancellable", "RunNotFound", "RunStatus", "SchedulerError",
     "SchedulingEngine", "SchemaNotInstalled",
-    "SmtpNotifier", "SyncResult", "UnknownDriver", "UnknownTimezone", "WebhookNotifier", "__version__",
+    "SmtpNotifier", "SyncResult", "UnknownDriver", "UnknownParameter", "UnknownTimezone", "WebhookNotifier", "__version__",
     "next_run_times", "register_driver",
 ]

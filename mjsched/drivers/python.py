@@ -103,6 +103,7 @@ class PythonJob(BaseScheduledJob):
     """Call a Python function; see the module docstring for the configuration."""
 
     isolation = "thread"
+    configuration_keys = frozenset({"callable", "kwargs"})
 
     def validate_configuration(self, configuration: dict[str, Any]) -> None:
         """The form only: the process that writes a job need not be able to import it."""
