@@ -11,6 +11,7 @@ import logging
 import mimetypes
 import threading
 import uuid
+from datetime import datetime
 from importlib import resources
 from typing import Any, Callable, Iterable
 from urllib.parse import quote, unquote
@@ -26,7 +27,7 @@ from ..errors import (AmbiguousRunId, ConfigurationError, DatabaseError, JobNotF
                       SchemaNotInstalled)
 from ..redaction import redact_text
 from ..version import __version__
-from . import humanize, security
+from . import humanize, schedule_form, security
 from .pages import JOB_STATUSES, RUN_STATUSES, Reader
 from .queries import QUERIES
 
@@ -34,7 +35,7 @@ log = logging.getLogger("mjsched.web")
 
 FLASH_COOKIE = "mjsched_flash"
 STATIC_FILES = frozenset({"dashboard.css", "dashboard.js"})
-EDITABLE = ("cron", "timezone", "status", "max_runtime")
+EDITABLE = ("cron", "every", "run_at", "timezone", "status", "max_runtime")   # the schedule: its kind's field
 DB_SLOTS_SHARED = 2      # concurrent requests on an engine the application shares with the dashboard
 DB_SLOTS_OWNED = 4       # on the dashboard's own engine (create_app(dsn))
 DB_SLOT_WAIT = 10.0      # seconds a request waits for a slot before a "busy" page
@@ -287,7 +288,11 @@ class Dashboard:
             next_runs, schedule_error = [], str(exc)
         summary = self.reader.summary()
         now = summary["now"]
-        form = form or {"cron": job["cron_expression"] or "", "timezone": job["timezone"], "status": job["status"],
+        kind = schedule_form.kind_of(job["cron_expression"], job["interval_seconds"], job["run_at"])
+        job["schedule_kind"], job["schedule_kind_name"] = kind, schedule_form.KINDS[kind]
+        job["schedule_value"] = schedule_form.field_value(kind, job["cron_expression"], job["interval_seconds"],
+                                                          job["run_at"], job["timezone"])
+        form = form or {kind: job["schedule_value"], "timezone": job["timezone"], "status": job["status"],
                         "max_runtime": "" if job["max_runtime_seconds"] is None else f"{job['max_runtime_seconds']:g}"}
         return self._render(request, "job.html", http_status=status_code, nav="jobs", job=job, now=now,
                             next_runs=next_runs, schedule_error=schedule_error, run_status=run_status, summary=summary,
@@ -295,13 +300,18 @@ class Dashboard:
                             **self.reader.job_runs(job_id, status=run_status, page=page, known=known))
 
     def on_preview(self, request: Request, job_id: str) -> Response:
-        """The edit form's live check: the next runs of a cron and zone, or why they are wrong."""
-        cron = (request.args.get("cron") or "").strip()
+        """The edit form's live check: the next runs of the schedule being typed (a cron, or an
+        interval anchored as the job's, or a one-off instant) in a zone, or why they are wrong."""
+        kind = next((k for k in ("every", "run_at") if k in request.args), "cron")
+        text = (request.args.get(kind) or "").strip()
         timezone = (request.args.get("timezone") or "UTC").strip()
         try:
-            times = self.reader.next_runs(cron, timezone, count=5)
-            body = {"ok": True, "words": humanize.cron_in_words(cron, timezone),
-                    "times": [t.isoformat(sep=" ") for t in times]}
+            anchor = None
+            if kind == "every":
+                job = self.reader.job(_job_id(job_id)) or {}
+                anchor = job.get("start_at") or job.get("created_at")
+            words, times = schedule_form.preview(kind, text, timezone, anchor)
+            body = {"ok": True, "words": words, "times": [t.isoformat(sep=" ") for t in times]}
         except SchedulerError as exc:
             body = {"ok": False, "error": str(exc)}
         response = Response(json.dumps(body), mimetype="application/json")
@@ -404,9 +414,11 @@ class Dashboard:
 
     def _edit(self, request: Request, job: Any, back: str) -> Response:
         form = {k: (request.form.get(k) or "").strip() for k in EDITABLE}
-        changes: dict[str, Any] = {}
-        if form["cron"] != (job.cron_expression or "") and (form["cron"] or job.cron_expression is not None):
-            changes["cron"] = form["cron"]
+        kind = job.schedule_kind      # the form edits the job's own kind (module schedule_form)
+        try:
+            changes: dict[str, Any] = schedule_form.change(kind, form[kind], job, form["timezone"] or job.timezone)
+        except SchedulerError as exc:
+            return self._edit_refused(request, job, form, redact_text(str(exc)))
         if form["timezone"] != job.timezone:
             changes["timezone"] = form["timezone"]
         if form["status"] != job.status.value:
@@ -424,7 +436,8 @@ class Dashboard:
             updated = self.engine.update_job(job.id, **changes)
         except SchedulerError as exc:
             return self._edit_refused(request, job, form, redact_text(str(exc)))
-        described = ", ".join(f"{k}={v!r}" for k, v in changes.items())
+        described = ", ".join(f"{k}={v.isoformat() if isinstance(v, datetime) else repr(v)}"
+                              for k, v in changes.items())
         self._audit(request, "edit", job.id, "ok", described, job.name)
         return self._redirect(request, back, "ok", f"{updated.name} saved: {described}.")
 
