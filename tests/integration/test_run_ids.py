@@ -9,8 +9,10 @@ from typing import Callable
 import pytest
 
 import mjsched
+from mjsched.backends import queries
 from mjsched.engine.refs import short_run_id
 from tests.support.db import Db
+from tests.support.pg import Sql
 
 
 def test_get_run_and_cancel_run_take_a_unique_prefix_or_the_short_id(
@@ -35,3 +37,17 @@ def test_get_run_and_cancel_run_take_a_unique_prefix_or_the_short_id(
     for given in ("0123456789ab", "zz", ""):
         with pytest.raises(mjsched.RunNotFound, match=f"run_id={given!r}: no such run"):
             engine.get_run(given)
+
+
+@pytest.mark.postgres
+def test_a_prefix_is_a_range_of_the_primary_key_on_postgresql(sql: Sql) -> None:
+    """A prefix is looked up as an index range, however large the history (a short id, which
+    is the id's end, is a scan: docs/guide/cli.md says so)."""
+    text = queries.query("postgres", "runs_by_ref", run_columns="id, status")
+    with sql.conn.cursor() as cur:
+        cur.execute("SET enable_seqscan = off")
+        cur.execute("EXPLAIN " + text, {"low": "019a" + "0" * 28, "high": "019a" + "f" * 28, "tail": None,
+                                        "limit": 11})
+        plan = "\n".join(r[0] for r in cur.fetchall())
+        cur.execute("RESET enable_seqscan")
+    assert "Scan using scheduled_job_run_pkey" in plan and "Index Cond: ((id >= " in plan, plan
