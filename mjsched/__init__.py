@@ -10,24 +10,23 @@ never imports (``mjsched.cli``, ``mjsched.web``). No import cycles at any level
 from .audit import changes_by
 from .drivers import BaseScheduledJob, ExecutionContext, JobResult, Notification, register_driver
 from .engine import SchedulingEngine
-from .errors import (ConfigurationError, DatabaseError, EngineForked, EngineStopped, InvalidCronExpression, JobNameTaken, JobNotActive, JobNotFound,
-                     LockNotAcquired, RunNotCancellable, RunNotFound, SchedulerError, SchemaNotInstalled, UnknownDriver,
-                     UnknownTimezone)
-from .models import (ConcurrencyMode, DispatchResult, FieldChange, Isolation, Job, JobChange, JobRun, JobStatus, MissedRunPolicy,
-                     RunStatus, SyncResult)
+from .errors import (AmbiguousRunId, ConfigurationError, DatabaseError, EngineForked, EngineStopped,
+                     InvalidCronExpression, JobNameTaken, JobNotActive, JobNotFound, LockNotAcquired,
+                     RunNotCancellable, RunNotFound, SchedulerError, SchemaNotInstalled, UnknownDriver,
+                     UnknownParameter, UnknownTimezone)
+from .models import (ConcurrencyMode, DispatchResult, FieldChange, Isolation, Job, JobChange, JobRun, JobStatus,
+                     MissedRunPolicy, RunStatus, SyncResult)
 from .notify import CompositeNotifier, LoggingNotifier, Notifier, SmtpNotifier, WebhookNotifier
 from .schedules import next_run_times
 from .retry import RetryPolicy
 from .version import __version__
 
 __all__ = [
-    "BaseScheduledJob", "CompositeNotifier", "ConcurrencyMode", "ConfigurationError", "DatabaseError",
-    "DispatchResult", "EngineForked", "EngineStopped", "ExecutionContext", "FieldChange", "InvalidCronExpression",
-    "Isolation", "Job", "JobChange", "JobNameTaken",
-    "JobNotActive", "JobNotFound",
+    "AmbiguousRunId", "BaseScheduledJob", "CompositeNotifier", "ConcurrencyMode", "ConfigurationError",
+    "DatabaseError", "DispatchResult", "EngineForked", "EngineStopped", "ExecutionContext", "FieldChange",
+    "InvalidCronExpression", "Isolation", "Job", "JobChange", "JobNameTaken", "JobNotActive", "JobNotFound",
     "JobResult", "JobRun", "JobStatus", "LockNotAcquired", "LoggingNotifier", "MissedRunPolicy",
     "Notification", "Notifier", "RetryPolicy", "RunNotCancellable", "RunNotFound", "RunStatus", "SchedulerError",
-    "SchedulingEngine", "SchemaNotInstalled",
-    "SmtpNotifier", "SyncResult", "UnknownDriver", "UnknownTimezone", "WebhookNotifier", "__version__",
-    "changes_by", "next_run_times", "register_driver",
+    "SchedulingEngine", "SchemaNotInstalled", "SmtpNotifier", "SyncResult", "UnknownDriver", "UnknownParameter",
+    "UnknownTimezone", "WebhookNotifier", "__version__", "changes_by", "next_run_times", "register_driver",
 ]

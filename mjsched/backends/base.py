@@ -567,6 +567,12 @@ class Backend(abc.ABC):
     def get_run(self, run_id: str) -> JobRun | None: ...
 
     @abc.abstractmethod
+    def runs_by_ref(self, digits: str, tail: str | None, limit: int) -> list[JobRun]:
+        """At most ``limit`` runs, by id, whose id without hyphens begins with the hex
+        ``digits``, or (``tail`` given: 12 hex digits) whose id ends with ``tail``: what a
+        shortened run id names (mjsched/engine/refs.py)."""
+
+    @abc.abstractmethod
     def db_now(self) -> datetime: ...
 
     @abc.abstractmethod

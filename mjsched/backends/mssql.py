@@ -510,6 +510,9 @@ class MssqlBackend(Backend):
         rows = self._read("get_run", run_id)
         return JobRun.from_row(rows[0]) if rows else None
 
+    def runs_by_ref(self, digits: str, tail: str | None, limit: int) -> list[JobRun]:
+        return [JobRun.from_row(r) for r in self._read("runs_by_ref", digits, tail, int(limit))]
+
     def db_now(self) -> datetime:
         return self._read("db_now")[0]["now"]  # type: ignore[no-any-return]
 

@@ -596,6 +596,12 @@ class PostgresBackend(Backend):
         rows = self._read("get_run", {"id": run_id})
         return JobRun.from_row(rows[0]) if rows else None
 
+    def runs_by_ref(self, digits: str, tail: str | None, limit: int) -> list[JobRun]:
+        """A prefix is a range of the primary key (the uuid's bytes in the order its text shows)."""
+        rows = self._read("runs_by_ref", {"low": digits.ljust(32, "0"), "high": digits.ljust(32, "f"),
+                                          "tail": tail, "limit": int(limit)})
+        return [JobRun.from_row(r) for r in rows]
+
     def db_now(self) -> datetime:
         return self._read("db_now")[0]["now"]  # type: ignore[no-any-return]
 

@@ -9,7 +9,7 @@ imports this package (tests/unit/test_import_graph.py checks it).
                       resolving a JOB argument
   jobs_commands.py    the ``jobs`` verbs (add, edit, apply, list, show, pause, resume, remove,
                       unlock, preview, import-celery)
-  runs_commands.py    ``runs`` (and --follow), ``runs cancel``, ``runs prune``; how a run is shown
+  runs_commands.py    ``runs`` (and --follow), ``runs show``, ``runs cancel``, ``runs prune``; how a run is shown
   engine_commands.py  ``init-db``, ``run`` (and --once), ``execute``, ``status``, ``config``, ``dashboard``
   demo.py             ``mjsched demo``
   jobfile.py          the TOML file ``jobs apply`` reads

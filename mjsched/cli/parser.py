@@ -13,7 +13,7 @@ from .engine_commands import cmd_config, cmd_dashboard, cmd_execute, cmd_init_db
 from .jobs_commands import (cmd_jobs_add, cmd_jobs_apply, cmd_jobs_edit, cmd_jobs_import_celery, cmd_jobs_list,
                             cmd_jobs_history, cmd_jobs_pause, cmd_jobs_preview, cmd_jobs_remove, cmd_jobs_resume, cmd_jobs_show,
                             cmd_jobs_unlock)
-from .runs_commands import cmd_runs, cmd_runs_cancel, cmd_runs_prune
+from .runs_commands import cmd_runs, cmd_runs_cancel, cmd_runs_prune, cmd_runs_show
 from .terminal import EXIT_USAGE
 
 JOB_STATUSES = ("Pending", "Active", "Paused", "Disabled", "Expired")
@@ -326,8 +326,9 @@ def _add_execute(sub: Any, add: AddVerb) -> None:
 
 def _add_runs(sub: Any, add: AddVerb) -> None:
     """``runs``: the history on its own; ``runs cancel`` and ``runs prune`` as optional actions."""
-    rn = add(sub, "runs", cmd_runs, "run history, newest first; `runs cancel RUN_ID` cancels a Queued or "
-                                    "Running run; `runs prune` deletes old finished runs")
+    rn = add(sub, "runs", cmd_runs, "run history, newest first; `runs show RUN` shows one run, `runs cancel RUN` "
+                                    "cancels a Queued or Running run (RUN: the id, its short id as listed, or any "
+                                    "unique prefix); `runs prune` deletes old finished runs")
     rn.add_argument("--job", metavar="JOB")
     rn.add_argument("--status", type=enum_arg(RUN_STATUSES), help=", ".join(RUN_STATUSES))
     rn.add_argument("--limit", type=int, default=20, help="default 20")
@@ -335,15 +336,25 @@ def _add_runs(sub: Any, add: AddVerb) -> None:
                     help="keep printing runs as they start and end, until Ctrl-C (--json: one object a line)")
     rn.add_argument("--interval", type=float, default=1.0, metavar="SECONDS", help="--follow's poll interval")
     rsub = rn.add_subparsers(dest="runs_command", metavar="ACTION", parser_class=Parser, required=False)
+    _add_runs_show(rsub, add)
     _add_runs_cancel(rsub, add)
     _add_runs_prune(rsub, add)
+
+
+RUN_HELP = "the run's id, its short id as `runs` lists it, or any prefix of the id that no other run has"
+
+
+def _add_runs_show(rsub: Any, add: AddVerb) -> None:
+    """``runs show RUN``: one run in full (what `runs` clips)."""
+    rs = add(rsub, "show", cmd_runs_show, "one run in full: status, times, parameters, error and details")
+    rs.add_argument("run", metavar="RUN", help=RUN_HELP)
 
 
 def _add_runs_cancel(rsub: Any, add: AddVerb) -> None:
     """``runs cancel RUN_ID``: cancellation is recorded in the database, so it works from any machine."""
     rc = add(rsub, "cancel", cmd_runs_cancel, "cancel a Queued or Running run, from any machine: its engine "
                                              "ends it Cancelled at its next lease renewal")
-    rc.add_argument("run", metavar="RUN_ID")
+    rc.add_argument("run", metavar="RUN", help=RUN_HELP)
     rc.add_argument("--wait", action="store_true", help="wait for the run to end; exit 1 unless it ends Cancelled")
     rc.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS", help="--wait's bound (default 120)")
 

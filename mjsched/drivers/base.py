@@ -56,7 +56,10 @@ class BaseScheduledJob:
     minutes" warning; ``isolation`` ("thread" or "process") is the default for
     jobs of this type; ``default_max_runtime`` (seconds) applies when a job sets
     none; ``retry`` (a ``mjsched.RetryPolicy``) applies to jobs that have no
-    policy of their own.
+    policy of their own; ``configuration_keys`` names the top-level configuration keys
+    the driver reads, so a run parameter that is none of them (a misspelt key, which
+    would be merged and then ignored) is refused naming the nearest (mjsched/parameters.py);
+    None (the default) declares nothing and leaves parameter keys unchecked.
     """
 
     high_frequency_by_design: ClassVar[bool] = False
@@ -64,6 +67,7 @@ class BaseScheduledJob:
     default_max_runtime: ClassVar[float | None] = None
     retry: ClassVar[Any] = None   # a mjsched.RetryPolicy: the default of jobs without their own
     driver_name: ClassVar[str] = ""
+    configuration_keys: ClassVar[frozenset[str] | None] = None
 
     def prepare_configuration(self, configuration: Mapping[str, Any],
                               field: str = "configuration") -> Mapping[str, Any]:

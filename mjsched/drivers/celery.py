@@ -251,6 +251,7 @@ class CeleryJob(BaseScheduledJob):
 
     isolation = "thread"
     high_frequency_by_design = True     # a per-second hand-off to workers is what it is for
+    configuration_keys = frozenset(KNOWN_KEYS)
     default_max_runtime = 3600.0        # a 'wait' never holds a slot forever, even if a task is lost
 
     def validate_configuration(self, configuration: dict[str, Any]) -> None:

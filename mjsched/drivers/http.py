@@ -98,6 +98,7 @@ class HttpJob(BaseScheduledJob):
     """Send one HTTP request; see the module docstring for the configuration."""
 
     isolation = "thread"
+    configuration_keys = frozenset({"url", "method", "headers", "body", "timeout"})
 
     def validate_configuration(self, configuration: dict[str, Any]) -> None:
         if not isinstance(configuration, dict):

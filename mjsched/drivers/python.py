@@ -120,6 +120,7 @@ class PythonJob(BaseScheduledJob):
     """Call a Python function; see the module docstring for the configuration."""
 
     isolation = "thread"
+    configuration_keys = frozenset({"callable", "kwargs"})
 
     def prepare_configuration(self, configuration: Mapping[str, Any], field: str = "configuration") -> Mapping[str, Any]:
         """A function given as ``callable`` becomes its ``"module:qualname"`` path."""

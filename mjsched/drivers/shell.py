@@ -120,6 +120,7 @@ class ShellJob(BaseScheduledJob):
     """Run an external command; see the module docstring for the configuration."""
 
     isolation = "thread"          # the work already happens in a child process
+    configuration_keys = frozenset({"command", "timeout", "cwd", "env"})
 
     def validate_configuration(self, configuration: dict[str, Any]) -> None:
         if not isinstance(configuration, dict):

@@ -215,6 +215,12 @@ class SchedulingEngine:
             status = validation.enum_value("status", status, RunStatus).value
         return self.backend.list_runs(jid, status, validation.positive_int("limit", limit))
 
+    def get_run(self, run_id: str) -> JobRun:
+        """The run ``run_id`` names: its id, any unique prefix of it, or the short id listings
+        show (mjsched/engine/refs.py). RunNotFound when none does, AmbiguousRunId (listing the
+        candidates) when several do."""
+        return refs.resolve_run(self.backend, run_id)
+
     def prune_runs(self, older_than: Any = None, keep_last: int | None = None, *, job_id: str | None = None,
                    dry_run: bool = False, batch_size: int | None = None) -> int:
         """Delete finished runs now, batch after batch; returns how many (``dry_run``: how many
@@ -305,9 +311,12 @@ class SchedulingEngine:
         """Cancel a run, from any process (mjsched/engine/cancellation.py): a Queued run ends
         Cancelled at once; a Running run's engine sets its cancel_event at its next lease
         renewal at the latest and ends it Cancelled (killing a process-isolated run after
-        ``cancel_grace``). RunNotFound for an unknown id, RunNotCancellable for a run that
-        already ended. ``requested_by`` (default user@host and this engine) goes into the
-        run's error_message."""
+        ``cancel_grace``). ``run_id``: as get_run takes it (an id, a unique prefix, a short id).
+        RunNotFound for an unknown id, AmbiguousRunId for a prefix several runs have,
+        RunNotCancellable for a run that already ended. ``requested_by`` (default user@host and
+        this engine) goes into the run's error_message."""
+        if validation.canonical_uuid(run_id) is None and isinstance(run_id, str):
+            run_id = refs.resolve_run(self.backend, run_id).id
         self._cancels.request(run_id, requested_by or default_requester(self.instance_name))
 
     def unlock_job(self, job_id: str) -> bool:

@@ -12,6 +12,7 @@ import mimetypes
 import os
 import threading
 import uuid
+from datetime import datetime
 from importlib import resources
 from typing import Any, Callable, Iterable
 from urllib.parse import quote, unquote
@@ -21,13 +22,14 @@ from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound
 from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
-from ..cron import CronSchedule
 from ..engine import SchedulingEngine
 from .. import audit
-from ..errors import ConfigurationError, DatabaseError, JobNotFound, SchedulerError, SchemaNotInstalled
+from ..engine.refs import short_run_id
+from ..errors import (AmbiguousRunId, ConfigurationError, DatabaseError, JobNotFound, RunNotFound, SchedulerError,
+                      SchemaNotInstalled)
 from ..redaction import redact_text
 from ..version import __version__
-from . import humanize, security
+from . import humanize, schedule_form, security
 from .pages import JOB_STATUSES, RUN_STATUSES, Reader
 from .queries import QUERIES
 
@@ -35,7 +37,7 @@ log = logging.getLogger("mjsched.web")
 
 FLASH_COOKIE = "mjsched_flash"
 STATIC_FILES = frozenset({"dashboard.css", "dashboard.js"})
-EDITABLE = ("cron", "timezone", "status", "max_runtime", "jitter")
+EDITABLE = ("cron", "every", "run_at", "timezone", "status", "max_runtime", "jitter")   # the schedule: its kind's field
 DB_SLOTS_SHARED = 2      # concurrent requests on an engine the application shares with the dashboard
 DB_SLOTS_OWNED = 4       # on the dashboard's own engine (create_app(dsn))
 DB_SLOT_WAIT = 10.0      # seconds a request waits for a slot before a "busy" page
@@ -109,7 +111,8 @@ class Dashboard:
         self._db_slots = threading.BoundedSemaphore(DB_SLOTS_OWNED if owns_engine else DB_SLOTS_SHARED)
         self.templates = Environment(loader=PackageLoader("mjsched.web", "templates"),
                                      autoescape=select_autoescape(default=True, default_for_string=True))
-        self.templates.filters.update(duration=humanize.duration, span=humanize.span, age_from=humanize.age)
+        self.templates.filters.update(duration=humanize.duration, span=humanize.span, age_from=humanize.age,
+                                      short_run_id=short_run_id)
         self.templates.globals.update(version=__version__, JOB_STATUSES=JOB_STATUSES, RUN_STATUSES=RUN_STATUSES)
         self.url_map = Map([
             Rule("/", endpoint="index", methods=["GET"]),
@@ -310,7 +313,11 @@ class Dashboard:
             next_runs, schedule_error = [], str(exc)
         summary = self.reader.summary()
         now = summary["now"]
-        form = form or {"cron": job["cron_expression"] or "", "timezone": job["timezone"], "status": job["status"],
+        kind = schedule_form.kind_of(job["cron_expression"], job["interval_seconds"], job["run_at"])
+        job["schedule_kind"], job["schedule_kind_name"] = kind, schedule_form.KINDS[kind]
+        job["schedule_value"] = schedule_form.field_value(kind, job["cron_expression"], job["interval_seconds"],
+                                                          job["run_at"], job["timezone"])
+        form = form or {kind: job["schedule_value"], "timezone": job["timezone"], "status": job["status"],
                         "max_runtime": "" if job["max_runtime_seconds"] is None else f"{job['max_runtime_seconds']:g}",
                         "jitter": "" if job.get("jitter_seconds") is None else str(job["jitter_seconds"])}
         return self._render(request, "job.html", http_status=status_code, nav="jobs", job=job, now=now,
@@ -330,20 +337,20 @@ class Dashboard:
             return []
 
     def on_preview(self, request: Request, job_id: str) -> Response:
-        """The edit form's live check: the next runs of a cron, zone and jitter (H and the jitter
-        hashed from the job's name), or why they are wrong."""
-        cron = (request.args.get("cron") or "").strip()
+        """The edit form's live check: the next runs of the schedule being typed (a cron, or an
+        interval anchored as the job's, or a one-off instant) in a zone, with the jitter (H and the
+        jitter hashed from the job's name), or why they are wrong."""
+        kind = next((k for k in ("every", "run_at") if k in request.args), "cron")
+        text = (request.args.get(kind) or "").strip()
         timezone = (request.args.get("timezone") or "UTC").strip()
         jitter = (request.args.get("jitter") or "").strip()
         job = self.reader.job(_job_id(job_id))
         if job is None:
             raise UserError(404, "Not found", f"no job has the id {job_id}")
         try:
-            times = self.reader.next_runs(cron, timezone, count=5, job=job, jitter=_jitter_field(jitter))
-            resolved = CronSchedule.parse(cron, timezone, seed=job["name"]).resolved
-            words = humanize.cron_in_words(resolved, timezone)
-            body = {"ok": True, "words": words if resolved == cron else f"{words} ({resolved} for this job's name)",
-                    "times": [t.isoformat(sep=" ") for t in times]}
+            words, times = schedule_form.preview(kind, text, timezone, job.get("start_at") or job.get("created_at"),
+                                                 name=job["name"], jitter=_jitter_field(jitter))
+            body = {"ok": True, "words": words, "times": [t.isoformat(sep=" ") for t in times]}
         except SchedulerError as exc:
             body = {"ok": False, "error": str(exc)}
         response = Response(json.dumps(body), mimetype="application/json")
@@ -381,12 +388,12 @@ class Dashboard:
         """Cancel a Queued or Running run (engine.cancel_run): back to its job's page with a flash."""
         self._check_action(request, "cancel", run_id)
         try:
-            run_id = str(uuid.UUID(run_id))
-        except ValueError:
-            raise UserError(404, "Not found", f"run_id={run_id!r}: no such run") from None
-        run = self.engine.backend.get_run(run_id)
-        if run is None:
-            raise UserError(404, "Not found", f"run_id={run_id!r}: no such run")
+            run = self.engine.get_run(run_id)    # the id, a unique prefix or the short id shown
+        except RunNotFound as exc:
+            raise UserError(404, "Not found", str(exc)) from None
+        except AmbiguousRunId as exc:
+            raise UserError(409, "Ambiguous run id", str(exc)) from None
+        run_id = run.id
         back = f"/jobs/{run.scheduled_job_id}"
         who = f"dashboard user {getattr(request, 'user', None) or '-'} from {request.remote_addr or '?'}"
         try:
@@ -395,9 +402,9 @@ class Dashboard:
             self._audit(request, "cancel", run_id, "refused", str(exc))
             return self._redirect(request, back, "error", f"cancel refused: {redact_text(str(exc))}")
         if run.status.value == "Queued":
-            message = f"Run {run_id[:8]} cancelled: it was queued and will not run."
+            message = f"Run {short_run_id(run_id)} cancelled: it was queued and will not run."
         else:
-            message = (f"Cancel of run {run_id[:8]} requested: its engine ({run.executed_by_instance or '?'}) "
+            message = (f"Cancel of run {short_run_id(run_id)} requested: its engine ({run.executed_by_instance or '?'}) "
                        "stops it at its next lease renewal and records it Cancelled.")
         self._audit(request, "cancel", run_id, "ok", message)
         return self._redirect(request, back, "ok", message)
@@ -446,9 +453,11 @@ class Dashboard:
 
     def _edit(self, request: Request, job: Any, back: str) -> Response:
         form = {k: (request.form.get(k) or "").strip() for k in EDITABLE}
-        changes: dict[str, Any] = {}
-        if form["cron"] != (job.cron_expression or "") and (form["cron"] or job.cron_expression is not None):
-            changes["cron"] = form["cron"]
+        kind = job.schedule_kind      # the form edits the job's own kind (module schedule_form)
+        try:
+            changes: dict[str, Any] = schedule_form.change(kind, form[kind], job, form["timezone"] or job.timezone)
+        except SchedulerError as exc:
+            return self._edit_refused(request, job, form, redact_text(str(exc)))
         if form["timezone"] != job.timezone:
             changes["timezone"] = form["timezone"]
         if form["status"] != job.status.value:
@@ -472,7 +481,8 @@ class Dashboard:
             updated = self.engine.update_job(job.id, **changes)
         except SchedulerError as exc:
             return self._edit_refused(request, job, form, redact_text(str(exc)))
-        described = ", ".join(f"{k}={v!r}" for k, v in changes.items())
+        described = ", ".join(f"{k}={v.isoformat() if isinstance(v, datetime) else repr(v)}"
+                              for k, v in changes.items())
         self._audit(request, "edit", job.id, "ok", described, job.name)
         return self._redirect(request, back, "ok", f"{updated.name} saved: {described}.")
 

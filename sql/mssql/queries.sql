@@ -114,6 +114,19 @@ OPTION (RECOMPILE);
 -- name: get_run
 SELECT {run_columns} FROM mjsched.scheduled_job_run WHERE id = ?;
 
+-- name: runs_by_ref
+-- The runs a shortened run id names (mjsched/engine/refs.py): ids whose text without hyphens
+-- begins with the hex digits (a uniqueidentifier does not sort in the order its text shows, so
+-- this compares the text: a scan of the table), and, when a short id (12 hex digits) is given,
+-- ids ending with it. The digits are hex only (checked before): nothing in them is a wildcard.
+SET NOCOUNT ON;
+DECLARE @digits varchar(32) = ?, @tail varchar(12) = ?, @limit int = ?;
+SELECT TOP (@limit) {run_columns} FROM mjsched.scheduled_job_run
+ WHERE LOWER(REPLACE(CONVERT(char(36), id), '-', '')) LIKE @digits + '%'
+    OR (@tail IS NOT NULL AND LOWER(RIGHT(CONVERT(char(36), id), 12)) = @tail)
+ ORDER BY id
+OPTION (RECOMPILE);
+
 -- name: db_now
 SELECT SYSDATETIMEOFFSET() AS now;
 

@@ -91,6 +91,16 @@ SELECT id, job_id, job_name, version, changed_at, action, field, old_value, new_
 -- name: get_run
 SELECT {run_columns} FROM mjsched.scheduled_job_run WHERE id = %(id)s::uuid
 
+-- name: runs_by_ref
+-- The runs a shortened run id names (mjsched/engine/refs.py): ids in the range of a hex prefix
+-- (low and high: the prefix padded with 0s and fs), an index range scan of the primary key; and,
+-- when a short id (12 hex digits) is given, ids ending with it, a scan of the table.
+SELECT {run_columns} FROM mjsched.scheduled_job_run
+ WHERE id BETWEEN %(low)s::uuid AND %(high)s::uuid
+    OR (%(tail)s::varchar IS NOT NULL AND right(id::text, 12) = %(tail)s::varchar)
+ ORDER BY id
+ LIMIT %(limit)s
+
 -- name: db_now
 SELECT now() AS now
 

@@ -8,11 +8,12 @@
     if (question && !window.confirm(question)) { event.preventDefault(); }
   });
 
-  // Live validation of the edit form: the next runs of the cron being typed.
+  // Live validation of the edit form: the next runs of the schedule being typed (a cron, an
+  // interval or a one-off instant: the input's data-schedule names which).
   var edit = document.getElementById("edit-form");
   if (edit) {
     var out = document.getElementById("preview");
-    var cron = document.getElementById("edit-cron");
+    var cron = edit.querySelector("[data-schedule]");
     var zone = document.getElementById("edit-timezone");
     var jitter = document.getElementById("edit-jitter");
     var timer = null, seq = 0;
@@ -29,9 +30,9 @@
     };
     var check = function () {
       var mine = ++seq;
-      var url = edit.getAttribute("data-preview") + "?cron=" + encodeURIComponent(cron.value) +
-                "&timezone=" + encodeURIComponent(zone.value) +
-                "&jitter=" + encodeURIComponent(jitter ? jitter.value : "");
+      var url = edit.getAttribute("data-preview") + "?" + cron.getAttribute("data-schedule") + "=" +
+                encodeURIComponent(cron.value) +
+                "&timezone=" + encodeURIComponent(zone.value);
       fetch(url, { credentials: "same-origin" }).then(function (r) { return r.json(); })
         .then(function (body) { if (mine === seq) { show(body); } })
         .catch(function () { /* the server checks again on save */ });
