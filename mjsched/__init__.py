@@ -18,6 +18,7 @@ from .notify import CompositeNotifier, LoggingNotifier, Notifier, SmtpNotifier, 
 from .schedules import next_run_times
 from .retry import RetryPolicy
 from .version import __version__
+from .why import REASON_CODES, Reason, WhyReport
 
 __all__ = [
     "BaseScheduledJob", "CompositeNotifier", "ConcurrencyMode", "ConfigurationError", "DatabaseError",
@@ -27,5 +28,5 @@ __all__ = [
     "Notification", "Notifier", "RetryPolicy", "RunNotCancellable", "RunNotFound", "RunStatus", "SchedulerError",
     "SchedulingEngine", "SchemaNotInstalled",
     "SmtpNotifier", "SyncResult", "UnknownDriver", "UnknownTimezone", "WebhookNotifier", "__version__",
-    "next_run_times", "register_driver",
+    "next_run_times", "register_driver", "REASON_CODES", "Reason", "WhyReport",
 ]
