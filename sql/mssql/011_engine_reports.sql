@@ -30,8 +30,7 @@ GO
 
 -- register_engine: the table of live engines behind `mjsched status` and `mjsched jobs why`.
 -- The upsert holds a key-range lock (SERIALIZABLE) so two registrations of one name
--- cannot both insert. (@p_allowed_drivers is nvarchar(max), not (4000): a longer text is
--- refused by name, never cut.)
+-- cannot both insert.
 CREATE OR ALTER PROCEDURE mjsched.register_engine
     @p_instance nvarchar(255),
     @p_host nvarchar(255),
@@ -39,7 +38,7 @@ CREATE OR ALTER PROCEDURE mjsched.register_engine
     @p_version nvarchar(50),
     @p_heartbeat_seconds float = NULL,
     @p_max_concurrent_jobs int = NULL,
-    @p_allowed_drivers nvarchar(max) = NULL
+    @p_allowed_drivers nvarchar(4000) = NULL
 AS
 BEGIN
     SET NOCOUNT ON;
@@ -54,12 +53,11 @@ BEGIN
         BEGIN
             THROW 50022, @v_message, 1;
         END;
-        IF @p_allowed_drivers IS NOT NULL
-           AND (LEN(LTRIM(RTRIM(@p_allowed_drivers))) = 0 OR LEN(@p_allowed_drivers) > 4000)
+        SET @v_message = CONCAT(N'allowed_drivers=', SUBSTRING(@p_allowed_drivers, 1, 100),
+                                N': must be NULL (every driver) or driver names joined by commas, ',
+                                N'at most 4000 characters');
+        IF LEN(LTRIM(RTRIM(@p_allowed_drivers))) = 0   -- NULL (every driver) passes
         BEGIN
-            SET @v_message = CONCAT(N'allowed_drivers=', LEFT(@p_allowed_drivers, 100),
-                                    N': must be NULL (every driver) or driver names joined by commas, ',
-                                    N'at most 4000 characters');
             THROW 50022, @v_message, 1;
         END;
         BEGIN TRANSACTION;
