@@ -11,6 +11,7 @@ import logging
 import mimetypes
 import threading
 import uuid
+from datetime import datetime
 from importlib import resources
 from typing import Any, Callable, Iterable
 from urllib.parse import quote, unquote
@@ -20,6 +21,7 @@ from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound
 from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
+from ..cron import resolve_timezone
 from ..engine import SchedulingEngine
 from ..errors import ConfigurationError, DatabaseError, JobNotFound, SchedulerError, SchemaNotInstalled
 from ..redaction import redact_text
@@ -284,12 +286,32 @@ class Dashboard:
             next_runs, schedule_error = [], str(exc)
         summary = self.reader.summary()
         now = summary["now"]
+        why, why_at, why_error = self._why(job_id, job["timezone"], request.args.get("why_at"))
         form = form or {"cron": job["cron_expression"] or "", "timezone": job["timezone"], "status": job["status"],
                         "max_runtime": "" if job["max_runtime_seconds"] is None else f"{job['max_runtime_seconds']:g}"}
         return self._render(request, "job.html", http_status=status_code, nav="jobs", job=job, now=now,
                             next_runs=next_runs, schedule_error=schedule_error, run_status=run_status, summary=summary,
                             chart=self.reader.duration_chart(job_id), form=form, form_error=form_error,
+                            why=why, why_at=why_at, why_error=why_error,
                             **self.reader.job_runs(job_id, status=run_status, page=page, known=known))
+
+    def _why(self, job_id: str, zone: str, at_text: str | None) -> tuple[Any, str, str | None]:
+        """The why-panel's report (engine.why, mjsched/why.py) for the job's next tick, or for the
+        tick at ``why_at`` (ISO 8601; without an offset, in the job's timezone); a report that
+        cannot be made leaves the rest of the page as it is, with the reason in its place."""
+        text = (at_text or "").strip()[:64]
+        try:
+            at = None
+            if text:
+                try:
+                    at = datetime.fromisoformat(text.replace("Z", "+00:00"))
+                except ValueError:
+                    return None, text, f"{text!r} is not an ISO 8601 date/time, e.g. 2030-01-31T03:00"
+                if at.tzinfo is None:
+                    at = at.replace(tzinfo=resolve_timezone(zone))
+            return self.engine.why(job_id, at=at), text, None
+        except (DatabaseError, SchedulerError) as exc:
+            return None, text, redact_text(str(exc))
 
     def on_preview(self, request: Request, job_id: str) -> Response:
         """The edit form's live check: the next runs of a cron and zone, or why they are wrong."""
