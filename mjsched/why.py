@@ -399,6 +399,16 @@ def _tick_record(f: WhyFacts, add: Callable[..., None]) -> str:
     if run.status == "Running":
         add("running", f"The tick {_t(f.tick)} is running now: {run.describe()} started at {_t(run.started_at)} on "
                        f"engine {run.engine}; its lease runs until {_t(run.lease)}.", False, run=facts)
+        runner = next((e for e in f.engines if e.instance == run.engine), None)
+        if runner is None or not runner.live:
+            state = runner.state if runner is not None else "unknown to the registry"
+            lease = run.lease or f.expected_completion_at
+            add("locked_by_gone_engine", f"Engine {run.engine}, which runs it, is {state}: the run is probably lost. "
+                                         f"Its lease runs until {_t(lease)}"
+                                         + (f" (in {_span(lease - f.db_now)})" if lease and lease > f.db_now else "")
+                                         + ", then the next claim takes the job over and ends that run Abandoned "
+                                           "(`mjsched jobs unlock` frees it now).", True,
+                engine=run.engine, engine_state=state, lease_until=lease, run=facts)
         return "done"
     if run.status == "Queued" and run.attempt > 1:
         waiting = run.retry_at is not None and run.retry_at > f.db_now

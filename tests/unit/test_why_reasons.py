@@ -188,3 +188,13 @@ def test_every_code_is_documented_and_the_reserved_ones_are_never_produced() -> 
     report = explain(facts())
     json.dumps(report.as_dict())
     assert all(code in REASON_CODES for code in report.codes)
+
+
+def test_a_running_tick_whose_engine_is_gone_says_the_run_is_probably_lost() -> None:
+    tick = NOW.replace(minute=0)
+    live = explain(facts(tick_run=run("Running", tick, lease=NOW + HOUR)))
+    assert live.codes == ["running"] and live.verdict == "running"
+    lost = explain(facts(tick_run=run("Running", tick, engine="gone", lease=NOW + HOUR),
+                         engines=(engine(), engine("gone", state=liveness.DEAD))))
+    assert lost.codes == ["running", "locked_by_gone_engine"] and lost.verdict == "locked_by_gone_engine"
+    assert "gone, which runs it, is dead" in lost.summary
