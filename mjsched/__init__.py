@@ -20,6 +20,7 @@ from .notify import CompositeNotifier, LoggingNotifier, Notifier, SmtpNotifier, 
 from .schedules import next_run_times
 from .retry import RetryPolicy
 from .version import __version__
+from .why import REASON_CODES, Reason, WhyReport
 
 __all__ = [
     "AmbiguousRunId", "BaseScheduledJob", "CompositeNotifier", "ConcurrencyMode", "ConfigurationError",
@@ -29,4 +30,5 @@ __all__ = [
     "Notification", "Notifier", "RetryPolicy", "RunNotCancellable", "RunNotFound", "RunStatus", "SchedulerError",
     "SchedulingEngine", "SchemaNotInstalled", "SmtpNotifier", "SyncResult", "UnknownDriver", "UnknownParameter",
     "UnknownTimezone", "WebhookNotifier", "__version__", "changes_by", "next_run_times", "register_driver",
+    "REASON_CODES", "Reason", "WhyReport",
 ]

@@ -472,9 +472,13 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def register_engine(self, instance: str, host: str, pid: int, version: str,
-                        heartbeat_seconds: float | None = None, max_concurrent_jobs: int | None = None) -> None:
+                        heartbeat_seconds: float | None = None, max_concurrent_jobs: int | None = None,
+                        allowed_drivers: Iterable[str] | None = None) -> None:
         """Record a live engine. ``heartbeat_seconds`` is its poll bound: each claim refreshes
-        its ``last_seen_at``, so status can call it stale after a few of them."""
+        its ``last_seen_at``, so status can call it stale after a few of them.
+        ``max_concurrent_jobs`` (its cap) and ``allowed_drivers`` (its allow-list; None: every
+        driver) are what ``jobs why`` reads to say that no live engine may run a job
+        (011_engine_reports.sql)."""
 
     @abc.abstractmethod
     def unregister_engine(self, instance: str) -> None: ...
@@ -575,6 +579,14 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def db_now(self) -> datetime: ...
 
+    def why_facts(self, job_id: str, tick: datetime | None = None,
+                  at: datetime | None = None) -> dict[str, Any] | None:
+        """The row ``jobs why`` explains (query ``why_facts``, mjsched/why.py): the job, the runs
+        around ``tick`` (None: its next run; the tick's run is the latest run of an instant in
+        [tick, at]), its queue, the due jobs ahead of it and the engines (a JSON array in
+        ``engines``); None when there is no such job. One statement."""
+        raise NotImplementedError(f"{type(self).__name__} has no why_facts")
+
     @abc.abstractmethod
     def status_summary(self) -> dict[str, Any]:
         """Counts for ``mjsched status``: engines, due, running, failing, abandoned."""
@@ -587,6 +599,12 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def close(self) -> None: ...
+
+
+def drivers_text(allowed_drivers: Iterable[str] | None) -> str | None:
+    """An allow-list as engine_instance.allowed_drivers holds it: the names sorted, joined by
+    commas (None: every driver)."""
+    return None if allowed_drivers is None else ",".join(sorted(set(allowed_drivers)))
 
 
 BackendFactory = Callable[[str], Backend]

@@ -36,7 +36,7 @@ from ..models import ClaimBatch, Job, JobChange, JobRun
 from .base import (NAME_CONSTRAINT, NEW_JOB_ID, Backend, CancelOutcome, CancelRequest, Completion, Listener,
                    ManualStart, SweepResult, cancel_outcome, cancel_requests, claim_batch, completion_outcomes,
                    completions_json, deleted_or_replayed, manual_start, naming, replayed_attempts, with_new_job_id)
-from .base import UnscheduledJob
+from .base import UnscheduledJob, drivers_text
 from ..retention import PurgeBatch
 from .watchdog import DEFAULT_CALL_TIMEOUT
 from .odbc import (
@@ -389,9 +389,11 @@ class MssqlBackend(Backend):
         return int(self._scalar("initialize_next_runs", items=payload) or 0)
 
     def register_engine(self, instance: str, host: str, pid: int, version: str,
-                        heartbeat_seconds: float | None = None, max_concurrent_jobs: int | None = None) -> None:
+                        heartbeat_seconds: float | None = None, max_concurrent_jobs: int | None = None,
+                        allowed_drivers: Iterable[str] | None = None) -> None:
         self._call("register_engine", instance=instance, host=host, pid=pid, version=version,
-                   heartbeat_seconds=heartbeat_seconds, max_concurrent_jobs=max_concurrent_jobs)
+                   heartbeat_seconds=heartbeat_seconds, max_concurrent_jobs=max_concurrent_jobs,
+                   allowed_drivers=drivers_text(allowed_drivers))
 
     def unregister_engine(self, instance: str) -> None:
         self._call("unregister_engine", instance=instance)
@@ -515,6 +517,11 @@ class MssqlBackend(Backend):
 
     def db_now(self) -> datetime:
         return self._read("db_now")[0]["now"]  # type: ignore[no-any-return]
+
+    def why_facts(self, job_id: str, tick: datetime | None = None,
+                  at: datetime | None = None) -> dict[str, Any] | None:
+        rows = self._read("why_facts", job_id, tick, at)
+        return rows[0] if rows else None
 
     def status_summary(self) -> dict[str, Any]:
         engines = self._read("status_engines")

@@ -26,7 +26,8 @@ from ..forking import track
 from ..models import ClaimBatch, Job, JobChange, JobRun
 from .base import (NAME_CONSTRAINT, NEW_JOB_ID, Backend, CancelOutcome, CancelRequest, Completion, Listener,
                    ManualStart, SweepResult, cancel_outcome, cancel_requests, claim_batch, completion_outcomes,
-                   completions_json, deleted_or_replayed, manual_start, naming, replayed_attempts, with_new_job_id)
+                   completions_json, deleted_or_replayed, drivers_text, manual_start, naming, replayed_attempts,
+                   with_new_job_id)
 from .base import UnscheduledJob
 from ..retention import PurgeBatch
 from .pg_install import PgInstaller
@@ -479,9 +480,11 @@ class PostgresBackend(Backend):
                                 "SELECT initialized FROM mjsched.initialize_next_runs(%s::jsonb)", (payload,)) or 0)
 
     def register_engine(self, instance: str, host: str, pid: int, version: str,
-                        heartbeat_seconds: float | None = None, max_concurrent_jobs: int | None = None) -> None:
-        self._rows("register_engine", "SELECT * FROM mjsched.register_engine(%s, %s, %s, %s, %s, %s)",
-                   (instance, host, pid, version, heartbeat_seconds, max_concurrent_jobs))
+                        heartbeat_seconds: float | None = None, max_concurrent_jobs: int | None = None,
+                        allowed_drivers: Iterable[str] | None = None) -> None:
+        self._rows("register_engine", "SELECT * FROM mjsched.register_engine(%s, %s, %s, %s, %s, %s, %s)",
+                   (instance, host, pid, version, heartbeat_seconds, max_concurrent_jobs,
+                    drivers_text(allowed_drivers)))
 
     def unregister_engine(self, instance: str) -> None:
         self._rows("unregister_engine", "SELECT * FROM mjsched.unregister_engine(%s)", (instance,))
@@ -604,6 +607,11 @@ class PostgresBackend(Backend):
 
     def db_now(self) -> datetime:
         return self._read("db_now")[0]["now"]  # type: ignore[no-any-return]
+
+    def why_facts(self, job_id: str, tick: datetime | None = None,
+                  at: datetime | None = None) -> dict[str, Any] | None:
+        rows = self._read("why_facts", {"job": job_id, "tick": tick, "at": at})
+        return rows[0] if rows else None
 
     def status_summary(self) -> dict[str, Any]:
         engines = self._read("status_engines")

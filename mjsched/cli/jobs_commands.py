@@ -257,6 +257,43 @@ def cmd_jobs_unlock(ctx: Context) -> int:
     return EXIT_OK
 
 
+def cmd_jobs_why(ctx: Context) -> int:
+    """Why a job did not run (engine.why): the tick explained, the verdict, then every reason in
+    the claim's order, each with its code; the engines as they report themselves."""
+    engine = ctx.engine()
+    job = resolve_job(engine, ctx.args.job)
+    at = parse_instant("--at", ctx.args.at, job.timezone)
+    report = engine.why(job.id, at=at)
+    if ctx.json:
+        ctx.emit_json(report.as_dict())
+        return EXIT_OK
+    for line in why_lines(report):
+        ctx.emit(line)
+    return EXIT_OK
+
+
+def why_lines(report: Any) -> list[str]:
+    """A WhyReport for a terminal."""
+    tick = f"tick {ts(report.tick)} UTC" if report.tick is not None else "no next tick"
+    asked = f" (the last tick at or before {ts(report.asked_at)} UTC)" if report.asked_at is not None else ""
+    lines = [f"job {report.name} ({report.job_id}): {tick}{asked}; database time {ts(report.db_now)} UTC",
+             f"verdict: {report.verdict}: {report.summary}", "", "reasons, in the order the claim checks them:"]
+    width = max((len(r.code) for r in report.reasons), default=0)
+    for reason in report.reasons:
+        mark = "BLOCKS" if reason.blocking else "  note"
+        lines.append(f"  {mark}  {reason.code.ljust(width)}  {reason.sentence}")
+    if report.engines:
+        lines += ["", "engines (as they report themselves):"]
+        for e in report.engines:
+            cap = "?" if e.max_concurrent_jobs is None else e.max_concurrent_jobs
+            drivers = "all" if e.allowed_drivers is None else ",".join(sorted(e.allowed_drivers))
+            lines.append(f"  {e.instance}  {e.state}, {e.running}/{cap} running, drivers {drivers}, "
+                         f"last seen {ts(e.last_seen_at)} UTC")
+    else:
+        lines += ["", "engines: none registered"]
+    return lines
+
+
 def cmd_jobs_import_celery(ctx: Context) -> int:
     """One celery job per beat_schedule entry of a Celery app, idempotent by name (issue 16)."""
     from ..contrib.celery import import_beat_schedule

@@ -11,8 +11,8 @@ from .context import Context
 from .demo import cmd_demo
 from .engine_commands import cmd_config, cmd_dashboard, cmd_execute, cmd_init_db, cmd_run, cmd_status
 from .jobs_commands import (cmd_jobs_add, cmd_jobs_apply, cmd_jobs_edit, cmd_jobs_import_celery, cmd_jobs_list,
-                            cmd_jobs_history, cmd_jobs_pause, cmd_jobs_preview, cmd_jobs_remove, cmd_jobs_resume, cmd_jobs_show,
-                            cmd_jobs_unlock)
+                            cmd_jobs_history, cmd_jobs_pause, cmd_jobs_preview, cmd_jobs_remove, cmd_jobs_resume,
+                            cmd_jobs_show, cmd_jobs_unlock, cmd_jobs_why)
 from .runs_commands import cmd_runs, cmd_runs_cancel, cmd_runs_prune, cmd_runs_show
 from .terminal import EXIT_USAGE
 
@@ -139,7 +139,8 @@ def _add_run(sub: Any, add: AddVerb) -> None:
 def _add_jobs(sub: Any, add: AddVerb, common: Parser) -> None:
     """``jobs ACTION``: one builder per action; without an ACTION it prints its help."""
     jobs = sub.add_parser("jobs", parents=[common],
-                          help="add, edit, apply, list, show, history, pause, resume, remove, unlock, preview jobs",
+                          help="add, edit, apply, list, show, history, pause, resume, remove, unlock, preview "
+                               "jobs; why one did not run",
                           description="Manage jobs. A JOB is an id (a UUID) or a name (names are unique; a value "
                                       "that is not a UUID is a name), or a unique id prefix of 4+ characters.")
     jobs.set_defaults(handler=lambda ctx: _missing_subcommand(jobs))
@@ -150,6 +151,7 @@ def _add_jobs(sub: Any, add: AddVerb, common: Parser) -> None:
     _add_jobs_list(jsub, add)
     _add_jobs_by_ref(jsub, add)
     _add_jobs_preview(jsub, add)
+    _add_jobs_why(jsub, add)
     _add_jobs_import_celery(jsub, add)
 
 
@@ -283,6 +285,15 @@ def _add_jobs_by_ref(jsub: Any, add: AddVerb) -> None:
                                                 "first (a deleted job's too)")
     jh.add_argument("job", metavar="JOB")
     jh.add_argument("-n", "--limit", type=int, default=50, help="how many changes (default 50)")
+
+
+def _add_jobs_why(jsub: Any, add: AddVerb) -> None:
+    """``jobs why``: the reasons a tick of a job has not run (or what became of it)."""
+    jw = add(jsub, "why", cmd_jobs_why, "why a job did not run: the reasons for its next tick, or for the tick at "
+                                        "--at, from the database's state")
+    jw.add_argument("job", metavar="JOB")
+    jw.add_argument("--at", metavar="TIME", help="explain the job's last tick at or before TIME (ISO 8601; without "
+                                                 "an offset, in the job's timezone) instead of its next tick")
 
 
 def _add_jobs_preview(jsub: Any, add: AddVerb) -> None:

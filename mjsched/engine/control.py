@@ -100,7 +100,7 @@ class EngineControl:
             e._housekeeping.release_previous_engines(e.instance_name)
             e.backend.register_engine(e.instance_name, socket.gethostname(), os.getpid(), __version__,
                                       heartbeat_seconds=e.max_poll_interval,
-                                      max_concurrent_jobs=e.max_concurrent_jobs)
+                                      max_concurrent_jobs=e.max_concurrent_jobs, allowed_drivers=e.allowed_drivers)
             swept = e.backend.sweep_expired_leases()
             if swept.swept or swept.locks_freed:
                 log.warning("start-up: cleared %d stale lock(s) and abandoned %d run(s) whose lease had expired",

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import functools
 import logging
+from datetime import datetime
 from typing import Any, Callable, Iterable, TypeVar
 
 from .. import audit, validation
+from .. import why as why_module
 from ..backends import Backend, open_backend
 from ..errors import ConfigurationError, EngineForked, JobNotFound
 from ..models import DispatchResult, Job, JobChange, JobRun, JobStatus, RunStatus, SyncResult
 from ..notify import LoggingNotifier, Notifier
+from ..why import WhyReport
 from . import declared, refs
 from .cancellation import default_requester
 from .control import EngineControl
@@ -231,6 +234,24 @@ class SchedulingEngine:
         jid = self.get_job(job_id).id if job_id is not None else None
         return prune(self.backend, self.options, older_than=older_than, keep_last=keep_last, job_id=jid,
                      dry_run=dry_run, batch_size=batch_size, stats=self.stats)
+
+    def why(self, job_id: str, at: datetime | None = None) -> WhyReport:
+        """Why the job's next tick has not run yet, or (``at``: an aware datetime) what became of
+        its last tick at or before ``at``: a ``WhyReport`` whose ``reasons`` (each with a stable
+        ``code``, a sentence and its facts) walk the claim rule in its order, read from the
+        database in one statement (mjsched/why.py; README "Why didn't my job run?"). JobNotFound
+        for an unknown job."""
+        job = self.get_job(job_id)
+        tick = None
+        if at is not None:
+            if not isinstance(at, datetime) or at.tzinfo is None or at.utcoffset() is None:
+                raise ConfigurationError("at", at, "must be a timezone-aware datetime")
+            tick = why_module.tick_at_or_before(job, at) or at
+        row = self.backend.why_facts(job.id, tick, at)
+        if row is None:
+            raise JobNotFound(job_id)
+        return why_module.explain(why_module.facts_from_row(row, asked_at=at, lease_seconds=self.lease_timeout,
+                                                            max_catch_up_runs=self.max_catch_up_runs))
 
     # -- polling -------------------------------------------------------------------------
     @property

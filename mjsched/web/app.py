@@ -22,6 +22,7 @@ from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound
 from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
+from ..cron import resolve_timezone
 from ..engine import SchedulingEngine
 from .. import audit
 from ..engine.refs import short_run_id
@@ -320,11 +321,30 @@ class Dashboard:
         form = form or {kind: job["schedule_value"], "timezone": job["timezone"], "status": job["status"],
                         "max_runtime": "" if job["max_runtime_seconds"] is None else f"{job['max_runtime_seconds']:g}",
                         "jitter": "" if job.get("jitter_seconds") is None else str(job["jitter_seconds"])}
+        why, why_at, why_error = self._why(job_id, job["timezone"], request.args.get("why_at"))
         return self._render(request, "job.html", http_status=status_code, nav="jobs", job=job, now=now,
                             next_runs=next_runs, schedule_error=schedule_error, run_status=run_status, summary=summary,
                             chart=self.reader.duration_chart(job_id), form=form, form_error=form_error,
-                            changes=self._changes(job_id),
+                            changes=self._changes(job_id), why=why, why_at=why_at, why_error=why_error,
                             **self.reader.job_runs(job_id, status=run_status, page=page, known=known))
+
+    def _why(self, job_id: str, zone: str, at_text: str | None) -> tuple[Any, str, str | None]:
+        """The why-panel's report (engine.why, mjsched/why.py) for the job's next tick, or for the
+        tick at ``why_at`` (ISO 8601; without an offset, in the job's timezone); a report that
+        cannot be made leaves the rest of the page as it is, with the reason in its place."""
+        text = (at_text or "").strip()[:64]
+        try:
+            at = None
+            if text:
+                try:
+                    at = datetime.fromisoformat(text.replace("Z", "+00:00"))
+                except ValueError:
+                    return None, text, f"{text!r} is not an ISO 8601 date/time, e.g. 2030-01-31T03:00"
+                if at.tzinfo is None:
+                    at = at.replace(tzinfo=resolve_timezone(zone))
+            return self.engine.why(job_id, at=at), text, None
+        except (DatabaseError, SchedulerError) as exc:
+            return None, text, redact_text(str(exc))
 
     def _changes(self, job_id: str) -> list[Any]:
         """The job page's newest changes (masked); none on a schema without the audit trail."""

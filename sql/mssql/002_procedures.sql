@@ -2080,58 +2080,8 @@ BEGIN
 END;
 GO
 
--- register_engine / unregister_engine: the table of live engines behind `mjsched status`.
--- The upsert holds a key-range lock (SERIALIZABLE) so two registrations of one name
--- cannot both insert.
-CREATE OR ALTER PROCEDURE mjsched.register_engine
-    @p_instance nvarchar(255),
-    @p_host nvarchar(255),
-    @p_pid int,
-    @p_version nvarchar(50),
-    @p_heartbeat_seconds float = NULL,
-    @p_max_concurrent_jobs int = NULL
-AS
-BEGIN
-    SET NOCOUNT ON;
-    SET XACT_ABORT ON;
-    DECLARE @v_now datetimeoffset = SYSDATETIMEOFFSET();
-    DECLARE @v_rows int;
-    DECLARE @v_message nvarchar(200);
-    BEGIN TRY
-        SET @v_message = CONCAT(N'heartbeat_seconds=', COALESCE(CONVERT(nvarchar(40), @p_heartbeat_seconds), N'NULL'),
-                                N' must be in (0, 86400]');
-        IF @p_heartbeat_seconds <= 0 OR @p_heartbeat_seconds > 86400   -- NULL (not given) passes
-        BEGIN
-            THROW 50022, @v_message, 1;
-        END;
-        BEGIN TRANSACTION;
-        UPDATE e
-           SET host = @p_host, pid = @p_pid, version = @p_version,
-               started_at = @v_now, last_seen_at = @v_now, stopped_at = NULL,
-               heartbeat_seconds = @p_heartbeat_seconds, max_concurrent_jobs = @p_max_concurrent_jobs
-          FROM mjsched.engine_instance AS e WITH (UPDLOCK, SERIALIZABLE)
-         WHERE e.instance = @p_instance;
-        SET @v_rows = @@ROWCOUNT;
-        IF @v_rows = 0
-        BEGIN
-            INSERT INTO mjsched.engine_instance (instance, host, pid, version, started_at, last_seen_at, stopped_at,
-                                                 heartbeat_seconds, max_concurrent_jobs)
-            VALUES (@p_instance, @p_host, @p_pid, @p_version, @v_now, @v_now, NULL,
-                    @p_heartbeat_seconds, @p_max_concurrent_jobs);
-        END;
-        COMMIT TRANSACTION;
-    END TRY
-    BEGIN CATCH
-        IF @@TRANCOUNT > 0
-        BEGIN
-            ROLLBACK TRANSACTION;
-        END;
-        THROW;
-    END CATCH;
-    SELECT 1 AS registered;
-END;
-GO
-
+-- unregister_engine: the engine's row in the table of live engines behind `mjsched status` is
+-- marked stopped. register_engine is in 011_engine_reports.sql (what an engine reports of itself).
 CREATE OR ALTER PROCEDURE mjsched.unregister_engine
     @p_instance nvarchar(255)
 AS

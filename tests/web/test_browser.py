@@ -162,6 +162,10 @@ def test_jobs_page_then_pause_a_job_and_see_its_status_change(browser: Any, live
     wait_until(browser, lambda d: "nightly-report paused." in text_of(d, ".flash"), "the flash message")
     assert text_of(browser, "#job-status") == "Paused"
     assert engine.get_job(job_id).status.value == "Paused"
+    # the why-panel now says why it will not run (issue 36)
+    assert text_of(browser, "#why-verdict").startswith("paused")
+    assert "The job is Paused" in text_of(browser, "#why-reasons")
+    shot(browser, "job-why")
     browser.get(url + "/jobs?status=Paused")
     assert "nightly-report" in text_of(browser, "#jobs") and "every-five" not in text_of(browser, "#jobs")
 
