@@ -221,6 +221,7 @@ class WhyFacts:
     locked_by_instance: str | None
     locked_at: datetime | None
     expected_completion_at: datetime | None   # the lock's lease (set exactly while the job is locked)
+    jitter_seconds: int | None = None      # the job's jitter: its ticks move by an offset hashed from its name
     tick_run: RunFact | None = None           # the tick's own run (its last attempt)
     prior_run: RunFact | None = None          # the run started last at or before the tick
     after_run: RunFact | None = None          # the first run started after the tick
@@ -271,6 +272,7 @@ def facts_from_row(row: Mapping[str, Any], *, asked_at: datetime | None = None, 
         db_now=_instant(row["db_now"]) or datetime.now(UTC), asked_at=asked_at, tick=tick,
         job_id=str(row["id"]).lower(), name=str(row["name"]), driver=str(row["driver"]), status=str(row["status"]),
         cron_expression=row.get("cron_expression"), interval_seconds=row.get("interval_seconds"),
+        jitter_seconds=row.get("jitter_seconds"),
         run_at=_instant(row.get("run_at")), timezone=str(row.get("timezone") or "UTC"),
         start_at=_instant(row.get("start_at")), end_at=_instant(row.get("end_at")),
         next_run_at=_instant(row.get("next_run_at")), last_run_at=_instant(row.get("last_run_at")),
@@ -746,6 +748,7 @@ class _Schedulable:
         self.timezone, self.start_at, self.created_at = f.timezone, f.start_at, f.created_at
         self.run_immediately_if_never_run, self.last_run_at = f.run_immediately_if_never_run, f.last_run_at
         self.run_count = f.run_count
+        self.name, self.jitter_seconds = f.name, f.jitter_seconds   # H and the jitter are hashed from the name
 
 
 def _run_facts(run: RunFact | None) -> dict[str, Any] | None:

@@ -171,6 +171,7 @@ SET NOCOUNT ON;
 DECLARE @job uniqueidentifier = ?, @tick datetimeoffset = ?, @at datetimeoffset = ?;
 DECLARE @now datetimeoffset = SYSDATETIMEOFFSET();
 SELECT @now AS db_now, j.id, j.name, t.driver_class AS driver, j.status, j.cron_expression, j.interval_seconds,
+       j.jitter_seconds,
        j.run_at, j.timezone, j.start_at, j.end_at, j.next_run_at, j.last_run_at, j.created_at, j.updated_at,
        j.concurrency_mode, j.missed_run_policy, j.max_queued_runs, j.run_immediately_if_never_run, j.run_count,
        j.locked_by_instance, j.locked_at, j.expected_completion_at, k.tick,
