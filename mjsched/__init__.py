@@ -9,7 +9,7 @@ never imports (``mjsched.cli``, ``mjsched.web``). No import cycles at any level
 """
 from .drivers import BaseScheduledJob, ExecutionContext, JobResult, Notification, register_driver
 from .engine import SchedulingEngine
-from .errors import (ConfigurationError, DatabaseError, EngineStopped, InvalidCronExpression, JobNameTaken, JobNotActive, JobNotFound,
+from .errors import (CannotConnect, ConfigurationError, DatabaseError, EngineStopped, InvalidCronExpression, JobNameTaken, JobNotActive, JobNotFound,
                      LockNotAcquired, RunNotCancellable, RunNotFound, SchedulerError, SchemaNotInstalled, UnknownDriver,
                      UnknownTimezone)
 from .models import (ConcurrencyMode, DispatchResult, FieldChange, Isolation, Job, JobRun, JobStatus, MissedRunPolicy,
@@ -20,7 +20,7 @@ from .retry import RetryPolicy
 from .version import __version__
 
 __all__ = [
-    "BaseScheduledJob", "CompositeNotifier", "ConcurrencyMode", "ConfigurationError", "DatabaseError",
+    "BaseScheduledJob", "CannotConnect", "CompositeNotifier", "ConcurrencyMode", "ConfigurationError", "DatabaseError",
     "DispatchResult", "EngineStopped", "ExecutionContext", "FieldChange", "InvalidCronExpression", "Isolation", "Job", "JobNameTaken",
     "JobNotActive", "JobNotFound",
     "JobResult", "JobRun", "JobStatus", "LockNotAcquired", "LoggingNotifier", "MissedRunPolicy",

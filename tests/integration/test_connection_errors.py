@@ -69,3 +69,31 @@ def test_the_engine_reports_a_malformed_dsn_option_on_install(pg_server: str) ->
     with mjsched.SchedulingEngine(dsn) as engine:
         with pytest.raises(mjsched.ConfigurationError, match="dsn"):
             engine.install()
+
+
+def test_a_refused_connection_says_cannot_connect_not_which_routine_needed_it() -> None:
+    """Issue 35 item 10: the message began with an internal routine ("db_now failed on ...")."""
+    port = _closed_port()
+    error, _ = _fails(f"postgresql://postgres@127.0.0.1:{port}/postgres", retry_max_delay=0.5)
+    assert isinstance(error, mjsched.CannotConnect)
+    assert str(error) == f"cannot connect to 127.0.0.1:{port}: Connection refused"
+    assert (error.where, error.reason, error.operation) == (f"127.0.0.1:{port}", "Connection refused", "db_now")
+
+
+def test_a_refused_login_says_cannot_connect_and_why(pg_server: str) -> None:
+    dsn = pg_server.replace("postgres@", "mjsched_no_such_role@")
+    error, _ = _fails(dsn)
+    assert isinstance(error, mjsched.CannotConnect)
+    assert str(error).startswith("cannot connect to ") and 'role "mjsched_no_such_role" does not exist' in str(error)
+    assert "failed on" not in str(error) and "FATAL" not in str(error)
+
+
+def test_an_error_on_an_open_connection_still_names_the_call(pg_dsn: str) -> None:
+    backend = PostgresBackend(pg_dsn)
+    try:
+        with pytest.raises(mjsched.DatabaseError) as caught:
+            backend._rows("probe", "SELECT 1/0")
+    finally:
+        backend.close()
+    assert not isinstance(caught.value, mjsched.CannotConnect)
+    assert str(caught.value).startswith("probe failed on ") and "division by zero" in str(caught.value)
