@@ -81,6 +81,7 @@ class SchedulingEngine:
         wire(self, opts)
         self._control = EngineControl(self)
         self._manual = ManualRuns(self)
+        self._declared: set[str] = set()    # names this object's ensure_job/sync_jobs declared
 
     # -- schema ----------------------------------------------------------------------
     def install(self) -> list[str]:
@@ -125,7 +126,9 @@ class SchedulingEngine:
         and history are kept. Safe from several processes at once (names are unique)."""
         self._admit(driver, fields.get("configuration"))
         spec = {"name": name, "driver": driver, "cron": cron, "every": every, "run_at": run_at, **fields}
-        return declared.ensure(self, declared.declare(spec))[1]
+        job = declared.ensure(self, declared.declare(spec))[1]
+        self._declared.add(job.name)
+        return job
 
     def sync_jobs(self, jobs: list[dict[str, Any]], remove_missing: str = "keep", *,
                   dry_run: bool = False) -> SyncResult:
@@ -136,7 +139,18 @@ class SchedulingEngine:
         for spec in jobs if isinstance(jobs, list) else ():
             if isinstance(spec, dict):
                 self._admit(spec.get("driver"), spec.get("configuration"))
-        return declared.sync(self, jobs, remove_missing, dry_run)
+        result = declared.sync(self, jobs, remove_missing, dry_run)
+        if not result.dry_run:
+            self._declared.update(result.created + result.updated + result.unchanged)
+        return result
+
+    @property
+    def declared_names(self) -> frozenset[str]:
+        """The names of the jobs this engine object declared (ensure_job, sync_jobs): the next
+        start of the code that declares them sets them back to the declaration, so a dashboard
+        mounted on this engine says so on their pages. The database does not record it: jobs
+        declared by another process (or ``mjsched jobs apply``) are not in it."""
+        return frozenset(self._declared)
 
     def list_jobs(self, status: str | None = None) -> list[Job]:
         if status is not None:

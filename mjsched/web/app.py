@@ -287,6 +287,7 @@ class Dashboard:
         form = form or {"cron": job["cron_expression"] or "", "timezone": job["timezone"], "status": job["status"],
                         "max_runtime": "" if job["max_runtime_seconds"] is None else f"{job['max_runtime_seconds']:g}"}
         return self._render(request, "job.html", http_status=status_code, nav="jobs", job=job, now=now,
+                            declared=job["name"] in self.engine.declared_names,
                             next_runs=next_runs, schedule_error=schedule_error, run_status=run_status, summary=summary,
                             chart=self.reader.duration_chart(job_id), form=form, form_error=form_error,
                             **self.reader.job_runs(job_id, status=run_status, page=page, known=known))
