@@ -451,7 +451,6 @@ class EmbeddedServer:
     # -- home, lock, clients ------------------------------------------------------------------
     def _prepare_home(self) -> None:
         root = is_root()
-        created = not self.home.exists()
         try:
             self.home.mkdir(parents=True, exist_ok=True, mode=0o755 if root else 0o700)
             self.clients.mkdir(exist_ok=True, mode=0o755 if root else 0o700)
@@ -467,9 +466,6 @@ class EmbeddedServer:
                     f"is not reachable by user {self._run_as.name!r} ({blocked} is mode "
                     f"{stat.S_IMODE(blocked.stat().st_mode):o}); choose a directory every user can traverse, "
                     "e.g. /var/lib/mjsched")
-            if created:
-                self._announce(f"created {self.home} for the embedded PostgreSQL's data"
-                               + (", shared by every mjsched run as root on this machine" if self.shared() else ""))
         # Before the lock (it lives in the home): another process may make pg/ first.
         with contextlib.suppress(FileExistsError):
             self.pgdir.mkdir(mode=0o700)
@@ -635,6 +631,8 @@ class EmbeddedServer:
     def _initdb(self, binaries: Binaries) -> None:
         self._announce(f"initialising the embedded PostgreSQL {binaries.major} in {self.data} "
                        f"(first run only; binaries: {binaries.source})")
+        if self._run_as is not None:     # as root: not this user's private server; say whose it is
+            self._announce(self.as_root_notice() or "")
         password = secrets.token_urlsafe(24)
         pwfile = self.pgdir / ".initdb-password"
         fd = os.open(pwfile, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
