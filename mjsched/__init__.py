@@ -10,7 +10,7 @@ never imports (``mjsched.cli``, ``mjsched.web``). No import cycles at any level
 from .audit import changes_by
 from .drivers import BaseScheduledJob, ExecutionContext, JobResult, Notification, register_driver
 from .engine import SchedulingEngine
-from .errors import (AmbiguousRunId, ConfigurationError, DatabaseError, EngineForked, EngineStopped,
+from .errors import (AmbiguousRunId, CannotConnect, ConfigurationError, DatabaseError, EngineForked, EngineStopped,
                      InvalidCronExpression, JobNameTaken, JobNotActive, JobNotFound, LockNotAcquired,
                      RunNotCancellable, RunNotFound, SchedulerError, SchemaNotInstalled, UnknownDriver,
                      UnknownParameter, UnknownTimezone)
@@ -23,9 +23,10 @@ from .version import __version__
 from .why import REASON_CODES, Reason, WhyReport
 
 __all__ = [
-    "AmbiguousRunId", "BaseScheduledJob", "CompositeNotifier", "ConcurrencyMode", "ConfigurationError",
-    "DatabaseError", "DispatchResult", "EngineForked", "EngineStopped", "ExecutionContext", "FieldChange",
-    "InvalidCronExpression", "Isolation", "Job", "JobChange", "JobNameTaken", "JobNotActive", "JobNotFound",
+    "AmbiguousRunId", "BaseScheduledJob", "CannotConnect", "CompositeNotifier", "ConcurrencyMode",
+    "ConfigurationError", "DatabaseError", "DispatchResult", "EngineForked", "EngineStopped", "ExecutionContext",
+    "FieldChange", "InvalidCronExpression", "Isolation", "Job", "JobChange", "JobNameTaken", "JobNotActive",
+    "JobNotFound",
     "JobResult", "JobRun", "JobStatus", "LockNotAcquired", "LoggingNotifier", "MissedRunPolicy",
     "Notification", "Notifier", "RetryPolicy", "RunNotCancellable", "RunNotFound", "RunStatus", "SchedulerError",
     "SchedulingEngine", "SchemaNotInstalled", "SmtpNotifier", "SyncResult", "UnknownDriver", "UnknownParameter",

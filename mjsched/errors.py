@@ -171,6 +171,20 @@ class DatabaseError(SchedulerError):
     """
 
 
+class CannotConnect(DatabaseError):
+    """No connection to the database server could be opened (after retries): the server is
+    down or unreachable, or it refused the login.
+
+    ``where`` is ``host:port``, ``reason`` the driver's explanation (no credentials), and
+    ``operation`` the call that needed the connection (for logs; the message leaves it out)."""
+
+    def __init__(self, where: str, reason: str, operation: str | None = None) -> None:
+        self.where = where
+        self.reason = reason
+        self.operation = operation
+        super().__init__(f"cannot connect to {where}: {reason}")
+
+
 class SchemaNotInstalled(DatabaseError):
     """The mjsched schema is missing or older than this code needs."""
 

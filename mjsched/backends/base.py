@@ -266,22 +266,34 @@ class Backend(abc.ABC):
     def _retried(self, what: str, once: Callable[[], T]) -> T:
         """``once()`` (one attempt of the call ``what``), its errors translated by the dialect
         (``_translate``), transient ones (``_is_transient``) retried with exponential backoff
-        within ``_retry_attempts`` and ``_retry_max_delay`` seconds, each retry logged."""
+        within ``_retry_attempts`` and ``_retry_max_delay`` seconds. Each retry is a DEBUG line;
+        a call that got through after retries is one WARNING; one that did not raises, and its
+        caller says so (the poller: one line per failed poll, not one per attempt)."""
         logger = logging.getLogger(type(self).__module__)
+        first: list[str] = []
+
+        def before_sleep(rs: Any) -> None:
+            error = self._describe(rs.outcome.exception() if rs.outcome else None)
+            if not first:
+                first.append(error)
+            logger.debug("transient database error in %s on %s (attempt %d), retrying: %s", what, self.where,
+                         rs.attempt_number, error, extra={"action": "db_retry"})
         retrying = Retrying(
             retry=retry_if_exception(self._is_transient),
             stop=stop_after_attempt(self._retry_attempts) | stop_after_delay(self._retry_max_delay),
             wait=wait_exponential(multiplier=0.05, max=2.0),
             reraise=True,
-            before_sleep=lambda rs: logger.warning(
-                "transient database error in %s on %s (attempt %d), retrying: %s", what, self.where,
-                rs.attempt_number, self._describe(rs.outcome.exception() if rs.outcome else None),
-                extra={"action": "db_retry"}),
+            before_sleep=before_sleep,
         )
         with self._translate(what):
             for attempt in retrying:
                 with attempt:
-                    return once()
+                    result = once()
+                    if first:
+                        logger.warning("transient database error in %s on %s, got through at attempt %d: %s",
+                                       what, self.where, attempt.retry_state.attempt_number, first[0],
+                                       extra={"action": "db_retried"})
+                    return result
         raise AssertionError("unreachable")
 
     @property

@@ -30,7 +30,7 @@ import pyodbc
 
 from .. import sqlfiles
 from ..redaction import redact_dsn
-from ..errors import ConfigurationError, DatabaseError, JobNameTaken, SchemaNotInstalled
+from ..errors import CannotConnect, ConfigurationError, DatabaseError, JobNameTaken, SchemaNotInstalled
 from .. import audit
 from ..models import ClaimBatch, Job, JobChange, JobRun
 from .base import (NAME_CONSTRAINT, NEW_JOB_ID, Backend, CancelOutcome, CancelRequest, Completion, Listener,
@@ -38,6 +38,7 @@ from .base import (NAME_CONSTRAINT, NEW_JOB_ID, Backend, CancelOutcome, CancelRe
                    completions_json, deleted_or_replayed, manual_start, naming, replayed_attempts, with_new_job_id)
 from .base import UnscheduledJob, drivers_text
 from ..retention import PurgeBatch
+from .pool import while_connecting
 from .watchdog import DEFAULT_CALL_TIMEOUT
 from .odbc import (
     INSTALL_LOCK,
@@ -155,10 +156,10 @@ class MssqlBackend(Backend):
                                          "run engine.install() or `mjsched init-db`") from exc
             raw = _message(exc)
             if _sqlstate(exc) == "IM002" or "can't open lib" in raw.lower():
-                message = (f"ODBC driver {self._target.driver!r} is not installed "
-                           f"(`odbcinst -q -d` lists the installed ones): {message}")
-            elif "(SQLDriverConnect)" in raw:
-                message = f"could not connect (login timeout {self._connect_timeout}s): {message}"
+                raise CannotConnect(self.where, f"ODBC driver {self._target.driver!r} is not installed "
+                                                f"(`odbcinst -q -d` lists the installed ones): {message}", what) from exc
+            if while_connecting(exc) or "(SQLDriverConnect)" in raw:
+                raise CannotConnect(self.where, f"{message} (login timeout {self._connect_timeout}s)", what) from exc
             raise DatabaseError(f"{what} failed on {self.where}: {message}") from exc
 
     _is_transient = staticmethod(is_transient)

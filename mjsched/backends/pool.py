@@ -27,6 +27,21 @@ def keep_for_ever(conn: object) -> None:
     _kept.append(conn)
 
 
+_CONNECTING = "_mjsched_while_connecting"
+
+
+def mark_connecting(exc: BaseException) -> None:
+    """Note on ``exc`` that it was raised while opening a connection, not by a call on one
+    (a gateway then says "cannot connect to host:port", not which routine needed it)."""
+    with contextlib.suppress(AttributeError, TypeError):
+        setattr(exc, _CONNECTING, True)
+
+
+def while_connecting(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised while opening a connection (``mark_connecting``)."""
+    return bool(getattr(exc, _CONNECTING, False))
+
+
 class PoolTimeout(DatabaseError):
     """No connection became free in time."""
 
@@ -100,7 +115,8 @@ class ConnectionPool(Generic[C]):
                 self._cond.wait(left)
         try:
             conn = self._connect()
-        except BaseException:
+        except BaseException as exc:
+            mark_connecting(exc)
             with self._cond:
                 self._open -= 1
                 self._cond.notify()

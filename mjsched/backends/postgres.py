@@ -20,7 +20,7 @@ import psycopg2.extras
 from .. import sqlfiles
 from ..decoding import safe_caster
 from ..redaction import redact_dsn
-from ..errors import ConfigurationError, DatabaseError, JobNameTaken, SchemaNotInstalled
+from ..errors import CannotConnect, ConfigurationError, DatabaseError, JobNameTaken, SchemaNotInstalled
 from .. import audit
 from ..forking import track
 from ..models import ClaimBatch, Job, JobChange, JobRun
@@ -31,7 +31,7 @@ from .base import (NAME_CONSTRAINT, NEW_JOB_ID, Backend, CancelOutcome, CancelRe
 from .base import UnscheduledJob
 from ..retention import PurgeBatch
 from .pg_install import PgInstaller
-from .pool import ConnectionPool
+from .pool import ConnectionPool, while_connecting
 from .watchdog import DEFAULT_CALL_TIMEOUT, CallAbandoned, CallWatchdog, shutdown_socket
 
 log = logging.getLogger(__name__)
@@ -92,6 +92,16 @@ def session_settings(statement_timeout_ms: int, lock_timeout_ms: int | None = No
 
 # PgBouncer refuses a startup parameter it does not know (``options``) unless told to ignore it
 POOLER_REFUSAL = "unsupported startup parameter"
+
+
+_LIBPQ_CONNECT_PREFIX = re.compile(r'^connection to server (at|on socket) "[^"]*"(, port \d+)? failed:\s*'
+                                   r'|^(FATAL|ERROR):\s+')
+
+
+def connect_reason(first_line: str) -> str:
+    """libpq's reason without what the message names anyway ("connection to server at ...,
+    port ... failed: FATAL:"): 'Connection refused', 'role "x" does not exist'."""
+    return _LIBPQ_CONNECT_PREFIX.sub("", _LIBPQ_CONNECT_PREFIX.sub("", first_line, count=1), count=1) or first_line
 
 
 def _utc_opts(dsn: str, connect_timeout: float, statement_timeout_ms: int, call_timeout: float,
@@ -303,6 +313,8 @@ class PostgresBackend(Backend):
                 raise SchemaNotInstalled(f"{what}: the mjsched schema is missing or outdated; "
                                          "run engine.install() or `mjsched init-db`") from exc
             message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            if while_connecting(exc):
+                raise CannotConnect(self._where, redact_dsn(connect_reason(message)), what) from exc
             raise DatabaseError(f"{what} failed on {self._where}: {redact_dsn(message)}") from exc
 
     _is_transient = staticmethod(is_transient)

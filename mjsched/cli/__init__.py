@@ -13,6 +13,7 @@ imports this package (tests/unit/test_import_graph.py checks it).
   engine_commands.py  ``init-db``, ``run`` (and --once), ``execute``, ``status``, ``config``, ``dashboard``
   demo.py             ``mjsched demo``
   jobfile.py          the TOML file ``jobs apply`` reads
+  tomlfile.py         reads a TOML file (errors name file, line and column)
   terminal.py         shared terminal helpers: tables, times, durations, exit codes, the graceful stop
   config.py           the layered configuration (file, MJSCHED_* environment, flags); the only reader
                       of MJSCHED_*; builds the engine's EngineOptions

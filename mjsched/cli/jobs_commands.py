@@ -320,7 +320,11 @@ def cmd_jobs_apply(ctx: Context) -> int:
 
     a = ctx.args
     declared = jobfile.load(a.file)
-    declarations(declared)     # every job checked before a connection is opened
+    try:
+        declarations(declared)     # every job checked before a connection is opened
+    except ConfigurationError as exc:
+        exc.args = (f"{a.file}: {exc.args[0] if exc.args else exc}",)   # which file holds the job
+        raise
     result = ctx.engine().sync_jobs(declared, remove_missing=a.remove_missing, dry_run=a.dry_run)
     removed_as = {"pause": "paused", "delete": "deleted"}.get(a.remove_missing, "removed")
     if ctx.json:

@@ -94,7 +94,7 @@ class BaseScheduledJob:
 
     def format_notification(self, context: ExecutionContext, result: JobResult) -> Notification:
         job, run = context.job, context.run
-        state = "succeeded" if result.success else "failed"
+        state = outcome_words(getattr(run.status, "value", run.status), result.success)
         lines = [f"Job {job.name!r} ({job.id}) {state}.", f"Run: {run.id}"]
         if run.scheduled_for is not None:
             lines.append(f"Scheduled for: {run.scheduled_for.isoformat()}")
@@ -108,6 +108,17 @@ class BaseScheduledJob:
             priority="Normal" if result.success else "High",
             metadata={"job_id": job.id, "run_id": run.id, "driver": job.driver},
         )
+
+
+# How a notification words a run's final status ("Job 'x' was cancelled", not "failed").
+_OUTCOME_WORDS = {"Completed": "succeeded", "Failed": "failed", "Timeout": "timed out",
+                  "Cancelled": "was cancelled", "Abandoned": "was abandoned", "Skipped": "was skipped"}
+
+
+def outcome_words(status: Any, success: bool) -> str:
+    """The verb of a notification for a run that ended with ``status`` (a RunStatus value);
+    a status without words of its own (a driver's run still Running) by ``success``."""
+    return _OUTCOME_WORDS.get(str(status), "succeeded" if success else "failed")
 
 
 _Driver = TypeVar("_Driver", bound=type[BaseScheduledJob])

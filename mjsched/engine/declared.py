@@ -7,8 +7,8 @@ sql/*/005_job_names.sql). Making a job match it:
 - a job of that name: every field the declaration gives, and every definition field it does
   not give (reset to what ``create_job`` would give it: DEFAULTS), is compared with the stored
   value, and only the fields that differ are updated, in one ``update_job``. So the schedule
-  (next_run_at) is recomputed only when cron, timezone or start_at changed, and the job keeps
-  its id, statistics and run history;
+  (next_run_at) is recomputed only when cron, every, run_at, timezone or start_at changed,
+  and the job keeps its id, statistics and run history;
 - ``status`` is compared only when the declaration gives it: an operator's pause survives a
   restart of the application that declares the job.
 

@@ -112,6 +112,7 @@ class SchedulingEngine:
         wire(self, opts)
         self._control = EngineControl(self)
         self._manual = ManualRuns(self)
+        self._declared: set[str] = set()    # names this object's ensure_job/sync_jobs declared
 
     # -- schema ----------------------------------------------------------------------
     def install(self) -> list[str]:
@@ -157,7 +158,9 @@ class SchedulingEngine:
         self._admit(driver, fields.get("configuration"))
         spec = {"name": name, "driver": driver, "cron": cron, "every": every, "run_at": run_at, **fields}
         with audit.changes_by(via="ensure_job"):
-            return declared.ensure(self, declared.declare(spec))[1]
+            job = declared.ensure(self, declared.declare(spec))[1]
+        self._declared.add(job.name)
+        return job
 
     def sync_jobs(self, jobs: list[dict[str, Any]], remove_missing: str = "keep", *,
                   dry_run: bool = False) -> SyncResult:
@@ -169,7 +172,18 @@ class SchedulingEngine:
             if isinstance(spec, dict):
                 self._admit(spec.get("driver"), spec.get("configuration"))
         with audit.changes_by(via="sync_jobs"):
-            return declared.sync(self, jobs, remove_missing, dry_run)
+            result = declared.sync(self, jobs, remove_missing, dry_run)
+        if not result.dry_run:
+            self._declared.update(result.created + result.updated + result.unchanged)
+        return result
+
+    @property
+    def declared_names(self) -> frozenset[str]:
+        """The names of the jobs this engine object declared (ensure_job, sync_jobs): the next
+        start of the code that declares them sets them back to the declaration, so a dashboard
+        mounted on this engine says so on their pages. The database does not record it: jobs
+        declared by another process (or ``mjsched jobs apply``) are not in it."""
+        return frozenset(self._declared)
 
     def job_history(self, job_id: str, limit: int = 100) -> list[JobChange]:
         """The job's audit trail, newest first: every change to its definition, by whom

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from .. import retention, validation
 from ..backends.base import Backend
-from ..errors import ConfigurationError, PurgeBusy, SchedulerError
+from ..errors import CannotConnect, ConfigurationError, PurgeBusy, SchedulerError
 from .options import EngineOptions
 
 log = logging.getLogger("mjsched.engine")
@@ -82,9 +82,9 @@ class RunPurger:
                     break
             if batches and not batch.busy and time.monotonic() < deadline:
                 self._purge_changes(keep_seconds)
-        except SchedulerError as exc:
-            log.warning("run-history purge failed (the next pass tries again): %s", exc,
-                        extra={"action": "purge_failed"})
+        except SchedulerError as exc:   # an unreachable database is the poll's line to say, once per poll
+            log.log(logging.INFO if isinstance(exc, CannotConnect) else logging.WARNING,
+                    "run-history purge failed (the next pass tries again): %s", exc, extra={"action": "purge_failed"})
         except NotImplementedError:
             return 0
         if purged:

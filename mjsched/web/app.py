@@ -323,6 +323,7 @@ class Dashboard:
                         "jitter": "" if job.get("jitter_seconds") is None else str(job["jitter_seconds"])}
         why, why_at, why_error = self._why(job_id, job["timezone"], request.args.get("why_at"))
         return self._render(request, "job.html", http_status=status_code, nav="jobs", job=job, now=now,
+                            declared=job["name"] in self.engine.declared_names,
                             next_runs=next_runs, schedule_error=schedule_error, run_status=run_status, summary=summary,
                             chart=self.reader.duration_chart(job_id), form=form, form_error=form_error,
                             changes=self._changes(job_id), why=why, why_at=why_at, why_error=why_error,

@@ -275,6 +275,24 @@ def test_cooperative_thread_job_ends_cancelled_at_the_next_renewal(make_engine: 
     assert "cancelled" in done[0].error_message     # what the driver said follows
 
 
+def test_the_notification_of_a_cancelled_run_says_cancelled_not_failed(make_engine: Any) -> None:
+    """Issue 35 item 10: a Cancelled run was notified as "[mjsched] <job> failed"."""
+    notifier = drivers.RecordingNotifier()
+    runner = make_engine(heartbeat_interval=0.5, notifier=notifier)
+    job_id = runner.create_job(name="told", driver="test-block", cron=YEARLY, configuration={"gate": "told"})
+    thread = threading.Thread(target=runner.execute_job, args=(job_id,))
+    thread.start()
+    assert started("told").wait(10)
+    runner.cancel_run(_running_run(runner, job_id).id)
+    thread.join(10)
+    assert notifier.event.wait(10)
+    ((_, run, notification),) = notifier.sent
+    assert run.status is mjsched.RunStatus.CANCELLED
+    assert notification.subject == "[mjsched] told was cancelled"
+    assert notification.body.startswith(f"Job 'told' ({job_id}) was cancelled.")
+    assert "failed" not in notification.subject + notification.body.splitlines()[0]
+
+
 def test_process_isolated_job_that_ignores_cancel_is_killed_after_the_grace(make_engine: Any,
                                                                            tmp_path: Path) -> None:
     engine = make_engine(heartbeat_interval=0.5, cancel_grace=1.0)

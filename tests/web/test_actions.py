@@ -121,3 +121,26 @@ def test_the_job_page_shows_h_resolved_and_edits_the_jitter(engine: mjsched.Sche
     job = engine.get_job(job_id)
     assert job.jitter_seconds == 90 and job.next_run_at.strftime("%M:%S") == "06:13"
     assert 'id="schedule-jitter"' in html
+
+
+def test_a_declared_job_says_edits_here_last_until_the_next_deploy(engine: mjsched.SchedulingEngine,
+                                                                   client: Browserless) -> None:
+    """Issue 35 item 10: dashboard edits to declared jobs were undone at the next deploy without a hint."""
+    declared = engine.ensure_job("declared-report", "shell", "0 2 * * *", configuration={"command": ["true"]})
+    synced = engine.sync_jobs([{"name": "synced-report", "driver": "shell", "cron": "0 3 * * *",
+                                "configuration": {"command": ["true"]}}])
+    plain = shell_job(engine, "made-by-hand")
+    assert engine.declared_names == {"declared-report", "synced-report"} and synced.created == ["synced-report"]
+    for job_id in (declared.id, engine.get_job("synced-report").id):
+        page = client.html(f"/jobs/{job_id}")
+        assert 'id="declared-note"' in page and "Declared in this application's code" in page
+        assert "replacing edits made here" in page and 'id="declared-hint"' not in page
+    page = client.html(f"/jobs/{plain}")              # not known to be declared: the general hint
+    assert 'id="declared-note"' not in page and 'id="declared-hint"' in page
+    assert "(mjsched jobs apply) is set back to its declaration at the next deploy" in page
+    # and it is true: an edit here is replaced when the code declares the job again
+    client.post(f"/jobs/{declared.id}/edit", {"cron": "0 4 * * *", "timezone": "UTC", "status": "Active",
+                                              "max_runtime": ""})
+    assert engine.get_job(declared.id).cron_expression == "0 4 * * *"
+    engine.ensure_job("declared-report", "shell", "0 2 * * *", configuration={"command": ["true"]})
+    assert engine.get_job(declared.id).cron_expression == "0 2 * * *"
