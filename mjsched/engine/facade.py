@@ -10,7 +10,8 @@ import functools
 import logging
 from typing import Any, Callable, Iterable, TypeVar
 
-from .. import audit, validation
+from .. import alerts, audit, validation
+from ..alerts import Alert
 from ..backends import Backend, open_backend
 from ..errors import ConfigurationError, EngineForked, JobNotFound
 from ..models import DispatchResult, Job, JobChange, JobRun, JobStatus, RunStatus, SyncResult
@@ -129,9 +130,33 @@ class SchedulingEngine:
         is exactly one of ``cron``, ``every`` (a timedelta or '90s', '15m', '2h', '1d') and
         ``run_at`` (an aware datetime: one run, then the job is Expired)."""
         self._admit(driver, configuration)
-        return create_job(self.backend, {"name": name, "driver": driver, "cron": cron, "every": every,
-                                         "run_at": run_at, "timezone": timezone, "configuration": configuration,
-                                         **fields})
+        rules = alerts.pop_rules(fields)      # deadline alerts (alerts.ALERT_FIELDS), checked first
+        rules = alerts.merged(None, rules) if rules else None
+        job_id = create_job(self.backend, {"name": name, "driver": driver, "cron": cron, "every": every,
+                                           "run_at": run_at, "timezone": timezone, "configuration": configuration,
+                                           **fields})
+        if rules:
+            self.backend.set_job_alerts(job_id, rules)
+        return job_id
+
+    def job_alerts(self, job_id: str) -> dict[str, Any]:
+        """The job's deadline-alert rules as create_job keywords (None: that rule is off)."""
+        return alerts.as_keywords(self.backend.job_alert_rules(self.get_job(job_id).id))
+
+    def open_alerts(self, job_id: str | None = None, limit: int = 200) -> list[Alert]:
+        """The open deadline alerts (of one job), newest first (docs/guide/operations.md)."""
+        jid = self.get_job(job_id).id if job_id is not None else None
+        return [Alert.from_row(r) for r in self.backend.open_alerts(jid, validation.positive_int("limit", limit))]
+
+    def _set_alerts(self, job_id: str, changes: dict[str, Any] | None, replace: bool = False) -> None:
+        """Write the job's alert rules when they differ: ``changes`` over the current ones, or
+        (``replace``, a declaration) instead of them."""
+        if changes is None and not replace:
+            return
+        current = self.backend.job_alert_rules(job_id)
+        wanted = alerts.merged(None if replace else current, changes or {})
+        if alerts.as_keywords(current) != alerts.as_keywords(wanted):
+            self.backend.set_job_alerts(job_id, wanted)
 
     def _admit(self, driver: Any, configuration: Any) -> None:
         """A celery job this engine may not run is refused before its driver's checks, which
@@ -152,9 +177,13 @@ class SchedulingEngine:
         written, so next_run_at is recomputed only when the schedule changed; id, statistics
         and history are kept. Safe from several processes at once (names are unique)."""
         self._admit(driver, fields.get("configuration"))
+        rules = alerts.pop_rules(fields)
+        alerts.merged(None, rules or {})
         spec = {"name": name, "driver": driver, "cron": cron, "every": every, "run_at": run_at, **fields}
         with audit.changes_by(via="ensure_job"):
-            return declared.ensure(self, declared.declare(spec))[1]
+            job = declared.ensure(self, declared.declare(spec))[1]
+            self._set_alerts(job.id, rules, replace=True)    # not declared: none
+        return job
 
     def sync_jobs(self, jobs: list[dict[str, Any]], remove_missing: str = "keep", *,
                   dry_run: bool = False) -> SyncResult:
@@ -193,9 +222,13 @@ class SchedulingEngine:
         current = self.get_job(job_id)
         if "driver" in fields or "configuration" in fields:
             self._admit(fields.get("driver", current.driver), fields.get("configuration", current.configuration))
-        values = changed_job_values(self.backend, current, fields)
-        if not self.backend.update_job(current.id, values):
+        rules = alerts.pop_rules(fields)
+        if rules is not None:
+            alerts.merged(self.backend.job_alert_rules(current.id), rules)    # checked before anything is written
+        values = changed_job_values(self.backend, current, fields) if fields or rules is None else {}
+        if (values or rules is None) and not self.backend.update_job(current.id, values):
             raise JobNotFound(job_id)
+        self._set_alerts(current.id, rules)
         self.on_job_changed()
         return self.get_job(current.id)
 

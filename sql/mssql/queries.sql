@@ -148,3 +148,24 @@ SELECT (SELECT COUNT(*) FROM mjsched.scheduled_job WHERE status = N'Active') AS 
        (SELECT COUNT(*) FROM mjsched.scheduled_job_run
          WHERE status = N'Abandoned'
            AND completed_at > DATEADD(hour, -24, SYSDATETIMEOFFSET())) AS abandoned_24h;
+
+-- name: job_alert_rules
+-- A job's deadline-alert rules (014_alerts.sql).
+SET NOCOUNT ON;
+DECLARE @job uniqueidentifier = ?;
+SELECT late_start_seconds, silent_after_seconds, too_long_seconds, failing_streak, pause_after_failing_streak
+  FROM mjsched.job_alert_rule WHERE job_id = @job;
+
+-- name: open_alerts
+-- The open deadline alerts (of one job, or all), newest first.
+SET NOCOUNT ON;
+DECLARE @job uniqueidentifier = ?, @limit int = ?;
+SELECT TOP (@limit) id, job_id, job_name, kind, since, threshold, run_id, opened_at, resolved_at, paused
+  FROM mjsched.job_alert
+ WHERE resolved_at IS NULL AND (@job IS NULL OR job_id = @job)
+ ORDER BY opened_at DESC, id DESC
+OPTION (RECOMPILE);
+
+-- name: open_alert_counts
+-- Open deadline alerts by kind (ix_job_alert_open), for the metrics.
+SELECT kind, COUNT(*) AS [open] FROM mjsched.job_alert WHERE resolved_at IS NULL GROUP BY kind;
