@@ -75,11 +75,13 @@ class SchedulingEngine:
                  purge_interval: float | None = 10.0, purge_pass_seconds: float = 0.2, purge_batch_size: int = 1000,
                  celery_allowed_apps: Iterable[str] | str | None = None,
                  celery_allowed_brokers: Iterable[str] | str | None = None,
+                 alert_interval: float | None = 15.0,
                  **backend_options: Any) -> None:
         """``options`` (built by the CLI's config) replaces the tuning arguments when given (one
         given beside it as well is refused: ConfigurationError naming it).
         ``keep_runs_days``/``keep_runs_count``: run-history retention for jobs without their own
         (README "Run-history retention"); ``purge_interval`` (None: this engine never purges).
+        ``alert_interval``: deadline alerts are evaluated at most this often (None: not by this engine).
         ``default_max_runtime`` (seconds; default one day, None: unbounded) bounds every run whose
         job sets no max_runtime (nor its driver a default_max_runtime): past it the run is Timeout.
         ``celery_allowed_apps`` / ``celery_allowed_brokers``: the app paths a ``celery`` job may
@@ -93,7 +95,8 @@ class SchedulingEngine:
             cancel_grace=cancel_grace, default_max_runtime=default_max_runtime,
             keep_runs_days=keep_runs_days, keep_runs_count=keep_runs_count, purge_interval=purge_interval,
             purge_pass_seconds=purge_pass_seconds, purge_batch_size=purge_batch_size,
-            celery_allowed_apps=celery_allowed_apps, celery_allowed_brokers=celery_allowed_brokers)
+            celery_allowed_apps=celery_allowed_apps, celery_allowed_brokers=celery_allowed_brokers,
+            alert_interval=alert_interval)
         opts = self.options
         self.max_concurrent_jobs, self.lease_timeout = opts.max_concurrent_jobs, opts.lease_timeout
         self.min_poll_interval, self.max_poll_interval = opts.min_poll_interval, opts.max_poll_interval
