@@ -121,31 +121,36 @@ def test_a_failing_streak_pauses_its_job_through_the_audited_path(make_engine: C
 
 def test_alerts_fire_when_the_engine_that_should_run_the_job_was_killed(make_engine: Callable[..., Any],
                                                                         sql: Any, pg_dsn: str) -> None:
-    """A subprocess engine (the only one that runs shell jobs) claims a long job and is killed
-    -9: the run it held runs too long, and the three engines left (which do not run shell
-    jobs) open that alert once."""
+    """A subprocess engine, the only one that runs shell jobs, runs 'ticker' every 3 s and holds
+    'backup' (a long run), and is killed -9: the run it held runs too long and the ticker's next
+    tick starts late; the three engines left (which do not run shell jobs) open each alert once."""
     engines = [(make_engine(notifier=n, alert_interval=None, allowed_drivers=["test-ok"]), n)
                for n in (RecordingNotifier(), RecordingNotifier(), RecordingNotifier())]
     admin = engines[0][0]
-    job = admin.create_job("backup", "shell", every="5s", configuration={"command": "sleep 120"},
-                           alert_too_long=2, alert_late_start=2, status="Active")
+    backup = admin.create_job("backup", "shell", every="1h", configuration={"command": "sleep 120"},
+                              alert_too_long=2, status="Active", run_immediately_if_never_run=True)
+    ticker = admin.create_job("ticker", "shell", every="3s", configuration={"command": "true"},
+                              alert_late_start=2, status="Active", high_frequency_ok=True)
     proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "integration" / "engine_process.py"), pg_dsn,
                              "120", "doomed"], env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
         wait_for(lambda: sql.one("SELECT count(*) FROM mjsched.scheduled_job_run WHERE scheduled_job_id = %s "
-                                 "AND status = 'Running'", (job,)) == 1, timeout=60,
-                 message="the subprocess engine to start the job")
+                                 "AND status = 'Running'", (backup,)) == 1
+                 and sql.one("SELECT count(*) FROM mjsched.scheduled_job_run WHERE scheduled_job_id = %s "
+                             "AND status = 'Completed'", (ticker,)) >= 1, timeout=60,
+                 message="the subprocess engine to run both jobs")
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
     events: list[tuple[str, str]] = []
     wait_for(lambda: events.extend(run_evaluations(engines, rounds=1)) or
-             "too_long" in {k for k, _ in events}, timeout=60,
-             message="the too_long alert from the surviving engines")
+             {k for k, _ in events} >= {"too_long", "late_start"}, timeout=60,
+             message="too_long and late_start alerts from the surviving engines")
     events.extend(run_evaluations(engines))
-    assert sorted(e for e in events if e[1] == "opened").count(("too_long", "opened")) == 1
-    assert [k for k, _ in alert_notes(engines)].count("too_long") == 1
-    assert sql.one("SELECT count(*) FROM mjsched.job_alert WHERE kind = 'too_long'") == 1
+    assert sorted(events) == [("late_start", "opened"), ("too_long", "opened")]      # once each
+    assert sorted(alert_notes(engines)) == sorted(events)
+    assert sql.rows("SELECT kind, job_id::text AS job FROM mjsched.job_alert ORDER BY kind") == \
+        [{"kind": "late_start", "job": ticker}, {"kind": "too_long", "job": backup}]
 
 
 def test_bad_alert_rules_are_refused_naming_the_field_before_anything_is_written(
