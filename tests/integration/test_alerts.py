@@ -15,6 +15,7 @@ import pytest
 
 import mjsched
 from mjsched.errors import ConfigurationError
+from mjsched.metrics import EngineMetrics
 from tests.support import drivers  # noqa: F401 - registers the test drivers
 from tests.support.drivers import RecordingNotifier
 from tests.support.pg import wait_for
@@ -88,6 +89,9 @@ def test_each_kind_opens_once_across_three_engines_and_resolves_once(make_engine
     assert sql.one("SELECT count(*) FROM mjsched.job_alert") == 4
     assert {a.kind for a in admin.open_alerts()} == {"late_start", "silent", "too_long", "failing_streak"}
     assert admin.backend.open_alert_counts() == {"late_start": 1, "silent": 1, "too_long": 1, "failing_streak": 1}
+    metrics = EngineMetrics(engines[2][0], job_metrics=False).render().decode()   # read from the table: any engine
+    for kind in ("late_start", "silent", "too_long", "failing_streak"):
+        assert f'mjsched_alerts_open{{kind="{kind}"}} 1.0' in metrics
 
     # The conditions end: the tick runs, a success, the run ends, the streak broken.
     sql.run("UPDATE mjsched.scheduled_job SET next_run_at = now() + interval '1 day' WHERE id = %s", (late,))
