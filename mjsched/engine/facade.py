@@ -151,13 +151,12 @@ class SchedulingEngine:
         jid = self.get_job(job_id).id if job_id is not None else None
         return [Alert.from_row(r) for r in self.backend.open_alerts(jid, validation.positive_int("limit", limit))]
 
-    def _set_alerts(self, job_id: str, changes: dict[str, Any] | None, replace: bool = False) -> None:
-        """Write the job's alert rules when they differ: ``changes`` over the current ones, or
-        (``replace``, a declaration) instead of them."""
-        if changes is None and not replace:
+    def _set_alerts(self, job_id: str, changes: dict[str, Any] | None) -> None:
+        """Write the job's alert rules when they differ: ``changes`` over the current ones."""
+        if changes is None:
             return
         current = self.backend.job_alert_rules(job_id)
-        wanted = alerts.merged(None if replace else current, changes or {})
+        wanted = alerts.merged(current, changes)
         if alerts.as_keywords(current) != alerts.as_keywords(wanted):
             self.backend.set_job_alerts(job_id, wanted)
 
@@ -180,13 +179,9 @@ class SchedulingEngine:
         written, so next_run_at is recomputed only when the schedule changed; id, statistics
         and history are kept. Safe from several processes at once (names are unique)."""
         self._admit(driver, fields.get("configuration"))
-        rules = alerts.pop_rules(fields)
-        alerts.merged(None, rules or {})
         spec = {"name": name, "driver": driver, "cron": cron, "every": every, "run_at": run_at, **fields}
         with audit.changes_by(via="ensure_job"):
-            job = declared.ensure(self, declared.declare(spec))[1]
-            self._set_alerts(job.id, rules, replace=True)    # not declared: none
-        return job
+            return declared.ensure(self, declared.declare(spec))[1]    # alert rules too: not declared, none
 
     def sync_jobs(self, jobs: list[dict[str, Any]], remove_missing: str = "keep", *,
                   dry_run: bool = False) -> SyncResult:

@@ -23,6 +23,7 @@ from tests.support.pg import wait_for
 pytestmark = pytest.mark.postgres
 ROOT = Path(__file__).resolve().parents[2]
 NEVER = "0 0 1 1 *"
+SHELL = {"command": "true"}
 
 
 def fleet(make_engine: Callable[..., Any], count: int = 3) -> list[tuple[Any, RecordingNotifier]]:
@@ -190,3 +191,26 @@ def test_a_lost_reply_of_evaluate_alerts_is_replayed_with_its_alerts(make_engine
     again = engine.backend.evaluate_alerts(call)          # the same call: its rows, nothing more
     assert [r["kind"] for r in first] == [r["kind"] for r in again] == ["late_start"]
     assert engine.backend.evaluate_alerts("00000000-0000-4000-8000-000000000002") == []
+
+
+def test_declared_jobs_carry_their_alert_rules(make_engine: Callable[..., Any], sql: Any, tmp_path: Path) -> None:
+    """ensure_job and a TOML file (jobs apply) set the rules; a declaration that drops them turns them off."""
+    engine = make_engine()
+    engine.ensure_job("nightly", "shell", NEVER, configuration=SHELL, alert_silent_after="26h", alert_failing_streak=3,
+                      pause_after_failing_streak=True)
+    job = engine.get_job("nightly").id
+    assert engine.job_alerts(job)["alert_silent_after"] == 26 * 3600
+    result = engine.sync_jobs([{"name": "nightly", "driver": "shell", "configuration": SHELL, "cron": NEVER, "alert_silent_after": "1d"}])
+    assert result.updated == ["nightly"] and "alerts" in result.changes["nightly"]
+    assert engine.job_alerts(job) == {"alert_late_start": None, "alert_silent_after": 86400, "alert_too_long": None,
+                                      "alert_failing_streak": None, "pause_after_failing_streak": None}
+    assert engine.sync_jobs([{"name": "nightly", "driver": "shell", "configuration": SHELL, "cron": NEVER,
+                              "alert_silent_after": 86400}]).unchanged == ["nightly"]
+    toml = tmp_path / "jobs.toml"
+    toml.write_text('[jobs.nightly]\ndriver = "shell"\nconfiguration = { command = "true" }\ncron = "0 0 1 1 *"\nalert_late_start = "10m"\n',
+                    encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "mjsched", "--dsn", sql.dsn, "jobs", "apply", str(toml)],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    assert engine.job_alerts(job)["alert_late_start"] == 600 and engine.job_alerts(job)["alert_silent_after"] is None
