@@ -122,10 +122,10 @@ class Alert:
 WHAT_TO_DO = {
     "late_start": "Run `mjsched status` (are engines alive, at their cap?) and `mjsched jobs show JOB`; "
                   "a job whose driver no live engine allows, or an engine that died holding it, starts late.",
-    "silent": "Look at the job's recent runs (`mjsched runs list --job JOB`): failing, skipped, or not running at all?",
-    "too_long": "Look at the run (`mjsched runs show RUN`); cancel it (`mjsched runs cancel RUN`) if it hangs; "
-                "its max_runtime kills it otherwise.",
-    "failing_streak": "Read the failed runs' errors (`mjsched runs list --job JOB --status Failed`); fix the cause, "
+    "silent": "Look at the job's recent runs (`mjsched runs --job JOB`): failing, skipped, or not running at all?",
+    "too_long": "Look at the run (`mjsched runs --job JOB --status Running`); cancel it (`mjsched runs cancel RUN`) "
+                "if it hangs; its max_runtime kills it otherwise.",
+    "failing_streak": "Read the failed runs' errors (`mjsched runs --job JOB --status Failed`); fix the cause, "
                       "then resume the job if this alert paused it (`mjsched jobs resume JOB`).",
 }
 
