@@ -124,6 +124,8 @@ def _add_run(sub: Any, add: AddVerb) -> None:
                      help="retention default: keep each job's newest N finished runs (0: off)")
     run.add_argument("--purge-interval", type=float, metavar="SECONDS",
                      help="purge run history at most this often (default 10)")
+    run.add_argument("--alert-interval", type=float, metavar="SECONDS",
+                     help="evaluate deadline alerts at most this often (default 15)")
     run.add_argument("--shutdown-timeout", type=float, metavar="SECONDS",
                      help="on SIGINT/SIGTERM wait at most this long for running jobs (default 30)")
     run.add_argument("--metrics-port", type=int, metavar="PORT",
