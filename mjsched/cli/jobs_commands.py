@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, DatabaseError
 from ..redaction import redact
 from ..retry import parse_spec
 from .context import Context, UsageError, resolve_job
@@ -208,6 +208,11 @@ def cmd_jobs_show(ctx: Context) -> int:
         ctx.emit_json(job)
         return EXIT_OK
     data = redact(jsonable(job))
+    try:    # the deadline-alert rules and open alerts (014_alerts.sql): none on an older schema
+        data.update(engine.job_alerts(job.id))
+        data["open_alerts"] = "; ".join(f"{a.rule} ({a.describe()})" for a in engine.open_alerts(job.id)) or None
+    except (NotImplementedError, DatabaseError):
+        pass
     width = max(len(k) for k in data)
     for key, value in data.items():
         if key == "configuration" and not isinstance(value, str):   # a str: "<undecodable: ...>" (decoding.py)

@@ -2,6 +2,7 @@
 and flags Running runs whose engine is not live (issue 15, Status)."""
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import sys
@@ -89,3 +90,5 @@ def test_status_lists_open_alerts_and_jobs_add_edit_set_the_rules(cli: Cli, pg_d
     assert [(a["job_name"], a["kind"]) for a in status["open_alerts"]] == [("nightly-backup", "silent")]
     text = cli("status", "--dsn", pg_dsn, expect=0).stdout
     assert "open alerts: 1" in text and "silent 1d2h" in text and "no Completed run since" in text
+    shown = cli("jobs", "show", job["id"], "--dsn", pg_dsn, expect=0).stdout
+    assert re.search(r"alert_late_start +300", shown) and re.search(r"open_alerts +silent 1d2h", shown)
