@@ -18,13 +18,14 @@ ENGINE_ROUTINES = frozenset({
     "internal_routines", "lease_interval", "probe_permissions", "register_engine",
     "release_engine_locks", "release_job_lock", "renew_leases", "start_manual_run",
     "sweep_expired_leases", "unregister_engine", "note_frequency_warned", "cancel_requests", "purge_runs", "purge_job_changes",
+    "evaluate_alerts",
 })
 
 # What the admin role gets today (grants.sql grants it every non-internal routine outside
 # ENGINE_ROUTINES, so a routine added later is an admin one until it is listed above).
 ADMIN_ROUTINES = frozenset({
     "cancel_run", "check_job_fields", "delete_job", "ensure_job_type", "force_unlock_job", "insert_job",
-    "update_job",
+    "set_job_alerts", "update_job",
 })
 
 

@@ -294,8 +294,30 @@ class Dashboard:
         page = _positive_page(request.args.get("page"))
         summary = self.reader.summary()
         data = self.reader.jobs(status=status, search=search, page=page, now=summary["now"])
+        alerts_by_job: dict[str, list[Any]] = {}
+        for alert in self._open_alerts(None):
+            alerts_by_job.setdefault(alert.job_id, []).append(alert)
         return self._render(request, "jobs.html", nav="jobs", status=status, q=search or "", summary=summary,
-                            set_aside=self.reader.set_aside(), **data)
+                            set_aside=self.reader.set_aside(), alerts_by_job=alerts_by_job, **data)
+
+    def _open_alerts(self, job_id: str | None) -> list[Any]:
+        """Open deadline alerts (of one job); none on a schema without them (014_alerts.sql)."""
+        try:
+            return self.engine.open_alerts(job_id)
+        except (JobNotFound, NotImplementedError):
+            return []
+        except DatabaseError as exc:
+            log.warning("open alerts not read: %s", exc, extra={"action": "web_error"})
+            return []
+
+    def _alert_rules(self, job_id: str) -> dict[str, Any]:
+        try:
+            return self.engine.job_alerts(job_id)
+        except (JobNotFound, NotImplementedError):
+            return {}
+        except DatabaseError as exc:
+            log.warning("alert rules of job %s not read: %s", job_id, exc, extra={"action": "web_error"})
+            return {}
 
     def on_job(self, request: Request, job_id: str, form: dict[str, str] | None = None,
                form_error: str | None = None, status_code: int = 200) -> Response:
@@ -327,6 +349,7 @@ class Dashboard:
                             next_runs=next_runs, schedule_error=schedule_error, run_status=run_status, summary=summary,
                             chart=self.reader.duration_chart(job_id), form=form, form_error=form_error,
                             changes=self._changes(job_id), why=why, why_at=why_at, why_error=why_error,
+                            open_alerts=self._open_alerts(job_id), alert_rules=self._alert_rules(job_id),
                             **self.reader.job_runs(job_id, status=run_status, page=page, known=known))
 
     def _why(self, job_id: str, zone: str, at_text: str | None) -> tuple[Any, str, str | None]:

@@ -2133,7 +2133,7 @@ RETURN
       FROM (VALUES (N'test_pause'), (N'claimable'), (N'claim_token'), (N'abandon_runs'), (N'renew_tokens'),
                    (N'complete_items'), (N'take_over'), (N'expire_ended_jobs'), (N'claim_replay'), (N'claim_queued'), (N'claim_ticks'),
                    (N'next_due_at'), (N'claim_counters'), (N'purge_candidates'), (N'note_engine_seen'),
-                   (N'json_nesting_exceeds')) AS r (internal_routines);
+                   (N'json_nesting_exceeds'), (N'alerts_of_call')) AS r (internal_routines);
 GO
 
 -- probe_permissions: which mjsched routines the current user may execute, the internal
@@ -2153,17 +2153,17 @@ BEGIN
                                        CASE WHEN r.name = N'internal_routines' THEN N'SELECT'
                                             ELSE N'EXECUTE' END) = 1
                 THEN 1 ELSE 0 END AS can_execute
-      FROM (VALUES (N'abandon_runs'), (N'acquire_job_lock'), (N'advance_job'), (N'begin_job_run'),
+      FROM (VALUES (N'abandon_runs'), (N'acquire_job_lock'), (N'advance_job'), (N'alerts_of_call'), (N'begin_job_run'),
                    (N'cancel_requests'), (N'cancel_run'), (N'check_job_fields'), (N'check_lease'), (N'check_test_clock'), (N'claim_counters'),
                    (N'claim_due_jobs'), (N'claim_queued'), (N'claim_replay'), (N'claim_ticks'),
                    (N'claim_token'), (N'claimable'), (N'complete_items'), (N'complete_job_run'),
                    (N'complete_job_runs'), (N'complete_runs'), (N'delete_job'), (N'engines_holding_locks'), (N'enqueue_job_run'), (N'ensure_job_type'),
-                   (N'expire_ended_jobs'), (N'extend_job_leases'), (N'force_unlock_job'),
+                   (N'evaluate_alerts'), (N'expire_ended_jobs'), (N'extend_job_leases'), (N'force_unlock_job'),
                    (N'initialize_next_run'), (N'initialize_next_runs'), (N'insert_job'), (N'internal_routines'),
                    (N'json_nesting_exceeds'), (N'lease_interval'), (N'next_due_at'), (N'note_engine_seen'), (N'note_frequency_warned'), (N'probe_permissions'),
                    (N'purge_candidates'), (N'purge_job_changes'), (N'purge_runs'), (N'register_engine'),
                    (N'release_engine_locks'), (N'release_job_lock'), (N'renew_leases'), (N'renew_tokens'),
-                   (N'start_manual_run'), (N'sweep_expired_leases'), (N'take_over'), (N'test_pause'),
+                   (N'set_job_alerts'), (N'start_manual_run'), (N'sweep_expired_leases'), (N'take_over'), (N'test_pause'),
                    (N'unregister_engine'), (N'update_job')) AS r (name)
      WHERE NOT EXISTS (SELECT 1 FROM mjsched.internal_routines() AS i WHERE i.internal_routines = r.name)
      ORDER BY r.name;

@@ -1420,7 +1420,7 @@ LANGUAGE sql IMMUTABLE AS $$
     SELECT ARRAY['test_pause', 'claimable', 'claim_token', 'abandon_runs', 'renew_tokens', 'complete_items',
                  'runs_of_tokens', 'take_over', 'expire_ended_jobs', 'claim_replay', 'claim_queued',
                  'claim_ticks', 'next_due_at', 'claim_counters', 'purge_candidates', 'note_engine_seen',
-                 'json_nesting_exceeds']
+                 'json_nesting_exceeds', 'alerts_of_call']
 $$;
 
 -- probe_permissions: which mjsched procedures the current role may not execute.

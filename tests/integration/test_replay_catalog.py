@@ -51,6 +51,8 @@ INTERNAL: dict[str, str] = {
     "json_nesting_exceeds": "IMMUTABLE depth check of the JSON limits (check_job_fields, start_manual_run, complete_items)",
     "note_engine_seen": "the liveness write of renew_tokens and claim_due_jobs (skipped when the row is held)",
     "tg_scheduled_job_changed": "trigger function: runs inside the statement that changed a job row",
+    "alerts_of_call": "what evaluate_alerts answers, read-only (a replay answers the same rows: "
+                      "test_lost_reply_evaluate_alerts)",
     "tg_scheduled_job_audited": "trigger function: writes the audit trail inside the statement that changed a "
                                 "job row (a replay that changes nothing writes nothing: test_lost_reply_"
                                 "purge_job_changes)",
