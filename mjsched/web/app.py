@@ -24,7 +24,8 @@ from werkzeug.wrappers import Request, Response
 
 from ..cron import resolve_timezone
 from ..engine import SchedulingEngine
-from .. import audit
+from .. import alerts, audit
+from ..alerts import Alert
 from ..engine.refs import short_run_id
 from ..errors import (AmbiguousRunId, ConfigurationError, DatabaseError, JobNotFound, RunNotFound, SchedulerError,
                       SchemaNotInstalled)
@@ -302,8 +303,9 @@ class Dashboard:
 
     def _open_alerts(self, job_id: str | None) -> list[Any]:
         """Open deadline alerts (of one job); none on a schema without them (014_alerts.sql)."""
+        # through the backend, as every page reads: it works in a forked worker too (deployment.md)
         try:
-            return self.engine.open_alerts(job_id)
+            return [Alert.from_row(r) for r in self.engine.backend.open_alerts(job_id, 200)]
         except (JobNotFound, NotImplementedError):
             return []
         except DatabaseError as exc:
@@ -312,7 +314,7 @@ class Dashboard:
 
     def _alert_rules(self, job_id: str) -> dict[str, Any]:
         try:
-            return self.engine.job_alerts(job_id)
+            return alerts.as_keywords(self.engine.backend.job_alert_rules(job_id))
         except (JobNotFound, NotImplementedError):
             return {}
         except DatabaseError as exc:
@@ -373,7 +375,7 @@ class Dashboard:
     def _changes(self, job_id: str) -> list[Any]:
         """The job page's newest changes (masked); none on a schema without the audit trail."""
         try:
-            return self.engine.job_history(job_id, limit=20)
+            return [audit.masked(c) for c in self.engine.backend.job_history(job_id, None, 20)]
         except (JobNotFound, NotImplementedError):
             return []
         except DatabaseError as exc:
