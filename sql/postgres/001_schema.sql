@@ -217,6 +217,12 @@ ALTER TABLE mjsched.scheduled_job_run ADD COLUMN IF NOT EXISTS retry_at timestam
 -- change to it, and the version a run started with (the claims and manual starts write it).
 ALTER TABLE mjsched.scheduled_job ADD COLUMN IF NOT EXISTS version integer NOT NULL DEFAULT 1;
 ALTER TABLE mjsched.scheduled_job_run ADD COLUMN IF NOT EXISTS job_version integer;
+-- Fencing tokens (issue 37 item 5, docs/guide/reliability.md "Fencing tokens"): fence_seq
+-- counts the job's lock takings that start a run (every claim, queued start and manual
+-- start moves it on under the job's row lock), and a run keeps the value it started with:
+-- a later holder of the job always has a larger token.
+ALTER TABLE mjsched.scheduled_job ADD COLUMN IF NOT EXISTS fence_seq bigint NOT NULL DEFAULT 0;
+ALTER TABLE mjsched.scheduled_job_run ADD COLUMN IF NOT EXISTS fencing_token bigint;
 
 -- A change to what defines a schedule (by anyone, through any client) clears
 -- next_run_at unless the writer set it, so an engine recomputes it; every change
