@@ -138,3 +138,19 @@ def test_lost_reply_check_fence(make_engine: Callable[..., Any], sql: Sql) -> No
     first = sql.one("SELECT fencing_token FROM mjsched.check_fence(%s, %s)", (run, token))
     assert sql.one("SELECT fencing_token FROM mjsched.check_fence(%s, %s)", (run, token)) == first
     assert sql.rows("SELECT * FROM mjsched.scheduled_job_run WHERE id = %s", (run,)) == before
+
+
+def report_token(context: mjsched.ExecutionContext) -> dict[str, Any]:
+    return {"seen": context.fencing_token}
+
+
+@pytest.mark.parametrize("isolation", ["thread", "process"])
+def test_a_python_job_sees_its_runs_token(make_engine: Callable[..., Any], isolation: str) -> None:
+    """A process-isolated run's child has no database connection: the parent reads the token
+    before it hands the run over."""
+    engine = make_engine(instance_name=f"fence-{isolation}")
+    job = engine.create_job(f"sees-{isolation}", "python", NEVER, isolation=isolation,
+                            configuration={"callable": f"{__name__}:report_token"})
+    runs = [engine.execute_job(job) for _ in range(2)]
+    assert [r.details["seen"] for r in runs] == [r.fencing_token for r in runs]
+    assert runs[0].fencing_token < runs[1].fencing_token
