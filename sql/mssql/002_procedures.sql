@@ -411,7 +411,8 @@ BEGIN
                    locked_by_instance = @p_instance,
                    expected_completion_at = DATEADD(millisecond, CAST((x.lease_s - FLOOR(x.lease_s)) * 1000 AS int),
                                                     DATEADD(second, CAST(FLOOR(x.lease_s) AS int), @v_now)),
-                   fence_seq = j.fence_seq + 1
+                   fence_seq = CASE WHEN j.fence_seq < 9223372036854775807 THEN j.fence_seq + 1
+                                    ELSE j.fence_seq END   -- saturates: a row set to the maximum never fails a claim
             OUTPUT inserted.id INTO @v_taken
               FROM mjsched.scheduled_job AS j WITH (ROWLOCK)
              CROSS APPLY (SELECT mjsched.lease_interval(@p_lease_seconds, j.max_runtime_seconds) AS lease_s) AS x
@@ -801,7 +802,8 @@ BEGIN
                    expected_completion_at = DATEADD(millisecond, CAST((x.lease_s - FLOOR(x.lease_s)) * 1000 AS int),
                                                     DATEADD(second, CAST(FLOOR(x.lease_s) AS int), @p_now)),
                    updated_at = SYSDATETIMEOFFSET(),  -- set here: the row trigger passes it over (001_schema.sql)
-                   fence_seq = j.fence_seq + 1
+                   fence_seq = CASE WHEN j.fence_seq < 9223372036854775807 THEN j.fence_seq + 1
+                                    ELSE j.fence_seq END   -- saturates: a row set to the maximum never fails a claim
             OUTPUT inserted.id, inserted.lock_token, inserted.expected_completion_at, inserted.last_run_at,
                    inserted.fence_seq, inserted.version INTO @v_taken
               FROM mjsched.scheduled_job AS j WITH (ROWLOCK)
@@ -937,7 +939,8 @@ BEGIN
                    expected_completion_at = DATEADD(millisecond, CAST((x.lease_s - FLOOR(x.lease_s)) * 1000 AS int),
                                                     DATEADD(second, CAST(FLOOR(x.lease_s) AS int), @p_now)),
                    updated_at = SYSDATETIMEOFFSET(),  -- set here: the row trigger passes it over (001_schema.sql)
-                   fence_seq = j.fence_seq + 1
+                   fence_seq = CASE WHEN j.fence_seq < 9223372036854775807 THEN j.fence_seq + 1
+                                    ELSE j.fence_seq END   -- saturates: a row set to the maximum never fails a claim
             OUTPUT inserted.id, inserted.lock_token, inserted.next_run_at, inserted.expected_completion_at,
                    inserted.last_run_at, inserted.fence_seq, inserted.version
               INTO @v_taken
@@ -1911,7 +1914,8 @@ BEGIN
                    locked_by_instance = @p_instance,
                    expected_completion_at = DATEADD(millisecond, CAST((x.lease_s - FLOOR(x.lease_s)) * 1000 AS int),
                                                     DATEADD(second, CAST(FLOOR(x.lease_s) AS int), @v_now)),
-                   fence_seq = j.fence_seq + 1
+                   fence_seq = CASE WHEN j.fence_seq < 9223372036854775807 THEN j.fence_seq + 1
+                                    ELSE j.fence_seq END   -- saturates: a row set to the maximum never fails a claim
             OUTPUT inserted.expected_completion_at, inserted.last_run_at, inserted.fence_seq, inserted.version
               INTO @v_taken
               FROM mjsched.scheduled_job AS j WITH (ROWLOCK)

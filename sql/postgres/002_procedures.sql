@@ -252,7 +252,8 @@ BEGIN
     UPDATE mjsched.scheduled_job j
        SET lock_token = p_token, locked_at = v_now, locked_by_instance = p_instance,
            expected_completion_at = v_now + mjsched.lease_interval(p_lease_seconds, j.max_runtime_seconds),
-           fence_seq = j.fence_seq + 1
+           fence_seq = CASE WHEN j.fence_seq < 9223372036854775807 THEN j.fence_seq + 1
+                            ELSE j.fence_seq END   -- saturates: a row set to the maximum never fails a claim
      WHERE j.id = p_job_id;
     RETURN QUERY SELECT 1;
 END;
@@ -635,7 +636,8 @@ BEGIN
                locked_at = p_now, locked_by_instance = p_instance,
                expected_completion_at = p_now + mjsched.lease_interval(p_lease_seconds, j.max_runtime_seconds),
                updated_at = now(),    -- set here, the row trigger passes it over (001_schema.sql)
-               fence_seq = j.fence_seq + 1
+               fence_seq = CASE WHEN j.fence_seq < 9223372036854775807 THEN j.fence_seq + 1
+                                ELSE j.fence_seq END   -- saturates: a row set to the maximum never fails a claim
          WHERE j.id = ANY (v_ids)
            AND EXISTS (SELECT 1 FROM mjsched.scheduled_job_run q
                         WHERE q.scheduled_job_id = j.id AND q.status = 'Queued')
@@ -728,7 +730,8 @@ BEGIN
                locked_at = p_now, locked_by_instance = p_instance,
                expected_completion_at = p_now + mjsched.lease_interval(p_lease_seconds, j.max_runtime_seconds),
                updated_at = now(),    -- set here, the row trigger passes it over (001_schema.sql)
-               fence_seq = j.fence_seq + 1
+               fence_seq = CASE WHEN j.fence_seq < 9223372036854775807 THEN j.fence_seq + 1
+                                ELSE j.fence_seq END   -- saturates: a row set to the maximum never fails a claim
          WHERE j.id = ANY (v_ids)
      RETURNING j.id, j.lock_token, j.next_run_at, j.expected_completion_at AS lease_until, j.concurrency_mode,
                j.last_run_at, j.fence_seq, j.version
@@ -1291,7 +1294,8 @@ BEGIN
     UPDATE mjsched.scheduled_job j
        SET lock_token = v_token, locked_at = v_now, locked_by_instance = p_instance,
            expected_completion_at = v_now + mjsched.lease_interval(p_lease_seconds, j.max_runtime_seconds),
-           fence_seq = j.fence_seq + 1
+           fence_seq = CASE WHEN j.fence_seq < 9223372036854775807 THEN j.fence_seq + 1
+                            ELSE j.fence_seq END   -- saturates: a row set to the maximum never fails a claim
      WHERE j.id = p_job_id;
     INSERT INTO mjsched.scheduled_job_run
            (scheduled_job_id, scheduled_for, status, started_at, executed_by_instance, lock_token, lease_expires_at,

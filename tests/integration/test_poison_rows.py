@@ -230,6 +230,10 @@ POISON: list[tuple[str, str, bool]] = [
                      "retry_jitter = 0", False),
     ("notify_final_attempt_only", "notify_final_attempt_only = NULL", False),
     *[("retry_count", f"retry_count = {v}", False) for v in (-1, 2147483647)],
+    ("version", "version = NULL", False),
+    ("fence_seq", "fence_seq = NULL", False),
+    ("fence_seq", "fence_seq = -1", True),
+    ("fence_seq", "fence_seq = 9223372036854775807", True),     # the claims saturate, never overflow
 ]
 # Rules about two columns, named after what they relate.
 CONSTRAINT_OF = {"end_at": "ck_scheduled_job_window", "lock_token": "ck_scheduled_job_lock",
