@@ -18,7 +18,10 @@ Configuration:
     its lease, and holds the run's row until the commit, so nothing the job wrote is
     committed by a run whose lease was lost (an engine paused past its lease). ``false``:
     no check. Absent: the check is made when the job's database has ``mjsched.check_fence``
-    (the scheduler's own database). See docs/guide/reliability.md, "Fencing tokens".
+    (the scheduler's own database; set ``false`` for a database that holds another
+    installation's schema, where this run is unknown and the check would refuse). A fenced
+    run's ``details`` also hold its ``fencing_token``. See docs/guide/reliability.md,
+    "Fencing tokens".
 
 The statement runs in one transaction that is committed on success and rolled
 back on error. ``details`` holds ``rowcount`` and, when the statement returns

@@ -4,6 +4,7 @@ manual starts and the previous release's acquire + begin, across engines and tak
 check_fence passes the run that holds its lease and refuses the one taken over."""
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from typing import Any, Callable
 
@@ -154,3 +155,40 @@ def test_a_python_job_sees_its_runs_token(make_engine: Callable[..., Any], isola
     runs = [engine.execute_job(job) for _ in range(2)]
     assert [r.details["seen"] for r in runs] == [r.fencing_token for r in runs]
     assert runs[0].fencing_token < runs[1].fencing_token
+
+
+def test_the_sql_driver_commits_only_under_its_lease(make_engine: Callable[..., Any], sql: Sql, pg_dsn: str) -> None:
+    """In-process: the same run, its statement committed while it holds its lease, rolled back
+    (the run failed, naming the fence) once its lease lapsed; with fence false, committed."""
+    import logging
+    import threading
+
+    from mjsched.drivers.sql import SqlJob
+
+    engine = make_engine(instance_name="fence-sql")
+    sql.run("CREATE TABLE public.fence_sql_target (token bigint)")
+    statement = "INSERT INTO public.fence_sql_target VALUES (%(mjsched_fencing_token)s)"
+    job_id = engine.create_job("sql-fenced", "sql", NEVER, configuration={"dsn": pg_dsn, "statement": statement,
+                                                                          "parameters": {}})
+    token = str(uuid.uuid4())
+    assert engine.backend.acquire_job_lock(job_id, token, "fence-sql", 30.0)
+    run_id = engine.backend.begin_job_run(job_id, token, "fence-sql")
+    run = engine.backend.get_run(run_id)
+    job = engine.get_job(job_id)
+
+    def execute(**overrides: Any) -> mjsched.JobResult:
+        configured = dataclasses.replace(job, configuration={**job.configuration, **overrides})
+        context = mjsched.ExecutionContext(job=configured, run=dataclasses.replace(run, lock_token=token),
+                                           cancel_event=threading.Event(), logger=logging.getLogger("t"))
+        return SqlJob().execute(context)
+
+    held = execute()
+    assert held.success and held.details["fencing_token"] == run.fencing_token, held
+    sql.run("UPDATE mjsched.scheduled_job_run SET lease_expires_at = now() - interval '1 second' WHERE id = %s",
+            (run_id,))
+    lapsed = execute()
+    assert not lapsed.success and "mjsched fence" in lapsed.error_message, lapsed
+    assert lapsed.details == {"sqlstate": "MJF01"}
+    assert sql.one("SELECT count(*) FROM public.fence_sql_target") == 1           # the lapsed run wrote nothing
+    assert execute(fence=False).success
+    assert sql.one("SELECT count(*) FROM public.fence_sql_target") == 2
