@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Iterable
 
 ENGINE_ROUTINES = frozenset({
-    "acquire_job_lock", "advance_job", "begin_job_run", "check_lease", "check_test_clock",
+    "acquire_job_lock", "advance_job", "begin_job_run", "check_fence", "check_lease", "check_test_clock",
     "claim_due_jobs", "complete_job_run", "complete_job_runs", "complete_runs", "engines_holding_locks",
     "enqueue_job_run", "extend_job_leases", "initialize_next_run", "initialize_next_runs",
     "internal_routines", "lease_interval", "probe_permissions", "register_engine",

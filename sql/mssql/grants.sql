@@ -93,7 +93,7 @@ DECLARE @v_routines TABLE (name sysname NOT NULL PRIMARY KEY, permission nvarcha
 DECLARE @v_routine sysname;
 DECLARE @v_sql nvarchar(4000);
 INSERT INTO @v_engine (name)
-VALUES (N'acquire_job_lock'), (N'advance_job'), (N'begin_job_run'), (N'check_lease'), (N'check_test_clock'),
+VALUES (N'acquire_job_lock'), (N'advance_job'), (N'begin_job_run'), (N'check_fence'), (N'check_lease'), (N'check_test_clock'),
        (N'claim_due_jobs'), (N'complete_job_run'), (N'complete_job_runs'), (N'complete_runs'),
        (N'engines_holding_locks'), (N'enqueue_job_run'), (N'extend_job_leases'), (N'initialize_next_run'),
        (N'initialize_next_runs'), (N'internal_routines'), (N'lease_interval'), (N'probe_permissions'),

@@ -533,6 +533,7 @@ HERE = "tests/integration/test_lost_replies.py"
 LOST_REPLY_TESTS: dict[str, str] = {
     "claim_due_jobs": f"{HERE}::test_the_backend_retry_replays_a_claim_whose_reply_was_lost",
     "start_manual_run": "tests/integration/test_protocol_v3.py::test_a_lost_reply_of_a_manual_start_is_replayed",
+    "check_fence": "tests/integration/test_fencing_tokens.py::test_lost_reply_check_fence",
     "complete_runs": "tests/chaos/test_replayed_completion.py::test_lost_reply_of_a_completion_keeps_its_notification",
     "cancel_run": f"{HERE}::test_a_cancel_whose_reply_was_lost_answers_what_it_did",
     "acquire_job_lock": f"{HERE}::test_lost_reply_acquire_job_lock",
