@@ -235,6 +235,9 @@ POISON: list[tuple[str, str, bool]] = [
     ("jitter_seconds", "cron_expression = NULL, run_at = now() + interval '1 day', jitter_seconds = 5", False),
     ("jitter_seconds", "jitter_seconds = 86400", True),
     ("cron_expression", "cron_expression = 'H(30-10) * * * * *'", True),
+    # the priority (015_priorities.sql): -100 to 100, never NULL; the bounds run like any job
+    *[("priority", f"priority = {v}", False) for v in (101, -101, 2147483647, "NULL")],
+    *[("priority", f"priority = {v}", True) for v in (100, -100)],
 ]
 # Rules about two columns, named after what they relate.
 CONSTRAINT_OF = {"end_at": "ck_scheduled_job_window", "lock_token": "ck_scheduled_job_lock",
