@@ -121,3 +121,10 @@ def test_the_job_page_shows_h_resolved_and_edits_the_jitter(engine: mjsched.Sche
     job = engine.get_job(job_id)
     assert job.jitter_seconds == 90 and job.next_run_at.strftime("%M:%S") == "06:13"
     assert 'id="schedule-jitter"' in html
+
+
+def test_the_job_page_shows_the_priority(engine: mjsched.SchedulingEngine, client: Browserless) -> None:
+    job_id = shell_job(engine, "urgent", cron="0 2 * * *")
+    engine.update_job(job_id, priority=42)
+    html = client.html(f"/jobs/{job_id}")
+    assert 'id="job-priority"' in html and ">42</dd>" in html
