@@ -120,3 +120,13 @@ def test_apply_declares_h_and_jitter(cli: Cli, pg_dsn: str, tmp_path: Path) -> N
     plan = cli.json("jobs", "apply", write(tmp_path, FILE_V2.replace('cron = "30 2 * * *"', 'cron = "H 2 * * *"')),
                     "--dry-run", "--dsn", pg_dsn)
     assert plan["updated"] == ["report"]                  # the jitter the file no longer gives goes
+
+
+def test_apply_declares_a_priority(cli: Cli, pg_dsn: str, tmp_path: Path) -> None:
+    """A [jobs.NAME] table takes priority = 20 (issue 37 item 4); leaving it out sets 0 again."""
+    text = FILE_V2.replace('cron = "30 2 * * *"', 'cron = "30 2 * * *"\npriority = 20')
+    assert cli.json("jobs", "apply", write(tmp_path, text), "--dsn", pg_dsn)["created"] == ["report"]
+    assert jobs(cli, pg_dsn)["report"]["priority"] == 20
+    assert cli.json("jobs", "apply", write(tmp_path, text), "--dsn", pg_dsn)["unchanged"] == ["report"]
+    assert cli.json("jobs", "apply", write(tmp_path, FILE_V2), "--dsn", pg_dsn)["updated"] == ["report"]
+    assert jobs(cli, pg_dsn)["report"]["priority"] == 0
