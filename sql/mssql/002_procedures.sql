@@ -893,7 +893,8 @@ BEGIN
                   FROM mjsched.scheduled_job AS d WITH (READCOMMITTEDLOCK, READPAST)
                  CROSS APPLY mjsched.claimable(d.status, d.start_at, d.end_at, d.lock_token,
                                                d.expected_completion_at, @p_now) AS c
-                 WHERE d.status = N'Active' AND d.next_run_at <= @p_now) AS b;
+                 WHERE d.status = N'Active' AND d.next_run_at <= @p_now
+                 ORDER BY d.next_run_at) AS b;     -- the due index's head
         INSERT INTO @v_candidates (id, lock_token)
         SELECT TOP (@p_max_jobs) j.id, j.lock_token
           FROM mjsched.scheduled_job AS j WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)

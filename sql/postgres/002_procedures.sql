@@ -689,6 +689,7 @@ BEGIN
       FROM (SELECT 1 FROM mjsched.scheduled_job j
              WHERE j.status = 'Active' AND j.next_run_at <= p_now
                AND mjsched.claimable(j.status, j.start_at, j.end_at, j.lock_token, j.expected_completion_at, p_now)
+             ORDER BY j.next_run_at     -- the due index's head, never a scan past jobs not due (a kept plan)
              LIMIT p_max_jobs + 1) d;
     IF v_backlog THEN
         SELECT coalesce(array_agg(c.id), '{}'), coalesce(array_agg(c.lock_token) FILTER (WHERE c.lock_token IS NOT NULL), '{}')
