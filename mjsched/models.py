@@ -179,6 +179,7 @@ class Job:
     notify_final_attempt_only: bool = True    # failures notify only when no retry follows
     retry_count: int = 0                      # retries scheduled (each attempt also counts in run_count)
     jitter_seconds: int | None = None         # every tick moves by a stable offset in [0, this] (schedules.py)
+    priority: int = 0                         # -100..100: higher is claimed first when slots are short
 
     @property
     def jitter(self) -> timedelta | None:
@@ -243,6 +244,7 @@ class Job:
                 values["interval_seconds"] = int(values["interval_seconds"])
             if values["jitter_seconds"] is not None:
                 values["jitter_seconds"] = int(values["jitter_seconds"])
+            values["priority"] = int(values.get("priority") or 0)
             if Undecodable in map(type, values.values()):   # a marker of decode_json or of the driver
                 raise ValueError("undecodable")
         except Exception:  # noqa: BLE001 - a value no rule checked: decode field by field, naming it
@@ -286,6 +288,7 @@ _JOB_CONVERTERS: dict[str, Callable[[Any], Any]] = {
                                      "max_runtime_seconds")},
     "interval_seconds": _optional(int),
     "jitter_seconds": _optional(int),
+    "priority": lambda v: int(v or 0),
 }
 
 

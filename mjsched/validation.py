@@ -85,6 +85,21 @@ EARLIEST = datetime(1900, 1, 1, tzinfo=timezone.utc)
 LATEST = datetime(9999, 12, 31, tzinfo=timezone.utc)
 
 
+# A job's priority (015_priorities.sql): higher is claimed first when slots are short.
+PRIORITY_MIN, PRIORITY_MAX = -100, 100
+
+
+def priority(field: str, value: Any) -> int:
+    """A priority to store: an integer in [-100, 100] (None: the default, 0)."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigurationError(field, value, "must be an integer")
+    if not PRIORITY_MIN <= value <= PRIORITY_MAX:
+        raise ConfigurationError(field, value, f"must be between {PRIORITY_MIN} and {PRIORITY_MAX} (higher runs first)")
+    return value
+
+
 def aware(field: str, value: Any) -> datetime | None:
     if value is None:
         return None
@@ -256,7 +271,8 @@ JOB_FIELDS = frozenset({
     "name", "driver", "cron", "every", "run_at", "timezone", "configuration", "description", "owner",
     "concurrency_mode", "missed_run_policy", "run_immediately_if_never_run", "max_runtime", "isolation",
     "max_queued_runs", "start_at", "end_at", "notify_on_success", "notify_on_failure", "notify_to", "status",
-    "high_frequency_ok", "keep_runs_days", "keep_runs_count", "retry", "notify_final_attempt_only", "jitter"})
+    "high_frequency_ok", "keep_runs_days", "keep_runs_count", "retry", "notify_final_attempt_only", "jitter",
+    "priority"})
 FLAG_FIELDS = ("run_immediately_if_never_run", "notify_on_success", "notify_on_failure", "high_frequency_ok",
                "notify_final_attempt_only")
 
@@ -364,6 +380,8 @@ def _run_policies(fields: Mapping[str, Any], *, creating: bool) -> dict[str, Any
         out["max_runtime_seconds"] = positive_number("max_runtime", fields["max_runtime"])
     if "max_queued_runs" in fields:
         out["max_queued_runs"] = positive_int("max_queued_runs", fields["max_queued_runs"], maximum=1000)
+    if creating or "priority" in fields:
+        out["priority"] = priority("priority", fields.get("priority"))
     return out
 
 

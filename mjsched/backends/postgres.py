@@ -50,7 +50,7 @@ JOB_COLUMNS = (
     "keep_runs_days", "keep_runs_count",
     "interval_seconds", "run_at",
     "retry_max_attempts", "retry_initial_delay", "retry_factor", "retry_max_delay", "retry_jitter",
-    "notify_final_attempt_only", "jitter_seconds",
+    "notify_final_attempt_only", "jitter_seconds", "priority",
 )
 _TRANSIENT_SQLSTATES = {"40001", "40P01", "55P03", "57P01", "57P02", "57P03", "08000", "08003",
                         "08006", "08001", "08004", "53300"}

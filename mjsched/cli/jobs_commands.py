@@ -113,6 +113,7 @@ def cmd_jobs_add(ctx: Context) -> int:
     optional = {"description": a.description, "owner": a.owner, "notify_to": a.notify_to,
                 "max_runtime": a.max_runtime, "max_queued_runs": a.max_queued_runs, "isolation": a.isolation,
                 "keep_runs_days": a.keep_runs_days, "keep_runs_count": a.keep_runs_count, "jitter": a.jitter,
+                "priority": a.priority,
                 "start_at": parse_instant("--start-at", a.start_at, a.timezone),
                 "end_at": parse_instant("--end-at", a.end_at, a.timezone),
                 "retry": parse_spec(a.retry) if a.retry is not None else None,
@@ -161,7 +162,7 @@ def cmd_jobs_edit(ctx: Context) -> int:
              "end_at": parse_instant("--end-at", a.end_at, zone), "status": a.status, "notify_to": a.notify_to,
              "notify_on_success": a.notify_on_success, "notify_on_failure": a.notify_on_failure,
              "high_frequency_ok": a.high_frequency_ok, "keep_runs_days": a.keep_runs_days,
-             "keep_runs_count": a.keep_runs_count, "jitter": a.jitter,
+             "keep_runs_count": a.keep_runs_count, "jitter": a.jitter, "priority": a.priority,
              "retry": parse_spec(a.retry) if a.retry is not None else None,
              "notify_final_attempt_only": a.notify_final_attempt_only}
     fields = {k: v for k, v in given.items() if v is not None}

@@ -184,6 +184,9 @@ def _add_jobs_add(jsub: Any, add: AddVerb) -> None:
                     help="Skip, RunOnce (default) or RunAll")
     ja.add_argument("--max-runtime", type=float, metavar="SECONDS", help="past it the run is timed out")
     ja.add_argument("--max-queued-runs", type=int, metavar="N", help="Queue mode: bound of kept ticks")
+    ja.add_argument("--priority", type=int, metavar="N",
+                    help="-100 to 100 (default 0): when more is due than the engines have free slots, higher "
+                         "starts first; a tick is never behind ticks that fell due 200 minutes after it")
     ja.add_argument("--isolation", type=enum_arg(("thread", "process")), help="thread or process")
     ja.add_argument("--start-at", metavar="ISO", help="nothing runs before (no offset: in --timezone)")
     ja.add_argument("--end-at", metavar="ISO", help="nothing runs from then on (no offset: in --timezone)")
@@ -234,6 +237,7 @@ def _add_jobs_edit(jsub: Any, add: AddVerb) -> None:
     je.add_argument("--max-runtime", type=float, metavar="SECONDS")
     je.add_argument("--clear-max-runtime", action="store_true", help="no limit (the driver's default)")
     je.add_argument("--max-queued-runs", type=int, metavar="N")
+    je.add_argument("--priority", type=int, metavar="N", help="as for jobs add")
     je.add_argument("--isolation", type=enum_arg(("thread", "process")))
     je.add_argument("--start-at", metavar="ISO")
     je.add_argument("--clear-start-at", action="store_true")

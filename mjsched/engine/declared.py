@@ -42,7 +42,7 @@ DEFAULTS: dict[str, Any] = {
     "max_runtime": None, "isolation": None, "max_queued_runs": 5, "start_at": None, "end_at": None,
     "notify_on_success": False, "notify_on_failure": True, "notify_to": None, "high_frequency_ok": False,
     "keep_runs_days": None, "keep_runs_count": None, "retry": None, "notify_final_attempt_only": True,
-    "jitter": None,
+    "jitter": None, "priority": 0,
 }
 # The API keyword of a column validation.job_fields returns, where the two differ.
 FIELD_OF_COLUMN = {"cron_expression": "cron", "max_runtime_seconds": "max_runtime", "interval_seconds": "every",

@@ -356,6 +356,24 @@ IF COL_LENGTH(N'mjsched.scheduled_job', N'jitter_seconds') IS NULL
 BEGIN
     ALTER TABLE mjsched.scheduled_job ADD jitter_seconds int NULL;
 END;
+-- Added for priorities (015_priorities.sql holds its rule and the claim's index): when more is
+-- due than an engine has free slots, the claim takes the lowest claim_at first. claim_at is
+-- the twin of PostgreSQL's mjsched.claim_at(next_run_at, priority): the tick moved earlier by
+-- one minute per level of priority (the aging rule is there). SQL Server indexes an expression
+-- through a computed column (deterministic: DATEADD on datetimeoffset), PostgreSQL through an
+-- expression index. Here, before 002, whose procedures read them.
+IF COL_LENGTH(N'mjsched.scheduled_job', N'priority') IS NULL
+BEGIN
+    ALTER TABLE mjsched.scheduled_job ADD priority int NOT NULL
+        CONSTRAINT df_scheduled_job_priority DEFAULT 0;
+END;
+GO
+
+-- (a batch of its own: it names priority, which the batch above may have just added)
+IF COL_LENGTH(N'mjsched.scheduled_job', N'claim_at') IS NULL
+BEGIN
+    ALTER TABLE mjsched.scheduled_job ADD claim_at AS DATEADD(second, -60 * priority, next_run_at);
+END;
 GO
 
 -- Added for retries (009_retries.sql holds their rules, the per-attempt UNIQUE index and the

@@ -884,20 +884,36 @@ BEGIN
                             next_run_at datetimeoffset NULL, lease_until datetimeoffset NOT NULL,
                             last_run_at datetimeoffset NULL, fence_seq bigint NOT NULL, version int NOT NULL);
     DECLARE @v_inserted TABLE (run_id uniqueidentifier NOT NULL, job_id uniqueidentifier NOT NULL);
+    DECLARE @v_backlog bit;
     BEGIN TRY
         IF @v_own_transaction = 1
         BEGIN
             BEGIN TRANSACTION;
         END;
+        -- Priorities (015_priorities.sql): the order matters only when the claimable due jobs
+        -- outnumber the batch (read from the due index, at most @p_max_jobs + 1 rows, skipping
+        -- the rows others hold). While they fit, every one is taken through that index, as
+        -- before; else the batch is the head of (status, claim_at), up to now + 100 minutes.
+        -- One statement either way, compiled for the case at hand (RECOMPILE: @v_backlog folds
+        -- away, so its ORDER BY is one index's order; as in 006_retention.sql).
+        SELECT @v_backlog = CASE WHEN COUNT(*) > @p_max_jobs THEN 1 ELSE 0 END
+          FROM (SELECT TOP (@p_max_jobs + 1) d.id
+                  FROM mjsched.scheduled_job AS d WITH (READCOMMITTEDLOCK, READPAST)
+                 CROSS APPLY mjsched.claimable(d.status, d.start_at, d.end_at, d.lock_token,
+                                               d.expected_completion_at, @p_now) AS c
+                 WHERE d.status = N'Active' AND d.next_run_at <= @p_now
+                 ORDER BY d.next_run_at) AS b;     -- the due index's head
         INSERT INTO @v_candidates (id, lock_token)
         SELECT TOP (@p_max_jobs) j.id, j.lock_token
           FROM mjsched.scheduled_job AS j WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
          CROSS APPLY mjsched.claimable(j.status, j.start_at, j.end_at, j.lock_token,
                                        j.expected_completion_at, @p_now) AS c
          WHERE j.status = N'Active' AND j.next_run_at <= @p_now
+           AND (@v_backlog = 0 OR j.claim_at <= DATEADD(minute, 100, @p_now))
            AND NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS q WITH (READCOMMITTEDLOCK, READPAST)
                             WHERE q.scheduled_job_id = j.id AND q.status = N'Queued' AND q.attempt = 1)
-         ORDER BY j.next_run_at;
+         ORDER BY CASE WHEN @v_backlog = 1 THEN j.claim_at ELSE j.next_run_at END
+        OPTION (RECOMPILE);
         IF EXISTS (SELECT 1 FROM @v_candidates)
         BEGIN
             EXEC mjsched.test_pause @p_point = N'claim_due_jobs:due_jobs_locked';
@@ -1129,7 +1145,8 @@ BEGIN
         keep_runs_days int NULL, keep_runs_count int NULL, interval_seconds int NULL, run_at datetimeoffset NULL,
         retry_max_attempts int NULL, retry_initial_delay float NULL, retry_factor float NULL,
         retry_max_delay float NULL, retry_jitter float NULL, notify_final_attempt_only bit NOT NULL,
-        retry_count int NOT NULL, jitter_seconds int NULL);
+        retry_count int NOT NULL, jitter_seconds int NULL,
+        priority int NOT NULL);
     BEGIN TRY
         EXEC mjsched.check_lease @p_lease_seconds = @p_lease_seconds;
         SET @v_message = CONCAT(N'max_jobs=', COALESCE(CONVERT(nvarchar(20), @p_max_jobs), N'NULL'),
@@ -1183,7 +1200,7 @@ BEGIN
             total_duration_ms, locked_at, locked_by_instance, expected_completion_at, created_at,
             updated_at, high_frequency_ok, frequency_warned, keep_runs_days, keep_runs_count,
             interval_seconds, run_at, retry_max_attempts, retry_initial_delay, retry_factor,
-            retry_max_delay, retry_jitter, notify_final_attempt_only, retry_count, jitter_seconds)
+            retry_max_delay, retry_jitter, notify_final_attempt_only, retry_count, jitter_seconds, priority)
         SELECT j.id, j.job_type_id, t.driver_class, j.name, j.description, j.cron_expression,
                j.timezone, j.start_at, j.end_at, j.status, j.configuration, j.owner,
                j.concurrency_mode, j.missed_run_policy, j.run_immediately_if_never_run,
@@ -1194,7 +1211,7 @@ BEGIN
                j.created_at, j.updated_at, j.high_frequency_ok, j.frequency_warned,
                j.keep_runs_days, j.keep_runs_count, j.interval_seconds, j.run_at,
                j.retry_max_attempts, j.retry_initial_delay, j.retry_factor, j.retry_max_delay,
-               j.retry_jitter, j.notify_final_attempt_only, j.retry_count, j.jitter_seconds
+               j.retry_jitter, j.notify_final_attempt_only, j.retry_count, j.jitter_seconds, j.priority
           FROM mjsched.scheduled_job AS j
           JOIN mjsched.scheduled_job_type AS t ON t.id = j.job_type_id
          WHERE j.id IN (SELECT c.job_id FROM #mjsched_claimed AS c);
@@ -1229,7 +1246,7 @@ BEGIN
            j.expected_completion_at, j.created_at, j.updated_at, j.high_frequency_ok,
            j.frequency_warned, j.keep_runs_days, j.keep_runs_count, j.interval_seconds, j.run_at,
            j.retry_max_attempts, j.retry_initial_delay, j.retry_factor, j.retry_max_delay,
-           j.retry_jitter, j.notify_final_attempt_only, j.retry_count, j.jitter_seconds
+           j.retry_jitter, j.notify_final_attempt_only, j.retry_count, j.jitter_seconds, j.priority
       FROM @v_out AS o
       LEFT JOIN #mjsched_claimed_jobs AS j ON j.id = o.job_id
      ORDER BY o.seq;

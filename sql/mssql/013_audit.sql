@@ -84,7 +84,7 @@ BEGIN
               UPDATE(high_frequency_ok) OR UPDATE(keep_runs_days) OR UPDATE(keep_runs_count) OR
               UPDATE(retry_max_attempts) OR UPDATE(retry_initial_delay) OR UPDATE(retry_factor) OR
               UPDATE(retry_max_delay) OR UPDATE(retry_jitter) OR UPDATE(notify_final_attempt_only) OR
-              UPDATE(jitter_seconds) OR
+              UPDATE(jitter_seconds) OR UPDATE(priority) OR
               UPDATE(configuration))
     BEGIN
         RETURN;    -- the engines' bookkeeping: no definition column in the SET list
@@ -103,6 +103,7 @@ BEGIN
                    x.notify_on_failure, x.notify_to, x.high_frequency_ok, x.keep_runs_days,
                    x.keep_runs_count, x.retry_max_attempts, x.retry_initial_delay, x.retry_factor,
                    x.retry_max_delay, x.retry_jitter, x.notify_final_attempt_only, x.jitter_seconds,
+                   x.priority,
                        JSON_QUERY(CASE WHEN ISJSON(x.configuration) = 1 THEN x.configuration END) AS configuration
                   FROM inserted AS x WHERE x.id = i.id
                    FOR JSON PATH, INCLUDE_NULL_VALUES, WITHOUT_ARRAY_WRAPPER),
@@ -121,6 +122,7 @@ BEGIN
                    x.notify_on_failure, x.notify_to, x.high_frequency_ok, x.keep_runs_days,
                    x.keep_runs_count, x.retry_max_attempts, x.retry_initial_delay, x.retry_factor,
                    x.retry_max_delay, x.retry_jitter, x.notify_final_attempt_only, x.jitter_seconds,
+                   x.priority,
                        JSON_QUERY(CASE WHEN ISJSON(x.configuration) = 1 THEN x.configuration END) AS configuration
                   FROM deleted AS x WHERE x.id = d.id
                    FOR JSON PATH, INCLUDE_NULL_VALUES, WITHOUT_ARRAY_WRAPPER),
@@ -167,7 +169,8 @@ BEGIN
                    (N'retry_max_delay', CONVERT(nvarchar(40), d.retry_max_delay, 0), CONVERT(nvarchar(40), i.retry_max_delay, 0)),
                    (N'retry_jitter', CONVERT(nvarchar(40), d.retry_jitter, 0), CONVERT(nvarchar(40), i.retry_jitter, 0)),
                    (N'notify_final_attempt_only', CASE d.notify_final_attempt_only WHEN 1 THEN N'true' WHEN 0 THEN N'false' END, CASE i.notify_final_attempt_only WHEN 1 THEN N'true' WHEN 0 THEN N'false' END),
-                   (N'jitter_seconds', CONVERT(nvarchar(20), d.jitter_seconds), CONVERT(nvarchar(20), i.jitter_seconds))) AS c (field, old_value, new_value)
+                   (N'jitter_seconds', CONVERT(nvarchar(20), d.jitter_seconds), CONVERT(nvarchar(20), i.jitter_seconds)),
+                   (N'priority', CONVERT(nvarchar(20), d.priority), CONVERT(nvarchar(20), i.priority))) AS c (field, old_value, new_value)
      WHERE EXISTS (SELECT c.old_value EXCEPT SELECT c.new_value);
     INSERT INTO @v_changes (job_id, job_name, field, old_value, new_value)
     SELECT i.id, i.name, N'configuration.' + c.[key], c.old_value, c.new_value

@@ -217,7 +217,7 @@ SELECT @now AS db_now, j.id, j.name, t.driver_class AS driver, j.status, j.cron_
          WHERE r.scheduled_job_id = j.id) AS oldest_run_kept,
        (SELECT COUNT(*) FROM (
             SELECT TOP (1000) d.id FROM mjsched.scheduled_job AS d
-             WHERE d.status = N'Active' AND d.next_run_at < j.next_run_at AND d.next_run_at <= @now
+             WHERE d.status = N'Active' AND d.claim_at < j.claim_at AND d.next_run_at <= @now
                AND (d.start_at IS NULL OR d.start_at <= @now) AND (d.end_at IS NULL OR d.end_at > @now)
                AND (d.expected_completion_at IS NULL OR d.expected_completion_at < @now)
              ORDER BY d.next_run_at) AS a) AS due_ahead,

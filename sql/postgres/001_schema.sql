@@ -227,6 +227,21 @@ ALTER TABLE mjsched.scheduled_job ADD COLUMN IF NOT EXISTS jitter_seconds intege
 -- a later holder of the job always has a larger token.
 ALTER TABLE mjsched.scheduled_job ADD COLUMN IF NOT EXISTS fence_seq bigint NOT NULL DEFAULT 0;
 ALTER TABLE mjsched.scheduled_job_run ADD COLUMN IF NOT EXISTS fencing_token bigint;
+-- Added for priorities (015_priorities.sql holds its rule and the claim's index): when more is
+-- due than an engine has free slots, the claim takes the lowest claim_at(next_run_at, priority)
+-- first. Here, before 002 and 004, whose procedures read and write it.
+ALTER TABLE mjsched.scheduled_job ADD COLUMN IF NOT EXISTS priority integer NOT NULL DEFAULT 0;
+-- claim_at: a due job's place in the claim's order: its tick moved earlier by one minute per
+-- level of priority (aging: a tick of priority p is never behind a tick of priority q that fell
+-- due more than (q - p) minutes after it, so no tick waits behind newer ones for more than
+-- 200 minutes, the width of -100..100). IMMUTABLE, so an index can hold it (015_priorities.sql):
+-- timestamptz minus an interval is only STABLE because of days and months, and this interval
+-- holds seconds alone. Not inlined (its body is not immutable), so the claim's expression and
+-- the index's stay the same call. Internal: only the claim (as the owner) calls it.
+CREATE OR REPLACE FUNCTION mjsched.claim_at(p_next_run_at timestamptz, p_priority integer)
+RETURNS timestamptz LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT p_next_run_at - p_priority * interval '60 seconds'
+$$;
 
 -- A change to what defines a schedule (by anyone, through any client) clears
 -- next_run_at unless the writer set it, so an engine recomputes it; every change

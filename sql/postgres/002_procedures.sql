@@ -450,7 +450,8 @@ RETURNS TABLE (job_id uuid, run_id uuid, lock_token uuid, scheduled_for timestam
                keep_runs_days integer, keep_runs_count integer, interval_seconds integer, run_at timestamptz,
                retry_max_attempts integer, retry_initial_delay double precision, retry_factor double precision,
                retry_max_delay double precision, retry_jitter double precision,
-               notify_final_attempt_only boolean, retry_count integer, jitter_seconds integer)
+               notify_final_attempt_only boolean, retry_count integer, jitter_seconds integer,
+               priority integer)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
@@ -513,7 +514,7 @@ BEGIN
            j.keep_runs_days, j.keep_runs_count, j.interval_seconds, j.run_at,
            j.retry_max_attempts, j.retry_initial_delay, j.retry_factor,
            j.retry_max_delay, j.retry_jitter,
-           j.notify_final_attempt_only, j.retry_count, j.jitter_seconds
+           j.notify_final_attempt_only, j.retry_count, j.jitter_seconds, j.priority
       FROM unnest(v_job_ids, v_run_ids, v_tokens, v_for, v_queued) WITH ORDINALITY
            AS c(job_id, run_id, lock_token, scheduled_for, from_queue, n)
       JOIN mjsched.scheduled_job j ON j.id = c.job_id
@@ -534,7 +535,7 @@ BEGIN
                         NULL::integer, NULL::integer, NULL::integer, NULL::timestamptz,
                         NULL::integer, NULL::double precision, NULL::double precision,
                         NULL::double precision, NULL::double precision,
-                        NULL::boolean, NULL::integer, NULL::integer
+                        NULL::boolean, NULL::integer, NULL::integer, NULL::integer
                    FROM mjsched.claim_counters(p_instance, v_left <= 0, v_now) t;
 END;
 $$;
@@ -666,7 +667,9 @@ END;
 $$;
 
 -- claim_ticks: lock claimable due jobs (oldest tick first; an index range scan on
--- (status, next_run_at)) that hold no Queued tick (a pending retry holds no tick back), and
+-- (status, next_run_at); when more are due than the batch holds, in the priorities' order:
+-- lowest claim_at(next_run_at, priority) first, 015_priorities.sql, an index range scan on
+-- (status, claim_at)) that hold no Queued tick (a pending retry holds no tick back), and
 -- start a run for each tick that is later than every tick the job has a run of (else the
 -- claim is run-less: the tick counts as served). Skip mode: the tick supersedes the job's pending retries,
 -- recorded Skipped with the reason.
@@ -680,7 +683,33 @@ DECLARE
     v_ids uuid[];
     v_old uuid[];
     v_locked uuid[];
+    v_backlog boolean;
 BEGIN
+    -- Priorities (015_priorities.sql): the order matters only when the claimable due jobs
+    -- outnumber the batch. Whether they do is read from the due index (at most p_max_jobs + 1
+    -- rows); while they fit, every one is taken through that index, as before; else the batch is
+    -- the head of (status, claim_at), up to now + 100 minutes (claim_at of a due job of priority
+    -- -100): its scan passes over no due job, only the not-yet-due jobs of a higher priority
+    -- whose claim_at is before the batch's last.
+    SELECT count(*) > p_max_jobs INTO v_backlog
+      FROM (SELECT 1 FROM mjsched.scheduled_job j
+             WHERE j.status = 'Active' AND j.next_run_at <= p_now
+               AND mjsched.claimable(j.status, j.start_at, j.end_at, j.lock_token, j.expected_completion_at, p_now)
+             ORDER BY j.next_run_at     -- the due index's head, never a scan past jobs not due (a kept plan)
+             LIMIT p_max_jobs + 1) d;
+    IF v_backlog THEN
+        SELECT coalesce(array_agg(c.id), '{}'), coalesce(array_agg(c.lock_token) FILTER (WHERE c.lock_token IS NOT NULL), '{}')
+          INTO v_ids, v_old
+          FROM (SELECT j.id, j.lock_token FROM mjsched.scheduled_job j
+                 WHERE j.status = 'Active' AND mjsched.claim_at(j.next_run_at, j.priority) <= p_now + interval '100 minutes'
+                   AND j.next_run_at <= p_now
+                   AND mjsched.claimable(j.status, j.start_at, j.end_at, j.lock_token, j.expected_completion_at, p_now)
+                   AND NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run q
+                                    WHERE q.scheduled_job_id = j.id AND q.status = 'Queued' AND q.attempt = 1)
+                 ORDER BY mjsched.claim_at(j.next_run_at, j.priority)
+                 LIMIT p_max_jobs
+                   FOR NO KEY UPDATE OF j SKIP LOCKED) c;
+    ELSE
     SELECT coalesce(array_agg(c.id), '{}'), coalesce(array_agg(c.lock_token) FILTER (WHERE c.lock_token IS NOT NULL), '{}')
       INTO v_ids, v_old
       FROM (SELECT j.id, j.lock_token FROM mjsched.scheduled_job j
@@ -691,6 +720,7 @@ BEGIN
              ORDER BY j.next_run_at
              LIMIT p_max_jobs
                FOR NO KEY UPDATE OF j SKIP LOCKED) c;
+    END IF;
     IF cardinality(v_ids) = 0 THEN
         RETURN;
     END IF;
@@ -1464,7 +1494,7 @@ LANGUAGE sql IMMUTABLE AS $$
     SELECT ARRAY['test_pause', 'claimable', 'claim_token', 'abandon_runs', 'renew_tokens', 'complete_items',
                  'runs_of_tokens', 'take_over', 'expire_ended_jobs', 'claim_replay', 'claim_queued',
                  'claim_ticks', 'next_due_at', 'claim_counters', 'purge_candidates', 'note_engine_seen',
-                 'json_nesting_exceeds', 'alerts_of_call']
+                 'json_nesting_exceeds', 'alerts_of_call', 'claim_at']
 $$;
 
 -- probe_permissions: which mjsched procedures the current role may not execute.

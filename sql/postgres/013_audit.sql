@@ -101,7 +101,7 @@ CREATE TRIGGER trg_scheduled_job_audited
         run_immediately_if_never_run, max_runtime_seconds, isolation, max_queued_runs,
         notify_on_success, notify_on_failure, notify_to, high_frequency_ok, keep_runs_days,
         keep_runs_count, retry_max_attempts, retry_initial_delay, retry_factor, retry_max_delay,
-        retry_jitter, notify_final_attempt_only, jitter_seconds
+        retry_jitter, notify_final_attempt_only, jitter_seconds, priority
     ON mjsched.scheduled_job
     FOR EACH ROW EXECUTE FUNCTION mjsched.tg_scheduled_job_audited();
 CREATE TRIGGER trg_scheduled_job_audited_write

@@ -141,7 +141,7 @@ SELECT (SELECT count(*) FROM mjsched.scheduled_job WHERE status = 'Active') AS a
 -- schedule, yet it was served), the run started last at or before
 -- it (was one running then?), the first run started after it (did a later claim serve it?),
 -- the Running run, the next pending retry, the last run of all; the newest tick that has a run,
--- the oldest run kept, the queue; how many due jobs come before it in the claim's order (capped
+-- the oldest run kept, the queue; how many due jobs come before it in the claim's order (claim_at: priorities; capped
 -- at 1,000); and the engines (every one not stopped, and the one that stopped last) with what
 -- each reports (011_engine_reports.sql) and its Running runs, as one JSON array. Each run is
 -- found through ix_scheduled_job_run_job_started or uq_scheduled_job_run_tick (LIMIT 1), never
@@ -188,7 +188,10 @@ SELECT now() AS db_now, j.id, j.name, t.driver_class AS driver, j.status, j.cron
          WHERE r.scheduled_job_id = j.id) AS oldest_run_kept,
        (SELECT count(*) FROM (
             SELECT 1 FROM mjsched.scheduled_job d
-             WHERE d.status = 'Active' AND d.next_run_at < j.next_run_at AND d.next_run_at <= now()
+             WHERE d.status = 'Active' AND d.next_run_at <= now()
+               -- the claim's order (015_priorities.sql: claim_at, written out: the reader may not
+               -- execute the function), read over the due index: at most the due jobs
+               AND d.next_run_at - d.priority * interval '60 seconds' < j.next_run_at - j.priority * interval '60 seconds'
                AND (d.start_at IS NULL OR d.start_at <= now()) AND (d.end_at IS NULL OR d.end_at > now())
                AND (d.expected_completion_at IS NULL OR d.expected_completion_at < now())
              ORDER BY d.next_run_at LIMIT 1000) a) AS due_ahead,

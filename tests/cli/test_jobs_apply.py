@@ -139,3 +139,13 @@ def test_a_bad_job_names_the_file_that_declares_it(cli: Cli, tmp_path: Path) -> 
                            'configuration = { command = ["true"] }\n')
     assert_one_line_error(cli("jobs", "apply", path, "--dsn", UNREACHABLE),
                           f"mjsched: error: {path}: job 'report': cron='0 25 * * *'")
+
+
+def test_apply_declares_a_priority(cli: Cli, pg_dsn: str, tmp_path: Path) -> None:
+    """A [jobs.NAME] table takes priority = 20 (issue 37 item 4); leaving it out sets 0 again."""
+    text = FILE_V2.replace('cron = "30 2 * * *"', 'cron = "30 2 * * *"\npriority = 20')
+    assert cli.json("jobs", "apply", write(tmp_path, text), "--dsn", pg_dsn)["created"] == ["report"]
+    assert jobs(cli, pg_dsn)["report"]["priority"] == 20
+    assert cli.json("jobs", "apply", write(tmp_path, text), "--dsn", pg_dsn)["unchanged"] == ["report"]
+    assert cli.json("jobs", "apply", write(tmp_path, FILE_V2), "--dsn", pg_dsn)["updated"] == ["report"]
+    assert jobs(cli, pg_dsn)["report"]["priority"] == 0

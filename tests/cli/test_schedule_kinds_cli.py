@@ -115,3 +115,21 @@ def test_bad_hashes_and_jitters_exit_2_and_write_nothing(cli: Cli, pg_dsn: str, 
 
 def test_preview_of_h_without_a_name_says_so(cli: Cli) -> None:
     assert_one_line_error(cli("jobs", "preview", "--cron", "H 2 * * *"), "hashed from the job's name")
+
+
+def test_priority_on_the_command_line(cli: Cli, pg_dsn: str) -> None:
+    """jobs add/edit --priority (issue 37 item 4); jobs show lists it."""
+    job = add(cli, pg_dsn, "urgent", "--cron", "* * * * *", "--priority", "50")
+    assert job["priority"] == 50
+    assert cli.json("jobs", "edit", "urgent", "--priority", "-7", "--dsn", pg_dsn)["priority"] == -7
+    out = cli("jobs", "show", "urgent", "--dsn", pg_dsn, expect=0).stdout
+    assert any(line.split() == ["priority", "-7"] for line in out.splitlines()), out
+
+
+@pytest.mark.parametrize("value, needle", [("101", "priority=101: must be between -100 and 100"),
+                                           ("-101", "priority=-101: must be between -100 and 100")])
+def test_a_bad_priority_exits_2_and_writes_nothing(cli: Cli, pg_dsn: str, value: str, needle: str) -> None:
+    result = cli("jobs", "add", "--name", "bad", "--driver", "shell", "--config", ECHO, "--cron", "* * * * *",
+                 "--priority", value, "--dsn", pg_dsn)
+    assert_one_line_error(result, needle)
+    assert cli.json("jobs", "list", "--all", "--dsn", pg_dsn) == []

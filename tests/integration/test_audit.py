@@ -62,7 +62,7 @@ NEW_VALUES: dict[str, Any] = {
     "isolation": "process", "max_queued_runs": 7, "notify_on_success": True, "notify_on_failure": False,
     "notify_to": "ops@example.org", "high_frequency_ok": True, "keep_runs_days": 3, "keep_runs_count": 9,
     "retry_max_attempts": None, "retry_initial_delay": None, "retry_factor": None, "retry_max_delay": None,
-    "retry_jitter": None, "notify_final_attempt_only": False, "job_type_id": None, "jitter_seconds": 90,
+    "retry_jitter": None, "notify_final_attempt_only": False, "job_type_id": None, "jitter_seconds": 90, "priority": 7,
 }
 
 

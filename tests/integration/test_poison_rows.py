@@ -239,6 +239,9 @@ POISON: list[tuple[str, str, bool]] = [
     ("fence_seq", "fence_seq = NULL", False),
     ("fence_seq", "fence_seq = -1", True),
     ("fence_seq", "fence_seq = 9223372036854775807", True),     # the claims saturate, never overflow
+    # the priority (015_priorities.sql): -100 to 100, never NULL; the bounds run like any job
+    *[("priority", f"priority = {v}", False) for v in (101, -101, 2147483647, "NULL")],
+    *[("priority", f"priority = {v}", True) for v in (100, -100)],
 ]
 # Rules about two columns, named after what they relate.
 CONSTRAINT_OF = {"end_at": "ck_scheduled_job_window", "lock_token": "ck_scheduled_job_lock",

@@ -49,6 +49,7 @@ INTERNAL: dict[str, str] = {
     "claim_counters": "read-only tail of claim_due_jobs",
     "purge_candidates": "read-only page of purge_runs",
     "json_nesting_exceeds": "IMMUTABLE depth check of the JSON limits (check_job_fields, start_manual_run, complete_items)",
+    "claim_at": "IMMUTABLE order key of claim_ticks and its index (015_priorities.sql)",
     "note_engine_seen": "the liveness write of renew_tokens and claim_due_jobs (skipped when the row is held)",
     "tg_scheduled_job_changed": "trigger function: runs inside the statement that changed a job row",
     "alerts_of_call": "what evaluate_alerts answers, read-only (a replay answers the same rows: "

@@ -571,6 +571,9 @@ DIALECT_INTERNAL: dict[str, dict[str, str]] = {
         "runs_of_tokens": "T-SQL has no array type: take_over, sweep_expired_leases and force_unlock_job "
                           "select the Running runs of their tokens in the statement that builds "
                           "abandon_runs' JSON list of run ids",
+        "claim_at": "an expression index needs an IMMUTABLE function in PostgreSQL (timestamptz minus an "
+                    "interval is only STABLE); SQL Server indexes the same expression as the computed "
+                    "column scheduled_job.claim_at (015_priorities.sql)",
     },
 }
 

@@ -37,6 +37,10 @@ ALLOWED = [
             "by two filtered indexes, one per rule"),
     Allowed("index ix_scheduled_job_keep_days: only in mssql", "the first of those two"),
     Allowed("index ix_scheduled_job_keep_count: only in mssql", "the second of those two"),
+    Allowed("index ix_scheduled_job_claim: columns ('status', 'mjsched . claim_at ( next_run_at , priority )') "
+            "!= ('status', 'claim_at')",
+            "the claim's priority order (015_priorities.sql): PostgreSQL indexes the expression "
+            "claim_at(next_run_at, priority); SQL Server indexes the same expression as a computed column"),
     Allowed("routine advance_job: parameter p_guard default False != True",
             "PostgreSQL keeps the previous release's four-parameter advance_job beside this one (an overload; "
             "defaults here would make a four-argument call ambiguous); T-SQL has no overloads, so defaults "
@@ -146,8 +150,8 @@ def test_the_drifted_fixture_is_caught() -> None:
      "routine release_job_lock: parameters ['p_job_id', 'p_token'] != ['p_token', 'p_job_id']"),
     (("SELECT COUNT(*) AS enqueued FROM @v_queued;", "SELECT COUNT(*) AS queued FROM @v_queued;"),
      "routine enqueue_job_run: result columns ['enqueued'] != ['queued']"),
-    (("j.notify_final_attempt_only, j.retry_count, j.jitter_seconds\n      FROM @v_out",
-      "j.notify_final_attempt_only, j.retry_count\n      FROM @v_out"),
+    (("j.notify_final_attempt_only, j.retry_count, j.jitter_seconds, j.priority\n      FROM @v_out",
+      "j.notify_final_attempt_only, j.retry_count, j.jitter_seconds\n      FROM @v_out"),
      f"routine claim_due_jobs: result columns {list(PG.routines['claim_due_jobs'].result_sets[0])} != "
      f"{list(PG.routines['claim_due_jobs'].result_sets[0])[:-1]}"),
     (("    SELECT @v_swept AS swept,", "    SELECT @v_swept AS swept;\n    SELECT @v_swept AS swept,"),

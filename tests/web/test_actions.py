@@ -144,3 +144,10 @@ def test_a_declared_job_says_edits_here_last_until_the_next_deploy(engine: mjsch
     assert engine.get_job(declared.id).cron_expression == "0 4 * * *"
     engine.ensure_job("declared-report", "shell", "0 2 * * *", configuration={"command": ["true"]})
     assert engine.get_job(declared.id).cron_expression == "0 2 * * *"
+
+
+def test_the_job_page_shows_the_priority(engine: mjsched.SchedulingEngine, client: Browserless) -> None:
+    job_id = shell_job(engine, "urgent", cron="0 2 * * *")
+    engine.update_job(job_id, priority=42)
+    html = client.html(f"/jobs/{job_id}")
+    assert 'id="job-priority"' in html and ">42</dd>" in html
