@@ -54,6 +54,7 @@ from datetime import timezone
 from typing import Any, Callable
 
 from ..errors import ConfigurationError
+from ..extras import install_command
 from ..models import JobRun
 from .base import BaseScheduledJob, ExecutionContext, JobResult
 from .base import driver_named
@@ -99,7 +100,7 @@ def _require_celery() -> Any:
         import celery
     except ImportError as exc:
         raise ConfigurationError("driver", "celery",
-                                 "the celery driver needs Celery: pip install 'mjsched[celery]'") from exc
+                                 f"the celery driver needs Celery: {install_command('celery')}") from exc
     return celery
 
 

@@ -175,3 +175,8 @@ def test_installed_package_installs_the_schema(newcomer: Newcomer, empty_pg_dsn:
     assert result.returncode == 0, result.stderr
     assert "002_procedures" in json.loads(result.stdout)["applied"]
     assert newcomer.sh("python -m mjsched --help", timeout=60, cwd=newcomer.base).returncode == 0
+    # installed from a clone, not editable: mjsched's hints name a command that works from it
+    # (issue 35 item 7; pip install 'mjsched[web]' finds no distribution)
+    hint = newcomer.sh("python -c 'from mjsched.extras import install_command; print(install_command(\"web\"))'",
+                       timeout=60, cwd=newcomer.base)
+    assert hint.stdout.strip() == f"pip install '{REPO}[web]'", hint.stdout + hint.stderr
