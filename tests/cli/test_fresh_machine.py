@@ -95,3 +95,9 @@ def test_the_readme_test_command_is_what_ci_runs() -> None:
     assert commands, "README.md has no `pip install -e '.[test]' && ...` test command"
     assert len(set(commands)) == 1, commands           # the Two commands and Tests sections agree
     assert commands[0] in ci, (commands[0], ".ci/run")
+    # .ci/fresh-machine runs the command of README.md's <!-- testcommand --> block, whole
+    import re
+    block = re.search(r"<!-- testcommand -->\s*```sh\n(.*?)```\s*<!-- /testcommand -->", readme, re.S)
+    assert block and block.group(1).strip() == f"pip install -e '.[test]' && {commands[0]}", block
+    fresh = (REPO / ".ci" / "fresh-machine").read_text()
+    assert "testcommand=$(readme_block testcommand)" in fresh and 'bash -c "$suite"' in fresh
