@@ -1,4 +1,4 @@
-"""Optional Prometheus exporter for one engine (``pip install 'mjsched[metrics]'``).
+"""Optional Prometheus exporter for one engine (the ``metrics`` extra).
 
 ``mjsched run --metrics-port 9464`` serves, on ``/metrics``:
 
@@ -46,6 +46,7 @@ import time
 from typing import Any, Callable, Iterable, Iterator
 
 from .errors import ConfigurationError
+from .extras import install_command
 from .version import __version__
 
 log = logging.getLogger(__name__)
@@ -59,7 +60,7 @@ def _client() -> Any:
         import prometheus_client
     except ImportError:
         raise ConfigurationError("metrics.port", None, "needs the prometheus-client package: "
-                                 "pip install 'mjsched[metrics]'") from None
+                                 f"{install_command('metrics')}") from None
     return prometheus_client
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import ConfigurationError
+from ..extras import install_command
 from ..redaction import redact_dsn as redact
 from .base import Backend, Completion, Listener, SweepResult
 
@@ -33,8 +34,9 @@ def open_backend(dsn: str, **options: Any) -> Backend:
         try:
             from .mssql import MssqlBackend  # type: ignore[import-not-found]
         except ImportError as exc:
+            hint = f" ({install_command('mssql')})" if getattr(exc, "name", None) == "pyodbc" else ""
             raise ConfigurationError("dsn", "mssql://...", "the SQL Server backend is not available: "
-                                     f"{exc}") from exc
+                                     f"{exc}{hint}") from exc
         return MssqlBackend(dsn, **options)
     raise ConfigurationError("dsn", redact(dsn), "unsupported scheme; use postgresql:// or mssql://")
 

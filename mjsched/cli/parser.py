@@ -129,10 +129,10 @@ def _add_run(sub: Any, add: AddVerb) -> None:
     run.add_argument("--shutdown-timeout", type=float, metavar="SECONDS",
                      help="on SIGINT/SIGTERM wait at most this long for running jobs (default 30)")
     run.add_argument("--metrics-port", type=int, metavar="PORT",
-                     help="serve Prometheus metrics on this port (needs mjsched[metrics])")
+                     help="serve Prometheus metrics on this port (needs the 'metrics' extra)")
     run.add_argument("--metrics-host", metavar="ADDR", help="address for --metrics-port (default 127.0.0.1)")
     run.add_argument("--dashboard-port", type=int, metavar="PORT",
-                     help="serve the web dashboard of this engine on this port (needs mjsched[web])")
+                     help="serve the web dashboard of this engine on this port (needs the 'web' extra)")
     run.add_argument("--dashboard-host", metavar="ADDR",
                      help="address for --dashboard-port (default 127.0.0.1; any other needs MJSCHED_DASHBOARD_TOKEN "
                           "or MJSCHED_DASHBOARD_USER/PASSWORD)")
@@ -406,7 +406,7 @@ def _add_runs_prune(rsub: Any, add: AddVerb) -> None:
 
 def _add_dashboard(sub: Any, add: AddVerb) -> None:
     """``dashboard``: the web UI served from this process; a bind beyond loopback needs auth."""
-    db = add(sub, "dashboard", cmd_dashboard, "serve the web dashboard (needs mjsched[web]); beyond loopback only "
+    db = add(sub, "dashboard", cmd_dashboard, "serve the web dashboard (needs the 'web' extra); beyond loopback only "
                                               "with MJSCHED_DASHBOARD_TOKEN or MJSCHED_DASHBOARD_USER/PASSWORD")
     db.add_argument("--bind", default="127.0.0.1:8080", metavar="HOST:PORT", help="default 127.0.0.1:8080")
     db.add_argument("--read-only", action="store_true", help="hide and refuse every action")

@@ -59,6 +59,7 @@ from typing import Any, Callable
 
 from .. import tracing
 from ..errors import ConfigurationError
+from ..extras import install_command
 from ..models import JobRun
 from .base import BaseScheduledJob, ExecutionContext, JobResult
 from .base import driver_named
@@ -104,7 +105,7 @@ def _require_celery() -> Any:
         import celery
     except ImportError as exc:
         raise ConfigurationError("driver", "celery",
-                                 "the celery driver needs Celery: pip install 'mjsched[celery]'") from exc
+                                 f"the celery driver needs Celery: {install_command('celery')}") from exc
     return celery
 
 

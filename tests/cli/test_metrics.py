@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-from tests.cli.conftest import Cli, clean_env, stop, wait_until
+from tests.cli.conftest import REPO, Cli, clean_env, stop, wait_until
 
 pytest.importorskip("prometheus_client")
 pytestmark = pytest.mark.postgres
@@ -89,7 +89,8 @@ def test_metrics_without_prometheus_client_is_a_clear_error(pg_dsn: str, tmp_pat
     result = subprocess.run([sys.executable, "-c", code], env=clean_env(), cwd=tmp_path, capture_output=True,
                             text=True, timeout=60)
     assert result.returncode == 2, result.stderr
-    assert "pip install 'mjsched[metrics]'" in result.stderr and "Traceback" not in result.stderr
+    # the command that works from this checkout (mjsched.extras), not 'mjsched[metrics]' from an index
+    assert f"pip install -e '{REPO}[metrics]'" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_metrics_port_in_use(cli: Cli, pg_dsn: str) -> None:

@@ -1,7 +1,14 @@
 """The README quick start, as a newcomer runs it: a fresh virtual environment, a non-editable
 ``pip install`` of this checkout, then the commands of the README's quick-start block
 exactly as written, on the embedded default (no DSN anywhere). That the same commands need
-nothing but Python (no system PostgreSQL, no libodbc) is proved by .ci/fresh-machine."""
+nothing but Python (no system PostgreSQL, no libodbc) is proved by .ci/fresh-machine.
+
+Where the package index cannot be reached (the README's test command runs offline in
+.ci/fresh-machine, issue 35 item 1) the same commands run with pip told so: no index and no
+build isolation (``PIP_NO_INDEX``, ``PIP_NO_BUILD_ISOLATION``), the requirements resolved
+from this test environment (the new venv sees its site-packages after its own): the
+checkout is still built and installed into the new venv for real. With the index, as a
+newcomer has it, pip fetches them itself."""
 from __future__ import annotations
 
 import json
@@ -9,12 +16,17 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
+import sysconfig
 import sys
 import tempfile
 import time
+from importlib import metadata as importlib_metadata
+from importlib import util as importlib_util
 from pathlib import Path
 from typing import Iterator
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -42,6 +54,19 @@ def outer_pip_cache() -> str:
     return out.stdout.strip() or str(Path.home() / ".cache" / "pip")
 
 
+def package_index_reachable(timeout: float = 5.0) -> bool:
+    """Whether pip's index (PIP_INDEX_URL, else PyPI) answers a TCP connection."""
+    index = os.environ.get("PIP_INDEX_URL") or "https://pypi.org/simple"
+    parts = urlsplit(index)
+    if parts.scheme == "file":
+        return True
+    try:
+        socket.create_connection((parts.hostname or "pypi.org", parts.port or 443), timeout=timeout).close()
+    except OSError:
+        return False
+    return True
+
+
 class Newcomer:
     """A shell with the fresh venv activated and no mjsched settings at all."""
 
@@ -56,6 +81,7 @@ class Newcomer:
                         PIP_DISABLE_PIP_VERSION_CHECK="1",
                         # keep the embedded server of this test apart from the machine's default one
                         MJSCHED_EMBEDDED_DATA_DIR=str(self.home))
+        self.offline = False
 
     def sh(self, command: str, timeout: float, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
         started = time.monotonic()
@@ -78,6 +104,8 @@ def newcomer() -> Iterator[Newcomer]:
     person = Newcomer(base)
     made = person.sh(f"{sys.executable} -m venv {person.venv}", timeout=180)
     assert made.returncode == 0, made.stderr
+    if not package_index_reachable():
+        offline(person)
     yield person
     pidfile = person.home / "pg" / "data" / "postmaster.pid"
     if pidfile.exists():
@@ -92,6 +120,23 @@ def newcomer() -> Iterator[Newcomer]:
         report.write_text(json.dumps(TIMINGS, indent=2))
     except OSError:
         pass
+
+
+def offline(person: Newcomer) -> None:
+    """No package index: pip installs the checkout without it, from what this environment has
+    (the ``test`` extra brings ``wheel``: setuptools before 70.1 builds no wheel without it)."""
+    setuptools = importlib_metadata.version("setuptools") if importlib_util.find_spec("setuptools") else None
+    if setuptools is None or (importlib_util.find_spec("wheel") is None
+                              and tuple(int(x) for x in setuptools.split(".")[:2]) < (70, 1)):
+        pytest.skip(f"no package index, and no build tools here to build the checkout with (setuptools "
+                    f"{setuptools}, wheel missing): pip install -e '.[test]' brings them")
+    purelib = Path(sysconfig.get_paths()["purelib"])
+    platlib = Path(sysconfig.get_paths()["platlib"])
+    ours = next(person.venv.glob("lib/python*/site-packages"))
+    (ours / "_mjsched_test_environment.pth").write_text(
+        "".join(f"{p}\n" for p in dict.fromkeys([purelib, platlib])))
+    person.env.update(PIP_NO_INDEX="1", PIP_NO_BUILD_ISOLATION="0")   # pip's spelling of --no-build-isolation
+    person.offline = True
 
 
 def test_readme_quickstart_on_the_embedded_default(newcomer: Newcomer) -> None:
@@ -130,3 +175,8 @@ def test_installed_package_installs_the_schema(newcomer: Newcomer, empty_pg_dsn:
     assert result.returncode == 0, result.stderr
     assert "002_procedures" in json.loads(result.stdout)["applied"]
     assert newcomer.sh("python -m mjsched --help", timeout=60, cwd=newcomer.base).returncode == 0
+    # installed from a clone, not editable: mjsched's hints name a command that works from it
+    # (issue 35 item 7; pip install 'mjsched[web]' finds no distribution)
+    hint = newcomer.sh("python -c 'from mjsched.extras import install_command; print(install_command(\"web\"))'",
+                       timeout=60, cwd=newcomer.base)
+    assert hint.stdout.strip() == f"pip install '{REPO}[web]'", hint.stdout + hint.stderr

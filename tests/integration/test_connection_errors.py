@@ -51,11 +51,11 @@ def test_a_malformed_dsn_option_is_a_configuration_error_not_retried(pg_server: 
 def test_an_unknown_database_or_role_fails_at_once(pg_server: str, what: str,
                                                    caplog: pytest.LogCaptureFixture) -> None:
     dsn = pg.with_database(pg_server, "mjsched_no_such_db") if what == "database" \
-        else pg_server.replace("postgres@", "mjsched_no_such_role@")
+        else pg.with_user(pg_server, "mjsched_no_such_role")
     with caplog.at_level("WARNING", logger="mjsched"):
         error, took = _fails(dsn)
     assert isinstance(error, mjsched.DatabaseError) and "does not exist" in str(error)
-    assert "127.0.0.1:5432" in str(error)
+    assert pg.host_port(pg_server) in str(error)
     assert not [r for r in caplog.records if getattr(r, "action", None) == "db_retry"]
     assert took < 1.0
 

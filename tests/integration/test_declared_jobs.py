@@ -19,6 +19,7 @@ import pytest
 import mjsched
 from mjsched import ConfigurationError, InvalidCronExpression, JobNameTaken, JobNotFound, JobStatus
 from tests.support import drivers  # noqa: F401 - registers the test drivers
+from tests.support import mssql
 
 SHELL = {"command": ["true"]}
 FAR = datetime(2099, 1, 1, tzinfo=timezone.utc)
@@ -452,7 +453,7 @@ def test_sql_servers_unique_violation_is_job_name_taken_naming_the_name() -> Non
     """The T-SQL half without a server: error 2627 (or 2601) on uq_scheduled_job_name, as the
     ODBC drivers print it, becomes JobNameTaken naming the name written; another unique
     violation stays a DatabaseError."""
-    pyodbc = pytest.importorskip("pyodbc")
+    pyodbc = mssql.require_pyodbc()
     from mjsched.backends.base import naming
     from mjsched.backends.mssql import MssqlBackend
 

@@ -20,7 +20,7 @@ import pytest
 
 import mjsched
 from mjsched.backends.postgres import PostgresBackend
-from tests.support import drivers
+from tests.support import drivers, pg
 from tests.support.db import Db
 from tests.support.pg import wait_for
 
@@ -290,7 +290,7 @@ def test_t19_permission_probe_warns_and_never_throws(make_engine: Callable[..., 
                 " boolean, timestamptz) FROM PUBLIC")
         sql.run(f"REVOKE EXECUTE ON FUNCTION mjsched.acquire_job_lock(uuid, uuid, varchar, double precision,"
                 f" boolean, timestamptz) FROM {role}")
-        limited = make_engine(dsn=pg_dsn.replace("postgres@", f"{role}@"))
+        limited = make_engine(dsn=pg.with_user(pg_dsn, role))
         with caplog.at_level(logging.WARNING, logger="mjsched"):
             limited._housekeeping.probe_permissions()
         assert any("lacks EXECUTE" in r.getMessage() and "acquire_job_lock" in r.getMessage()

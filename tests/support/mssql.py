@@ -29,6 +29,20 @@ def odbc_unavailable() -> str | None:
     return None
 
 
+def require_pyodbc() -> Any:
+    """pyodbc, for a test that needs the module but no server; else skip with the SQL Server
+    suite's reason (``pytest.importorskip`` lets an ImportError other than
+    ModuleNotFoundError, a missing libodbc.so.2's, fail the test)."""
+    import pytest
+
+    missing = odbc_unavailable()
+    if missing:
+        pytest.skip(f"no SQL Server tests: {missing}")
+    import pyodbc
+
+    return pyodbc
+
+
 def odbc_connection_string(dsn: str) -> str:
     from mjsched.backends.odbc import odbc_connection_string as convert
 

@@ -100,6 +100,20 @@ def with_database(dsn: str, name: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, "/" + name, parts.query, parts.fragment))
 
 
+def with_user(dsn: str, user: str) -> str:
+    """``dsn`` logging in as ``user`` (no password): the server's own user is not always
+    ``postgres`` (the tests' embedded server's is not)."""
+    parts = urlsplit(dsn)
+    host = parts.netloc.rsplit("@", 1)[-1]
+    return urlunsplit((parts.scheme, f"{user}@{host}", parts.path, parts.query, parts.fragment))
+
+
+def host_port(dsn: str) -> str:
+    """``host:port`` of a URL DSN, as mjsched's messages name the server (5432 when unsaid)."""
+    parts = urlsplit(dsn)
+    return f"{parts.hostname or '127.0.0.1'}:{parts.port or 5432}"
+
+
 def _admin(dsn: str, statement: str) -> None:
     conn = psycopg2.connect(dsn, connect_timeout=5)
     conn.autocommit = True

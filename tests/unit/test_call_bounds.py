@@ -9,6 +9,7 @@ import pytest
 
 from mjsched.backends.watchdog import CallAbandoned, CallWatchdog, call_timeout_for_lease, shutdown_socket
 from mjsched.errors import ConfigurationError
+from tests.support import mssql
 
 
 def test_the_call_bound_follows_the_lease_within_limits() -> None:
@@ -19,7 +20,7 @@ def test_the_call_bound_follows_the_lease_within_limits() -> None:
 
 
 def test_sql_server_gets_login_and_query_timeouts_from_the_same_bound() -> None:
-    pytest.importorskip("pyodbc")
+    mssql.require_pyodbc()
     from mjsched.backends.mssql import odbc_timeouts
 
     assert odbc_timeouts(5, 60, 2.0) == (5, 2)           # the query timeout is the call bound

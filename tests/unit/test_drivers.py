@@ -578,17 +578,11 @@ def test_http_validate_configuration_names_the_field(config: dict[str, Any], fie
 
 # --------------------------------------------------------------------------- sql
 
-PG_DSN = os.environ.get("MJSCHED_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
-
-
 @pytest.fixture(scope="module")
-def pg_dsn() -> str:
-    psycopg2 = pytest.importorskip("psycopg2")
-    try:
-        psycopg2.connect(PG_DSN, connect_timeout=3).close()
-    except psycopg2.OperationalError as exc:
-        pytest.skip(f"PostgreSQL not reachable at {redact_dsn(PG_DSN)}: {exc}")
-    return PG_DSN
+def pg_dsn(pg_server: str) -> str:
+    """The tests' PostgreSQL server (MJSCHED_TEST_POSTGRES_DSN, else the one they start
+    themselves): its ``postgres`` database, where each test makes a table of its own."""
+    return pg_server
 
 
 @pytest.fixture

@@ -174,6 +174,138 @@ def test_character_lengths_are_within_what_sql_server_accepts() -> None:
     assert found == []
 
 
+# -- the stated minimum: SQL Server 2016 SP1 -----------------------------------------------------------
+
+MINIMUM = "SQL Server 2016 SP1"
+# T-SQL that SQL Server has only from a later version than MINIMUM, whatever the database's
+# compatibility level (each from Microsoft's documentation of it: "Applies to: SQL Server
+# 2017 (14.x) and later", ...). Neither parser knows versions: sqlglot and sqlfluff parse
+# STRING_AGG, and SQL Server 2016 answers it with error 195 (issue 35 item 11).
+NEWER_SYNTAX: list[tuple[str, str, str]] = [
+    (r"\bSTRING_AGG\s*\(", "STRING_AGG", "2017"),
+    (r"\bTRIM\s*\(", "TRIM", "2017"),
+    (r"\bCONCAT_WS\s*\(", "CONCAT_WS", "2017"),
+    (r"\bTRANSLATE\s*\(", "TRANSLATE", "2017"),
+    (r"\bAS\s+(?:NODE|EDGE)\b|\bMATCH\s*\(", "graph tables (AS NODE / AS EDGE, MATCH)", "2017"),
+    (r"\bRESUMABLE\s*=", "resumable index operations (RESUMABLE =)", "2017"),
+    (r"\bAPPROX_COUNT_DISTINCT\s*\(", "APPROX_COUNT_DISTINCT", "2019"),
+    (r"\bOPTIMIZE_FOR_SEQUENTIAL_KEY\b", "OPTIMIZE_FOR_SEQUENTIAL_KEY", "2019"),
+    (r"\b\w+_UTF8\b", "a UTF-8 collation (_UTF8)", "2019"),
+    (r"\bGREATEST\s*\(", "GREATEST", "2022"),
+    (r"\bLEAST\s*\(", "LEAST", "2022"),
+    (r"\bDATE_BUCKET\s*\(", "DATE_BUCKET", "2022"),
+    (r"\bDATETRUNC\s*\(", "DATETRUNC", "2022"),
+    (r"\bGENERATE_SERIES\s*\(", "GENERATE_SERIES", "2022"),
+    (r"\bAPPROX_PERCENTILE_(?:CONT|DISC)\s*\(", "APPROX_PERCENTILE_CONT / _DISC", "2022"),
+    (r"\bJSON_(?:OBJECT|ARRAY|OBJECTAGG|ARRAYAGG|PATH_EXISTS)\s*\(", "JSON_OBJECT / JSON_ARRAY / "
+     "JSON_OBJECTAGG / JSON_ARRAYAGG / JSON_PATH_EXISTS", "2022"),
+    (r"\b(?:LEFT_SHIFT|RIGHT_SHIFT|BIT_COUNT|GET_BIT|SET_BIT)\s*\(", "the bit manipulation functions", "2022"),
+    (r"\bIS\s+(?:NOT\s+)?DISTINCT\s+FROM\b", "IS [NOT] DISTINCT FROM", "2022"),
+    (r"\b(?:IGNORE|RESPECT)\s+NULLS\b", "IGNORE NULLS / RESPECT NULLS", "2022"),
+    (r"\bWINDOW\s+\w+\s+AS\s*\(", "the WINDOW clause", "2022"),
+]
+# Functions 2016 has whose extra argument came later: name -> (arguments 2016 takes at most, what, version).
+NEWER_ARGUMENTS: dict[str, tuple[int, str, str]] = {
+    "STRING_SPLIT": (2, "STRING_SPLIT's enable_ordinal argument", "2022"),
+    "LTRIM": (1, "LTRIM's characters argument", "2022"),
+    "RTRIM": (1, "RTRIM's characters argument", "2022"),
+    "ISJSON": (1, "ISJSON's json_type_constraint argument", "2022"),
+}
+
+
+def _without_comments_and_literals(text: str) -> str:
+    """Comments first: an apostrophe in one ("the job's") would open a string."""
+    text = _code(re.sub(r"/\*.*?\*/", " ", text, flags=re.S))
+    return re.sub(r"N?'(?:[^']|'')*'", "''", text)          # a string may hold anything
+
+
+def _arguments(code: str, open_paren: int) -> int:
+    """How many arguments the call whose "(" is at ``open_paren`` has (top-level commas + 1)."""
+    depth, commas, empty = 0, 0, True
+    for ch in code[open_paren:]:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+            if depth == 0:
+                return 0 if empty else commas + 1
+        elif ch == "," and depth == 1:
+            commas += 1
+        elif not ch.isspace() and depth >= 1:
+            empty = False
+    return commas + 1
+
+
+def newer_than_minimum(text: str) -> list[str]:
+    """What ``text`` (T-SQL) uses that SQL Server has only after MINIMUM, one line each."""
+    code = _without_comments_and_literals(text)
+    found = []
+    for pattern, what, version in NEWER_SYNTAX:
+        for m in re.finditer(pattern, code, re.I):
+            line = code.count("\n", 0, m.start()) + 1
+            found.append(f"line {line}: {what} (SQL Server {version})")
+    for name, (most, what, version) in NEWER_ARGUMENTS.items():
+        for m in re.finditer(rf"\b{name}\s*\(", code, re.I):
+            if _arguments(code, m.end() - 1) > most:
+                line = code.count("\n", 0, m.start()) + 1
+                found.append(f"line {line}: {what} (SQL Server {version})")
+    return found
+
+
+def test_the_documented_minimum_is_the_one_checked() -> None:
+    """The list above is for MINIMUM: a change of the documented minimum revisits it."""
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "guide" / "sqlserver.md").read_text(encoding="utf-8")
+    assert f"{MINIMUM} or later" in docs
+    assert f"Requires {MINIMUM} or later" in (SQL_DIR / "002_procedures.sql").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_nothing_newer_than_the_documented_minimum(path: Path) -> None:
+    assert newer_than_minimum(path.read_text(encoding="utf-8")) == [], f"{path.name} needs more than {MINIMUM}"
+
+
+@pytest.mark.parametrize("sql, flagged", [
+    # queries.sql's active_schedules before issue 35 item 11
+    ("SELECT STRING_AGG(CASE WHEN s.nth <= 1000 THEN CAST(CONVERT(nvarchar(36), s.id) AS nvarchar(max)) END,\n"
+     "       N',') AS job_ids FROM s", "STRING_AGG (SQL Server 2017)"),
+    ("SET @v = TRIM(@p_name);", "TRIM (SQL Server 2017)"),
+    ("SELECT CONCAT_WS(N' | ', a, b)", "CONCAT_WS (SQL Server 2017)"),
+    ("SELECT TRANSLATE(x, N'ab', N'cd')", "TRANSLATE (SQL Server 2017)"),
+    ("SELECT GREATEST(a, b), 1", "GREATEST (SQL Server 2022)"),
+    ("SELECT LEAST(a, b)", "LEAST (SQL Server 2022)"),
+    ("SELECT DATETRUNC(day, @now)", "DATETRUNC (SQL Server 2022)"),
+    ("SELECT DATE_BUCKET(minute, 5, @now)", "DATE_BUCKET (SQL Server 2022)"),
+    ("SELECT value FROM GENERATE_SERIES(1, 10)", "GENERATE_SERIES (SQL Server 2022)"),
+    ("SELECT APPROX_COUNT_DISTINCT(id) FROM t", "APPROX_COUNT_DISTINCT (SQL Server 2019)"),
+    ("SELECT JSON_OBJECT(N'a': 1)", "JSON_OBJECT"),
+    ("SELECT JSON_ARRAY(1, 2)", "JSON_ARRAY"),
+    ("WHERE a.x IS DISTINCT FROM b.x", "IS [NOT] DISTINCT FROM (SQL Server 2022)"),
+    ("WHERE a.x IS NOT DISTINCT FROM b.x", "IS [NOT] DISTINCT FROM (SQL Server 2022)"),
+    ("SELECT value, ordinal FROM STRING_SPLIT(@p, N',', 1)", "STRING_SPLIT's enable_ordinal argument"),
+    ("SELECT LTRIM(@p, N' x')", "LTRIM's characters argument"),
+    ("SELECT ISJSON(@p, OBJECT)", "ISJSON's json_type_constraint argument"),
+    ("CREATE INDEX ix ON t (a) WITH (OPTIMIZE_FOR_SEQUENTIAL_KEY = ON)", "OPTIMIZE_FOR_SEQUENTIAL_KEY"),
+    ("SELECT FIRST_VALUE(x) IGNORE NULLS OVER (ORDER BY y) FROM t", "IGNORE NULLS"),
+])
+def test_the_minimum_check_flags_what_2016_lacks(sql: str, flagged: str) -> None:
+    found = newer_than_minimum(sql)
+    assert found and any(flagged in f for f in found), found
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT LTRIM(RTRIM(@p))",                        # one argument each: 2016 has them
+    "SELECT value FROM STRING_SPLIT(@p, N',')",       # two: 2016
+    "SELECT ISJSON(@p), CONCAT(a, N',', b)",
+    "SELECT N'STRING_AGG(x) in a message', DATEADD(second, 1, @now)",   # a string literal
+    "-- TRIM(x) in the job's comment\nSELECT 1",
+    "/* GREATEST(a, b) */ SELECT IIF(a > b, a, b)",
+    "SELECT STUFF((SELECT N',' + CONVERT(nvarchar(36), id) FROM t FOR XML PATH('')), 1, 1, N'')",
+    "SELECT x FROM t WHERE x IS NOT NULL",
+])
+def test_the_minimum_check_passes_what_2016_has(sql: str) -> None:
+    assert newer_than_minimum(sql) == []
+
+
 # -- locking, session options and collation --------------------------------------------------------
 
 def _code(text: str) -> str:
@@ -613,7 +745,7 @@ def test_the_internal_routines_are_the_postgresql_ones_but_its_dialect_only_help
     assert _internal_routines() == [n for n in pg_names if n not in pg_only]
 
 
-def test_grants_deny_every_internal_routine_after_the_schema_grant() -> None:
+def test_grants_deny_every_internal_routine_after_the_per_routine_grants() -> None:
     """grants.sql denies each routine mjsched.internal_routines() names -- EXECUTE on procedures
     and scalar functions, SELECT on inline table-valued functions (EXECUTE does not apply to
     those) -- after the per-routine grants (which skip them; a DENY overrides a GRANT). The DENYs
@@ -624,14 +756,14 @@ def test_grants_deny_every_internal_routine_after_the_schema_grant() -> None:
     kinds = {name: _kind(name) for name in names}          # fails for a name no file defines
     assert set(kinds.values()) == {"P", "FN", "IF"}
     grants = " ".join(_code((SQL_DIR / "grants.sql").read_text(encoding="utf-8")).split())
-    schema_grant = grants.index("WHILE EXISTS (SELECT 1 FROM @v_routines)")   # the per-routine grants
+    routine_grants = grants.index("WHILE EXISTS (SELECT 1 FROM @v_routines)")
     generator = re.search(
         r"(?i)INSERT INTO @v_internal \(name, permission\) "
         r"SELECT o\.name, CASE WHEN o\.type = 'IF' THEN N'SELECT' ELSE N'EXECUTE' END "
         r"FROM mjsched\.internal_routines\(\) AS i "
         r"JOIN sys\.objects AS o ON o\.schema_id = SCHEMA_ID\(N'mjsched'\) AND o\.name = i\.internal_routines "
         r"WHERE o\.type IN \(([^)]*)\);", grants)
-    assert generator and generator.start() > schema_grant, grants
+    assert generator and generator.start() > routine_grants, grants
     handled = set(re.findall(r"'(\w+)'", generator.group(1)))
     assert set(kinds.values()) <= handled == {"P", "FN", "IF"}
     permission = {k: ("SELECT" if k == "IF" else "EXECUTE") for k in handled}
@@ -649,6 +781,17 @@ def test_grants_deny_every_internal_routine_after_the_schema_grant() -> None:
     # nothing in grants.sql grants an internal routine back
     granted = set(re.findall(r"(?i)GRANT \w+ ON OBJECT::mjsched\.(\w+) TO", grants))
     assert granted & set(names) == set()
+
+
+def test_grants_revoke_the_schema_wide_execute_and_say_so() -> None:
+    """No role keeps EXECUTE on the whole schema, and the comments do not say one has it (one
+    said the DENYs came "after the schema-wide GRANT EXECUTE" the script revokes)."""
+    text = (SQL_DIR / "grants.sql").read_text(encoding="utf-8")
+    code = " ".join(_code(text).split())
+    for role in ("mjsched_engine", "mjsched_admin"):
+        assert f"REVOKE EXECUTE ON SCHEMA::mjsched FROM {role};" in code
+    assert not re.search(r"(?i)\bGRANT\s+EXECUTE\s+ON\s+SCHEMA", code)
+    assert "after the schema-wide GRANT EXECUTE" not in " ".join(text.split())
 
 
 def test_the_probe_skips_the_internal_routines() -> None:
