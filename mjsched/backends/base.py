@@ -509,7 +509,18 @@ class Backend(abc.ABC):
         return jobs[0] if jobs else None
 
     @abc.abstractmethod
-    def list_jobs(self, status: str | None = None) -> list[Job]: ...
+    def list_jobs(self, status: str | None = None, tag: str | None = None) -> list[Job]:
+        """Every job, or those of ``status`` and/or carrying ``tag``, by name."""
+
+    @abc.abstractmethod
+    def pause_jobs(self, tag: str, reason: str | None, until: datetime | None, user: str | None) -> int:
+        """pause_jobs (sql/*/010_tags.sql): every Active job carrying ``tag`` becomes Paused, with a
+        record of the database login, ``user``, ``reason`` and ``until`` (when the claims resume it;
+        None: never). Returns how many were paused."""
+
+    @abc.abstractmethod
+    def resume_jobs(self, tag: str) -> int:
+        """resume_jobs: every Paused job carrying ``tag`` becomes Active; returns how many."""
 
     def jobs_named(self, name: str) -> list[Job]:
         """The jobs called ``name``, as the database compares names (exactly in PostgreSQL; under

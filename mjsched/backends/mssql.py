@@ -447,8 +447,14 @@ class MssqlBackend(Backend):
     def jobs_named(self, name: str) -> list[Job]:
         return [Job.from_row(r) for r in self._read("jobs_named", name)]
 
-    def list_jobs(self, status: str | None = None) -> list[Job]:
-        return [Job.from_row(r) for r in self._read("list_jobs", status)]
+    def list_jobs(self, status: str | None = None, tag: str | None = None) -> list[Job]:
+        return [Job.from_row(r) for r in self._read("list_jobs", status, tag)]
+
+    def pause_jobs(self, tag: str, reason: str | None, until: datetime | None, user: str | None) -> int:
+        return int(self._scalar("pause_jobs", tag=tag, reason=reason, until=to_param(until), user=user) or 0)
+
+    def resume_jobs(self, tag: str) -> int:
+        return int(self._scalar("resume_jobs", tag=tag) or 0)
 
     def unscheduled_jobs(self, limit: int = 500, after: str | None = None) -> list[UnscheduledJob]:
         return [UnscheduledJob.from_row(r) for r in self._read("unscheduled_jobs", int(limit), after)]

@@ -35,7 +35,7 @@ JOB_COLUMNS = (
     "keep_runs_days", "keep_runs_count",
     "interval_seconds", "run_at",
     "retry_max_attempts", "retry_initial_delay", "retry_factor", "retry_max_delay", "retry_jitter",
-    "notify_final_attempt_only",
+    "notify_final_attempt_only", "tags",
 )
 # Session options the filtered indexes need for every write, and the procedures' defaults.
 _SESSION_SETUP = ("SET NOCOUNT ON; SET XACT_ABORT ON; SET ANSI_NULLS ON; SET ANSI_PADDING ON; "

@@ -44,7 +44,7 @@ JOB_COLUMNS = (
     "keep_runs_days", "keep_runs_count",
     "interval_seconds", "run_at",
     "retry_max_attempts", "retry_initial_delay", "retry_factor", "retry_max_delay", "retry_jitter",
-    "notify_final_attempt_only",
+    "notify_final_attempt_only", "tags",
 )
 _TRANSIENT_SQLSTATES = {"40001", "40P01", "55P03", "57P01", "57P02", "57P03", "08000", "08003",
                         "08006", "08001", "08004", "53300"}
@@ -457,8 +457,15 @@ class PostgresBackend(Backend):
     def jobs_named(self, name: str) -> list[Job]:
         return [Job.from_row(r) for r in self._read("jobs_named", {"name": name})]
 
-    def list_jobs(self, status: str | None = None) -> list[Job]:
-        return [Job.from_row(r) for r in self._read("list_jobs", {"status": status})]
+    def list_jobs(self, status: str | None = None, tag: str | None = None) -> list[Job]:
+        return [Job.from_row(r) for r in self._read("list_jobs", {"status": status, "tag": tag})]
+
+    def pause_jobs(self, tag: str, reason: str | None, until: datetime | None, user: str | None) -> int:
+        return int(self._scalar("pause_jobs", "SELECT paused FROM mjsched.pause_jobs(%s, %s, %s, %s)",
+                                (tag, reason, until, user)) or 0)
+
+    def resume_jobs(self, tag: str) -> int:
+        return int(self._scalar("resume_jobs", "SELECT resumed FROM mjsched.resume_jobs(%s)", (tag,)) or 0)
 
     def unscheduled_jobs(self, limit: int = 500, after: str | None = None) -> list[UnscheduledJob]:
         return [UnscheduledJob.from_row(r) for r in self._read("unscheduled_jobs", {"after": after, "limit": limit})]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Iterable
 
-from .. import validation
+from .. import tags as tag_rules, validation
 from ..backends import Backend, open_backend
 from ..errors import ConfigurationError, JobNotFound
 from ..models import DispatchResult, Job, JobRun, JobStatus, RunStatus, SyncResult
@@ -17,7 +17,7 @@ from ..notify import LoggingNotifier, Notifier
 from . import declared, refs
 from .cancellation import default_requester
 from .control import EngineControl
-from .jobs import changed_job_values, create_job
+from .jobs import changed_job_values, create_job, pause_until
 from .listeners import EngineListener
 from .manual import ManualRuns
 from .once import check_timeout
@@ -128,20 +128,49 @@ class SchedulingEngine:
         return declared.ensure(self, declared.declare(spec))[1]
 
     def sync_jobs(self, jobs: list[dict[str, Any]], remove_missing: str = "keep", *,
-                  dry_run: bool = False) -> SyncResult:
+                  dry_run: bool = False, tag: str | None = None) -> SyncResult:
         """ensure_job for each dict of ``jobs`` (all checked before any is written); then the
         jobs no dict names are kept, paused (Active ones) or deleted, as ``remove_missing``
         says ("keep", "pause" or "delete": every job in the database counts). With
-        ``dry_run`` nothing is written and the result says what would change."""
+        ``dry_run`` nothing is written and the result says what would change. With ``tag``
+        the sync is scoped to that tag: every declared job carries it (added to its tags), and
+        only jobs carrying it count as missing, so one team's file never touches another's jobs."""
         for spec in jobs if isinstance(jobs, list) else ():
             if isinstance(spec, dict):
                 self._admit(spec.get("driver"), spec.get("configuration"))
-        return declared.sync(self, jobs, remove_missing, dry_run)
+        return declared.sync(self, jobs, remove_missing, dry_run,
+                             tag=None if tag is None else tag_rules.tag(tag))
 
-    def list_jobs(self, status: str | None = None) -> list[Job]:
+    def list_jobs(self, status: str | None = None, *, tag: str | None = None) -> list[Job]:
+        """Every job, by name; or those of ``status`` and/or carrying ``tag``."""
         if status is not None:
             status = validation.enum_value("status", status, JobStatus).value
-        return self.backend.list_jobs(status)
+        return self.backend.list_jobs(status, None if tag is None else tag_rules.tag(tag))
+
+    def pause_jobs(self, *, tag: str, reason: str | None = None, until: Any = None,
+                   user: str | None = None) -> int:
+        """Pause every Active job carrying ``tag`` in one transaction; returns how many. The
+        database records who (its login, and ``user``: the application's user, default
+        user@host), ``reason`` and ``until``: an aware datetime, or a duration from now ('2h',
+        a timedelta), after which the first poll of any engine resumes them (None: until
+        resume_jobs). Running runs finish. Everything is checked before anything is written."""
+        tag = tag_rules.tag(tag)
+        reason = validation.text("reason", reason, limit=1000)
+        user = validation.text("user", user if user is not None else default_requester(), limit=255)
+        paused = self.backend.pause_jobs(tag, reason, pause_until(self.backend, until), user)
+        log.info("paused %d job(s) tagged %r%s%s", paused, tag, f" until {until}" if until is not None else "",
+                 f": {reason}" if reason else "", extra={"action": "jobs_paused"})
+        self.on_job_changed()
+        return paused
+
+    def resume_jobs(self, *, tag: str) -> int:
+        """Resume every Paused job carrying ``tag`` (however it was paused); returns how many.
+        Each runs next at its first tick from now (ticks missed while paused are not run)."""
+        tag = tag_rules.tag(tag)
+        resumed = self.backend.resume_jobs(tag)
+        log.info("resumed %d job(s) tagged %r", resumed, tag, extra={"action": "jobs_resumed"})
+        self.on_job_changed()
+        return resumed
 
     def update_job(self, job_id: str, **fields: Any) -> Job:
         """Change fields of a job; a new schedule takes effect from its next tick."""

@@ -1022,6 +1022,12 @@ BEGIN
                            FROM mjsched.scheduled_job_run AS r WITH (READCOMMITTEDLOCK, READPAST)
                           WHERE r.status = N'Queued' AND r.retry_at IS NOT NULL AND r.retry_at > @p_now
                           ORDER BY r.retry_at) AS d
+        UNION ALL
+        -- the end of a maintenance window (010_tags.sql)
+        SELECT e.t FROM (SELECT TOP (1) p.paused_until AS t
+                           FROM mjsched.job_pause AS p WITH (READCOMMITTEDLOCK, READPAST)
+                          WHERE p.paused_until IS NOT NULL AND p.paused_until > @p_now
+                          ORDER BY p.paused_until) AS e
     ) AS s
      WHERE s.t IS NOT NULL;
     RETURN @v_next;
@@ -1119,7 +1125,7 @@ BEGIN
         keep_runs_days int NULL, keep_runs_count int NULL, interval_seconds int NULL, run_at datetimeoffset NULL,
         retry_max_attempts int NULL, retry_initial_delay float NULL, retry_factor float NULL,
         retry_max_delay float NULL, retry_jitter float NULL, notify_final_attempt_only bit NOT NULL,
-        retry_count int NOT NULL);
+        retry_count int NOT NULL, tags nvarchar(2100) NULL);
     BEGIN TRY
         EXEC mjsched.check_lease @p_lease_seconds = @p_lease_seconds;
         SET @v_message = CONCAT(N'max_jobs=', COALESCE(CONVERT(nvarchar(20), @p_max_jobs), N'NULL'),
@@ -1145,6 +1151,11 @@ BEGIN
             END;
         END;
         EXEC mjsched.expire_ended_jobs @p_now = @v_now;
+        -- Maintenance windows that have passed end here (010_tags.sql); one index probe otherwise.
+        IF EXISTS (SELECT 1 FROM mjsched.job_pause AS p WHERE p.paused_until <= @v_now)
+        BEGIN
+            EXEC mjsched.resume_paused_jobs @p_now = @v_now;
+        END;
         IF @v_left > 0
         BEGIN
             SET @v_before = (SELECT COUNT(*) FROM #mjsched_claimed);
@@ -1173,7 +1184,7 @@ BEGIN
             total_duration_ms, locked_at, locked_by_instance, expected_completion_at, created_at,
             updated_at, high_frequency_ok, frequency_warned, keep_runs_days, keep_runs_count,
             interval_seconds, run_at, retry_max_attempts, retry_initial_delay, retry_factor,
-            retry_max_delay, retry_jitter, notify_final_attempt_only, retry_count)
+            retry_max_delay, retry_jitter, notify_final_attempt_only, retry_count, tags)
         SELECT j.id, j.job_type_id, t.driver_class, j.name, j.description, j.cron_expression,
                j.timezone, j.start_at, j.end_at, j.status, j.configuration, j.owner,
                j.concurrency_mode, j.missed_run_policy, j.run_immediately_if_never_run,
@@ -1184,7 +1195,11 @@ BEGIN
                j.created_at, j.updated_at, j.high_frequency_ok, j.frequency_warned,
                j.keep_runs_days, j.keep_runs_count, j.interval_seconds, j.run_at,
                j.retry_max_attempts, j.retry_initial_delay, j.retry_factor, j.retry_max_delay,
-               j.retry_jitter, j.notify_final_attempt_only, j.retry_count
+               j.retry_jitter, j.notify_final_attempt_only, j.retry_count,
+               -- the job's tags, comma-joined (no STRING_AGG before SQL Server 2017; a tag holds
+               -- no character FOR XML would escape)
+               STUFF((SELECT N',' + g.tag FROM mjsched.job_tag AS g WHERE g.scheduled_job_id = j.id
+                       ORDER BY g.tag FOR XML PATH('')), 1, 1, N'')
           FROM mjsched.scheduled_job AS j
           JOIN mjsched.scheduled_job_type AS t ON t.id = j.job_type_id
          WHERE j.id IN (SELECT c.job_id FROM #mjsched_claimed AS c);
@@ -1219,7 +1234,11 @@ BEGIN
            j.expected_completion_at, j.created_at, j.updated_at, j.high_frequency_ok,
            j.frequency_warned, j.keep_runs_days, j.keep_runs_count, j.interval_seconds, j.run_at,
            j.retry_max_attempts, j.retry_initial_delay, j.retry_factor, j.retry_max_delay,
-           j.retry_jitter, j.notify_final_attempt_only, j.retry_count
+           j.retry_jitter, j.notify_final_attempt_only, j.retry_count, j.tags,
+           -- a claimed job is not Paused: no pause record
+           CAST(NULL AS datetimeoffset) AS paused_at, CAST(NULL AS nvarchar(255)) AS paused_by,
+           CAST(NULL AS nvarchar(255)) AS paused_by_user, CAST(NULL AS nvarchar(1000)) AS pause_reason,
+           CAST(NULL AS datetimeoffset) AS paused_until
       FROM @v_out AS o
       LEFT JOIN #mjsched_claimed_jobs AS j ON j.id = o.job_id
      ORDER BY o.seq;
@@ -2183,7 +2202,8 @@ RETURN
       FROM (VALUES (N'test_pause'), (N'claimable'), (N'claim_token'), (N'abandon_runs'), (N'renew_tokens'),
                    (N'complete_items'), (N'take_over'), (N'expire_ended_jobs'), (N'claim_replay'), (N'claim_queued'), (N'claim_ticks'),
                    (N'next_due_at'), (N'claim_counters'), (N'purge_candidates'), (N'note_engine_seen'),
-                   (N'json_nesting_exceeds')) AS r (internal_routines);
+                   (N'json_nesting_exceeds'), (N'tag_problem'), (N'check_tag'),
+                   (N'resume_paused_jobs')) AS r (internal_routines);
 GO
 
 -- probe_permissions: which mjsched routines the current user may execute, the internal
@@ -2204,16 +2224,18 @@ BEGIN
                                             ELSE N'EXECUTE' END) = 1
                 THEN 1 ELSE 0 END AS can_execute
       FROM (VALUES (N'abandon_runs'), (N'acquire_job_lock'), (N'advance_job'), (N'begin_job_run'),
-                   (N'cancel_requests'), (N'cancel_run'), (N'check_job_fields'), (N'check_lease'), (N'check_test_clock'), (N'claim_counters'),
+                   (N'cancel_requests'), (N'cancel_run'), (N'check_job_fields'), (N'check_lease'), (N'check_tag'), (N'check_test_clock'), (N'claim_counters'),
                    (N'claim_due_jobs'), (N'claim_queued'), (N'claim_replay'), (N'claim_ticks'),
                    (N'claim_token'), (N'claimable'), (N'complete_items'), (N'complete_job_run'),
                    (N'complete_job_runs'), (N'complete_runs'), (N'delete_job'), (N'engines_holding_locks'), (N'enqueue_job_run'), (N'ensure_job_type'),
                    (N'expire_ended_jobs'), (N'extend_job_leases'), (N'force_unlock_job'),
                    (N'initialize_next_run'), (N'initialize_next_runs'), (N'insert_job'), (N'internal_routines'),
-                   (N'json_nesting_exceeds'), (N'lease_interval'), (N'next_due_at'), (N'note_engine_seen'), (N'note_frequency_warned'), (N'probe_permissions'),
+                   (N'json_nesting_exceeds'), (N'lease_interval'), (N'next_due_at'), (N'note_engine_seen'), (N'note_frequency_warned'),
+                   (N'pause_jobs'), (N'probe_permissions'),
                    (N'purge_candidates'), (N'purge_runs'), (N'register_engine'),
                    (N'release_engine_locks'), (N'release_job_lock'), (N'renew_leases'), (N'renew_tokens'),
-                   (N'start_manual_run'), (N'sweep_expired_leases'), (N'take_over'), (N'test_pause'),
+                   (N'resume_jobs'), (N'resume_paused_jobs'),
+                   (N'start_manual_run'), (N'sweep_expired_leases'), (N'tag_problem'), (N'take_over'), (N'test_pause'),
                    (N'unregister_engine'), (N'update_job')) AS r (name)
      WHERE NOT EXISTS (SELECT 1 FROM mjsched.internal_routines() AS i WHERE i.internal_routines = r.name)
      ORDER BY r.name;

@@ -61,6 +61,10 @@ GRANT SELECT ON OBJECT::mjsched.scheduled_job_type TO mjsched_admin;
 GRANT SELECT ON OBJECT::mjsched.scheduled_job_run TO mjsched_admin;
 GRANT SELECT ON OBJECT::mjsched.engine_instance TO mjsched_admin;
 GRANT SELECT ON OBJECT::mjsched.schema_version TO mjsched_admin;
+GRANT SELECT ON OBJECT::mjsched.job_tag TO mjsched_engine;
+GRANT SELECT ON OBJECT::mjsched.job_pause TO mjsched_engine;
+GRANT SELECT ON OBJECT::mjsched.job_tag TO mjsched_admin;
+GRANT SELECT ON OBJECT::mjsched.job_pause TO mjsched_admin;
 GO
 
 -- The tokens stay the owner's: a column DENY overrides the table GRANT above for that

@@ -20,23 +20,36 @@ SELECT c.name AS name,
 
 -- name: get_jobs
 -- The ids come as one JSON array (an ODBC call has at most 2,100 parameters).
-SELECT {job_columns}, t.driver_class AS driver
+SELECT {job_columns}, t.driver_class AS driver,
+       STUFF((SELECT N',' + g.tag FROM mjsched.job_tag AS g WHERE g.scheduled_job_id = j.id
+               ORDER BY g.tag FOR XML PATH('')), 1, 1, N'') AS tags,
+       p.paused_at, p.paused_by, p.paused_by_user, p.pause_reason, p.paused_until
   FROM mjsched.scheduled_job AS j JOIN mjsched.scheduled_job_type AS t ON t.id = j.job_type_id
+  LEFT JOIN mjsched.job_pause AS p ON p.scheduled_job_id = j.id
  WHERE j.id IN (SELECT TRY_CONVERT(uniqueidentifier, e.value) FROM OPENJSON(?) AS e);
 
 -- name: jobs_named
 -- Oldest first: names are unique, but a database older than 005_job_names may hold copies.
-SELECT {job_columns}, t.driver_class AS driver
+SELECT {job_columns}, t.driver_class AS driver,
+       STUFF((SELECT N',' + g.tag FROM mjsched.job_tag AS g WHERE g.scheduled_job_id = j.id
+               ORDER BY g.tag FOR XML PATH('')), 1, 1, N'') AS tags,
+       p.paused_at, p.paused_by, p.paused_by_user, p.pause_reason, p.paused_until
   FROM mjsched.scheduled_job AS j JOIN mjsched.scheduled_job_type AS t ON t.id = j.job_type_id
+  LEFT JOIN mjsched.job_pause AS p ON p.scheduled_job_id = j.id
  WHERE j.name = ?
  ORDER BY j.created_at, j.id;
 
 -- name: list_jobs
 SET NOCOUNT ON;
-DECLARE @status nvarchar(20) = ?;
-SELECT {job_columns}, t.driver_class AS driver
+DECLARE @status nvarchar(20) = ?, @tag nvarchar(64) = ?;
+SELECT {job_columns}, t.driver_class AS driver,
+       STUFF((SELECT N',' + g.tag FROM mjsched.job_tag AS g WHERE g.scheduled_job_id = j.id
+               ORDER BY g.tag FOR XML PATH('')), 1, 1, N'') AS tags,
+       p.paused_at, p.paused_by, p.paused_by_user, p.pause_reason, p.paused_until
   FROM mjsched.scheduled_job AS j JOIN mjsched.scheduled_job_type AS t ON t.id = j.job_type_id
+  LEFT JOIN mjsched.job_pause AS p ON p.scheduled_job_id = j.id
  WHERE (@status IS NULL OR j.status = @status)
+   AND (@tag IS NULL OR j.id IN (SELECT g.scheduled_job_id FROM mjsched.job_tag AS g WHERE g.tag = @tag))
  ORDER BY j.name, j.created_at
 OPTION (RECOMPILE);
 

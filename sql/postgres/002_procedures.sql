@@ -448,7 +448,9 @@ RETURNS TABLE (job_id uuid, run_id uuid, lock_token uuid, scheduled_for timestam
                keep_runs_days integer, keep_runs_count integer, interval_seconds integer, run_at timestamptz,
                retry_max_attempts integer, retry_initial_delay double precision, retry_factor double precision,
                retry_max_delay double precision, retry_jitter double precision,
-               notify_final_attempt_only boolean, retry_count integer)
+               notify_final_attempt_only boolean, retry_count integer, tags varchar,
+               paused_at timestamptz, paused_by varchar, paused_by_user varchar, pause_reason varchar,
+               paused_until timestamptz)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
@@ -481,6 +483,10 @@ BEGIN
         END IF;
     END IF;
     PERFORM mjsched.expire_ended_jobs(v_now);
+    -- Maintenance windows that have passed end here (010_tags.sql); one index probe otherwise.
+    IF EXISTS (SELECT 1 FROM mjsched.job_pause p WHERE p.paused_until <= v_now) THEN
+        PERFORM mjsched.resume_paused_jobs(v_now);
+    END IF;
     IF v_left > 0 THEN
         SELECT v_job_ids || array_agg(c.job_id), v_run_ids || array_agg(c.run_id), v_tokens || array_agg(c.lock_token),
                v_for || array_agg(c.scheduled_for), v_queued || array_agg(c.from_queue)
@@ -511,7 +517,9 @@ BEGIN
            j.keep_runs_days, j.keep_runs_count, j.interval_seconds, j.run_at,
            j.retry_max_attempts, j.retry_initial_delay, j.retry_factor,
            j.retry_max_delay, j.retry_jitter,
-           j.notify_final_attempt_only, j.retry_count
+           j.notify_final_attempt_only, j.retry_count,
+           (SELECT string_agg(g.tag, ',' ORDER BY g.tag) FROM mjsched.job_tag g WHERE g.scheduled_job_id = j.id)::varchar,
+           NULL::timestamptz, NULL::varchar, NULL::varchar, NULL::varchar, NULL::timestamptz   -- a claimed job is not Paused
       FROM unnest(v_job_ids, v_run_ids, v_tokens, v_for, v_queued) WITH ORDINALITY
            AS c(job_id, run_id, lock_token, scheduled_for, from_queue, n)
       JOIN mjsched.scheduled_job j ON j.id = c.job_id
@@ -532,7 +540,8 @@ BEGIN
                         NULL::integer, NULL::integer, NULL::integer, NULL::timestamptz,
                         NULL::integer, NULL::double precision, NULL::double precision,
                         NULL::double precision, NULL::double precision,
-                        NULL::boolean, NULL::integer
+                        NULL::boolean, NULL::integer, NULL::varchar,
+                        NULL::timestamptz, NULL::varchar, NULL::varchar, NULL::varchar, NULL::timestamptz
                    FROM mjsched.claim_counters(p_instance, v_left <= 0, v_now) t;
 END;
 $$;
@@ -781,7 +790,10 @@ BEGIN
           ORDER BY r.lease_expires_at LIMIT 1),
         (SELECT r.retry_at FROM mjsched.scheduled_job_run r
           WHERE r.status = 'Queued' AND r.retry_at IS NOT NULL AND r.retry_at > p_now
-          ORDER BY r.retry_at LIMIT 1));
+          ORDER BY r.retry_at LIMIT 1),
+        (SELECT p.paused_until FROM mjsched.job_pause p      -- the end of a maintenance window (010_tags.sql)
+          WHERE p.paused_until IS NOT NULL AND p.paused_until > p_now
+          ORDER BY p.paused_until LIMIT 1));
 END;
 $$;
 
@@ -1445,7 +1457,7 @@ LANGUAGE sql IMMUTABLE AS $$
     SELECT ARRAY['test_pause', 'claimable', 'claim_token', 'abandon_runs', 'renew_tokens', 'complete_items',
                  'runs_of_tokens', 'take_over', 'expire_ended_jobs', 'claim_replay', 'claim_queued',
                  'claim_ticks', 'next_due_at', 'claim_counters', 'purge_candidates', 'note_engine_seen',
-                 'json_nesting_exceeds']
+                 'json_nesting_exceeds', 'tag_problem', 'check_tag', 'resume_paused_jobs']
 $$;
 
 -- probe_permissions: which mjsched procedures the current role may not execute.

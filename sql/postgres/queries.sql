@@ -14,21 +14,32 @@ SELECT a.attname AS name, has_column_privilege(a.attrelid, a.attnum, 'SELECT') A
  ORDER BY a.attnum
 
 -- name: get_jobs
-SELECT {job_columns}, t.driver_class AS driver
+SELECT {job_columns}, t.driver_class AS driver,
+       (SELECT string_agg(g.tag, ',' ORDER BY g.tag) FROM mjsched.job_tag g WHERE g.scheduled_job_id = j.id) AS tags,
+       p.paused_at, p.paused_by, p.paused_by_user, p.pause_reason, p.paused_until
   FROM mjsched.scheduled_job j JOIN mjsched.scheduled_job_type t ON t.id = j.job_type_id
+  LEFT JOIN mjsched.job_pause p ON p.scheduled_job_id = j.id
  WHERE j.id = ANY(%(ids)s::uuid[])
 
 -- name: jobs_named
 -- Oldest first: names are unique, but a database older than 005_job_names may hold copies.
-SELECT {job_columns}, t.driver_class AS driver
+SELECT {job_columns}, t.driver_class AS driver,
+       (SELECT string_agg(g.tag, ',' ORDER BY g.tag) FROM mjsched.job_tag g WHERE g.scheduled_job_id = j.id) AS tags,
+       p.paused_at, p.paused_by, p.paused_by_user, p.pause_reason, p.paused_until
   FROM mjsched.scheduled_job j JOIN mjsched.scheduled_job_type t ON t.id = j.job_type_id
+  LEFT JOIN mjsched.job_pause p ON p.scheduled_job_id = j.id
  WHERE j.name = %(name)s
  ORDER BY j.created_at, j.id
 
 -- name: list_jobs
-SELECT {job_columns}, t.driver_class AS driver
+SELECT {job_columns}, t.driver_class AS driver,
+       (SELECT string_agg(g.tag, ',' ORDER BY g.tag) FROM mjsched.job_tag g WHERE g.scheduled_job_id = j.id) AS tags,
+       p.paused_at, p.paused_by, p.paused_by_user, p.pause_reason, p.paused_until
   FROM mjsched.scheduled_job j JOIN mjsched.scheduled_job_type t ON t.id = j.job_type_id
+  LEFT JOIN mjsched.job_pause p ON p.scheduled_job_id = j.id
  WHERE (%(status)s::varchar IS NULL OR j.status = %(status)s::varchar)
+   AND (%(tag)s::varchar IS NULL
+        OR j.id IN (SELECT g.scheduled_job_id FROM mjsched.job_tag g WHERE g.tag = %(tag)s::varchar))
  ORDER BY j.name, j.created_at
 
 -- name: unscheduled_jobs

@@ -51,6 +51,10 @@ INTERNAL: dict[str, str] = {
     "json_nesting_exceeds": "IMMUTABLE depth check of the JSON limits (check_job_fields, start_manual_run, complete_items)",
     "note_engine_seen": "the liveness write of renew_tokens and claim_due_jobs (skipped when the row is held)",
     "tg_scheduled_job_changed": "trigger function: runs inside the statement that changed a job row",
+    "resume_paused_jobs": "part of claim_due_jobs: ends the maintenance windows that have passed (idempotent: "
+                          "only Paused jobs whose window ended change, and then their record is gone)",
+    "tag_problem": "IMMUTABLE rule of a tag (check_job_fields, check_tag)",
+    "check_tag": "IMMUTABLE check of a procedure's tag parameter (pause_jobs, resume_jobs)",
 }
 # Names in the table's first column that are not routines.
 NOT_ROUTINES = {"execute_job"}

@@ -142,8 +142,9 @@ def test_the_drifted_fixture_is_caught() -> None:
      "routine release_job_lock: parameters ['p_job_id', 'p_token'] != ['p_token', 'p_job_id']"),
     (("SELECT COUNT(*) AS enqueued FROM @v_queued;", "SELECT COUNT(*) AS queued FROM @v_queued;"),
      "routine enqueue_job_run: result columns ['enqueued'] != ['queued']"),
-    (("j.notify_final_attempt_only, j.retry_count\n      FROM @v_out",
-      "j.notify_final_attempt_only\n      FROM @v_out"),
+    (("AS paused_by_user, CAST(NULL AS nvarchar(1000)) AS pause_reason,\n"
+      "           CAST(NULL AS datetimeoffset) AS paused_until\n      FROM @v_out",
+      "AS paused_by_user, CAST(NULL AS nvarchar(1000)) AS pause_reason\n      FROM @v_out"),
      f"routine claim_due_jobs: result columns {list(PG.routines['claim_due_jobs'].result_sets[0])} != "
      f"{list(PG.routines['claim_due_jobs'].result_sets[0])[:-1]}"),
     (("    SELECT @v_swept AS swept,", "    SELECT @v_swept AS swept;\n    SELECT @v_swept AS swept,"),
