@@ -9,12 +9,15 @@ job's tags into one column. A job has at most MAX_TAGS.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from .errors import ConfigurationError
 
 MAX_TAG = 64
 MAX_TAGS = 32
+MAX_LIMIT = 100_000     # a tag's max_running (ck_tag_limit_max_running)
 _TAG = re.compile(r"[a-z0-9][a-z0-9._-]*")
 RULE = 'may hold only a-z, 0-9, ".", "_" and "-", and starts with a letter or a digit'
 
@@ -55,3 +58,40 @@ def tag_set(value: Any, field: str = "tags") -> tuple[str, ...]:
     if len(found) > MAX_TAGS:
         raise ConfigurationError(field, value, f"{len(found)} tags; at most {MAX_TAGS} allowed")
     return tuple(found)
+
+
+@dataclass(frozen=True)
+class TagInfo:
+    """One tag as ``engine.tags()`` and ``mjsched tags list`` show it: how many jobs carry it,
+    its cluster-wide limit (None: none) and who set it, its Running runs, and the due jobs the
+    limit holds back now (names)."""
+
+    tag: str
+    jobs: int
+    max_running: int | None
+    running: int
+    waiting: tuple[str, ...] = ()
+    set_at: datetime | None = None
+    set_by: str | None = None
+    set_by_user: str | None = None
+
+
+@dataclass(frozen=True)
+class TagWait:
+    """A due job a tag's limit holds back: ``running`` of ``max_running`` slots are taken."""
+
+    job_id: str
+    name: str
+    tag: str
+    max_running: int
+    running: int
+
+
+def max_running(value: Any) -> int | None:
+    """A tag's limit: a whole number in [0, MAX_LIMIT], or None (no limit)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_LIMIT:
+        raise ConfigurationError("max_running", value, f"must be a whole number from 0 to {MAX_LIMIT} "
+                                                       "(None lifts the limit)")
+    return value

@@ -522,6 +522,19 @@ class Backend(abc.ABC):
     def resume_jobs(self, tag: str) -> int:
         """resume_jobs: every Paused job carrying ``tag`` becomes Active; returns how many."""
 
+    @abc.abstractmethod
+    def set_tag_limit(self, tag: str, max_running: int | None, user: str | None) -> None:
+        """set_tag_limit: at most ``max_running`` Running runs of the tag's jobs (None: no limit)."""
+
+    @abc.abstractmethod
+    def tag_summary(self) -> list[dict[str, Any]]:
+        """Every tag: tag, jobs, max_running, set_at, set_by, set_by_user, running."""
+
+    @abc.abstractmethod
+    def waiting_for_tag(self, job_id: str | None = None) -> list[dict[str, Any]]:
+        """The due jobs a tag's limit holds back now (job_id, name, tag, max_running, running,
+        next_run_at), or those of one job (the read query waiting_for_tag)."""
+
     def jobs_named(self, name: str) -> list[Job]:
         """The jobs called ``name``, as the database compares names (exactly in PostgreSQL; under
         the column's collation in SQL Server), oldest first: one at most once the names are

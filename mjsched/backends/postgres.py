@@ -467,6 +467,15 @@ class PostgresBackend(Backend):
     def resume_jobs(self, tag: str) -> int:
         return int(self._scalar("resume_jobs", "SELECT resumed FROM mjsched.resume_jobs(%s)", (tag,)) or 0)
 
+    def set_tag_limit(self, tag: str, max_running: int | None, user: str | None) -> None:
+        self._rows("set_tag_limit", "SELECT changed FROM mjsched.set_tag_limit(%s, %s, %s)", (tag, max_running, user))
+
+    def tag_summary(self) -> list[dict[str, Any]]:
+        return self._read("tag_summary")
+
+    def waiting_for_tag(self, job_id: str | None = None) -> list[dict[str, Any]]:
+        return self._read("waiting_for_tag", {"job_id": job_id})
+
     def unscheduled_jobs(self, limit: int = 500, after: str | None = None) -> list[UnscheduledJob]:
         return [UnscheduledJob.from_row(r) for r in self._read("unscheduled_jobs", {"after": after, "limit": limit})]
 

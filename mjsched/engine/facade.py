@@ -163,6 +163,37 @@ class SchedulingEngine:
         self.on_job_changed()
         return paused
 
+    def set_tag_limit(self, tag: str, max_running: int | None, *, user: str | None = None) -> None:
+        """At most ``max_running`` runs of jobs carrying ``tag`` run at once across every engine
+        (None lifts the limit; 0 holds every scheduled run of the tag back). The claims enforce it
+        in the database; a manual run (execute_job) is never held back but takes a slot while it
+        runs. Recorded with the database login and ``user`` (default user@host)."""
+        tag = tag_rules.tag(tag)
+        limit = tag_rules.max_running(max_running)
+        user = validation.text("user", user if user is not None else default_requester(), limit=255)
+        self.backend.set_tag_limit(tag, limit, user)
+        log.info("tag %r: %s", tag, "no limit" if limit is None else f"at most {limit} running at once",
+                 extra={"action": "tag_limit_set"})
+        self.on_job_changed()
+
+    def tags(self) -> list[tag_rules.TagInfo]:
+        """Every tag (carried by a job, or limited): its jobs, limit, Running runs and the due
+        jobs its limit holds back now."""
+        waiting: dict[str, list[str]] = {}
+        for wait in self.waiting_for_tag():
+            waiting.setdefault(wait.tag, []).append(wait.name)
+        return [tag_rules.TagInfo(tag=r["tag"], jobs=int(r["jobs"]), max_running=r["max_running"],
+                                  running=int(r["running"]), waiting=tuple(waiting.get(r["tag"], ())),
+                                  set_at=r["set_at"], set_by=r["set_by"], set_by_user=r["set_by_user"])
+                for r in self.backend.tag_summary()]
+
+    def waiting_for_tag(self, job_id: str | None = None) -> list[tag_rules.TagWait]:
+        """The due jobs (or this one) a tag's limit holds back now, one per (job, tag)."""
+        jid = refs.resolve_job_id(self.backend, job_id) if job_id is not None else None
+        return [tag_rules.TagWait(job_id=str(r["job_id"]), name=r["name"], tag=r["tag"],
+                                  max_running=int(r["max_running"]), running=int(r["running"]))
+                for r in self.backend.waiting_for_tag(jid)]
+
     def resume_jobs(self, *, tag: str) -> int:
         """Resume every Paused job carrying ``tag`` (however it was paused); returns how many.
         Each runs next at its first tick from now (ticks missed while paused are not run)."""

@@ -328,6 +328,25 @@ BEGIN
 END;
 GO
 
+-- A tag's cluster-wide limit (010_tags.sql): here too, for the claims of 002.
+IF OBJECT_ID(N'mjsched.tag_limit', N'U') IS NULL
+BEGIN
+    CREATE TABLE mjsched.tag_limit (
+        tag         nvarchar(64) NOT NULL,
+        max_running int NOT NULL,
+        set_at      datetimeoffset NOT NULL,
+        set_by      nvarchar(255) NOT NULL,      -- the database login (ORIGINAL_LOGIN())
+        set_by_user nvarchar(255) NULL,          -- the application's user, when the caller named one
+        CONSTRAINT pk_tag_limit PRIMARY KEY (tag),
+        CONSTRAINT ck_tag_limit_tag
+            CHECK (LEN(tag) BETWEEN 1 AND 64
+                   AND tag COLLATE Latin1_General_BIN2 NOT LIKE N'%[^a-z0-9._-]%'
+                   AND tag COLLATE Latin1_General_BIN2 LIKE N'[a-z0-9]%'),
+        CONSTRAINT ck_tag_limit_max_running CHECK (max_running BETWEEN 0 AND 100000)
+    );
+END;
+GO
+
 IF OBJECT_ID(N'mjsched.engine_instance', N'U') IS NULL
 BEGIN
     CREATE TABLE mjsched.engine_instance (

@@ -77,7 +77,8 @@
 --   are procedures (T-SQL functions may not): a count (abandon_runs, take_over,
 --   expire_ended_jobs) is the procedure's return code, read with EXEC @n = ...; rows
 --   (claim_queued, claim_ticks) go to the temporary table #mjsched_claimed when the
---   caller created one, as complete_job_runs writes to #mjsched_completed (INSERT ...
+--   caller created one, as complete_job_runs writes to #mjsched_completed and
+--   admit_by_tag_limits to #mjsched_admitted (INSERT ...
 --   EXEC would forbid the callee a ROLLBACK and cannot nest). The pure ones the planner
 --   inlines (claimable, claim_token, claim_replay, claim_counters) are inline
 --   table-valued functions used with CROSS APPLY, which the optimizer expands into the
@@ -737,8 +738,13 @@ BEGIN
     SET XACT_ABORT ON;
     DECLARE @v_own_transaction bit = CASE WHEN @@TRANCOUNT = 0 THEN 1 ELSE 0 END;
     DECLARE @v_old nvarchar(max);
-    DECLARE @v_candidates TABLE (id uniqueidentifier NOT NULL PRIMARY KEY, lock_token uniqueidentifier NULL);
+    DECLARE @v_candidates TABLE (id uniqueidentifier NOT NULL PRIMARY KEY, lock_token uniqueidentifier NULL,
+                                 due datetimeoffset NULL);
     DECLARE @v_run_locks TABLE (id uniqueidentifier NOT NULL PRIMARY KEY);
+    -- tags at their limit (010_tags.sql), when a tag has one: their jobs are left out
+    DECLARE @v_limited bit = 0;
+    DECLARE @v_full TABLE (tag nvarchar(64) NOT NULL PRIMARY KEY);
+    DECLARE @v_json nvarchar(max);
     DECLARE @v_taken TABLE (job_id uniqueidentifier NOT NULL PRIMARY KEY, lock_token uniqueidentifier NOT NULL,
                             lease_until datetimeoffset NOT NULL, last_run_at datetimeoffset NULL);
     DECLARE @v_started TABLE (job_id uniqueidentifier NOT NULL, run_id uniqueidentifier NOT NULL,
@@ -748,8 +754,13 @@ BEGIN
         BEGIN
             BEGIN TRANSACTION;
         END;
-        INSERT INTO @v_candidates (id, lock_token)
-        SELECT TOP (@p_max_jobs) j.id, j.lock_token
+        IF EXISTS (SELECT 1 FROM mjsched.tag_limit AS l WITH (READCOMMITTEDLOCK, READPAST))
+        BEGIN
+            SET @v_limited = 1;
+            INSERT INTO @v_full (tag) SELECT f.tag FROM mjsched.tags_at_limit() AS f;
+        END;
+        INSERT INTO @v_candidates (id, lock_token, due)
+        SELECT TOP (@p_max_jobs) j.id, j.lock_token, CAST(NULL AS datetimeoffset)
           FROM mjsched.scheduled_job AS j WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
          -- a one-off (run_at) is Expired once its tick is served, but the retries of that tick
          -- still run: its only Queued runs are retries (one tick, never queued behind itself)
@@ -766,10 +777,25 @@ BEGIN
            AND (NOT (j.concurrency_mode = N'Skip' AND j.next_run_at IS NOT NULL AND j.next_run_at <= @p_now)
                 OR EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS q WITH (READCOMMITTEDLOCK, READPAST)
                             WHERE q.scheduled_job_id = j.id AND q.status = N'Queued' AND q.attempt <= 1
-                              AND (q.retry_at IS NULL OR q.retry_at <= @p_now)));
+                              AND (q.retry_at IS NULL OR q.retry_at <= @p_now)))
+           AND (@v_limited = 0
+                OR NOT EXISTS (SELECT 1 FROM mjsched.job_tag AS g WITH (READCOMMITTEDLOCK, READPAST)
+                                 JOIN @v_full AS f ON f.tag = g.tag
+                                WHERE g.scheduled_job_id = j.id));
         IF EXISTS (SELECT 1 FROM @v_candidates)
         BEGIN
             EXEC mjsched.test_pause @p_point = N'claim_due_jobs:queued_jobs_locked';
+            -- a tag's limit (010_tags.sql): only the candidates admit_by_tag_limits admits, in claim order
+            IF @v_limited = 1
+            BEGIN
+                SET @v_json = (SELECT c.id FROM @v_candidates AS c ORDER BY c.due, c.id FOR JSON PATH);
+                CREATE TABLE #mjsched_admitted (ids nvarchar(max) NULL, old nvarchar(max) NULL);
+                EXEC mjsched.admit_by_tag_limits @p_ids = @v_json;
+                DELETE c FROM @v_candidates AS c
+                 WHERE c.id NOT IN (SELECT CONVERT(uniqueidentifier, JSON_VALUE(e.[value], N'$.id'))
+                                      FROM #mjsched_admitted AS a CROSS APPLY OPENJSON(a.ids) AS e);
+                DROP TABLE #mjsched_admitted;
+            END;
             -- A lapsed run another session holds (an operator's open transaction) is not
             -- waited for: the runs of the lapsed tokens are locked here with READPAST (their job
             -- rows are ours, so only an outsider can hold them), and a candidate with a run that
@@ -870,8 +896,13 @@ BEGIN
     SET XACT_ABORT ON;
     DECLARE @v_own_transaction bit = CASE WHEN @@TRANCOUNT = 0 THEN 1 ELSE 0 END;
     DECLARE @v_old nvarchar(max);
-    DECLARE @v_candidates TABLE (id uniqueidentifier NOT NULL PRIMARY KEY, lock_token uniqueidentifier NULL);
+    DECLARE @v_candidates TABLE (id uniqueidentifier NOT NULL PRIMARY KEY, lock_token uniqueidentifier NULL,
+                                 due datetimeoffset NULL);
     DECLARE @v_run_locks TABLE (id uniqueidentifier NOT NULL PRIMARY KEY);
+    -- tags at their limit (010_tags.sql), when a tag has one: their jobs are left out
+    DECLARE @v_limited bit = 0;
+    DECLARE @v_full TABLE (tag nvarchar(64) NOT NULL PRIMARY KEY);
+    DECLARE @v_json nvarchar(max);
     DECLARE @v_taken TABLE (job_id uniqueidentifier NOT NULL PRIMARY KEY, lock_token uniqueidentifier NOT NULL,
                             next_run_at datetimeoffset NULL, lease_until datetimeoffset NOT NULL,
                             last_run_at datetimeoffset NULL);
@@ -881,18 +912,38 @@ BEGIN
         BEGIN
             BEGIN TRANSACTION;
         END;
-        INSERT INTO @v_candidates (id, lock_token)
-        SELECT TOP (@p_max_jobs) j.id, j.lock_token
+        IF EXISTS (SELECT 1 FROM mjsched.tag_limit AS l WITH (READCOMMITTEDLOCK, READPAST))
+        BEGIN
+            SET @v_limited = 1;
+            INSERT INTO @v_full (tag) SELECT f.tag FROM mjsched.tags_at_limit() AS f;
+        END;
+        INSERT INTO @v_candidates (id, lock_token, due)
+        SELECT TOP (@p_max_jobs) j.id, j.lock_token, j.next_run_at
           FROM mjsched.scheduled_job AS j WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
          CROSS APPLY mjsched.claimable(j.status, j.start_at, j.end_at, j.lock_token,
                                        j.expected_completion_at, @p_now) AS c
          WHERE j.status = N'Active' AND j.next_run_at <= @p_now
            AND NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS q WITH (READCOMMITTEDLOCK, READPAST)
                             WHERE q.scheduled_job_id = j.id AND q.status = N'Queued' AND q.attempt = 1)
+           AND (@v_limited = 0
+                OR NOT EXISTS (SELECT 1 FROM mjsched.job_tag AS g WITH (READCOMMITTEDLOCK, READPAST)
+                                 JOIN @v_full AS f ON f.tag = g.tag
+                                WHERE g.scheduled_job_id = j.id))
          ORDER BY j.next_run_at;
         IF EXISTS (SELECT 1 FROM @v_candidates)
         BEGIN
             EXEC mjsched.test_pause @p_point = N'claim_due_jobs:due_jobs_locked';
+            -- a tag's limit (010_tags.sql): only the candidates admit_by_tag_limits admits, in claim order
+            IF @v_limited = 1
+            BEGIN
+                SET @v_json = (SELECT c.id FROM @v_candidates AS c ORDER BY c.due, c.id FOR JSON PATH);
+                CREATE TABLE #mjsched_admitted (ids nvarchar(max) NULL, old nvarchar(max) NULL);
+                EXEC mjsched.admit_by_tag_limits @p_ids = @v_json;
+                DELETE c FROM @v_candidates AS c
+                 WHERE c.id NOT IN (SELECT CONVERT(uniqueidentifier, JSON_VALUE(e.[value], N'$.id'))
+                                      FROM #mjsched_admitted AS a CROSS APPLY OPENJSON(a.ids) AS e);
+                DROP TABLE #mjsched_admitted;
+            END;
             -- A lapsed run another session holds (an operator's open transaction) is not
             -- waited for: the runs of the lapsed tokens are locked here with READPAST (their job
             -- rows are ours, so only an outsider can hold them), and a candidate with a run that
@@ -1169,6 +1220,16 @@ BEGIN
             EXEC mjsched.claim_ticks @p_instance = @p_instance, @p_max_jobs = @v_left,
                  @p_lease_seconds = @p_lease_seconds, @p_now = @v_now, @p_claim_id = @p_claim_id;
             SET @v_left = @v_left - ((SELECT COUNT(*) FROM #mjsched_claimed) - @v_before);
+            -- Held back by a tag's limit (010_tags.sql), a round's candidates may have hidden other
+            -- due jobs: while a round claimed something, slots are left and a tag has a limit, claim again.
+            WHILE @v_left > 0 AND (SELECT COUNT(*) FROM #mjsched_claimed) > @v_before
+                  AND EXISTS (SELECT 1 FROM mjsched.tag_limit AS l WITH (READCOMMITTEDLOCK, READPAST))
+            BEGIN
+                SET @v_before = (SELECT COUNT(*) FROM #mjsched_claimed);
+                EXEC mjsched.claim_ticks @p_instance = @p_instance, @p_max_jobs = @v_left,
+                     @p_lease_seconds = @p_lease_seconds, @p_now = @v_now, @p_claim_id = @p_claim_id;
+                SET @v_left = @v_left - ((SELECT COUNT(*) FROM #mjsched_claimed) - @v_before);
+            END;
         END;
         SET @v_next = mjsched.next_due_at(@v_now);
         SET @v_batch_full = CASE WHEN @v_left <= 0 THEN 1 ELSE 0 END;
@@ -2203,7 +2264,7 @@ RETURN
                    (N'complete_items'), (N'take_over'), (N'expire_ended_jobs'), (N'claim_replay'), (N'claim_queued'), (N'claim_ticks'),
                    (N'next_due_at'), (N'claim_counters'), (N'purge_candidates'), (N'note_engine_seen'),
                    (N'json_nesting_exceeds'), (N'tag_problem'), (N'check_tag'),
-                   (N'resume_paused_jobs')) AS r (internal_routines);
+                   (N'resume_paused_jobs'), (N'tags_at_limit'), (N'admit_by_tag_limits')) AS r (internal_routines);
 GO
 
 -- probe_permissions: which mjsched routines the current user may execute, the internal
@@ -2223,7 +2284,7 @@ BEGIN
                                        CASE WHEN r.name = N'internal_routines' THEN N'SELECT'
                                             ELSE N'EXECUTE' END) = 1
                 THEN 1 ELSE 0 END AS can_execute
-      FROM (VALUES (N'abandon_runs'), (N'acquire_job_lock'), (N'advance_job'), (N'begin_job_run'),
+      FROM (VALUES (N'abandon_runs'), (N'acquire_job_lock'), (N'admit_by_tag_limits'), (N'advance_job'), (N'begin_job_run'),
                    (N'cancel_requests'), (N'cancel_run'), (N'check_job_fields'), (N'check_lease'), (N'check_tag'), (N'check_test_clock'), (N'claim_counters'),
                    (N'claim_due_jobs'), (N'claim_queued'), (N'claim_replay'), (N'claim_ticks'),
                    (N'claim_token'), (N'claimable'), (N'complete_items'), (N'complete_job_run'),
@@ -2234,8 +2295,9 @@ BEGIN
                    (N'pause_jobs'), (N'probe_permissions'),
                    (N'purge_candidates'), (N'purge_runs'), (N'register_engine'),
                    (N'release_engine_locks'), (N'release_job_lock'), (N'renew_leases'), (N'renew_tokens'),
-                   (N'resume_jobs'), (N'resume_paused_jobs'),
-                   (N'start_manual_run'), (N'sweep_expired_leases'), (N'tag_problem'), (N'take_over'), (N'test_pause'),
+                   (N'resume_jobs'), (N'resume_paused_jobs'), (N'set_tag_limit'),
+                   (N'start_manual_run'), (N'sweep_expired_leases'), (N'tag_problem'), (N'tags_at_limit'),
+                   (N'take_over'), (N'test_pause'),
                    (N'unregister_engine'), (N'update_job')) AS r (name)
      WHERE NOT EXISTS (SELECT 1 FROM mjsched.internal_routines() AS i WHERE i.internal_routines = r.name)
      ORDER BY r.name;

@@ -145,3 +145,130 @@ BEGIN
     RETURN @v_rows;
 END;
 GO
+
+-- ---------------------------------------------------------------------------------------------
+-- A cluster-wide concurrency limit per tag (issue 37 item 2; the rules are in the PostgreSQL twin).
+
+-- set_tag_limit: at most @p_max_running runs of the tag's jobs Running at once (NULL: no limit).
+CREATE OR ALTER PROCEDURE mjsched.set_tag_limit
+    @p_tag nvarchar(4000),
+    @p_max_running int,
+    @p_user nvarchar(4000) = NULL
+AS
+BEGIN
+    SET NOCOUNT ON;
+    SET XACT_ABORT ON;
+    EXEC mjsched.check_tag @p_tag = @p_tag;
+    DECLARE @v_message nvarchar(2048) = CASE
+        WHEN @p_max_running IS NOT NULL AND @p_max_running NOT BETWEEN 0 AND 100000
+            THEN CONCAT(N'max_running=', @p_max_running, N': must be between 0 and 100000 (NULL lifts the limit)')
+        WHEN LEN(@p_user) > 255
+            THEN CONCAT(N'user: ', LEN(@p_user), N' characters long; at most 255 allowed')
+    END;
+    IF @v_message IS NOT NULL
+    BEGIN
+        THROW 50022, @v_message, 1;
+    END;
+    BEGIN TRANSACTION;
+    DELETE l FROM mjsched.tag_limit AS l WITH (ROWLOCK) WHERE l.tag = @p_tag;
+    INSERT INTO mjsched.tag_limit (tag, max_running, set_at, set_by, set_by_user)
+    SELECT @p_tag, @p_max_running, SYSDATETIMEOFFSET(), ORIGINAL_LOGIN(), @p_user
+     WHERE @p_max_running IS NOT NULL;
+    COMMIT TRANSACTION;
+    SELECT 1 AS changed;
+END;
+GO
+
+-- tags_at_limit: the limited tags with no free slot now (an advisory read: locked rows are
+-- skipped; admit_by_tag_limits decides under the locks).
+CREATE OR ALTER FUNCTION mjsched.tags_at_limit()
+RETURNS TABLE
+AS
+RETURN
+    SELECT l.tag
+      FROM mjsched.tag_limit AS l WITH (READCOMMITTEDLOCK, READPAST)
+     WHERE l.max_running <= (SELECT COUNT(*)
+                               FROM mjsched.job_tag AS g WITH (READCOMMITTEDLOCK, READPAST)
+                               JOIN mjsched.scheduled_job_run AS r WITH (READCOMMITTEDLOCK, READPAST)
+                                 ON r.scheduled_job_id = g.scheduled_job_id
+                              WHERE g.tag = l.tag AND r.status = N'Running');
+GO
+
+-- admit_by_tag_limits: of the candidate jobs a claim holds (@p_ids: a JSON array of {"id"} in claim
+-- order), those it may start now without taking a tag past its limit (ids: the same form, same
+-- order) and the lock tokens of their lapsed holders (old: [{"id": token}]). When a candidate
+-- carries a limited tag, every tag_limit row is locked first, in tag order (the clustered key);
+-- the Running runs of each limited tag are then counted from its jobs (job_tag by tag, then
+-- each job's runs), so the count reads only runs of limited jobs: a claim adding runs of those
+-- holds these very locks. The rows go to the caller's #mjsched_admitted when it created one.
+CREATE OR ALTER PROCEDURE mjsched.admit_by_tag_limits
+    @p_ids nvarchar(max)
+AS
+BEGIN
+    SET NOCOUNT ON;
+    SET XACT_ABORT ON;
+    DECLARE @v_ids TABLE (seq int NOT NULL PRIMARY KEY, id uniqueidentifier NOT NULL);
+    DECLARE @v_free TABLE (tag nvarchar(64) NOT NULL PRIMARY KEY, free int NOT NULL);
+    DECLARE @v_out TABLE (seq int NOT NULL PRIMARY KEY, id uniqueidentifier NOT NULL);
+    DECLARE @v_locked TABLE (tag nvarchar(64) NOT NULL PRIMARY KEY);
+    DECLARE @v_seq int = -1, @v_id uniqueidentifier;
+    DECLARE @v_limited bit = 0;
+    INSERT INTO @v_ids (seq, id)
+    SELECT CONVERT(int, e.[key]), CONVERT(uniqueidentifier, JSON_VALUE(e.[value], N'$.id'))
+      FROM OPENJSON(@p_ids) AS e;
+    IF EXISTS (SELECT 1 FROM @v_ids AS i
+                 JOIN mjsched.job_tag AS g WITH (READCOMMITTEDLOCK) ON g.scheduled_job_id = i.id
+                 JOIN mjsched.tag_limit AS l WITH (READCOMMITTEDLOCK) ON l.tag = g.tag)
+    BEGIN
+        SET @v_limited = 1;
+    END;
+    IF @v_limited = 0
+    BEGIN
+        INSERT INTO @v_out (seq, id) SELECT i.seq, i.id FROM @v_ids AS i;
+    END;
+    IF @v_limited = 1
+    BEGIN
+        -- every limit, in tag order (the clustered key): one order for every claim
+        INSERT INTO @v_locked (tag)
+        SELECT l.tag FROM mjsched.tag_limit AS l WITH (UPDLOCK, ROWLOCK, READCOMMITTEDLOCK) ORDER BY l.tag;
+        EXEC mjsched.test_pause @p_point = N'claim_due_jobs:tag_limits_locked';
+        INSERT INTO @v_free (tag, free)
+        SELECT l.tag, l.max_running - (SELECT COUNT(*)
+                                         FROM mjsched.job_tag AS g WITH (READCOMMITTEDLOCK)
+                                         JOIN mjsched.scheduled_job_run AS r WITH (READCOMMITTEDLOCK)
+                                           ON r.scheduled_job_id = g.scheduled_job_id
+                                        WHERE g.tag = l.tag AND r.status = N'Running')
+          FROM mjsched.tag_limit AS l WITH (READCOMMITTEDLOCK);
+        WHILE 1 = 1
+        BEGIN
+            SELECT TOP (1) @v_seq = i.seq, @v_id = i.id FROM @v_ids AS i WHERE i.seq > @v_seq ORDER BY i.seq;
+            IF @@ROWCOUNT = 0
+            BEGIN
+                BREAK;
+            END;
+            IF NOT EXISTS (SELECT 1 FROM mjsched.job_tag AS g WITH (READCOMMITTEDLOCK)
+                             JOIN @v_free AS f ON f.tag = g.tag
+                            WHERE g.scheduled_job_id = @v_id AND f.free <= 0)
+            BEGIN
+                INSERT INTO @v_out (seq, id) VALUES (@v_seq, @v_id);
+                UPDATE f SET free = f.free - 1
+                  FROM @v_free AS f
+                 WHERE f.tag IN (SELECT g.tag FROM mjsched.job_tag AS g WITH (READCOMMITTEDLOCK)
+                                  WHERE g.scheduled_job_id = @v_id);
+            END;
+        END;
+    END;
+    -- To the caller's #mjsched_admitted when it created one (the claims), else to the client.
+    IF OBJECT_ID(N'tempdb..#mjsched_admitted') IS NOT NULL
+    BEGIN
+        INSERT INTO #mjsched_admitted (ids, old)
+        SELECT (SELECT o.id FROM @v_out AS o ORDER BY o.seq FOR JSON PATH),
+               (SELECT j.lock_token AS id FROM mjsched.scheduled_job AS j WITH (READCOMMITTEDLOCK)
+                 WHERE j.id IN (SELECT o.id FROM @v_out AS o) AND j.lock_token IS NOT NULL FOR JSON PATH);
+        RETURN;
+    END;
+    SELECT (SELECT o.id FROM @v_out AS o ORDER BY o.seq FOR JSON PATH) AS ids,
+           (SELECT j.lock_token AS id FROM mjsched.scheduled_job AS j WITH (READCOMMITTEDLOCK)
+             WHERE j.id IN (SELECT o.id FROM @v_out AS o) AND j.lock_token IS NOT NULL FOR JSON PATH) AS old;
+END;
+GO

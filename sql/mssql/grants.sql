@@ -65,6 +65,8 @@ GRANT SELECT ON OBJECT::mjsched.job_tag TO mjsched_engine;
 GRANT SELECT ON OBJECT::mjsched.job_pause TO mjsched_engine;
 GRANT SELECT ON OBJECT::mjsched.job_tag TO mjsched_admin;
 GRANT SELECT ON OBJECT::mjsched.job_pause TO mjsched_admin;
+GRANT SELECT ON OBJECT::mjsched.tag_limit TO mjsched_engine;
+GRANT SELECT ON OBJECT::mjsched.tag_limit TO mjsched_admin;
 GO
 
 -- The tokens stay the owner's: a column DENY overrides the table GRANT above for that

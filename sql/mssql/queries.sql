@@ -150,3 +150,35 @@ SELECT (SELECT COUNT(*) FROM mjsched.scheduled_job WHERE status = N'Active') AS 
        (SELECT COUNT(*) FROM mjsched.scheduled_job_run
          WHERE status = N'Abandoned'
            AND completed_at > DATEADD(hour, -24, SYSDATETIMEOFFSET())) AS abandoned_24h;
+
+-- name: tag_summary
+-- Every tag (carried by a job, or limited), with its jobs, its limit (who set it, when), its
+-- Running runs (010_tags.sql).
+SELECT t.tag, (SELECT COUNT(*) FROM mjsched.job_tag AS g WHERE g.tag = t.tag) AS jobs,
+       l.max_running, l.set_at, l.set_by, l.set_by_user,
+       (SELECT COUNT(*) FROM mjsched.scheduled_job_run AS r
+          JOIN mjsched.job_tag AS g ON g.scheduled_job_id = r.scheduled_job_id
+         WHERE r.status = N'Running' AND g.tag = t.tag) AS running
+  FROM (SELECT g.tag FROM mjsched.job_tag AS g UNION SELECT l.tag FROM mjsched.tag_limit AS l) AS t
+  LEFT JOIN mjsched.tag_limit AS l ON l.tag = t.tag
+ ORDER BY t.tag;
+
+-- name: waiting_for_tag
+-- The due jobs a tag's limit holds back now (see the PostgreSQL twin); ?: one job, or NULL for all.
+SET NOCOUNT ON;
+DECLARE @job_id uniqueidentifier = ?;
+SELECT j.id AS job_id, j.name, g.tag, l.max_running, COALESCE(n.running, 0) AS running, j.next_run_at
+  FROM mjsched.tag_limit AS l
+  JOIN mjsched.job_tag AS g ON g.tag = l.tag
+  JOIN mjsched.scheduled_job AS j ON j.id = g.scheduled_job_id
+  LEFT JOIN (SELECT h.tag, COUNT(*) AS running
+               FROM mjsched.scheduled_job_run AS r
+               JOIN mjsched.job_tag AS h ON h.scheduled_job_id = r.scheduled_job_id
+              WHERE r.status = N'Running'
+              GROUP BY h.tag) AS n ON n.tag = l.tag
+ WHERE j.status = N'Active' AND j.next_run_at <= SYSDATETIMEOFFSET()
+   AND (j.expected_completion_at IS NULL OR j.expected_completion_at < SYSDATETIMEOFFSET())
+   AND COALESCE(n.running, 0) >= l.max_running
+   AND (@job_id IS NULL OR j.id = @job_id)
+ ORDER BY j.next_run_at, j.name, g.tag
+OPTION (RECOMPILE);

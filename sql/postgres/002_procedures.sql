@@ -499,6 +499,18 @@ BEGIN
                v_for || array_agg(c.scheduled_for), v_queued || array_agg(c.from_queue)
           INTO v_job_ids, v_run_ids, v_tokens, v_for, v_queued
           FROM mjsched.claim_ticks(p_instance, v_left, p_lease_seconds, v_now, p_claim_id) c;
+        -- A round's candidates held back by a tag's limit (010_tags.sql) may have hidden other due
+        -- jobs: while a round claimed something, slots are left and a tag has a limit, claim again
+        -- (the tags that round filled are left out of the next: each round claims or ends it).
+        WHILE cardinality(v_job_ids) > p_max_jobs - v_left AND cardinality(v_job_ids) < p_max_jobs LOOP
+            EXIT WHEN NOT EXISTS (SELECT 1 FROM mjsched.tag_limit);
+            v_left := p_max_jobs - cardinality(v_job_ids);
+            SELECT v_job_ids || array_agg(c.job_id), v_run_ids || array_agg(c.run_id),
+                   v_tokens || array_agg(c.lock_token), v_for || array_agg(c.scheduled_for),
+                   v_queued || array_agg(c.from_queue)
+              INTO v_job_ids, v_run_ids, v_tokens, v_for, v_queued
+              FROM mjsched.claim_ticks(p_instance, v_left, p_lease_seconds, v_now, p_claim_id) c;
+        END LOOP;
         v_left := p_max_jobs - cardinality(v_job_ids);
     END IF;
     -- A statement of its own: it sees the rows the claims above wrote (and holds their locks).
@@ -591,7 +603,11 @@ DECLARE
     v_ids uuid[];
     v_old uuid[];
     v_locked uuid[];
+    v_full varchar[];    -- tags at their limit (010_tags.sql): NULL when no tag has a limit
 BEGIN
+    IF EXISTS (SELECT 1 FROM mjsched.tag_limit) THEN
+        v_full := ARRAY(SELECT t.tag FROM mjsched.tags_at_limit() t);
+    END IF;
     SELECT coalesce(array_agg(c.id), '{}'), coalesce(array_agg(c.lock_token) FILTER (WHERE c.lock_token IS NOT NULL), '{}')
       INTO v_ids, v_old
       FROM (SELECT j.id, j.lock_token FROM mjsched.scheduled_job j
@@ -610,12 +626,20 @@ BEGIN
                AND mjsched.claimable(CASE WHEN j.status = 'Expired' AND j.run_at IS NOT NULL THEN 'Active'
                                           ELSE j.status END,
                                      j.start_at, j.end_at, j.lock_token, j.expected_completion_at, p_now)
+               AND (v_full IS NULL OR NOT EXISTS (SELECT 1 FROM mjsched.job_tag g
+                                                   WHERE g.scheduled_job_id = j.id AND g.tag = ANY (v_full)))
              LIMIT p_max_jobs
                FOR NO KEY UPDATE OF j SKIP LOCKED) c;
     IF cardinality(v_ids) = 0 THEN
         RETURN;
     END IF;
     PERFORM mjsched.test_pause('claim_due_jobs:queued_jobs_locked');
+    IF v_full IS NOT NULL THEN
+        SELECT a.ids, a.old INTO v_ids, v_old FROM mjsched.admit_by_tag_limits(v_ids) a;
+        IF cardinality(v_ids) = 0 THEN
+            RETURN;
+        END IF;
+    END IF;
     -- A lapsed run another session holds (an operator's open transaction) is not waited
     -- for: the runs of the lapsed tokens are locked here, SKIP LOCKED (only an outsider can
     -- hold them: their job rows are ours), and a job with a run that could not be locked is
@@ -683,7 +707,11 @@ DECLARE
     v_ids uuid[];
     v_old uuid[];
     v_locked uuid[];
+    v_full varchar[];    -- tags at their limit (010_tags.sql): NULL when no tag has a limit
 BEGIN
+    IF EXISTS (SELECT 1 FROM mjsched.tag_limit) THEN
+        v_full := ARRAY(SELECT t.tag FROM mjsched.tags_at_limit() t);
+    END IF;
     SELECT coalesce(array_agg(c.id), '{}'), coalesce(array_agg(c.lock_token) FILTER (WHERE c.lock_token IS NOT NULL), '{}')
       INTO v_ids, v_old
       FROM (SELECT j.id, j.lock_token FROM mjsched.scheduled_job j
@@ -691,6 +719,8 @@ BEGIN
                AND mjsched.claimable(j.status, j.start_at, j.end_at, j.lock_token, j.expected_completion_at, p_now)
                AND NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run q
                                 WHERE q.scheduled_job_id = j.id AND q.status = 'Queued' AND q.attempt = 1)
+               AND (v_full IS NULL OR NOT EXISTS (SELECT 1 FROM mjsched.job_tag g
+                                                   WHERE g.scheduled_job_id = j.id AND g.tag = ANY (v_full)))
              ORDER BY j.next_run_at
              LIMIT p_max_jobs
                FOR NO KEY UPDATE OF j SKIP LOCKED) c;
@@ -698,6 +728,12 @@ BEGIN
         RETURN;
     END IF;
     PERFORM mjsched.test_pause('claim_due_jobs:due_jobs_locked');
+    IF v_full IS NOT NULL THEN
+        SELECT a.ids, a.old INTO v_ids, v_old FROM mjsched.admit_by_tag_limits(v_ids) a;
+        IF cardinality(v_ids) = 0 THEN
+            RETURN;
+        END IF;
+    END IF;
     -- A lapsed run another session holds (an operator's open transaction) is not waited
     -- for: the runs of the lapsed tokens are locked here, SKIP LOCKED (only an outsider can
     -- hold them: their job rows are ours), and a job with a run that could not be locked is
@@ -1457,7 +1493,8 @@ LANGUAGE sql IMMUTABLE AS $$
     SELECT ARRAY['test_pause', 'claimable', 'claim_token', 'abandon_runs', 'renew_tokens', 'complete_items',
                  'runs_of_tokens', 'take_over', 'expire_ended_jobs', 'claim_replay', 'claim_queued',
                  'claim_ticks', 'next_due_at', 'claim_counters', 'purge_candidates', 'note_engine_seen',
-                 'json_nesting_exceeds', 'tag_problem', 'check_tag', 'resume_paused_jobs']
+                 'json_nesting_exceeds', 'tag_problem', 'check_tag', 'resume_paused_jobs', 'tags_at_limit',
+                 'admit_by_tag_limits']
 $$;
 
 -- probe_permissions: which mjsched procedures the current role may not execute.

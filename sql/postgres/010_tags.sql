@@ -165,3 +165,127 @@ BEGIN
     RETURN v_rows;
 END;
 $$;
+
+-- ---------------------------------------------------------------------------------------------
+-- A cluster-wide concurrency limit per tag (issue 37 item 2): at most max_running runs of jobs
+-- carrying the tag are Running at once, across every engine.
+--
+-- * tag_limit: one row per limited tag (set_tag_limit; no row: no limit). max_running 0 holds
+--   every scheduled run of the tag back.
+-- * The claims enforce it, under the same locks as one run per tick: once a claim has locked
+--   its candidate jobs, when any of them carries a limited tag it locks EVERY tag_limit row, in
+--   tag order (admit_by_tag_limits): one order for all claims, whatever tags each needs, so two
+--   claims never wait for each other in a cycle; then, in a statement of its own (it sees every
+--   run committed before it got the rows), it counts the Running runs of each limited tag and
+--   admits its candidates in claim order while each of their limited tags has a free slot. A
+--   claim that holds a limit's row is the only one that can add a Running run of that tag until
+--   it commits, so no interleaving takes a tag past its limit. A candidate held back stays as it
+--   was (its row lock ends with the claim).
+-- * Before locking, a claim leaves out the jobs of tags already at their limit (tags_at_limit,
+--   read without locks), so jobs waiting for a slot never crowd a poll's batch; and claim_due_jobs
+--   claims again while a round claimed something and slots are left, since a round's candidates
+--   held back may have hidden other due jobs.
+-- * Manual runs (start_manual_run: execute_job, the dashboard's "run now") are an operator's
+--   deliberate run: never held back by a limit, but counted while they run (scheduled runs of
+--   the tag wait for them).
+-- * Every Running run counts, a lapsed one included until it is swept or taken over.
+
+CREATE TABLE IF NOT EXISTS mjsched.tag_limit (
+    tag         varchar(64) NOT NULL,
+    max_running integer NOT NULL,
+    set_at      timestamptz NOT NULL,
+    set_by      varchar(255) NOT NULL,      -- the database login
+    set_by_user varchar(255),               -- the application's user, when the caller named one
+    CONSTRAINT pk_tag_limit PRIMARY KEY (tag),
+    CONSTRAINT ck_tag_limit_tag CHECK (tag ~ '^[a-z0-9][a-z0-9._-]{0,63}$'),
+    CONSTRAINT ck_tag_limit_max_running CHECK (max_running BETWEEN 0 AND 100000)
+);
+
+-- set_tag_limit: at most p_max_running runs of the tag's jobs Running at once (NULL: no limit).
+-- Returns 1. A replay writes the same row (or finds it gone).
+CREATE OR REPLACE FUNCTION mjsched.set_tag_limit(
+    p_tag varchar, p_max_running integer, p_user varchar DEFAULT NULL)
+RETURNS TABLE (changed integer)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM mjsched.check_tag(p_tag);
+    IF p_max_running IS NOT NULL AND p_max_running NOT BETWEEN 0 AND 100000 THEN
+        RAISE EXCEPTION 'max_running=%: must be between 0 and 100000 (NULL lifts the limit)', p_max_running
+            USING ERRCODE = '22023';
+    END IF;
+    IF length(p_user) > 255 THEN
+        RAISE EXCEPTION 'user: % characters long; at most 255 allowed', length(p_user) USING ERRCODE = '22023';
+    END IF;
+    IF p_max_running IS NULL THEN
+        DELETE FROM mjsched.tag_limit l WHERE l.tag = p_tag;
+    ELSE
+        INSERT INTO mjsched.tag_limit AS l (tag, max_running, set_at, set_by, set_by_user)
+        VALUES (p_tag, p_max_running, now(), session_user, p_user)
+        ON CONFLICT (tag) DO UPDATE
+           SET max_running = EXCLUDED.max_running, set_at = EXCLUDED.set_at, set_by = EXCLUDED.set_by,
+               set_by_user = EXCLUDED.set_by_user;
+    END IF;
+    RETURN QUERY SELECT 1;
+END;
+$$;
+
+-- tags_at_limit: the limited tags with no free slot now (read without locks: the claims leave
+-- those tags' jobs out of their candidates; admit_by_tag_limits decides under the locks).
+DROP FUNCTION IF EXISTS mjsched.tags_at_limit();
+CREATE FUNCTION mjsched.tags_at_limit() RETURNS TABLE (tag varchar)
+LANGUAGE sql STABLE AS $$
+    SELECT l.tag
+      FROM mjsched.tag_limit l
+     WHERE l.max_running <= (SELECT count(*) FROM mjsched.job_tag g
+                               JOIN mjsched.scheduled_job_run r ON r.scheduled_job_id = g.scheduled_job_id
+                              WHERE g.tag = l.tag AND r.status = 'Running')
+$$;
+
+-- admit_by_tag_limits: of the candidate jobs a claim holds (in claim order), those it may start
+-- now without taking a tag past its limit, in the same order (see the header of this part), and
+-- the lock tokens of their lapsed holders (what the claim takes over).
+DROP FUNCTION IF EXISTS mjsched.admit_by_tag_limits(uuid[]);
+CREATE FUNCTION mjsched.admit_by_tag_limits(p_ids uuid[]) RETURNS TABLE (ids uuid[], old uuid[])
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_tags varchar[];
+    v_free integer[];
+    v_mine integer[];
+    v_out uuid[] := '{}';
+    v_id uuid;
+    v_k integer;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM mjsched.job_tag g JOIN mjsched.tag_limit l ON l.tag = g.tag
+                    WHERE g.scheduled_job_id = ANY (p_ids)) THEN
+        v_out := p_ids;
+    ELSE
+        -- every limit, in tag order: one order for every claim, whichever tags it needs
+        PERFORM 1 FROM mjsched.tag_limit l ORDER BY l.tag FOR UPDATE;
+        PERFORM mjsched.test_pause('claim_due_jobs:tag_limits_locked');
+        -- a statement of its own: it sees every run committed before the limits were ours
+        SELECT coalesce(array_agg(l.tag ORDER BY l.tag), '{}'),
+               coalesce(array_agg(l.max_running - (SELECT count(*) FROM mjsched.job_tag g
+                                                     JOIN mjsched.scheduled_job_run r
+                                                       ON r.scheduled_job_id = g.scheduled_job_id
+                                                    WHERE g.tag = l.tag AND r.status = 'Running')
+                                  ORDER BY l.tag), '{}')
+          INTO v_tags, v_free
+          FROM mjsched.tag_limit l;
+        FOREACH v_id IN ARRAY p_ids LOOP
+            v_mine := ARRAY(SELECT array_position(v_tags, g.tag) FROM mjsched.job_tag g
+                             WHERE g.scheduled_job_id = v_id AND g.tag = ANY (v_tags));
+            IF NOT EXISTS (SELECT 1 FROM unnest(v_mine) AS k(i) WHERE v_free[k.i] <= 0) THEN
+                v_out := v_out || v_id;
+                FOREACH v_k IN ARRAY v_mine LOOP
+                    v_free[v_k] := v_free[v_k] - 1;
+                END LOOP;
+            END IF;
+        END LOOP;
+    END IF;
+    RETURN QUERY
+    SELECT v_out, coalesce((SELECT array_agg(j.lock_token) FROM mjsched.scheduled_job j
+                             WHERE j.id = ANY (v_out) AND j.lock_token IS NOT NULL), '{}');
+END;
+$$;

@@ -124,3 +124,32 @@ SELECT (SELECT count(*) FROM mjsched.scheduled_job WHERE status = 'Active') AS a
              WHERE last.status <> 'Completed')) AS failing,
        (SELECT count(*) FROM mjsched.scheduled_job_run
          WHERE status = 'Abandoned' AND completed_at > now() - interval '24 hours') AS abandoned_24h
+
+-- name: tag_summary
+-- Every tag (carried by a job, or limited), with its jobs, its limit (who set it, when), its
+-- Running runs and its due jobs held back by the limit (010_tags.sql).
+SELECT t.tag, (SELECT count(*) FROM mjsched.job_tag g WHERE g.tag = t.tag) AS jobs,
+       l.max_running, l.set_at, l.set_by, l.set_by_user,
+       (SELECT count(*) FROM mjsched.scheduled_job_run r JOIN mjsched.job_tag g ON g.scheduled_job_id = r.scheduled_job_id
+         WHERE r.status = 'Running' AND g.tag = t.tag) AS running
+  FROM (SELECT g.tag FROM mjsched.job_tag g UNION SELECT l.tag FROM mjsched.tag_limit l) t
+  LEFT JOIN mjsched.tag_limit l ON l.tag = t.tag
+ ORDER BY t.tag
+
+-- name: waiting_for_tag
+-- The due jobs a tag's limit holds back now: Active, due, not held by a live lease, and carrying
+-- a limited tag whose Running runs are at its limit; one row per (job, tag), oldest due first.
+-- %(job_id)s: one job, or NULL for all. What "why didn't this job run?" reads.
+SELECT j.id AS job_id, j.name, g.tag, l.max_running, coalesce(n.running, 0) AS running, j.next_run_at
+  FROM mjsched.tag_limit l
+  JOIN mjsched.job_tag g ON g.tag = l.tag
+  JOIN mjsched.scheduled_job j ON j.id = g.scheduled_job_id
+  LEFT JOIN (SELECT h.tag, count(*) AS running
+               FROM mjsched.scheduled_job_run r JOIN mjsched.job_tag h ON h.scheduled_job_id = r.scheduled_job_id
+              WHERE r.status = 'Running'
+              GROUP BY h.tag) n ON n.tag = l.tag
+ WHERE j.status = 'Active' AND j.next_run_at <= now()
+   AND (j.expected_completion_at IS NULL OR j.expected_completion_at < now())
+   AND coalesce(n.running, 0) >= l.max_running
+   AND (%(job_id)s::uuid IS NULL OR j.id = %(job_id)s::uuid)
+ ORDER BY j.next_run_at, j.name, g.tag

@@ -433,6 +433,13 @@ def test_lost_reply_resume_jobs(make_engine: Callable[..., Any], sql: Any) -> No
     assert sql.one("SELECT count(*) FROM mjsched.job_pause") == 0
 
 
+def test_lost_reply_set_tag_limit(make_engine: Callable[..., Any], sql: Any) -> None:
+    engine, plan = losing(make_engine, "set_tag_limit")
+    engine.set_tag_limit("lost", 3)
+    was_lost(plan, "set_tag_limit")
+    assert sql.one("SELECT max_running FROM mjsched.tag_limit WHERE tag = 'lost'") == 3
+
+
 def test_lost_reply_note_frequency_warned(make_engine: Callable[..., Any], sql: Any) -> None:
     engine, plan = losing(make_engine, "note_frequency_warned")
     job = engine.create_job("noted", "test-ok", NEVER)
@@ -541,4 +548,5 @@ LOST_REPLY_TESTS: dict[str, str] = {
     "enqueue_job_run": f"{HERE}::test_lost_reply_enqueue_job_run",
     "pause_jobs": f"{HERE}::test_lost_reply_pause_jobs",
     "resume_jobs": f"{HERE}::test_lost_reply_resume_jobs",
+    "set_tag_limit": f"{HERE}::test_lost_reply_set_tag_limit",
 }

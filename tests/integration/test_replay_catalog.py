@@ -54,7 +54,10 @@ INTERNAL: dict[str, str] = {
     "resume_paused_jobs": "part of claim_due_jobs: ends the maintenance windows that have passed (idempotent: "
                           "only Paused jobs whose window ended change, and then their record is gone)",
     "tag_problem": "IMMUTABLE rule of a tag (check_job_fields, check_tag)",
-    "check_tag": "IMMUTABLE check of a procedure's tag parameter (pause_jobs, resume_jobs)",
+    "check_tag": "IMMUTABLE check of a procedure's tag parameter (pause_jobs, resume_jobs, set_tag_limit)",
+    "tags_at_limit": "read-only: the tags at their limit, which claim_queued and claim_ticks leave out",
+    "admit_by_tag_limits": "part of claim_queued and claim_ticks: locks the tag limits and admits candidates "
+                           "(writes nothing)",
 }
 # Names in the table's first column that are not routines.
 NOT_ROUTINES = {"execute_job"}
