@@ -173,12 +173,19 @@ def cmd_jobs_list(ctx: Context) -> int:
     jobs = engine.list_jobs(status, tag=ctx.args.tag)
     if status is None and not ctx.args.all:
         jobs = [j for j in jobs if j.status.value != "Disabled"]
+    from .tags_commands import waiting_note
+
+    waiting = waiting_note(engine) if jobs else {}
     if ctx.json:
-        ctx.emit_json(jobs)
+        ctx.emit_json([{**jsonable(j), "waiting_for_tag": waiting.get(j.id)} for j in jobs])
     elif not jobs:
         ctx.emit("no jobs" + ("" if ctx.args.all or status else " (Disabled jobs are hidden; use --all)"))
     else:
-        ctx.emit(table(JOB_HEADERS, [job_row(j) for j in jobs]))
+        rows = [job_row(j) for j in jobs]
+        for job, row in zip(jobs, rows):
+            if job.id in waiting:
+                row[4] = f"{row[4]}, {waiting[job.id]}"
+        ctx.emit(table(JOB_HEADERS, rows))
     return EXIT_OK
 
 

@@ -14,6 +14,7 @@ from .jobs_commands import (cmd_jobs_add, cmd_jobs_apply, cmd_jobs_edit, cmd_job
                             cmd_jobs_pause, cmd_jobs_preview, cmd_jobs_remove, cmd_jobs_resume, cmd_jobs_show,
                             cmd_jobs_unlock)
 from .runs_commands import cmd_runs, cmd_runs_cancel, cmd_runs_prune
+from .tags_commands import cmd_tags_limit, cmd_tags_list
 from .terminal import EXIT_USAGE
 
 JOB_STATUSES = ("Pending", "Active", "Paused", "Disabled", "Expired")
@@ -66,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_jobs(sub, add, common)
     _add_execute(sub, add)
     _add_runs(sub, add)
+    _add_tags(sub, add, common)
     add(sub, "status", cmd_status, "engines seen, and how many jobs are due, running, queued, failing, abandoned")
     add(sub, "config", cmd_config, "the effective settings and where each comes from")
     _add_dashboard(sub, add)
@@ -150,6 +152,20 @@ def _add_jobs(sub: Any, add: AddVerb, common: Parser) -> None:
     _add_jobs_by_ref(jsub, add)
     _add_jobs_preview(jsub, add)
     _add_jobs_import_celery(jsub, add)
+
+
+def _add_tags(sub: Any, add: AddVerb, common: Parser) -> None:
+    """``tags list`` / ``tags limit TAG N|none``."""
+    tags = sub.add_parser("tags", parents=[common], help="list tags; set a tag's cluster-wide concurrency limit",
+                          description="The tags of the jobs: how many jobs carry each, its limit, its running "
+                                      "runs and the due jobs the limit holds back.")
+    tags.set_defaults(handler=lambda ctx: _missing_subcommand(tags))
+    tsub = tags.add_subparsers(dest="tags_command", metavar="ACTION", parser_class=Parser)
+    add(tsub, "list", cmd_tags_list, "every tag: jobs, limit, running, waiting")
+    tl = add(tsub, "limit", cmd_tags_limit, "at most N runs of the tag's jobs at once, across every engine "
+                                            "(manual runs are not held back, but count); none lifts it")
+    tl.add_argument("tag", metavar="TAG")
+    tl.add_argument("limit", metavar="N|none")
 
 
 def _add_jobs_add(jsub: Any, add: AddVerb) -> None:

@@ -49,3 +49,29 @@ def test_apply_scoped_to_a_tag_leaves_other_teams_alone(cli: Cli, pg_dsn: str, t
     names = sorted(j["name"] for j in cli.json("jobs", "list", "--dsn", pg_dsn))
     assert names == ["new-ours", "other-team"]
     assert cli.json("jobs", "show", "new-ours", "--dsn", pg_dsn)["tags"] == ["nightly", "team-a"]
+
+
+def test_tags_limit_and_list_show_limits_running_and_waiting(cli: Cli, pg_dsn: str) -> None:
+    from tests.support.pg import Sql
+
+    for name in ("r1", "r2"):
+        add_job(cli, pg_dsn, name, "0 3 * * *", ECHO, *("--tag", "reports"))
+    assert cli.json("tags", "limit", "reports", "0", "--dsn", pg_dsn) == {"tag": "reports", "max_running": 0}
+    sql = Sql(pg_dsn)
+    try:
+        sql.run("UPDATE mjsched.scheduled_job SET next_run_at = now() - interval '1 minute'")
+    finally:
+        sql.close()
+    (info,) = cli.json("tags", "list", "--dsn", pg_dsn)
+    assert (info["tag"], info["jobs"], info["max_running"], info["running"], info["waiting"]) == \
+        ("reports", 2, 0, 0, ["r1", "r2"])
+    listed = cli("tags", "list", "--dsn", pg_dsn, expect=0).stdout
+    assert "reports" in listed and "r1, r2" in listed
+    jobs = cli.json("jobs", "list", "--dsn", pg_dsn)
+    assert all(j["waiting_for_tag"] == "waiting for tag reports (0/0 running)" for j in jobs)
+    assert "waiting for tag reports" in cli("jobs", "list", "--dsn", pg_dsn, expect=0).stdout
+    assert cli.json("status", "--dsn", pg_dsn)["counts"]["waiting_for_tag"] == 2
+    assert cli.json("tags", "limit", "reports", "none", "--dsn", pg_dsn)["max_running"] is None
+    assert cli.json("tags", "list", "--dsn", pg_dsn)[0]["max_running"] is None
+    assert_one_line_error(cli("tags", "limit", "reports", "lots", "--dsn", pg_dsn), "lots")
+    assert_one_line_error(cli("tags", "limit", "Bad Tag", "1", "--dsn", pg_dsn), "Bad Tag")
