@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .context import Context, UsageError
-from .terminal import EXIT_OK, jsonable, table, ts
+from .terminal import EXIT_OK, table, ts
 
 TAG_HEADERS = ["TAG", "JOBS", "LIMIT", "RUNNING", "WAITING", "LIMIT SET BY"]
 
@@ -59,5 +59,3 @@ def waiting_note(engine: Any) -> dict[str, str]:
         notes.setdefault(wait.job_id, f"waiting for tag {wait.tag} ({wait.running}/{wait.max_running} running)")
     return notes
 
-
-__all__ = ["cmd_tags_limit", "cmd_tags_list", "waiting_note", "jsonable"]

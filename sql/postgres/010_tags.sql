@@ -289,3 +289,19 @@ BEGIN
                              WHERE j.id = ANY (v_out) AND j.lock_token IS NOT NULL), '{}');
 END;
 $$;
+
+-- Security (as 003_security.sql does for the scripts before it, which ran before this one): the
+-- procedures a role calls run as their owner with a fixed search_path; the building blocks run
+-- only inside them; nothing here is executable by PUBLIC (grants.sql grants the roles).
+ALTER FUNCTION mjsched.pause_jobs(varchar, varchar, timestamptz, varchar, timestamptz)
+    SECURITY DEFINER SET search_path = mjsched, pg_temp;
+ALTER FUNCTION mjsched.resume_jobs(varchar, timestamptz) SECURITY DEFINER SET search_path = mjsched, pg_temp;
+ALTER FUNCTION mjsched.set_tag_limit(varchar, integer, varchar) SECURITY DEFINER SET search_path = mjsched, pg_temp;
+REVOKE ALL ON FUNCTION mjsched.pause_jobs(varchar, varchar, timestamptz, varchar, timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION mjsched.resume_jobs(varchar, timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION mjsched.set_tag_limit(varchar, integer, varchar) FROM PUBLIC;
+REVOKE ALL ON FUNCTION mjsched.tag_problem(varchar) FROM PUBLIC;
+REVOKE ALL ON FUNCTION mjsched.check_tag(varchar) FROM PUBLIC;
+REVOKE ALL ON FUNCTION mjsched.resume_paused_jobs(timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION mjsched.tags_at_limit() FROM PUBLIC;
+REVOKE ALL ON FUNCTION mjsched.admit_by_tag_limits(uuid[]) FROM PUBLIC;
