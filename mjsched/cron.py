@@ -10,6 +10,11 @@ DST policy (Cronos/Hangfire semantics, SPEC §5) is applied here, on top:
   fixed-time expressions, and in both offsets for interval expressions (a
   ``*``, range or step in the second, minute or hour field).
 
+``H`` (Jenkins' hash) stands for a value chosen by a stable hash of the job's name
+(``seed``): ``H``, ``H(0-29)``, ``H/15``, ``H(0-29)/10`` in any field. It is resolved when
+the expression is parsed, so the rules above apply to the resolved expression
+(``CronSchedule.resolved``), exactly as if it had been written out.
+
 Every instant leaves this module as an aware UTC datetime, except
 ``next_run_times`` which shows them in the job's zone for humans.
 """
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import hashlib
 import logging
 import re
 from dataclasses import dataclass, field as dc_field
@@ -32,7 +38,7 @@ from mjsched.errors import ConfigurationError, InvalidCronExpression, UnknownTim
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CronSchedule", "next_run_times", "resolve_timezone"]
+__all__ = ["CronSchedule", "next_run_times", "resolve_timezone", "hash_value", "uses_hash"]
 
 UTC = timezone.utc
 MAX_EXPRESSION_LENGTH = 255
@@ -61,6 +67,30 @@ _ITEM_RE = re.compile(r"^(\*|[a-z0-9]+(?:-[a-z0-9]+)?)(?:/([0-9]+))?$")
 _NTH_RE = re.compile(r"^([a-z0-9]+)#([0-9]+)$")
 _LAST_DOW_RE = re.compile(r"^(?:([a-z0-9]+)l|l([0-9]+))$")
 _W_RE = re.compile(r"^([0-9]+)w$")
+# H, H(a-b), H/n, H(a-b)/n (lower-cased); and "the expression holds an H item" (no month or
+# day name starts with an h, so a lone 'h' token is always the hash).
+_HASH_RE = re.compile(r"^h(?:\(([a-z0-9]+)-([a-z0-9]+)\))?(?:/([0-9]+))?$")
+_USES_HASH_RE = re.compile(r"(?:^|[ \t,])[hH](?=[ \t,(/]|$)")
+# The range a bare H draws from. Day-of-month stops at 28 (every month has it) and day-of-week
+# at 6 (0 and 7 are both Sunday), as in Jenkins.
+_HASH_RANGE = {"second": (0, 59), "minute": (0, 59), "hour": (0, 23), "day-of-month": (1, 28),
+               "month": (1, 12), "day-of-week": (0, 6)}
+
+
+def hash_value(seed: str, purpose: str, size: int) -> int:
+    """A stable integer in [0, size): the first 8 bytes of SHA-256 over ``purpose:seed``
+    (UTF-8), modulo ``size``. The same in every process, on every host and Python version (not
+    Python's salted ``hash()``); ``purpose`` (a field name, ``"jitter"``) keeps the draws of one
+    job independent of each other. Changing this function moves every hashed job: a unit test
+    pins its values."""
+    digest = hashlib.sha256(f"{purpose}:{seed}".encode("utf-8", "surrogatepass")).digest()
+    return int.from_bytes(digest[:8], "big") % size
+
+
+def uses_hash(expression: object) -> bool:
+    """Whether a cron expression holds an ``H`` item (its times then depend on the job's name)."""
+    return isinstance(expression, str) and ("h" in expression or "H" in expression) \
+        and _USES_HASH_RE.search(expression) is not None   # (the test first: every claim and sweep asks)
 
 
 def resolve_timezone(name: str, field: str = "timezone") -> ZoneInfo:
@@ -112,8 +142,8 @@ class _Field:
         return number
 
 
-def _normalize_field(expr: str, index: int, text: str,
-                     field: str) -> tuple[str, list[int] | None, bool]:
+def _normalize_field(expr: str, index: int, text: str, field: str,
+                     seed: str | None = None) -> tuple[str, list[int] | None, bool]:
     """Validate one field; return croniter's spelling, plain values, interval flag.
 
     Ranges and steps are handed to croniter as explicit value lists, so its own
@@ -145,7 +175,7 @@ def _normalize_field(expr: str, index: int, text: str,
             special += 1
             values = None
         else:
-            expanded, is_interval = _expand(f, item)
+            expanded, is_interval = _hashed(f, item, seed) if item.startswith("h") else _expand(f, item)
             interval = interval or is_interval
             out.extend(str(v) for v in expanded)
             if values is not None:
@@ -201,6 +231,47 @@ def _expand(f: _Field, item: str) -> tuple[list[int] | range, bool]:
     if f.name == "day-of-week":
         expanded = sorted({v % 7 for v in expanded})
     return expanded, interval
+
+
+def _hashed(f: _Field, item: str, seed: str | None) -> tuple[list[int] | range, bool]:
+    """``H`` items as the values they resolve to for ``seed`` (the job's name), and whether
+    the item is an interval (only a step is: ``H`` and ``H(a-b)`` are one value).
+
+    ``H`` is one value of the field's range (_HASH_RANGE), ``H(a-b)`` one value of a..b,
+    ``H/n`` and ``H(a-b)/n`` every n-th value from an offset in [0, n) (``H/15`` in the minute
+    field: perhaps :07, :22, :37, :52). The value is ``hash_value(seed, <field name>, size)``:
+    every H of one field draws the same number."""
+    match = _HASH_RE.match(item)
+    if not match:
+        f.bad(f"{item!r} is not a hash: use H, H(a-b), H/n or H(a-b)/n (a and b numbers of the field)")
+    low_text, high_text, step_text = match.groups()
+    if low_text is None:
+        low, high = _HASH_RANGE[f.name]
+    else:
+        low, high = f.value(low_text), f.value(high_text)
+        if low > high:
+            f.bad(f"range H({low_text}-{high_text}) starts after it ends")
+    size = high - low + 1
+    if seed is None:
+        f.bad("H stands for a value hashed from the job's name, and there is no name here: "
+              "give the job's name (name=...)")
+    if step_text is None:
+        values: list[int] | range = [low + hash_value(seed, f.name, size)]
+    else:
+        step = int(step_text)
+        if not 1 <= step <= size:
+            f.bad(f"step {step} of {item!r} is out of range 1-{size}")
+        values = range(low + hash_value(seed, f.name, step), high + 1, step)
+    if f.name == "day-of-week":
+        values = sorted({v % 7 for v in values})
+    return values, step_text is not None
+
+
+def _resolved_text(parts: list[str], spelled: list[str], has_seconds: bool) -> str:
+    """The expression as written, each field holding an H replaced by the values it resolved to
+    (``H 2 * * *`` -> ``37 2 * * *``): what ``jobs preview`` shows."""
+    shown = [spelled[i] if uses_hash(text) else text for i, text in enumerate(parts)]
+    return " ".join(shown if has_seconds else shown[1:])
 
 
 def _split_fields(expression: str, bad: Callable[[str], NoReturn]) -> list[str]:
@@ -269,27 +340,36 @@ class CronSchedule:
     has_seconds: bool
     is_interval: bool
     _croniter_expr: str = dc_field(repr=False)
+    resolved: str = ""           # the expression with its H items resolved (the expression without any)
+    seed: str | None = None      # the job name its H items were hashed from (None without any)
 
     @classmethod
-    def parse(cls, expression: str, timezone: str = "UTC", field: str = "cron") -> CronSchedule:
-        """Validate field by field so the error names the field and value.
+    def parse(cls, expression: str, timezone: str = "UTC", field: str = "cron",
+              seed: str | None = None) -> CronSchedule:
+        """Validate field by field so the error names the field and value. ``seed`` is the
+        job's name, which ``H`` items are hashed from (an H without one is an error).
 
         Schedules are immutable, so parsed ones are cached: the engine asks for the
-        same few expressions on every claim and completion."""
-        if isinstance(expression, str) and isinstance(timezone, str) and isinstance(field, str):
-            return _parse_cached(expression, timezone, field)
-        return cls._parse(expression, timezone, field)
+        same few expressions on every claim and completion (the seed is part of the key only
+        for an expression that holds an H)."""
+        if isinstance(expression, str) and isinstance(timezone, str) and isinstance(field, str) \
+                and (seed is None or isinstance(seed, str)):
+            return _parse_cached(expression, timezone, field, seed if uses_hash(expression) else None)
+        return cls._parse(expression, timezone, field, seed)
 
     @classmethod
-    def _parse(cls, expression: str, timezone: str = "UTC", field: str = "cron") -> CronSchedule:
+    def _parse(cls, expression: str, timezone: str = "UTC", field: str = "cron",
+               seed: str | None = None) -> CronSchedule:
         def bad(reason: str) -> NoReturn:
             raise InvalidCronExpression(expression, reason, field=field)
 
         parts = _split_fields(expression, bad)
+        if seed is not None and not isinstance(seed, str):
+            raise ConfigurationError("name", seed, "must be a string (the job name H is hashed from)")
         has_seconds = len(parts) == 6
         if not has_seconds:
             parts = ["0", *parts]
-        fields = [_normalize_field(expression, i, p, field) for i, p in enumerate(parts)]
+        fields = [_normalize_field(expression, i, p, field, seed) for i, p in enumerate(parts)]
         spelled = [f[0] for f in fields]
         zone = resolve_timezone(timezone)
         # Cronos: a '*', range or step in second/minute/hour makes it an interval.
@@ -298,7 +378,10 @@ class CronSchedule:
         # croniter order: minute hour dom month dow second.
         cron_expr = " ".join([*spelled[1:], spelled[0]])
         _check_fires(cron_expr, bad)
-        return cls(expression, timezone, zone, has_seconds, is_interval, cron_expr)
+        hashed = uses_hash(expression)
+        resolved = _resolved_text(parts, spelled, has_seconds) if hashed else expression
+        return cls(expression, timezone, zone, has_seconds, is_interval, cron_expr, resolved,
+                   seed if hashed else None)
 
     @functools.cached_property
     def _template(self) -> croniter:
@@ -413,15 +496,16 @@ class CronSchedule:
 
 
 def next_run_times(cron: str, timezone: str = "UTC", after: datetime | None = None,
-                   count: int = 5) -> list[datetime]:
-    """Preview exactly what the engine fires, shown in the job's own zone."""
+                   count: int = 5, name: str | None = None) -> list[datetime]:
+    """Preview exactly what the engine fires, shown in the job's own zone (``name``: the job
+    name an ``H`` is hashed from)."""
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_PREVIEW_COUNT:
         raise ConfigurationError("count", count, f"must be an int in 1-{MAX_PREVIEW_COUNT}")
-    schedule = CronSchedule.parse(cron, timezone)
+    schedule = CronSchedule.parse(cron, timezone, seed=name)
     start = datetime.now(UTC) if after is None else _require_aware(after, "after")
     return [t.astimezone(schedule.zone) for t in islice(schedule.iter_after(start), count)]
 
 
 @functools.lru_cache(maxsize=4096)
-def _parse_cached(expression: str, timezone: str, field: str) -> CronSchedule:
-    return CronSchedule._parse(expression, timezone, field)
+def _parse_cached(expression: str, timezone: str, field: str, seed: str | None) -> CronSchedule:
+    return CronSchedule._parse(expression, timezone, field, seed)

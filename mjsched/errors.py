@@ -61,6 +61,19 @@ class JobNotFound(SchedulerError, LookupError):
         super().__init__(f"job_id={job_id!r}: no such job{how}")
 
 
+class UnknownParameter(ConfigurationError):
+    """A run parameter (execute_job(parameters=...)) whose key is no configuration key of the
+    job's driver: merged, it would be ignored, so the run would do what the job always does.
+    ``key``, ``driver``, ``nearest`` (the closest known key, or None) and ``known``."""
+
+    def __init__(self, key: str, value: Any, driver: str, known: Any, nearest: str | None,
+                 field: str | None = None) -> None:
+        self.key, self.driver, self.nearest, self.known = key, driver, nearest, sorted(known)
+        hint = f"did you mean {nearest!r}? " if nearest else ""
+        super().__init__(field or f"parameters.{key}", value, f"not a configuration key of the {driver} driver, so it "
+                                                     f"would be ignored ({hint}its keys: {', '.join(self.known)})")
+
+
 class JobNameTaken(ConfigurationError):
     """create_job, update_job or a rename gave a name another job has: job names are unique.
 
@@ -85,10 +98,10 @@ class LockNotAcquired(SchedulerError):
 class JobNotActive(SchedulerError):
     """execute_job on a job that is not Active (Paused, Disabled, Pending, Expired), without force."""
 
-    def __init__(self, job_id: Any, status: str) -> None:
+    def __init__(self, job_id: Any, status: str, remedy: str = "pass force=True to run it anyway") -> None:
         self.job_id = job_id
         self.status = status
-        super().__init__(f"job_id={job_id!r}: status is {status}, not Active (pass force=True to run it anyway)")
+        super().__init__(f"job_id={job_id!r}: status is {status}, not Active ({remedy})")
 
 
 class RunNotFound(SchedulerError, LookupError):
@@ -97,6 +110,19 @@ class RunNotFound(SchedulerError, LookupError):
     def __init__(self, run_id: Any) -> None:
         self.run_id = run_id
         super().__init__(f"run_id={run_id!r}: no such run")
+
+
+class AmbiguousRunId(SchedulerError, LookupError):
+    """A shortened run id (a prefix, or the short id ``mjsched runs`` shows) that more than one
+    run's id matches. ``candidates``: the full ids of the first runs it matches (more may)."""
+
+    def __init__(self, run_id: Any, candidates: list[str], more: bool = False) -> None:
+        self.run_id = run_id
+        self.candidates = list(candidates)
+        self.more = more
+        count = f"{len(self.candidates)}{' or more' if more else ''}"
+        super().__init__(f"run_id={run_id!r}: ambiguous, {count} runs match ({', '.join(self.candidates)}"
+                         f"{', ...' if more else ''}); give more of the id")
 
 
 class RunNotCancellable(SchedulerError):
@@ -121,11 +147,42 @@ class EngineStopped(SchedulerError, RuntimeError):
         super().__init__(f"{method}(): this engine was {state} and starts no runs any more; {remedy}")
 
 
+class EngineForked(SchedulerError, RuntimeError):
+    """A call on a SchedulingEngine in a process forked from the one that made it (gunicorn
+    ``--preload``, uWSGI without ``lazy-apps``, ``os.fork``, multiprocessing's "fork"). The
+    copy shares its parent's database connections and has none of its threads, so it never
+    runs and never touches them; the engine works on in the process that made it.
+    ``method`` names the call; ``parent_pid`` is that process (docs/guide/deployment.md)."""
+
+    def __init__(self, method: str, parent_pid: int) -> None:
+        self.method = method
+        self.parent_pid = parent_pid
+        super().__init__(
+            f"{method}(): this SchedulingEngine was made in process {parent_pid} and this process is a fork "
+            "of it, which shares its database connections; the copy refuses to run. Make and start the "
+            "engine after the fork: in gunicorn's post_fork hook (or without --preload), with uWSGI's "
+            "lazy-apps = true, or as a separate `mjsched run` service (docs/guide/deployment.md)")
+
+
 class DatabaseError(SchedulerError):
     """The database failed or could not be reached (after retries).
 
     The driver's own exception is kept on ``__cause__``.
     """
+
+
+class CannotConnect(DatabaseError):
+    """No connection to the database server could be opened (after retries): the server is
+    down or unreachable, or it refused the login.
+
+    ``where`` is ``host:port``, ``reason`` the driver's explanation (no credentials), and
+    ``operation`` the call that needed the connection (for logs; the message leaves it out)."""
+
+    def __init__(self, where: str, reason: str, operation: str | None = None) -> None:
+        self.where = where
+        self.reason = reason
+        self.operation = operation
+        super().__init__(f"cannot connect to {where}: {reason}")
 
 
 class SchemaNotInstalled(DatabaseError):

@@ -28,7 +28,10 @@ loggers of the same name.
 Not ``multiprocessing.Process``: its spawn and forkserver start methods
 re-import the application's ``__main__`` in the child, which re-runs an
 unguarded script (and its ``start_polling()``). The child here is started with
-``subprocess`` and talks through ``multiprocessing.connection`` framing.
+``subprocess`` and talks through ``multiprocessing.connection`` framing, and
+is told which script the engine runs as ``__main__``: a python job naming a
+function of that script is refused there rather than importing it
+(mjsched/drivers/callables.py).
 """
 from __future__ import annotations
 
@@ -48,7 +51,8 @@ from multiprocessing import spawn as _mp_spawn
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from . import proctree
+from . import proctree, tracing
+from .drivers import callables
 from .drivers.base import BaseScheduledJob, ExecutionContext, JobResult
 from .errors import ConfigurationError
 
@@ -106,7 +110,7 @@ def run_in_process(driver_cls: type[BaseScheduledJob], context: ExecutionContext
         proc = subprocess.Popen([_mp_spawn.get_executable(), *flags, "-c", _BOOTSTRAP, str(child_sock.fileno()),
                                  _PKG_ROOT],
                                 pass_fds=(child_sock.fileno(),), stdin=subprocess.DEVNULL, start_new_session=True,
-                                env=proctree.marked_environment(None, mark))
+                                env=proctree.marked_environment({**os.environ, **tracing.environment()}, mark))
     except BaseException:
         parent_sock.close()
         raise
@@ -122,7 +126,7 @@ def run_in_process(driver_cls: type[BaseScheduledJob], context: ExecutionContext
         try:
             conn.send(list(sys.path))
             conn.send({"driver": path, "job": context.job, "run": context.run, "grace": grace, "mark": mark,
-                       "log_level": context.logger.getEffectiveLevel()})
+                       "log_level": context.logger.getEffectiveLevel(), "script": callables.running_script()})
         except OSError:
             pass  # the child died at once; its exit status tells why
         return supervisor.supervise()
@@ -347,6 +351,7 @@ def _child_main(fd: int) -> None:
     conn = Connection(fd)
     sys.path[:] = conn.recv()
     payload = conn.recv()
+    callables.enter_isolated_child(payload["script"])   # the engine's script is not imported here
     line = _ParentLine(conn, float(payload["grace"]), payload.get("mark"))
     signal.signal(signal.SIGTERM, lambda *_: line.cancel.set())
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -354,6 +359,7 @@ def _child_main(fd: int) -> None:
     root = logging.getLogger()
     root.handlers[:] = [_PipeLogHandler(line.send)]
     root.setLevel(payload["log_level"])
+    tracing.attach_from_environment(os.environ)   # the driver's spans continue the run's trace
     message = _run_driver(payload, line)
     try:
         line.send(message)      # first: the parent's kill grace is running if it cancelled us

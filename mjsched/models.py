@@ -186,6 +186,24 @@ class Job:
     paused_by_user: str | None = None
     pause_reason: str | None = None
     paused_until: datetime | None = None
+    jitter_seconds: int | None = None         # every tick moves by a stable offset in [0, this] (schedules.py)
+
+    @property
+    def jitter(self) -> timedelta | None:
+        """The job's jitter bound, or None: its ticks move by ``jitter_offset`` within it."""
+        return None if self.jitter_seconds is None else timedelta(seconds=self.jitter_seconds)
+
+    @property
+    def resolved_cron(self) -> str | None:
+        """The cron expression with its ``H`` items resolved for this job's name (``H 2 * * *``
+        -> ``37 2 * * *``); the expression itself without any; None for the other kinds."""
+        if self.cron_expression is None:
+            return None
+        from .cron import CronSchedule, uses_hash
+
+        if not uses_hash(self.cron_expression):
+            return self.cron_expression
+        return CronSchedule.parse(self.cron_expression, self.timezone, seed=self.name).resolved
 
     @property
     def retry(self) -> Any:
@@ -232,6 +250,8 @@ class Job:
                 values["max_runtime_seconds"] = float(values["max_runtime_seconds"])
             if values["interval_seconds"] is not None:
                 values["interval_seconds"] = int(values["interval_seconds"])
+            if values["jitter_seconds"] is not None:
+                values["jitter_seconds"] = int(values["jitter_seconds"])
             if Undecodable in map(type, values.values()):   # a marker of decode_json or of the driver
                 raise ValueError("undecodable")
         except Exception:  # noqa: BLE001 - a value no rule checked: decode field by field, naming it
@@ -284,6 +304,7 @@ _JOB_CONVERTERS: dict[str, Callable[[Any], Any]] = {
     **{k: _optional(float) for k in ("retry_initial_delay", "retry_factor", "retry_max_delay", "retry_jitter",
                                      "max_runtime_seconds")},
     "interval_seconds": _optional(int),
+    "jitter_seconds": _optional(int),
 }
 
 
@@ -415,6 +436,38 @@ class FieldChange:
 
     old: Any
     new: Any
+
+
+@dataclass(frozen=True)
+class JobChange:
+    """One row of a job's audit trail (``job_history``): a field changed by whom and how.
+
+    ``action`` is 'created', 'updated' or 'deleted'; ``field`` is a column name,
+    'configuration.<key>' for one key of the configuration, or '*' for a whole definition
+    (created or deleted, as JSON). ``via`` is the path ('api', 'cli', 'dashboard',
+    'ensure_job', 'cli/sync_jobs', ..., or 'sql' for plain SQL); ``db_login`` the database
+    login that made it; ``app_user`` who the application said it was (``mjsched.changes_by``).
+    Values are as stored: surfaces mask credentials when they show them."""
+
+    id: int
+    job_id: str
+    job_name: str
+    version: int
+    changed_at: datetime
+    action: str
+    field: str
+    old_value: str | None
+    new_value: str | None
+    db_login: str
+    app_user: str | None
+    via: str
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> "JobChange":
+        return cls(id=int(row["id"]), job_id=str(row["job_id"]).lower(), job_name=str(row["job_name"]),
+                   version=int(row["version"]), changed_at=row["changed_at"], action=str(row["action"]),
+                   field=str(row["field"]), old_value=row.get("old_value"), new_value=row.get("new_value"),
+                   db_login=str(row["db_login"]), app_user=row.get("app_user"), via=str(row["via"]))
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,10 @@ are stored on its run row (``JobRun.parameters``) and merged over the job's conf
 for that run only, and the driver's ``validate_configuration`` checks the merged result
 before anything is written.
 
+A parameter's top-level key must be one the job's driver reads (its ``configuration_keys``):
+a misspelt key (``comand``) would be merged, ignored, and the job's own command run, so it is
+refused naming the nearest known key. A driver that declares no keys is not checked.
+
 The merge is recursive for JSON objects and replaces everything else: ``{"kwargs":
 {"day": "2026-11-30"}}`` over ``{"callable": "m:f", "kwargs": {"day": null, "region":
 "eu"}}`` keeps ``region``; a list or a scalar is replaced whole; ``null`` sets a key to
@@ -13,12 +17,13 @@ null (the key stays).
 """
 from __future__ import annotations
 
+import difflib
 import json
 import math
 from typing import TYPE_CHECKING, Any, Mapping
 
 from .decoding import MAX_JSON_BYTES, MAX_JSON_DEPTH, nesting_reason, value_nesting_exceeds
-from .errors import ConfigurationError
+from .errors import ConfigurationError, UnknownParameter
 
 if TYPE_CHECKING:
     from .models import Job
@@ -88,6 +93,7 @@ def merged_configuration(job: "Job", parameters: Mapping[str, Any]) -> dict[str,
     from .drivers.registry import get_driver
 
     driver = get_driver(job.driver)()   # UnknownDriver as is: nothing to do with the parameters
+    check_keys(job.driver, type(driver).configuration_keys, parameters)
     merged = merge(job.configuration if isinstance(job.configuration, Mapping) else {}, parameters)
     try:
         validation.configuration(merged)
@@ -96,6 +102,17 @@ def merged_configuration(job: "Job", parameters: Mapping[str, Any]) -> dict[str,
         raise ConfigurationError(exc.field, exc.value, f"{exc.reason} (in the job's configuration with the "
                                  f"parameters {', '.join(sorted(parameters))} merged over it)") from exc
     return merged
+
+
+def check_keys(driver: str, known: frozenset[str] | None, parameters: Mapping[str, Any]) -> None:
+    """UnknownParameter for the first key (in sorted order) that ``known`` lacks, naming the
+    nearest known one (difflib); nothing when the driver declares no keys."""
+    if known is None:
+        return
+    for key in sorted(parameters):
+        if key not in known:
+            nearest = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
+            raise UnknownParameter(key, parameters[key], driver, known, nearest[0] if nearest else None)
 
 
 def parse_assignment(text: str) -> tuple[str, Any]:

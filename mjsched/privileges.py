@@ -17,7 +17,7 @@ ENGINE_ROUTINES = frozenset({
     "enqueue_job_run", "extend_job_leases", "initialize_next_run", "initialize_next_runs",
     "internal_routines", "lease_interval", "probe_permissions", "register_engine",
     "release_engine_locks", "release_job_lock", "renew_leases", "start_manual_run",
-    "sweep_expired_leases", "unregister_engine", "note_frequency_warned", "cancel_requests", "purge_runs",
+    "sweep_expired_leases", "unregister_engine", "note_frequency_warned", "cancel_requests", "purge_runs", "purge_job_changes",
 })
 
 # What the admin role gets today (grants.sql grants it every non-internal routine outside

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Protocol, TypeVar
 
-from . import schedules
+from . import cron, schedules
 from .errors import ConfigurationError
 from .models import Job, MissedRunPolicy
 from .schedules import Schedule
@@ -83,15 +83,21 @@ def _aware(field: str, value: object) -> datetime:
 
 
 def schedule_of(job: "Schedulable | Job") -> Schedule:
-    """The job's schedule, whichever kind it holds (an interval anchored at start_at, else created_at)."""
+    """The job's schedule, whichever kind it holds (an interval anchored at start_at, else created_at),
+    its cron's ``H`` items and its jitter resolved from its name."""
     return schedules.build(job.cron_expression, job.interval_seconds, job.run_at, job.timezone,
-                           anchor=job.start_at or job.created_at)
+                           anchor=job.start_at or job.created_at, name=job.name,
+                           jitter_seconds=job.jitter_seconds)
 
 
 class Schedulable(Protocol):
     """What scheduling a job without a next_run_at reads: a ``Job``, or the lighter row a
     backend pages through after a bulk edit (``backends.base.UnscheduledJob``)."""
 
+    @property
+    def name(self) -> str: ...
+    @property
+    def jitter_seconds(self) -> int | None: ...
     @property
     def cron_expression(self) -> str | None: ...
     @property
@@ -127,8 +133,10 @@ def initial_next_run_key(job: Schedulable) -> tuple[object, ...]:
     """Everything ``initial_next_run`` reads from a job: jobs with equal keys get the same
     first due instant at one ``now``, so a bulk reschedule computes it once per key."""
     anchor = job.created_at if job.interval_seconds is not None and job.start_at is None else None
+    named = job.name if job.jitter_seconds or cron.uses_hash(job.cron_expression) else None
     return (job.cron_expression, job.interval_seconds, job.run_at, anchor, job.timezone, job.start_at,
-            job.run_immediately_if_never_run, job.last_run_at is None and job.run_count == 0)
+            job.run_immediately_if_never_run, job.last_run_at is None and job.run_count == 0,
+            named, job.jitter_seconds)
 
 
 def first_due(schedule: Schedule, now: datetime, *, start_at: datetime | None,
@@ -236,13 +244,14 @@ def is_high_frequency(job: Job, now: datetime) -> timedelta | None:
     return gap if gap < HIGH_FREQUENCY_THRESHOLD else None
 
 
-def schedule_gap(text: str, timezone: str, now: datetime) -> timedelta | None:
+def schedule_gap(text: str, timezone: str, now: datetime, name: str | None = None) -> timedelta | None:
     """The shortest gap between fires of a schedule text (``schedules.schedule_text``: a cron,
     ``every <n>s`` or ``at <instant>``) when under five minutes, else None.
 
     A cron is measured over the next six fire times after ``now`` (enough to see a burst such as
     "every minute from 9 to 10" without scanning a day); an
     interval is its length; a one-off never is. Exactly five minutes is not high-frequency.
+    A cron with ``H`` is measured as resolved for ``name`` (one job of those sharing the text).
     """
     _aware("now", now)
     if text.startswith("at "):
@@ -250,5 +259,5 @@ def schedule_gap(text: str, timezone: str, now: datetime) -> timedelta | None:
     if text.startswith("every "):
         gap = timedelta(seconds=schedules.parse_duration(text[len("every "):]))
     else:
-        gap = schedules.CronSchedule.parse(text, timezone).min_interval(after=now)
+        gap = schedules.CronSchedule.parse(text, timezone, seed=name).min_interval(after=now)
     return gap if gap < HIGH_FREQUENCY_THRESHOLD else None

@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping
 from . import retention, tags as tag_rules
 from .cron import CronSchedule, resolve_timezone
 from .decoding import MAX_JSON_BYTES, MAX_JSON_DEPTH, nesting_reason, text_nesting_exceeds, value_nesting_exceeds
-from .schedules import LATEST_RUN_AT, parse_duration
+from .schedules import LATEST_RUN_AT, parse_duration, parse_jitter
 from .drivers.registry import get_driver
 from .errors import ConfigurationError, InvalidCronExpression, JobNotFound
 from .models import ConcurrencyMode, Isolation, JobStatus, MissedRunPolicy
@@ -256,7 +256,7 @@ JOB_FIELDS = frozenset({
     "name", "driver", "cron", "every", "run_at", "timezone", "configuration", "description", "owner",
     "concurrency_mode", "missed_run_policy", "run_immediately_if_never_run", "max_runtime", "isolation",
     "max_queued_runs", "start_at", "end_at", "notify_on_success", "notify_on_failure", "notify_to", "status",
-    "high_frequency_ok", "keep_runs_days", "keep_runs_count", "retry", "notify_final_attempt_only", "tags"})
+    "high_frequency_ok", "keep_runs_days", "keep_runs_count", "retry", "notify_final_attempt_only", "tags", "jitter"})
 FLAG_FIELDS = ("run_immediately_if_never_run", "notify_on_success", "notify_on_failure", "high_frequency_ok",
                "notify_final_attempt_only")
 
@@ -274,7 +274,9 @@ def job_fields(fields: Mapping[str, Any], *, creating: bool,
     out = _texts(fields, creating=creating)
     out.update(_timezone(fields, creating=creating, current=cur))
     zone = out.get("timezone", cur.get("timezone")) or "UTC"
-    out.update(_schedule(fields, creating=creating, current=cur, zone=zone))
+    name = out.get("name", cur.get("name"))
+    out.update(_schedule(fields, creating=creating, current=cur, zone=zone, name=name))
+    out.update(_jitter(fields, current=cur, new=out))
     out.update(_driver(fields, creating=creating, current=cur))
     out.update(_run_policies(fields, creating=creating))
     out.update(_retry(fields))
@@ -321,14 +323,29 @@ def _driver(fields: Mapping[str, Any], *, creating: bool, current: Mapping[str, 
     if creating or "driver" in fields:
         driver_name = str(text("driver", fields.get("driver"), required=True, limit=255))
         driver_cls = get_driver(driver_name)  # raises UnknownDriver
-        conf = configuration(fields.get("configuration"))
+        conf = configuration(prepared(driver_name, driver_cls, fields.get("configuration")))
         _validate_with(driver_name, driver_cls, conf)
         return {"driver": driver_name, "configuration": conf}
     if "configuration" in fields:
-        conf = configuration(fields["configuration"])
-        _validate_with(current["driver"], get_driver(current["driver"]), conf)
+        driver_cls = get_driver(current["driver"])
+        conf = configuration(prepared(current["driver"], driver_cls, fields["configuration"]))
+        _validate_with(current["driver"], driver_cls, conf)
         return {"configuration": conf}
     return {}
+
+
+def prepared(name: str, driver_cls: type, value: Any, field: str = "configuration") -> Any:
+    """``value`` with the Python objects its driver takes in place of JSON replaced by their JSON
+    form (``BaseScheduledJob.prepare_configuration``: the python driver's function by its path)."""
+    if not isinstance(value, Mapping):
+        return value
+    try:
+        driver = driver_cls()
+    except Exception as exc:  # a broken plugin is a configuration problem of this job
+        raise ConfigurationError("driver", name, f"driver could not be constructed: {type(exc).__name__}: {exc}") \
+            from exc
+    prepare = getattr(driver, "prepare_configuration", None)
+    return prepare(value, field) if prepare is not None else value
 
 
 def _run_policies(fields: Mapping[str, Any], *, creating: bool) -> dict[str, Any]:
@@ -396,10 +413,25 @@ def _check_one_run(fields: Mapping[str, Any], *, current: Mapping[str, Any], new
 SCHEDULE_KINDS = ("cron", "every", "run_at")
 
 
+def _jitter(fields: Mapping[str, Any], *, current: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """jitter_seconds to store: a bound of 1 s to one day (None or 0: none), for a cron or
+    interval job only (a run_at job's one run is at run_at)."""
+    out: dict[str, Any] = {}
+    if "jitter" in fields:
+        out["jitter_seconds"] = parse_jitter(fields["jitter"], "jitter")
+    jitter = out.get("jitter_seconds", current.get("jitter_seconds"))
+    run_at = new["run_at"] if "run_at" in new else current.get("run_at")
+    if jitter and run_at is not None:
+        raise ConfigurationError("jitter", fields.get("jitter", jitter),
+                                 "has no meaning for a run_at job (its one run is at run_at): give jitter=None")
+    return out
+
+
 def _schedule(fields: Mapping[str, Any], *, creating: bool, current: Mapping[str, Any],
-              zone: str) -> dict[str, Any]:
+              zone: str, name: str | None = None) -> dict[str, Any]:
     """The schedule columns to store: exactly one of cron, every and run_at (a new one replaces
-    the job's schedule, whatever its kind); a new timezone re-checks the stored cron."""
+    the job's schedule, whatever its kind); a new timezone re-checks the stored cron. A cron's
+    ``H`` items are hashed from ``name`` (the job's new name, else its present one)."""
     given = {k: fields[k] for k in SCHEDULE_KINDS if fields.get(k) is not None}
     if len(given) > 1:
         first, *others = given
@@ -412,12 +444,12 @@ def _schedule(fields: Mapping[str, Any], *, creating: bool, current: Mapping[str
         raise ConfigurationError(nulls[0], None, "a job needs a schedule: give one of cron, every or run_at")
     if not given:
         if "timezone" in fields and current.get("cron_expression") is not None:
-            CronSchedule.parse(current["cron_expression"], zone)   # the stored cron in its new zone
+            CronSchedule.parse(current["cron_expression"], zone, seed=name)   # the stored cron in its new zone
         return {}
     kind, value = next(iter(given.items()))
     out: dict[str, Any] = {"cron_expression": None, "interval_seconds": None, "run_at": None}
     if kind == "cron":
-        CronSchedule.parse(value, zone)  # raises InvalidCronExpression naming the field
+        CronSchedule.parse(value, zone, seed=name)  # raises InvalidCronExpression naming the field
         out["cron_expression"] = value
     elif kind == "every":
         out["interval_seconds"] = parse_duration(value, "every")

@@ -20,7 +20,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_afte
 
 from ..errors import JobNameTaken, SchedulerError
 from ..frozen import quick_init
-from ..models import Claim, ClaimBatch, Job, JobRun
+from ..models import Claim, ClaimBatch, Job, JobChange, JobRun
 from ..retention import PurgeBatch
 from ..redaction import redact_dsn
 from . import queries
@@ -149,6 +149,7 @@ class UnscheduledJob:
     interval_seconds: int | None = None   # an every= job's interval
     run_at: datetime | None = None        # a run_at= job's one instant
     created_at: datetime | None = None    # an every= job's anchor when it has no start_at
+    jitter_seconds: int | None = None     # the job's jitter bound (schedules.jitter_offset)
 
     @property
     def schedule_text(self) -> str:
@@ -158,11 +159,12 @@ class UnscheduledJob:
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> "UnscheduledJob":
-        interval = row.get("interval_seconds")
+        interval, jitter = row.get("interval_seconds"), row.get("jitter_seconds")
         return cls(str(row["id"]).lower(), row["name"], row["driver"], row["cron_expression"], row["timezone"],
                    row["start_at"], bool(row["run_immediately_if_never_run"]), row["last_run_at"],
                    int(row["run_count"]), bool(row.get("high_frequency_ok")), row.get("frequency_warned"),
-                   None if interval is None else int(interval), row.get("run_at"), row.get("created_at"))
+                   None if interval is None else int(interval), row.get("run_at"), row.get("created_at"),
+                   None if jitter is None else int(jitter))
 
 
 class Listener(abc.ABC):
@@ -264,22 +266,34 @@ class Backend(abc.ABC):
     def _retried(self, what: str, once: Callable[[], T]) -> T:
         """``once()`` (one attempt of the call ``what``), its errors translated by the dialect
         (``_translate``), transient ones (``_is_transient``) retried with exponential backoff
-        within ``_retry_attempts`` and ``_retry_max_delay`` seconds, each retry logged."""
+        within ``_retry_attempts`` and ``_retry_max_delay`` seconds. Each retry is a DEBUG line;
+        a call that got through after retries is one WARNING; one that did not raises, and its
+        caller says so (the poller: one line per failed poll, not one per attempt)."""
         logger = logging.getLogger(type(self).__module__)
+        first: list[str] = []
+
+        def before_sleep(rs: Any) -> None:
+            error = self._describe(rs.outcome.exception() if rs.outcome else None)
+            if not first:
+                first.append(error)
+            logger.debug("transient database error in %s on %s (attempt %d), retrying: %s", what, self.where,
+                         rs.attempt_number, error, extra={"action": "db_retry"})
         retrying = Retrying(
             retry=retry_if_exception(self._is_transient),
             stop=stop_after_attempt(self._retry_attempts) | stop_after_delay(self._retry_max_delay),
             wait=wait_exponential(multiplier=0.05, max=2.0),
             reraise=True,
-            before_sleep=lambda rs: logger.warning(
-                "transient database error in %s on %s (attempt %d), retrying: %s", what, self.where,
-                rs.attempt_number, self._describe(rs.outcome.exception() if rs.outcome else None),
-                extra={"action": "db_retry"}),
+            before_sleep=before_sleep,
         )
         with self._translate(what):
             for attempt in retrying:
                 with attempt:
-                    return once()
+                    result = once()
+                    if first:
+                        logger.warning("transient database error in %s on %s, got through at attempt %d: %s",
+                                       what, self.where, attempt.retry_state.attempt_number, first[0],
+                                       extra={"action": "db_retried"})
+                    return result
         raise AssertionError("unreachable")
 
     @property
@@ -470,9 +484,13 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def register_engine(self, instance: str, host: str, pid: int, version: str,
-                        heartbeat_seconds: float | None = None, max_concurrent_jobs: int | None = None) -> None:
+                        heartbeat_seconds: float | None = None, max_concurrent_jobs: int | None = None,
+                        allowed_drivers: Iterable[str] | None = None) -> None:
         """Record a live engine. ``heartbeat_seconds`` is its poll bound: each claim refreshes
-        its ``last_seen_at``, so status can call it stale after a few of them."""
+        its ``last_seen_at``, so status can call it stale after a few of them.
+        ``max_concurrent_jobs`` (its cap) and ``allowed_drivers`` (its allow-list; None: every
+        driver) are what ``jobs why`` reads to say that no live engine may run a job
+        (011_engine_reports.sql)."""
 
     @abc.abstractmethod
     def unregister_engine(self, instance: str) -> None: ...
@@ -571,6 +589,16 @@ class Backend(abc.ABC):
         what this call's page of jobs would lose and deletes nothing."""
         raise NotImplementedError(f"{type(self).__name__} has no purge_runs")
 
+    def purge_job_changes(self, keep_seconds: float | None, batch_size: int = 1000,
+                          now: datetime | None = None) -> int:
+        """Delete at most ``batch_size`` rows of the audit trail that the jobs' keep_runs_days
+        (else ``keep_seconds``) let go, oldest first (``purge_job_changes``, 013_audit.sql)."""
+        return 0
+
+    def job_history(self, job_id: str | None, name: str | None, limit: int = 100) -> list[JobChange]:
+        """A job's audit trail, newest first: by ``job_id``, else by ``name`` (a deleted job's too)."""
+        raise NotImplementedError(f"{type(self).__name__} has no audit trail")
+
     @abc.abstractmethod
     def list_runs(self, job_id: str | None = None, status: str | None = None,
                   limit: int = 100) -> list[JobRun]: ...
@@ -579,7 +607,21 @@ class Backend(abc.ABC):
     def get_run(self, run_id: str) -> JobRun | None: ...
 
     @abc.abstractmethod
+    def runs_by_ref(self, digits: str, tail: str | None, limit: int) -> list[JobRun]:
+        """At most ``limit`` runs, by id, whose id without hyphens begins with the hex
+        ``digits``, or (``tail`` given: 12 hex digits) whose id ends with ``tail``: what a
+        shortened run id names (mjsched/engine/refs.py)."""
+
+    @abc.abstractmethod
     def db_now(self) -> datetime: ...
+
+    def why_facts(self, job_id: str, tick: datetime | None = None,
+                  at: datetime | None = None) -> dict[str, Any] | None:
+        """The row ``jobs why`` explains (query ``why_facts``, mjsched/why.py): the job, the runs
+        around ``tick`` (None: its next run; the tick's run is the latest run of an instant in
+        [tick, at]), its queue, the due jobs ahead of it and the engines (a JSON array in
+        ``engines``); None when there is no such job. One statement."""
+        raise NotImplementedError(f"{type(self).__name__} has no why_facts")
 
     @abc.abstractmethod
     def status_summary(self) -> dict[str, Any]:
@@ -593,6 +635,12 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def close(self) -> None: ...
+
+
+def drivers_text(allowed_drivers: Iterable[str] | None) -> str | None:
+    """An allow-list as engine_instance.allowed_drivers holds it: the names sorted, joined by
+    commas (None: every driver)."""
+    return None if allowed_drivers is None else ",".join(sorted(set(allowed_drivers)))
 
 
 BackendFactory = Callable[[str], Backend]

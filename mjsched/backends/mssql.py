@@ -30,13 +30,15 @@ import pyodbc
 
 from .. import sqlfiles
 from ..redaction import redact_dsn
-from ..errors import ConfigurationError, DatabaseError, JobNameTaken, SchemaNotInstalled
-from ..models import ClaimBatch, Job, JobRun
+from ..errors import CannotConnect, ConfigurationError, DatabaseError, JobNameTaken, SchemaNotInstalled
+from .. import audit
+from ..models import ClaimBatch, Job, JobChange, JobRun
 from .base import (NAME_CONSTRAINT, NEW_JOB_ID, Backend, CancelOutcome, CancelRequest, Completion, Listener,
                    ManualStart, SweepResult, cancel_outcome, cancel_requests, claim_batch, completion_outcomes,
                    completions_json, deleted_or_replayed, manual_start, naming, replayed_attempts, with_new_job_id)
-from .base import UnscheduledJob
+from .base import UnscheduledJob, drivers_text
 from ..retention import PurgeBatch
+from .pool import while_connecting
 from .watchdog import DEFAULT_CALL_TIMEOUT
 from .odbc import (
     INSTALL_LOCK,
@@ -58,6 +60,16 @@ from .odbc import (
 )
 
 log = logging.getLogger(__name__)
+
+
+def _audited(statement: str) -> str:
+    """``statement`` with who makes the job change around it, for the audit trail's trigger
+    (013_audit.sql): session context set before and cleared after, in one batch (the first
+    result set is the procedure's). Parameters: via, app user, then the statement's."""
+    return ("SET NOCOUNT ON; EXEC sys.sp_set_session_context @key = N'mjsched.via', @value = ?; "
+            "EXEC sys.sp_set_session_context @key = N'mjsched.app_user', @value = ?; " + statement +
+            " EXEC sys.sp_set_session_context @key = N'mjsched.via', @value = NULL;"
+            " EXEC sys.sp_set_session_context @key = N'mjsched.app_user', @value = NULL;")
 T = TypeVar("T")
 
 UNIQUE_VIOLATION = {2627, 2601}   # a UNIQUE constraint's violation; a unique index's
@@ -144,10 +156,10 @@ class MssqlBackend(Backend):
                                          "run engine.install() or `mjsched init-db`") from exc
             raw = _message(exc)
             if _sqlstate(exc) == "IM002" or "can't open lib" in raw.lower():
-                message = (f"ODBC driver {self._target.driver!r} is not installed "
-                           f"(`odbcinst -q -d` lists the installed ones): {message}")
-            elif "(SQLDriverConnect)" in raw:
-                message = f"could not connect (login timeout {self._connect_timeout}s): {message}"
+                raise CannotConnect(self.where, f"ODBC driver {self._target.driver!r} is not installed "
+                                                f"(`odbcinst -q -d` lists the installed ones): {message}", what) from exc
+            if while_connecting(exc) or "(SQLDriverConnect)" in raw:
+                raise CannotConnect(self.where, f"{message} (login timeout {self._connect_timeout}s)", what) from exc
             raise DatabaseError(f"{what} failed on {self.where}: {message}") from exc
 
     _is_transient = staticmethod(is_transient)
@@ -378,9 +390,11 @@ class MssqlBackend(Backend):
         return int(self._scalar("initialize_next_runs", items=payload) or 0)
 
     def register_engine(self, instance: str, host: str, pid: int, version: str,
-                        heartbeat_seconds: float | None = None, max_concurrent_jobs: int | None = None) -> None:
+                        heartbeat_seconds: float | None = None, max_concurrent_jobs: int | None = None,
+                        allowed_drivers: Iterable[str] | None = None) -> None:
         self._call("register_engine", instance=instance, host=host, pid=pid, version=version,
-                   heartbeat_seconds=heartbeat_seconds, max_concurrent_jobs=max_concurrent_jobs)
+                   heartbeat_seconds=heartbeat_seconds, max_concurrent_jobs=max_concurrent_jobs,
+                   allowed_drivers=drivers_text(allowed_drivers))
 
     def unregister_engine(self, instance: str) -> None:
         self._call("unregister_engine", instance=instance)
@@ -414,15 +428,21 @@ class MssqlBackend(Backend):
     def insert_job(self, fields: Mapping[str, Any]) -> str:
         values = self._fields_json(with_new_job_id(fields), (NEW_JOB_ID, *JOB_COLUMNS))   # the same on every retry
         with naming(fields, self.jobs_named):
-            return str(self._scalar("insert_job", fields=values))
+            rows = self._rows("insert_job", _audited("EXEC mjsched.insert_job @p_fields = ?;"),
+                              [*audit.current(), values])
+            return str(next(iter(rows[0].values())))
 
     def update_job(self, job_id: str, fields: Mapping[str, Any]) -> bool:
         with naming(fields, self.jobs_named):
-            return bool(self._scalar("update_job", job_id=job_id, fields=self._fields_json(fields)))
+            rows = self._rows("update_job", _audited("EXEC mjsched.update_job @p_job_id = ?, @p_fields = ?;"),
+                              [*audit.current(), job_id, self._fields_json(fields)])
+            return bool(rows and next(iter(rows[0].values())))
 
     def delete_job(self, job_id: str) -> bool:
+        changer = audit.current()
+
         def attempt(cur: Any) -> bool:
-            cur.execute("EXEC mjsched.delete_job @p_job_id = ?;", [to_param(job_id)])
+            cur.execute(_audited("EXEC mjsched.delete_job @p_job_id = ?;"), [*changer, to_param(job_id)])
             rows = _rows_of(cur)
             return bool(rows and next(iter(rows[0].values())))
         return self._run("delete_job", deleted_or_replayed(attempt))
@@ -496,12 +516,28 @@ class MssqlBackend(Backend):
                 else self._read("job_runs", job_id, status, int(limit)))
         return [JobRun.from_row(r) for r in rows]
 
+    def job_history(self, job_id: str | None, name: str | None, limit: int = 100) -> list[JobChange]:
+        return [JobChange.from_row(r) for r in self._read("job_history", job_id, name, int(limit))]
+
+    def purge_job_changes(self, keep_seconds: float | None, batch_size: int = 1000,
+                          now: datetime | None = None) -> int:
+        return int(self._scalar("purge_job_changes", keep_seconds=keep_seconds, batch_size=batch_size,
+                                now=now) or 0)
+
     def get_run(self, run_id: str) -> JobRun | None:
         rows = self._read("get_run", run_id)
         return JobRun.from_row(rows[0]) if rows else None
 
+    def runs_by_ref(self, digits: str, tail: str | None, limit: int) -> list[JobRun]:
+        return [JobRun.from_row(r) for r in self._read("runs_by_ref", digits, tail, int(limit))]
+
     def db_now(self) -> datetime:
         return self._read("db_now")[0]["now"]  # type: ignore[no-any-return]
+
+    def why_facts(self, job_id: str, tick: datetime | None = None,
+                  at: datetime | None = None) -> dict[str, Any] | None:
+        rows = self._read("why_facts", job_id, tick, at)
+        return rows[0] if rows else None
 
     def status_summary(self) -> dict[str, Any]:
         engines = self._read("status_engines")

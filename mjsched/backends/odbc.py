@@ -2,6 +2,7 @@
 value converters and a small connection pool. Only this module and mssql.py import pyodbc."""
 from __future__ import annotations
 
+import ctypes
 import json
 import logging
 import re
@@ -35,7 +36,7 @@ JOB_COLUMNS = (
     "keep_runs_days", "keep_runs_count",
     "interval_seconds", "run_at",
     "retry_max_attempts", "retry_initial_delay", "retry_factor", "retry_max_delay", "retry_jitter",
-    "notify_final_attempt_only", "tags",
+    "notify_final_attempt_only", "tags", "jitter_seconds",
 )
 # Session options the filtered indexes need for every write, and the procedures' defaults.
 _SESSION_SETUP = ("SET NOCOUNT ON; SET XACT_ABORT ON; SET ANSI_NULLS ON; SET ANSI_PADDING ON; "
@@ -317,9 +318,17 @@ def configure_connection(conn: Any, lock_timeout_ms: int | None = None) -> None:
 
 # -- pool ----------------------------------------------------------------------------------------------
 
+def abandon_inherited(conn: Any) -> None:
+    """A connection inherited across a fork is the parent's session, and pyodbc shows no
+    socket to point elsewhere: it is never freed in this process (one reference more than
+    anyone holds, through interpreter exit), so the driver never disconnects it from here."""
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(conn))
+
+
 def odbc_pool(connect: Callable[[], Any], max_size: int = 8) -> ConnectionPool[Any]:
     """The shared pool, with pyodbc's rules: a connection-level error drops the
-    connection; after any other error an open transaction is rolled back first."""
+    connection; after any other error an open transaction is rolled back first; in a
+    forked child the inherited connections are abandoned (abandon_inherited)."""
     def broken_after(conn: Any, exc: BaseException) -> bool:
         if isinstance(exc, pyodbc.Error) and is_connection_error(exc):
             return True
@@ -328,7 +337,7 @@ def odbc_pool(connect: Callable[[], Any], max_size: int = 8) -> ConnectionPool[A
             return False
         except Exception:
             return True
-    return ConnectionPool(connect, broken_after, max_size=max_size)
+    return ConnectionPool(connect, broken_after, max_size=max_size, abandon=abandon_inherited)
 
 
 # -- the gateway -----------------------------------------------------------------------------------------

@@ -20,18 +20,24 @@ import psycopg2.extras
 from .. import sqlfiles
 from ..decoding import safe_caster
 from ..redaction import redact_dsn
-from ..errors import ConfigurationError, DatabaseError, JobNameTaken, SchemaNotInstalled
-from ..models import ClaimBatch, Job, JobRun
+from ..errors import CannotConnect, ConfigurationError, DatabaseError, JobNameTaken, SchemaNotInstalled
+from .. import audit
+from ..forking import track
+from ..models import ClaimBatch, Job, JobChange, JobRun
 from .base import (NAME_CONSTRAINT, NEW_JOB_ID, Backend, CancelOutcome, CancelRequest, Completion, Listener,
                    ManualStart, SweepResult, cancel_outcome, cancel_requests, claim_batch, completion_outcomes,
-                   completions_json, deleted_or_replayed, manual_start, naming, replayed_attempts, with_new_job_id)
+                   completions_json, deleted_or_replayed, drivers_text, manual_start, naming, replayed_attempts,
+                   with_new_job_id)
 from .base import UnscheduledJob
 from ..retention import PurgeBatch
 from .pg_install import PgInstaller
-from .pool import ConnectionPool
+from .pool import ConnectionPool, while_connecting
 from .watchdog import DEFAULT_CALL_TIMEOUT, CallAbandoned, CallWatchdog, shutdown_socket
 
 log = logging.getLogger(__name__)
+# Who makes a job change, for the audit trail's triggers (013_audit.sql): transaction-local
+# settings, sent in the same statement as the change (autocommit: one implicit transaction).
+_AUDITED = "SELECT set_config('mjsched.via', %s, true), set_config('mjsched.app_user', coalesce(%s, ''), true); "
 T = TypeVar("T")
 
 NOTIFY_CHANNEL = "mjsched_job_changed"
@@ -44,7 +50,7 @@ JOB_COLUMNS = (
     "keep_runs_days", "keep_runs_count",
     "interval_seconds", "run_at",
     "retry_max_attempts", "retry_initial_delay", "retry_factor", "retry_max_delay", "retry_jitter",
-    "notify_final_attempt_only", "tags",
+    "notify_final_attempt_only", "tags", "jitter_seconds",
 )
 _TRANSIENT_SQLSTATES = {"40001", "40P01", "55P03", "57P01", "57P02", "57P03", "08000", "08003",
                         "08006", "08001", "08004", "53300"}
@@ -75,6 +81,29 @@ def is_permanent_connect_error(exc: BaseException) -> bool:
     return bool(_MALFORMED_DSN.search(text) or _REJECTED_LOGIN.search(text))
 
 
+def session_settings(statement_timeout_ms: int, lock_timeout_ms: int | None = None) -> dict[str, str]:
+    """The settings every engine session runs with: sent as startup options, or, through a
+    connection pooler that refuses or drops them, with every statement (SET LOCAL)."""
+    settings = {"TimeZone": "UTC", "statement_timeout": str(statement_timeout_ms)}
+    if lock_timeout_ms is not None:
+        settings["lock_timeout"] = str(lock_timeout_ms)
+    return settings
+
+
+# PgBouncer refuses a startup parameter it does not know (``options``) unless told to ignore it
+POOLER_REFUSAL = "unsupported startup parameter"
+
+
+_LIBPQ_CONNECT_PREFIX = re.compile(r'^connection to server (at|on socket) "[^"]*"(, port \d+)? failed:\s*'
+                                   r'|^(FATAL|ERROR):\s+')
+
+
+def connect_reason(first_line: str) -> str:
+    """libpq's reason without what the message names anyway ("connection to server at ...,
+    port ... failed: FATAL:"): 'Connection refused', 'role "x" does not exist'."""
+    return _LIBPQ_CONNECT_PREFIX.sub("", _LIBPQ_CONNECT_PREFIX.sub("", first_line, count=1), count=1) or first_line
+
+
 def _utc_opts(dsn: str, connect_timeout: float, statement_timeout_ms: int, call_timeout: float,
               lock_timeout_ms: int | None = None) -> dict[str, Any]:
     """Every bound libpq can enforce itself: connection set-up (connect_timeout, whole
@@ -83,9 +112,8 @@ def _utc_opts(dsn: str, connect_timeout: float, statement_timeout_ms: int, call_
     watchdog covers that), statement_timeout (the server gives up on a query no
     later than the client gives up on the call), and lock_timeout when given (a
     statement never waits long on a lock an outsider holds: watchdog.lock_timeout_for_lease)."""
-    options = f"-c TimeZone=UTC -c statement_timeout={statement_timeout_ms}"
-    if lock_timeout_ms is not None:
-        options += f" -c lock_timeout={lock_timeout_ms}"
+    options = " ".join(f"-c {name}={value}" for name, value in
+                       session_settings(statement_timeout_ms, lock_timeout_ms).items())
     return {
         "dsn": dsn,
         "connect_timeout": max(2, int(round(connect_timeout))),
@@ -123,6 +151,23 @@ def register_row_safe_casters(conn: Any) -> None:
         psycopg2.extensions.register_type(caster, conn)
 
 
+def abandon_inherited(conn: Any) -> None:
+    """A connection inherited across a fork is the parent's session: its descriptor is pointed
+    at /dev/null, so nothing this process does with it later (a stray query, ``close()`` and
+    the Terminate message it sends) reaches the parent's session; the parent's socket itself
+    is untouched. The object is left to the garbage collector (psycopg2 never closes a
+    connection made by another process when it frees it)."""
+    try:
+        fd = conn.fileno()
+    except psycopg2.Error:
+        return    # closed: no socket left to share
+    null = os.open(os.devnull, os.O_RDWR)
+    try:
+        os.dup2(null, fd, inheritable=False)
+    finally:
+        os.close(null)
+
+
 def _abandon(conn: Any) -> None:
     """The watchdog's way out of a call blocked in recv: shut the socket down (a cancel
     request would travel the same stalled path and hang as well)."""
@@ -130,12 +175,19 @@ def _abandon(conn: Any) -> None:
 
 
 class DictRowCursor(psycopg2.extensions.cursor):
-    """A cursor whose fetches return plain dicts (column name -> value).
+    """A cursor whose fetches return plain dicts (column name -> value); a subclass with a
+    ``prefix`` sends it before every statement, in the statement's transaction (the session
+    settings through a pooler in transaction mode: ``SET LOCAL ...;``).
 
     psycopg2's RealDictCursor fills each row through a Python ``__setitem__`` per column,
     which cost about 20 µs per job row read after a claim (60 columns); here the C cursor
     builds tuples and ``dict(zip(...))`` names them. Duplicate names keep the last value,
     as RealDictCursor's rows do."""
+
+    prefix = ""
+
+    def execute(self, query: Any, vars: Any = None) -> Any:  # noqa: A002 - psycopg2's name
+        return super().execute(self.prefix + query if self.prefix else query, vars)
 
     def _names(self) -> list[str]:
         return [d[0] for d in self.description]
@@ -176,12 +228,16 @@ class PostgresBackend(Backend):
         self.install_timeout = max(self.call_timeout, statement_timeout + 5.0)
         self._statement_timeout_ms = int(statement_timeout * 1000)
         # the server cancels a slow statement (a lock wait) before the watchdog would abandon it
-        self._kwargs = _utc_opts(dsn, connect_timeout, int(min(statement_timeout, 0.8 * self.call_timeout) * 1000),
-                                 self.call_timeout, None if lock_timeout is None else max(1, int(lock_timeout * 1000)))
+        settings = (int(min(statement_timeout, 0.8 * self.call_timeout) * 1000),
+                    None if lock_timeout is None else max(1, int(lock_timeout * 1000)))
+        self._kwargs = _utc_opts(dsn, connect_timeout, settings[0], self.call_timeout, settings[1])
+        self._settings = session_settings(*settings)
+        self._cursor: type[DictRowCursor] = DictRowCursor   # settings_per_statement() changes it
         self._watchdog = CallWatchdog()
         if connection_factory is not None:
             self._kwargs["connection_factory"] = connection_factory
-        self._pool: ConnectionPool[Any] = ConnectionPool(self._connect, _broken_after, max_size=pool_size)
+        self._pool: ConnectionPool[Any] = ConnectionPool(self._connect, _broken_after, max_size=pool_size,
+                                                         abandon=abandon_inherited)
         self._retry_attempts = retry_attempts
         self._retry_max_delay = retry_max_delay
         try:
@@ -192,10 +248,49 @@ class PostgresBackend(Backend):
 
     # -- plumbing ----------------------------------------------------------------------
     def _connect(self) -> Any:
-        conn = psycopg2.connect(**self._kwargs)
-        conn.autocommit = True
-        register_row_safe_casters(conn)
+        try:
+            conn = psycopg2.connect(**self._kwargs)
+        except psycopg2.OperationalError as exc:
+            if "options" not in self._kwargs or POOLER_REFUSAL not in str(exc):
+                raise
+            self._settings_per_statement("refused the startup options")
+            conn = psycopg2.connect(**self._kwargs)
+        try:
+            conn.autocommit = True
+            register_row_safe_casters(conn)
+            if "options" in self._kwargs and not self._options_took(conn):
+                self._settings_per_statement("dropped the startup options (ignore_startup_parameters?)")
+        except BaseException:
+            with contextlib.suppress(Exception):
+                conn.close()
+            raise
         return conn
+
+    def _options_took(self, conn: Any) -> bool:
+        """Whether the session runs with the startup options (a pooler may drop them silently)."""
+        with self._watchdog.bounded("connect", conn, self.call_timeout, _abandon):
+            with conn.cursor(cursor_factory=DictRowCursor) as cur:
+                cur.execute("SELECT source FROM pg_settings WHERE name = 'statement_timeout'")
+                row = cur.fetchone()
+                return bool(row and row["source"] == "client")
+
+    @property
+    def per_statement_settings(self) -> bool:
+        """The server refused or dropped the startup options: a connection pooler (PgBouncer)
+        stands between. Every statement then sets them itself (SET LOCAL, in its own
+        transaction), and the engine has no LISTEN (docs/guide/deployment.md, "PgBouncer")."""
+        return bool(self._cursor.prefix)
+
+    def _settings_per_statement(self, what: str) -> None:
+        if self.per_statement_settings:
+            return
+        prefix = "".join(f"SET LOCAL {name} = '{value}'; " for name, value in self._settings.items())
+        self._cursor = type("SettingsCursor", (DictRowCursor,), {"prefix": prefix})
+        self._kwargs = {k: v for k, v in self._kwargs.items() if k != "options"}
+        log.warning("%s %s: a connection pooler in between? Each statement sets %s itself (SET LOCAL), and "
+                    "changes to jobs are seen at the next poll, not at once (no LISTEN through a pooler); "
+                    "docs/guide/deployment.md", self._where, what, ", ".join(self._settings),
+                    extra={"action": "settings_per_statement"})
 
     @contextlib.contextmanager
     def _translate(self, what: str) -> Iterator[None]:
@@ -218,6 +313,8 @@ class PostgresBackend(Backend):
                 raise SchemaNotInstalled(f"{what}: the mjsched schema is missing or outdated; "
                                          "run engine.install() or `mjsched init-db`") from exc
             message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            if while_connecting(exc):
+                raise CannotConnect(self._where, redact_dsn(connect_reason(message)), what) from exc
             raise DatabaseError(f"{what} failed on {self._where}: {redact_dsn(message)}") from exc
 
     _is_transient = staticmethod(is_transient)
@@ -234,7 +331,7 @@ class PostgresBackend(Backend):
         def once() -> T:
             with self._pool.connection() as conn:
                 with self._watchdog.bounded(what, conn, bound, _abandon):
-                    with conn.cursor(cursor_factory=DictRowCursor) as cur:
+                    with conn.cursor(cursor_factory=self._cursor) as cur:
                         return fn(cur)
         return self._retried(what, once)
 
@@ -254,8 +351,14 @@ class PostgresBackend(Backend):
         the engines polling meanwhile). Two transactions and the drain between them, each
         bounded by the statement timeout."""
         installer = PgInstaller(self._statement_timeout_ms / 1000.0)
-        return self._run("install", lambda cur: installer.install(cur, sqlfiles.scripts(self.dialect)),
-                         bound=2 * self.install_timeout + self._statement_timeout_ms / 1000.0)
+
+        def install(cur: Any) -> list[str]:
+            if self.per_statement_settings:   # known once a connection was made
+                raise ConfigurationError("dsn", self._safe_dsn, "install() holds a lock across transactions, which a "
+                                         "connection pooler in transaction mode cannot give: install through a direct "
+                                         "connection to the server (`mjsched init-db --dsn <the server's URL>`)")
+            return installer.install(cur, sqlfiles.scripts(self.dialect))
+        return self._run("install", install, bound=2 * self.install_timeout + self._statement_timeout_ms / 1000.0)
 
     def installed_versions(self) -> list[str]:
         try:
@@ -389,9 +492,11 @@ class PostgresBackend(Backend):
                                 "SELECT initialized FROM mjsched.initialize_next_runs(%s::jsonb)", (payload,)) or 0)
 
     def register_engine(self, instance: str, host: str, pid: int, version: str,
-                        heartbeat_seconds: float | None = None, max_concurrent_jobs: int | None = None) -> None:
-        self._rows("register_engine", "SELECT * FROM mjsched.register_engine(%s, %s, %s, %s, %s, %s)",
-                   (instance, host, pid, version, heartbeat_seconds, max_concurrent_jobs))
+                        heartbeat_seconds: float | None = None, max_concurrent_jobs: int | None = None,
+                        allowed_drivers: Iterable[str] | None = None) -> None:
+        self._rows("register_engine", "SELECT * FROM mjsched.register_engine(%s, %s, %s, %s, %s, %s, %s)",
+                   (instance, host, pid, version, heartbeat_seconds, max_concurrent_jobs,
+                    drivers_text(allowed_drivers)))
 
     def unregister_engine(self, instance: str) -> None:
         self._rows("unregister_engine", "SELECT * FROM mjsched.unregister_engine(%s)", (instance,))
@@ -428,16 +533,20 @@ class PostgresBackend(Backend):
     def insert_job(self, fields: Mapping[str, Any]) -> str:
         values = self._fields_json(with_new_job_id(fields), (NEW_JOB_ID, *JOB_COLUMNS))   # the same on every retry
         with naming(fields, self.jobs_named):
-            return str(self._scalar("create_job", "SELECT job_id FROM mjsched.insert_job(%s::jsonb)", (values,)))
+            return str(self._scalar("create_job", _AUDITED + "SELECT job_id FROM mjsched.insert_job(%s::jsonb)",
+                                    (*audit.current(), values)))
 
     def update_job(self, job_id: str, fields: Mapping[str, Any]) -> bool:
         with naming(fields, self.jobs_named):
-            return bool(self._scalar("update_job", "SELECT updated FROM mjsched.update_job(%s::uuid, %s::jsonb)",
-                                     (job_id, self._fields_json(fields))))
+            return bool(self._scalar("update_job",
+                                     _AUDITED + "SELECT updated FROM mjsched.update_job(%s::uuid, %s::jsonb)",
+                                     (*audit.current(), job_id, self._fields_json(fields))))
 
     def delete_job(self, job_id: str) -> bool:
+        changer = audit.current()
+
         def attempt(cur: Any) -> bool:
-            cur.execute("SELECT deleted FROM mjsched.delete_job(%s::uuid)", (job_id,))
+            cur.execute(_AUDITED + "SELECT deleted FROM mjsched.delete_job(%s::uuid)", (*changer, job_id))
             row = cur.fetchone()
             return bool(row and row["deleted"])
         return self._run("delete_job", deleted_or_replayed(attempt))
@@ -505,12 +614,32 @@ class PostgresBackend(Backend):
         rows = self._read("list_runs", params) if job_id is None else self._read("job_runs", params)
         return [JobRun.from_row(r) for r in rows]
 
+    def job_history(self, job_id: str | None, name: str | None, limit: int = 100) -> list[JobChange]:
+        return [JobChange.from_row(r) for r in self._read("job_history", {"job": job_id, "name": name,
+                                                                            "limit": int(limit)})]
+
+    def purge_job_changes(self, keep_seconds: float | None, batch_size: int = 1000,
+                          now: datetime | None = None) -> int:
+        return int(self._scalar("purge_job_changes", "SELECT purged FROM mjsched.purge_job_changes(%s, %s, %s)",
+                                (keep_seconds, batch_size, now)) or 0)
+
     def get_run(self, run_id: str) -> JobRun | None:
         rows = self._read("get_run", {"id": run_id})
         return JobRun.from_row(rows[0]) if rows else None
 
+    def runs_by_ref(self, digits: str, tail: str | None, limit: int) -> list[JobRun]:
+        """A prefix is a range of the primary key (the uuid's bytes in the order its text shows)."""
+        rows = self._read("runs_by_ref", {"low": digits.ljust(32, "0"), "high": digits.ljust(32, "f"),
+                                          "tail": tail, "limit": int(limit)})
+        return [JobRun.from_row(r) for r in rows]
+
     def db_now(self) -> datetime:
         return self._read("db_now")[0]["now"]  # type: ignore[no-any-return]
+
+    def why_facts(self, job_id: str, tick: datetime | None = None,
+                  at: datetime | None = None) -> dict[str, Any] | None:
+        rows = self._read("why_facts", {"job": job_id, "tick": tick, "at": at})
+        return rows[0] if rows else None
 
     def status_summary(self) -> dict[str, Any]:
         engines = self._read("status_engines")
@@ -519,7 +648,11 @@ class PostgresBackend(Backend):
         return {"engines": engines, "running_by_instance": {r["instance"]: r["runs"] for r in running}, **counts[0]}
 
     # -- change feed -----------------------------------------------------------------------
-    def listener(self) -> Listener:
+    def listener(self) -> Listener | None:
+        """None through a pooler (per_statement_settings): LISTEN needs a session of its own,
+        which transaction pooling does not give; the poller's bounded interval covers changes."""
+        if self.per_statement_settings:
+            return None
         return PgListener(self._kwargs, self._watchdog, self.call_timeout)
 
     def close(self) -> None:
@@ -553,6 +686,21 @@ class PgListener(Listener):
         self._wakeup = threading.Event()
         self._pipe_r, self._pipe_w = os.pipe()   # interrupt() writes here to end a select at once
         self._pipe_lock = threading.Lock()
+        track(self)
+
+    def after_fork_in_child(self) -> None:
+        """The inherited LISTEN connection is the parent's session: abandoned, never used
+        here; new locks, and a pipe of this process's own (the parent's would wake its select)."""
+        conn, self._conn = self._conn, None
+        self._lock, self._pipe_lock = threading.Lock(), threading.Lock()
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                abandon_inherited(conn)
+        for fd in (self._pipe_r, self._pipe_w):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)   # this process's copies only
+        self._pipe_r, self._pipe_w = os.pipe()
 
     def _connect(self) -> Any:
         conn = psycopg2.connect(**self._kwargs)

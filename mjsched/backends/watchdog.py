@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
+from ..forking import ProcessGuard, track
+
 log = logging.getLogger(__name__)
 
 DEFAULT_CALL_TIMEOUT = 65.0    # a backend made without a lease in mind: statement_timeout + 5 s
@@ -82,6 +84,14 @@ class CallWatchdog:
         # every call, a later call's deadline never does, so most calls cost no thread switch.
         self._wake_at = 0.0
         self.abandoned = 0
+        self._process = ProcessGuard()
+        track(self)
+
+    def after_fork_in_child(self) -> None:
+        """In a forked child: no thread (it did not survive the fork), no calls, a new lock."""
+        self._cond = threading.Condition()
+        self._calls, self._thread, self._wake_at = {}, None, 0.0
+        self._process.adopt()
 
     @contextlib.contextmanager
     def bounded(self, what: str, conn: Any, seconds: float | None,
@@ -93,6 +103,8 @@ class CallWatchdog:
         if seconds is None:
             yield call
             return
+        if self._process.moved():   # a fork Python's at-fork hooks did not see
+            self.after_fork_in_child()
         key = next(self._ids)
         with self._cond:
             self._calls[key] = call

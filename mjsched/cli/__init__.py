@@ -9,10 +9,11 @@ imports this package (tests/unit/test_import_graph.py checks it).
                       resolving a JOB argument
   jobs_commands.py    the ``jobs`` verbs (add, edit, apply, list, show, pause, resume, remove,
                       unlock, preview, import-celery)
-  runs_commands.py    ``runs`` (and --follow), ``runs cancel``, ``runs prune``; how a run is shown
+  runs_commands.py    ``runs`` (and --follow), ``runs show``, ``runs cancel``, ``runs prune``; how a run is shown
   engine_commands.py  ``init-db``, ``run`` (and --once), ``execute``, ``status``, ``config``, ``dashboard``
   demo.py             ``mjsched demo``
   jobfile.py          the TOML file ``jobs apply`` reads
+  tomlfile.py         reads a TOML file (errors name file, line and column)
   terminal.py         shared terminal helpers: tables, times, durations, exit codes, the graceful stop
   config.py           the layered configuration (file, MJSCHED_* environment, flags); the only reader
                       of MJSCHED_*; builds the engine's EngineOptions

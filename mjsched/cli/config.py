@@ -53,7 +53,6 @@ import logging
 import math
 import os
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -62,6 +61,7 @@ from .. import retention, validation
 from ..redaction import redact_dsn as redact
 from ..engine.options import DEFAULT_MAX_RUNTIME, MAX_RUNTIME_LIMIT, EngineOptions
 from ..errors import ConfigurationError
+from . import tomlfile
 from ..notify import CompositeNotifier, LoggingNotifier, Notifier, SmtpNotifier, WebhookNotifier, split_addresses
 
 log = logging.getLogger(__name__)
@@ -408,13 +408,7 @@ def find_config_file(explicit: str | None, env: Mapping[str, str], cwd: Path | N
 
 def read_file(path: Path) -> dict[str, tuple[Any, str]]:
     """Flat key -> (value, label) from a TOML file; unknown keys are errors."""
-    try:
-        with path.open("rb") as fh:
-            doc = tomllib.load(fh)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigurationError(str(path), None, f"is not valid TOML: {exc}") from None
-    except OSError as exc:
-        raise ConfigurationError(str(path), None, f"cannot be read: {exc.strerror}") from None
+    doc = tomlfile.read(path)
     tables = [name for name in TABLE_ALIASES if name in doc]
     stray = [name for name in doc if name not in TABLE_ALIASES]
     if stray:

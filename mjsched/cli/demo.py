@@ -113,6 +113,9 @@ def run_demo(ctx: Any, duration: float | None) -> int:
     began_db = engine.backend.db_now()
     print(f"mjsched demo: {len(jobs)} jobs on {ctx.describe_database()}; "
           + (f"running for {duration:g} s" if duration else "press Ctrl-C to stop"), flush=True)
+    notice = ctx.embedded.as_root_notice() if ctx.on_embedded and ctx.embedded is not None else None
+    if notice:      # as root the demo's server and jobs are the machine's, not this user's: say so
+        print(f"mjsched demo: {notice}", flush=True)
     view = _LiveView(ctx, jobs, events, duration, tty)
     stop = GracefulStop()
     started = time.monotonic()

@@ -84,6 +84,12 @@ class Binaries:
 
 
 # -- where things are -----------------------------------------------------------------------------
+# As root: one home for the whole machine (root's own home is closed to the server's user).
+ROOT_HOME = Path("/var/lib/mjsched")
+# What running as root implies, for the user to read (the CLI points there when it says so).
+AS_ROOT_DOC = "docs/guide/embedded.md#as-root"
+
+
 def is_root() -> bool:
     return hasattr(os, "geteuid") and os.geteuid() == 0
 
@@ -93,7 +99,7 @@ def default_home(env: dict[str, str] | None = None) -> Path:
     if env.get("MJSCHED_EMBEDDED_DATA_DIR"):
         return Path(env["MJSCHED_EMBEDDED_DATA_DIR"]).expanduser()
     if is_root():
-        return Path("/var/lib/mjsched")
+        return ROOT_HOME
     base = env.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base).expanduser() / "mjsched"
 
@@ -266,8 +272,9 @@ class RunAs:
     gid: int
 
 
-def service_user(name: str | None) -> RunAs:
-    """As root: the unprivileged account that runs the server (created when missing)."""
+def service_user(name: str | None, announce: Callable[[str], None] | None = None) -> RunAs:
+    """As root: the unprivileged account that runs the server (created when missing, and
+    ``announce`` told so: a system account is not something to make silently)."""
     wanted = name or DEFAULT_USER
     if wanted == "root":
         raise ConfigurationError("embedded.user", wanted, "PostgreSQL refuses to run as root; name an "
@@ -284,6 +291,9 @@ def service_user(name: str | None) -> RunAs:
                            capture_output=True, text=True, timeout=30, check=True)
             log.info("created system user %s to run the embedded PostgreSQL", wanted,
                      extra={"action": "embedded_user_created"})
+            if announce is not None:
+                announce(f"running as root: created the system user {wanted!r} to run the embedded PostgreSQL "
+                         f"(PostgreSQL refuses to run as root; see {AS_ROOT_DOC})")
         except (OSError, subprocess.SubprocessError) as exc:
             detail = getattr(exc, "stderr", "") or str(exc)
             raise EmbeddedError(f"running as root, the embedded PostgreSQL needs an unprivileged user; "
@@ -351,6 +361,19 @@ class EmbeddedServer:
         self._started = True
         self.dsn = f"postgresql://{ROLE}:{password}@127.0.0.1:{port}/{DATABASE}"
         return self.dsn
+
+    def shared(self) -> bool:
+        """Whether this home is the machine-wide one every mjsched run as root uses by default."""
+        return self.home == ROOT_HOME
+
+    def as_root_notice(self) -> str | None:
+        """As root (once started): who runs the server and where its data is, for a person to read;
+        None for a normal user, whose server is private to them."""
+        if self._run_as is None:
+            return None
+        shared = ", one server shared by every mjsched run as root on this machine" if self.shared() else ""
+        return (f"running as root: the embedded PostgreSQL runs as system user {self._run_as.name!r} with its data "
+                f"in {self.home}{shared} (see {AS_ROOT_DOC})")
 
     def stop(self) -> bool:
         """Unregister; shut the server down when no mjsched process uses it any more.
@@ -435,7 +458,7 @@ class EmbeddedServer:
             raise ConfigurationError("embedded.data_dir", str(self.home), f"cannot be created: {exc.strerror}") \
                 from None
         if root:
-            self._run_as = service_user(self._user_name)
+            self._run_as = service_user(self._user_name, self._announce)
             blocked = _reachable_by(self.home, self._run_as.uid, self._run_as.gid)
             if blocked is not None:
                 raise ConfigurationError(
@@ -608,6 +631,8 @@ class EmbeddedServer:
     def _initdb(self, binaries: Binaries) -> None:
         self._announce(f"initialising the embedded PostgreSQL {binaries.major} in {self.data} "
                        f"(first run only; binaries: {binaries.source})")
+        if self._run_as is not None:     # as root: not this user's private server; say whose it is
+            self._announce(self.as_root_notice() or "")
         password = secrets.token_urlsafe(24)
         pwfile = self.pgdir / ".initdb-password"
         fd = os.open(pwfile, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -8,7 +8,7 @@ import logging
 import sys
 from typing import Any
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, JobNotActive, UnknownParameter
 from ..parameters import parse_assignment
 from ..set_aside import set_aside_jobs
 from ..version import __version__
@@ -37,7 +37,13 @@ def cmd_execute(ctx: Context) -> int:
     engine = ctx.engine()
     job = resolve_job(engine, ctx.args.job)
     parameters = dict(parse_assignment(text) for text in ctx.args.param or []) or None
-    run = engine.execute_job(job.id, parameters, force=ctx.args.force)
+    try:
+        run = engine.execute_job(job.id, parameters, force=ctx.args.force)
+    except JobNotActive as exc:      # worded for where it surfaces: a flag, not the API's argument
+        raise JobNotActive(job.name, exc.status, remedy="add --force to run it anyway") from None
+    except UnknownParameter as exc:
+        raise UnknownParameter(exc.key, exc.value, exc.driver, exc.known, exc.nearest,
+                               field=f"--param {exc.key}") from None
     if ctx.json:
         ctx.emit_json(run)
     else:

@@ -10,6 +10,7 @@ with its Context and reports an error as that one line.
 from __future__ import annotations
 
 import argparse
+import getpass
 import logging
 import os
 import signal
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from . import config as config_mod
+from .. import audit
 from ..errors import JobNotActive, LockNotAcquired, SchedulerError
 from ..logfmt import JsonLinesFormatter
 from ..redaction import RedactingFilter, redact_text
@@ -96,15 +98,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
+def _os_user() -> str | None:
+    """Who runs the command, for the audit trail (the database login is recorded anyway)."""
+    try:
+        return getpass.getuser()[:255] or None
+    except Exception:  # noqa: BLE001 - no user name here (a container with an unnamed uid)
+        return None
+
+
 def _prepare_process(args: argparse.Namespace) -> None:
-    """--app-dir first on sys.path, then logging (the demo sets up its own, from args.verbose)."""
+    """The application's folders on sys.path, then logging (the demo sets up its own, from args.verbose)."""
     verbosity = int(getattr(args, "verbose", 0) or 0)
-    for directory in reversed(getattr(args, "app_dir", None) or []):
-        sys.path.insert(0, str(Path(directory).expanduser().resolve()))
+    sys.path[:0] = app_path(getattr(args, "app_dir", None) or [], sys.path)
     if args.command != "demo":
         setup_logging(verbosity, args.command, json_lines=bool(getattr(args, "json", False)))
     else:
         args.verbose = verbosity
+
+
+def app_path(app_dirs: Sequence[str], path: Sequence[str]) -> list[str]:
+    """What goes first on sys.path so that the application's modules import: each --app-dir, then
+    the working directory, as `celery -A`, `flask` and `python -m` have it (`mjsched jobs
+    import-celery proj.celery:app` run from the project's folder finds `proj`; an installed
+    console script has only its own bin folder first). The working directory is not added
+    again when it is there already, nor when it is gone."""
+    front = [str(Path(directory).expanduser().resolve()) for directory in app_dirs]
+    try:
+        cwd = os.getcwd()
+    except OSError:   # the folder was removed under us: nothing to import from there
+        return front
+    if cwd not in front and cwd not in path and "" not in path:
+        front.append(cwd)
+    return front
 
 
 def _run_command(args: argparse.Namespace) -> int:
@@ -116,7 +141,8 @@ def _run_command(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, _raise_interrupt)
         settings = config_mod.load(flag_settings(args), config_file=args.config)
         ctx = Context(args, settings)
-        return int(args.handler(ctx))
+        with audit.changes_by(_os_user(), via="cli"):   # the audit trail's who and how (013_audit.sql)
+            return int(args.handler(ctx))
     except (KeyboardInterrupt, Exception) as exc:  # noqa: BLE001 - each reported as one line by _report
         return _report(exc, verbosity=int(getattr(args, "verbose", 0) or 0))
     finally:

@@ -12,12 +12,12 @@ twice, so a name is declared once). Instants (start_at, end_at) are TOML date-ti
 """
 from __future__ import annotations
 
-import tomllib
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigurationError
+from . import tomlfile
 
 INSTANT_FIELDS = ("start_at", "end_at", "run_at")
 
@@ -26,14 +26,7 @@ def load(path: str | Path) -> list[dict[str, Any]]:
     """The job declarations of the file at ``path``, in file order (ConfigurationError naming
     the file, and the job and key where there is one, when it cannot be used)."""
     where = str(path)
-    try:
-        data = tomllib.loads(Path(path).expanduser().read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigurationError("FILE", where, f"cannot be read: {exc.strerror}") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigurationError("FILE", where, f"is not UTF-8 text: {exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigurationError("FILE", where, f"is not valid TOML: {exc}") from None
+    data = tomlfile.read(path)
     unknown = sorted(set(data) - {"jobs"})
     if unknown:
         raise ConfigurationError(unknown[0], data[unknown[0]], f"{where}: unknown top-level key; the jobs go in "

@@ -95,7 +95,7 @@ def cmd_jobs_add(ctx: Context) -> int:
     }
     optional = {"description": a.description, "owner": a.owner, "notify_to": a.notify_to,
                 "max_runtime": a.max_runtime, "max_queued_runs": a.max_queued_runs, "isolation": a.isolation,
-                "keep_runs_days": a.keep_runs_days, "keep_runs_count": a.keep_runs_count,
+                "keep_runs_days": a.keep_runs_days, "keep_runs_count": a.keep_runs_count, "jitter": a.jitter,
                 "start_at": parse_instant("--start-at", a.start_at, a.timezone),
                 "end_at": parse_instant("--end-at", a.end_at, a.timezone),
                 "retry": parse_spec(a.retry) if a.retry is not None else None,
@@ -142,14 +142,14 @@ def cmd_jobs_edit(ctx: Context) -> int:
              "end_at": parse_instant("--end-at", a.end_at, zone), "status": a.status, "notify_to": a.notify_to,
              "notify_on_success": a.notify_on_success, "notify_on_failure": a.notify_on_failure,
              "high_frequency_ok": a.high_frequency_ok, "keep_runs_days": a.keep_runs_days,
-             "keep_runs_count": a.keep_runs_count,
+             "keep_runs_count": a.keep_runs_count, "jitter": a.jitter,
              "retry": parse_spec(a.retry) if a.retry is not None else None,
              "notify_final_attempt_only": a.notify_final_attempt_only, "tags": a.tags}
     fields = {k: v for k, v in given.items() if v is not None}
     for flag, key in (("clear_max_runtime", "max_runtime"), ("clear_start_at", "start_at"),
                       ("clear_end_at", "end_at"), ("clear_keep_runs_days", "keep_runs_days"),
                       ("clear_keep_runs_count", "keep_runs_count"), ("clear_retry", "retry"),
-                      ("clear_tags", "tags")):
+                      ("clear_tags", "tags"), ("clear_jitter", "jitter")):
         if getattr(a, flag):
             if key in fields:
                 raise UsageError(f"--{key.replace('_', '-')} and --{flag.replace('_', '-')} contradict each other")
@@ -201,6 +201,22 @@ def cmd_jobs_show(ctx: Context) -> int:
         if key == "configuration" and not isinstance(value, str):   # a str: "<undecodable: ...>" (decoding.py)
             value = json.dumps(value, sort_keys=True)
         ctx.emit(f"{key.ljust(width)}  {'-' if value is None else value}")
+    return EXIT_OK
+
+
+HISTORY_HEADERS = ["CHANGED (UTC)", "VERSION", "ACTION", "FIELD", "OLD", "NEW", "BY", "VIA"]
+
+
+def cmd_jobs_history(ctx: Context) -> int:
+    """The audit trail (013_audit.sql) of a job, newest first, values masked."""
+    changes = ctx.engine().job_history(ctx.args.job, limit=ctx.args.limit)
+    if ctx.json:
+        ctx.emit_json(changes)
+        return EXIT_OK
+    rows = [[ts(c.changed_at), str(c.version), c.action, c.field, clip(c.old_value or "-", 40),
+             clip(c.new_value or "-", 40), c.db_login + (f" ({c.app_user})" if c.app_user else ""), c.via]
+            for c in changes]
+    ctx.emit(table(HISTORY_HEADERS, rows))
     return EXIT_OK
 
 
@@ -286,6 +302,43 @@ def cmd_jobs_unlock(ctx: Context) -> int:
     return EXIT_OK
 
 
+def cmd_jobs_why(ctx: Context) -> int:
+    """Why a job did not run (engine.why): the tick explained, the verdict, then every reason in
+    the claim's order, each with its code; the engines as they report themselves."""
+    engine = ctx.engine()
+    job = resolve_job(engine, ctx.args.job)
+    at = parse_instant("--at", ctx.args.at, job.timezone)
+    report = engine.why(job.id, at=at)
+    if ctx.json:
+        ctx.emit_json(report.as_dict())
+        return EXIT_OK
+    for line in why_lines(report):
+        ctx.emit(line)
+    return EXIT_OK
+
+
+def why_lines(report: Any) -> list[str]:
+    """A WhyReport for a terminal."""
+    tick = f"tick {ts(report.tick)} UTC" if report.tick is not None else "no next tick"
+    asked = f" (the last tick at or before {ts(report.asked_at)} UTC)" if report.asked_at is not None else ""
+    lines = [f"job {report.name} ({report.job_id}): {tick}{asked}; database time {ts(report.db_now)} UTC",
+             f"verdict: {report.verdict}: {report.summary}", "", "reasons, in the order the claim checks them:"]
+    width = max((len(r.code) for r in report.reasons), default=0)
+    for reason in report.reasons:
+        mark = "BLOCKS" if reason.blocking else "  note"
+        lines.append(f"  {mark}  {reason.code.ljust(width)}  {reason.sentence}")
+    if report.engines:
+        lines += ["", "engines (as they report themselves):"]
+        for e in report.engines:
+            cap = "?" if e.max_concurrent_jobs is None else e.max_concurrent_jobs
+            drivers = "all" if e.allowed_drivers is None else ",".join(sorted(e.allowed_drivers))
+            lines.append(f"  {e.instance}  {e.state}, {e.running}/{cap} running, drivers {drivers}, "
+                         f"last seen {ts(e.last_seen_at)} UTC")
+    else:
+        lines += ["", "engines: none registered"]
+    return lines
+
+
 def cmd_jobs_import_celery(ctx: Context) -> int:
     """One celery job per beat_schedule entry of a Celery app, idempotent by name (issue 16)."""
     from ..contrib.celery import import_beat_schedule
@@ -312,7 +365,11 @@ def cmd_jobs_apply(ctx: Context) -> int:
 
     a = ctx.args
     declared = jobfile.load(a.file)
-    declarations(declared)     # every job checked before a connection is opened
+    try:
+        declarations(declared)     # every job checked before a connection is opened
+    except ConfigurationError as exc:
+        exc.args = (f"{a.file}: {exc.args[0] if exc.args else exc}",)   # which file holds the job
+        raise
     result = ctx.engine().sync_jobs(declared, remove_missing=a.remove_missing, dry_run=a.dry_run, tag=a.tag)
     removed_as = {"pause": "paused", "delete": "deleted"}.get(a.remove_missing, "removed")
     if ctx.json:
@@ -350,6 +407,8 @@ class _PreviewTarget:
     after: datetime
     anchor: datetime | None = None  # an interval's ticks: anchor + k * every
     job: Any = None
+    name: str | None = None         # the name H and the jitter are hashed from
+    jitter: Any = None              # the jitter bound (a job's seconds, or --jitter's text)
 
 
 def cmd_jobs_preview(ctx: Context) -> int:
@@ -363,12 +422,19 @@ def cmd_jobs_preview(ctx: Context) -> int:
     tz = resolve_timezone(zone)
     rows = [{"local": t.astimezone(tz).isoformat(), "utc": t.astimezone(UTC).isoformat()} for t in times]
     shown = _schedule_text(target.given)
+    resolved, jitter = _resolved(target)
     if ctx.json:
-        ctx.emit_json({"cron": target.given.get("cron"), "schedule": shown, "timezone": zone,
-                       "job": job.id if job else None, "times": rows})
+        ctx.emit_json({"cron": target.given.get("cron"), "resolved_cron": resolved, "schedule": shown,
+                       "timezone": zone, "job": job.id if job else None,
+                       "jitter_seconds": jitter[0] if jitter else None,
+                       "jitter_offset_seconds": jitter[1] if jitter else None, "times": rows})
         return EXIT_OK
     title = f"job {job.name!r} ({job.id})" if job else "schedule"
     ctx.emit(f"next {len(times)} fire time(s) of {title}: {shown!r} in {zone}")
+    if resolved is not None and resolved != target.given.get("cron"):
+        ctx.emit(f"resolved for the name {target.name!r}: {resolved!r}")
+    if jitter:
+        ctx.emit(f"jitter up to {jitter[0]}s: every tick {jitter[1]}s later (stable for the name {target.name!r})")
     if job is not None and job.status.value != "Active":
         ctx.emit(f"(the job is {job.status.value}: nothing fires until it is Active)")
     ctx.emit(table([zone, "UTC"], [[t.astimezone(tz).strftime("%Y-%m-%d %H:%M:%S %Z (%z)"),
@@ -387,7 +453,9 @@ def _preview_target(ctx: Context) -> _PreviewTarget:
     if a.job is None:
         if not given:
             raise UsageError("give a job id or name, or a schedule: --cron EXPR, --every DURATION or --run-at ISO")
-        return _PreviewTarget(given, a.timezone or "UTC", after)
+        return _PreviewTarget(given, a.timezone or "UTC", after, name=a.name, jitter=a.jitter)
+    if a.name is not None or a.jitter is not None:
+        raise UsageError("--name and --jitter go with a schedule given as flags; a job's own are used for a job")
     if given:
         raise UsageError("give a job or a schedule (--cron, --every, --run-at), not both")
     job = resolve_job(ctx.engine(), a.job)
@@ -397,26 +465,42 @@ def _preview_target(ctx: Context) -> _PreviewTarget:
         given = {}   # a one-off that ended has no run left
     elif job.start_at is not None and job.start_at > after:
         after = job.start_at - _EPS   # a tick exactly at start_at fires
-    return _PreviewTarget(given, a.timezone or job.timezone, after, anchor=job.start_at or job.created_at, job=job)
+    return _PreviewTarget(given, a.timezone or job.timezone, after, anchor=job.start_at or job.created_at, job=job,
+                          name=job.name, jitter=job.jitter_seconds)
 
 
 def _fire_times(target: _PreviewTarget, count: int) -> list[datetime]:
     """The next ``count`` fire times after target.after, none at or past a job's end_at."""
-    from ..cron import next_run_times
     from ..schedules import next_run_times as preview_times
 
     given, zone, after = target.given, target.zone, target.after
+    named = {"name": target.name, "jitter": target.jitter}
     if "every" in given:
-        times = preview_times(every=given["every"], timezone=zone, after=after, count=count, start_at=target.anchor)
+        times = preview_times(every=given["every"], timezone=zone, after=after, count=count, start_at=target.anchor,
+                              **named)
     elif "run_at" in given:
         times = preview_times(run_at=given["run_at"], timezone=zone, after=after, count=count)
     elif "cron" in given:
-        times = next_run_times(given["cron"], zone, after=after, count=count)
+        times = preview_times(given["cron"], zone, after=after, count=count, **named)
     else:
         times = []
     if target.job is not None and target.job.end_at is not None:
         times = [t for t in times if t < target.job.end_at]
     return times
+
+
+def _resolved(target: _PreviewTarget) -> tuple[str | None, tuple[int, int] | None]:
+    """The cron with its H items resolved for the target's name (None for the other kinds), and
+    (jitter bound, this name's offset) in seconds when there is a jitter."""
+    from ..cron import CronSchedule
+    from ..schedules import jitter_offset, parse_jitter
+
+    cron = target.given.get("cron")
+    resolved = CronSchedule.parse(cron, target.zone, seed=target.name).resolved if cron else None
+    bound = parse_jitter(target.jitter, "--jitter")
+    if not bound or target.name is None:
+        return resolved, None
+    return resolved, (bound, int(jitter_offset(target.name, bound).total_seconds()))
 
 
 def _schedule_text(given: dict[str, Any]) -> str:

@@ -11,9 +11,9 @@ from .context import Context
 from .demo import cmd_demo
 from .engine_commands import cmd_config, cmd_dashboard, cmd_execute, cmd_init_db, cmd_run, cmd_status
 from .jobs_commands import (cmd_jobs_add, cmd_jobs_apply, cmd_jobs_edit, cmd_jobs_import_celery, cmd_jobs_list,
-                            cmd_jobs_pause, cmd_jobs_preview, cmd_jobs_remove, cmd_jobs_resume, cmd_jobs_show,
-                            cmd_jobs_unlock)
-from .runs_commands import cmd_runs, cmd_runs_cancel, cmd_runs_prune
+                            cmd_jobs_history, cmd_jobs_pause, cmd_jobs_preview, cmd_jobs_remove, cmd_jobs_resume,
+                            cmd_jobs_show, cmd_jobs_unlock, cmd_jobs_why)
+from .runs_commands import cmd_runs, cmd_runs_cancel, cmd_runs_prune, cmd_runs_show
 from .tags_commands import cmd_tags_limit, cmd_tags_list
 from .terminal import EXIT_USAGE
 
@@ -48,7 +48,8 @@ def _common() -> Parser:
     common.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
                         help="more log output (-v: info, -vv: debug)")
     common.add_argument("--app-dir", action="append", default=argparse.SUPPRESS, metavar="DIR",
-                        help="import python jobs' modules from DIR too (put first on sys.path; repeatable)")
+                        help="import the application's modules (python jobs, a Celery app) from DIR too: put first on "
+                             "sys.path, before the working directory, which is always there (repeatable)")
     return common
 
 
@@ -140,7 +141,8 @@ def _add_run(sub: Any, add: AddVerb) -> None:
 def _add_jobs(sub: Any, add: AddVerb, common: Parser) -> None:
     """``jobs ACTION``: one builder per action; without an ACTION it prints its help."""
     jobs = sub.add_parser("jobs", parents=[common],
-                          help="add, edit, apply, list, show, pause, resume, remove, unlock, preview jobs",
+                          help="add, edit, apply, list, show, history, pause, resume, remove, unlock, preview "
+                               "jobs; why one did not run",
                           description="Manage jobs. A JOB is an id (a UUID) or a name (names are unique; a value "
                                       "that is not a UUID is a name), or a unique id prefix of 4+ characters.")
     jobs.set_defaults(handler=lambda ctx: _missing_subcommand(jobs))
@@ -151,6 +153,7 @@ def _add_jobs(sub: Any, add: AddVerb, common: Parser) -> None:
     _add_jobs_list(jsub, add)
     _add_jobs_by_ref(jsub, add)
     _add_jobs_preview(jsub, add)
+    _add_jobs_why(jsub, add)
     _add_jobs_import_celery(jsub, add)
 
 
@@ -174,13 +177,17 @@ def _add_jobs_add(jsub: Any, add: AddVerb) -> None:
     ja.add_argument("--name", required=True)
     ja.add_argument("--driver", required=True, help="shell, python, sql, http, or a registered driver")
     kinds = ja.add_mutually_exclusive_group(required=True)
-    kinds.add_argument("--cron", help="5 fields, or 6 with seconds first; @hourly-style macros")
+    kinds.add_argument("--cron", help="5 fields, or 6 with seconds first; @hourly-style macros; H (a value "
+                                      "hashed from the job's name: H 2 * * *, H/15, H(0-29))")
     kinds.add_argument("--every", metavar="DURATION",
                     help="an interval instead of a cron: 90s, 15m, 2h, 1d, 1h30m (ticks from --start-at, else "
                          "the creation time; DST never moves them)")
     kinds.add_argument("--run-at", metavar="ISO",
                     help="one run instead of a cron, then the job is Expired (no offset: in --timezone)")
     ja.add_argument("--timezone", default="UTC", help="IANA zone the cron is read in (default UTC)")
+    ja.add_argument("--jitter", metavar="DURATION",
+                    help="move every tick by a stable offset of 0 to DURATION (90s, 5m; at most 1d) hashed from "
+                         "the job's name, to spread jobs that share a schedule")
     ja.add_argument("--config", "--configuration", dest="configuration", metavar="JSON",
                     help="driver configuration as a JSON object, or @file.json")
     ja.add_argument("--description")
@@ -230,6 +237,8 @@ def _add_jobs_edit(jsub: Any, add: AddVerb) -> None:
     kinds.add_argument("--every", metavar="DURATION", help="90s, 15m, 2h, 1d, 1h30m")
     kinds.add_argument("--run-at", metavar="ISO", help="one run (no offset: in the job's timezone)")
     je.add_argument("--timezone")
+    je.add_argument("--jitter", metavar="DURATION", help="as for jobs add")
+    je.add_argument("--clear-jitter", action="store_true", help="no jitter: ticks at the schedule's own times")
     je.add_argument("--config", "--configuration", dest="configuration", metavar="JSON",
                     help="replaces the whole configuration: a JSON object, or @file.json")
     je.add_argument("--description")
@@ -307,6 +316,19 @@ def _add_jobs_by_ref(jsub: Any, add: AddVerb) -> None:
                                 ("unlock", cmd_jobs_unlock, "free a job's lock whoever holds it (operator "
                                                             "override; the holding run ends Abandoned)")):
         add(jsub, name, handler, text).add_argument("job", metavar="JOB")
+    jh = add(jsub, "history", cmd_jobs_history, "the job's audit trail: every change, by whom and how, newest "
+                                                "first (a deleted job's too)")
+    jh.add_argument("job", metavar="JOB")
+    jh.add_argument("-n", "--limit", type=int, default=50, help="how many changes (default 50)")
+
+
+def _add_jobs_why(jsub: Any, add: AddVerb) -> None:
+    """``jobs why``: the reasons a tick of a job has not run (or what became of it)."""
+    jw = add(jsub, "why", cmd_jobs_why, "why a job did not run: the reasons for its next tick, or for the tick at "
+                                        "--at, from the database's state")
+    jw.add_argument("job", metavar="JOB")
+    jw.add_argument("--at", metavar="TIME", help="explain the job's last tick at or before TIME (ISO 8601; without "
+                                                 "an offset, in the job's timezone) instead of its next tick")
 
 
 def _add_jobs_preview(jsub: Any, add: AddVerb) -> None:
@@ -319,6 +341,8 @@ def _add_jobs_preview(jsub: Any, add: AddVerb) -> None:
     kinds.add_argument("--every", metavar="DURATION", help="preview this interval (anchored at --after, or now)")
     kinds.add_argument("--run-at", metavar="ISO", help="preview this one run (no offset: in --timezone)")
     jp.add_argument("--timezone", help="zone to read --cron in (default UTC, or the job's)")
+    jp.add_argument("--name", help="the job name H and --jitter are hashed from (a schedule given as flags)")
+    jp.add_argument("--jitter", metavar="DURATION", help="preview with this jitter (needs --name)")
     jp.add_argument("-n", "--count", type=int, default=5, help="how many (default 5)")
     jp.add_argument("--after", metavar="ISO", help="start after this instant (default now)")
 
@@ -348,8 +372,9 @@ def _add_execute(sub: Any, add: AddVerb) -> None:
 
 def _add_runs(sub: Any, add: AddVerb) -> None:
     """``runs``: the history on its own; ``runs cancel`` and ``runs prune`` as optional actions."""
-    rn = add(sub, "runs", cmd_runs, "run history, newest first; `runs cancel RUN_ID` cancels a Queued or "
-                                    "Running run; `runs prune` deletes old finished runs")
+    rn = add(sub, "runs", cmd_runs, "run history, newest first; `runs show RUN` shows one run, `runs cancel RUN` "
+                                    "cancels a Queued or Running run (RUN: the id, its short id as listed, or any "
+                                    "unique prefix); `runs prune` deletes old finished runs")
     rn.add_argument("--job", metavar="JOB")
     rn.add_argument("--status", type=enum_arg(RUN_STATUSES), help=", ".join(RUN_STATUSES))
     rn.add_argument("--limit", type=int, default=20, help="default 20")
@@ -357,15 +382,25 @@ def _add_runs(sub: Any, add: AddVerb) -> None:
                     help="keep printing runs as they start and end, until Ctrl-C (--json: one object a line)")
     rn.add_argument("--interval", type=float, default=1.0, metavar="SECONDS", help="--follow's poll interval")
     rsub = rn.add_subparsers(dest="runs_command", metavar="ACTION", parser_class=Parser, required=False)
+    _add_runs_show(rsub, add)
     _add_runs_cancel(rsub, add)
     _add_runs_prune(rsub, add)
+
+
+RUN_HELP = "the run's id, its short id as `runs` lists it, or any prefix of the id that no other run has"
+
+
+def _add_runs_show(rsub: Any, add: AddVerb) -> None:
+    """``runs show RUN``: one run in full (what `runs` clips)."""
+    rs = add(rsub, "show", cmd_runs_show, "one run in full: status, times, parameters, error and details")
+    rs.add_argument("run", metavar="RUN", help=RUN_HELP)
 
 
 def _add_runs_cancel(rsub: Any, add: AddVerb) -> None:
     """``runs cancel RUN_ID``: cancellation is recorded in the database, so it works from any machine."""
     rc = add(rsub, "cancel", cmd_runs_cancel, "cancel a Queued or Running run, from any machine: its engine "
                                              "ends it Cancelled at its next lease renewal")
-    rc.add_argument("run", metavar="RUN_ID")
+    rc.add_argument("run", metavar="RUN", help=RUN_HELP)
     rc.add_argument("--wait", action="store_true", help="wait for the run to end; exit 1 unless it ends Cancelled")
     rc.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS", help="--wait's bound (default 120)")
 

@@ -1,12 +1,16 @@
-"""The ``runs`` verbs: the history (and --follow, a live tail), ``runs cancel`` and
-``runs prune``; and how a run reads on the command line (shared with execute and run --once)."""
+"""The ``runs`` verbs: the history (and --follow, a live tail), ``runs show``, ``runs cancel`` and
+``runs prune``; and how a run reads on the command line (shared with execute and run --once).
+
+A listing shows each run's short id (mjsched/engine/refs.py: the last 12 hex digits of a
+PostgreSQL run id, the first 8 of a SQL Server one); ``show`` and ``cancel`` take it back, as
+they take the full id or any unique prefix of it."""
 from __future__ import annotations
 
 import json
 import time
-import uuid
 from typing import Any
 
+from ..engine.refs import short_run_id
 from ..errors import SchedulerError
 from ..redaction import redact
 from .context import Context, UsageError, resolve_job
@@ -69,7 +73,7 @@ def runs_table(runs: list[Any], names: dict[str, str]) -> str:
     with_parameters = any(r.parameters for r in runs)
     return table(["RUN", "JOB", "STATUS", "ATTEMPT", "SCHEDULED FOR (UTC)", "STARTED (UTC)", "DURATION", "BY",
                   "ERROR"] + (["PARAMETERS"] if with_parameters else []),
-                 [[r.id[:8], clip(names.get(r.scheduled_job_id, r.scheduled_job_id[:8]), 28), r.status.value,
+                 [[short_run_id(r.id), clip(names.get(r.scheduled_job_id, r.scheduled_job_id[:8]), 28), r.status.value,
                    attempt_text(r), ts(r.scheduled_for) if r.scheduled_for else "manual", ts(r.started_at),
                    duration(r.duration_ms), clip(r.executed_by_instance, 24), clip(r.error_message, 50)]
                   + ([clip(json.dumps(run_row(r)["parameters"], sort_keys=True) if r.parameters else "-", 40)]
@@ -83,8 +87,9 @@ def cmd_runs_cancel(ctx: Context) -> int:
     from ..engine.cancellation import default_requester
 
     engine = ctx.engine()
-    engine.cancel_run(ctx.args.run, requested_by=default_requester())
-    run = engine.backend.get_run(str(uuid.UUID(ctx.args.run)))
+    run_id = engine.get_run(ctx.args.run).id
+    engine.cancel_run(run_id, requested_by=default_requester())
+    run = engine.backend.get_run(run_id)
     if ctx.args.wait and run is not None and not run.finished:
         if not ctx.args.timeout > 0:
             raise UsageError(f"--timeout must be a positive number of seconds, not {ctx.args.timeout}")
@@ -103,6 +108,25 @@ def cmd_runs_cancel(ctx: Context) -> int:
                  f"its engine ({run.executed_by_instance}) ends it Cancelled at its next lease renewal")
     if ctx.args.wait:
         return EXIT_OK if run.status.value == "Cancelled" else EXIT_FAILED
+    return EXIT_OK
+
+
+def cmd_runs_show(ctx: Context) -> int:
+    """One run in full: its id, job, status, parameters, error and details."""
+    engine = ctx.engine()
+    run = engine.get_run(ctx.args.run)
+    if ctx.json:
+        ctx.emit_json(run)
+        return EXIT_OK
+    names = {j.id: j.name for j in engine.list_jobs()}
+    lines = run_lines(run, names.get(run.scheduled_job_id))
+    lines[1:1] = [f"attempt: {attempt_text(run)}",
+                  f"scheduled for: {ts(run.scheduled_for) + ' UTC' if run.scheduled_for else 'manual'}",
+                  f"started: {ts(run.started_at)} UTC" + (f", ended {ts(run.completed_at)} UTC"
+                                                          if run.completed_at else ""),
+                  f"engine: {run.executed_by_instance or '-'}"]
+    for line in lines:
+        ctx.emit(line)
     return EXIT_OK
 
 
@@ -153,7 +177,7 @@ def follow_runs(ctx: Context, engine: Any, job_id: str | None) -> int:
                 else:
                     when = run.completed_at or run.started_at or run.queued_at
                     ctx.emit(f"{ts(when)}  {clip(names.get(run.scheduled_job_id, run.scheduled_job_id[:8]), 28):<28} "
-                             f"{run.status.value:<9} {run.id[:8]} {duration(run.duration_ms):>8} "
+                             f"{run.status.value:<9} {short_run_id(run.id)} {duration(run.duration_ms):>8} "
                              f"{clip(run.error_message or '', 60)}")
             seen.update((r.id, r.status.value) for r in runs)
             first = False

@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, TypeVar
+from typing import Any, Callable, ClassVar, Mapping, TypeVar
 
 from ..models import Job, JobRun
 
@@ -56,7 +56,10 @@ class BaseScheduledJob:
     minutes" warning; ``isolation`` ("thread" or "process") is the default for
     jobs of this type; ``default_max_runtime`` (seconds) applies when a job sets
     none; ``retry`` (a ``mjsched.RetryPolicy``) applies to jobs that have no
-    policy of their own.
+    policy of their own; ``configuration_keys`` names the top-level configuration keys
+    the driver reads, so a run parameter that is none of them (a misspelt key, which
+    would be merged and then ignored) is refused naming the nearest (mjsched/parameters.py);
+    None (the default) declares nothing and leaves parameter keys unchecked.
     """
 
     high_frequency_by_design: ClassVar[bool] = False
@@ -64,6 +67,15 @@ class BaseScheduledJob:
     default_max_runtime: ClassVar[float | None] = None
     retry: ClassVar[Any] = None   # a mjsched.RetryPolicy: the default of jobs without their own
     driver_name: ClassVar[str] = ""
+    configuration_keys: ClassVar[frozenset[str] | None] = None
+
+    def prepare_configuration(self, configuration: Mapping[str, Any],
+                              field: str = "configuration") -> Mapping[str, Any]:
+        """The configuration with the Python objects this driver takes in place of JSON values
+        replaced by their JSON form (the python driver: a function by its path), or as given.
+        Called where a job's configuration or a run's parameters are given, before they are
+        checked and stored; an object that has no JSON form is a ConfigurationError under ``field``."""
+        return configuration
 
     def validate_configuration(self, configuration: dict[str, Any]) -> None:
         """Raise ``ConfigurationError`` naming the key when ``configuration`` is unusable.
@@ -82,7 +94,7 @@ class BaseScheduledJob:
 
     def format_notification(self, context: ExecutionContext, result: JobResult) -> Notification:
         job, run = context.job, context.run
-        state = "succeeded" if result.success else "failed"
+        state = outcome_words(getattr(run.status, "value", run.status), result.success)
         lines = [f"Job {job.name!r} ({job.id}) {state}.", f"Run: {run.id}"]
         if run.scheduled_for is not None:
             lines.append(f"Scheduled for: {run.scheduled_for.isoformat()}")
@@ -96,6 +108,17 @@ class BaseScheduledJob:
             priority="Normal" if result.success else "High",
             metadata={"job_id": job.id, "run_id": run.id, "driver": job.driver},
         )
+
+
+# How a notification words a run's final status ("Job 'x' was cancelled", not "failed").
+_OUTCOME_WORDS = {"Completed": "succeeded", "Failed": "failed", "Timeout": "timed out",
+                  "Cancelled": "was cancelled", "Abandoned": "was abandoned", "Skipped": "was skipped"}
+
+
+def outcome_words(status: Any, success: bool) -> str:
+    """The verb of a notification for a run that ended with ``status`` (a RunStatus value);
+    a status without words of its own (a driver's run still Running) by ``success``."""
+    return _OUTCOME_WORDS.get(str(status), "succeeded" if success else "failed")
 
 
 _Driver = TypeVar("_Driver", bound=type[BaseScheduledJob])

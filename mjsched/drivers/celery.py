@@ -53,6 +53,7 @@ import uuid
 from datetime import timezone
 from typing import Any, Callable
 
+from .. import tracing
 from ..errors import ConfigurationError
 from ..models import JobRun
 from .base import BaseScheduledJob, ExecutionContext, JobResult
@@ -129,7 +130,8 @@ def load_app(configuration: dict[str, Any]) -> Any:
         except Exception as exc:  # noqa: BLE001 - a module may raise anything at import
             raise ConfigurationError("configuration.app", spec,
                                      f"cannot import module {module_name!r}: {type(exc).__name__}: {exc} "
-                                     "(is it on PYTHONPATH / --app-dir?)") from exc
+                                     "(run the command from the project's folder, or give the CLI --app-dir DIR, or "
+                                     "add the folder to PYTHONPATH)") from exc
         app = module
         for part in attr.split("."):
             if not hasattr(app, part):
@@ -249,6 +251,7 @@ class CeleryJob(BaseScheduledJob):
 
     isolation = "thread"
     high_frequency_by_design = True     # a per-second hand-off to workers is what it is for
+    configuration_keys = frozenset(KNOWN_KEYS)
     default_max_runtime = 3600.0        # a 'wait' never holds a slot forever, even if a task is lost
 
     def validate_configuration(self, configuration: dict[str, Any]) -> None:
@@ -318,10 +321,13 @@ class CeleryJob(BaseScheduledJob):
                 options[key] = configuration[key]
         timeout = float(configuration.get("send_timeout") or DEFAULT_SEND_TIMEOUT)
 
+        headers = {"mjsched_job_id": context.job.id, "mjsched_run_id": context.run.id}
+        tracing.inject(headers)   # the worker can continue the run's trace (traceparent)
+
         def send() -> None:
             app.send_task(task_name, args=list(configuration.get("args", [])),
                           kwargs=dict(configuration.get("kwargs", {})), task_id=task_id,
-                          headers={"mjsched_job_id": context.job.id, "mjsched_run_id": context.run.id},
+                          headers=headers,
                           retry=True, retry_policy={"max_retries": 3, "interval_start": 0,
                                                     "interval_step": 0.5, "interval_max": 1.0},
                           **options)

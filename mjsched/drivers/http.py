@@ -31,6 +31,7 @@ import urllib.request
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from .. import tracing
 from ..errors import ConfigurationError
 from .base import BaseScheduledJob, ExecutionContext, JobResult
 from .base import driver_named
@@ -87,6 +88,7 @@ def build_request(configuration: dict[str, Any]) -> urllib.request.Request:
             if not has_content_type:
                 headers["Content-Type"] = "application/json"
     headers.setdefault("User-Agent", "mjsched-http-driver")
+    tracing.inject(headers)   # the run's trace continues in the service (a header the job set is kept)
     method = str(configuration.get("method") or "GET").upper()
     return urllib.request.Request(configuration["url"], data=data, headers=headers, method=method)
 
@@ -96,6 +98,7 @@ class HttpJob(BaseScheduledJob):
     """Send one HTTP request; see the module docstring for the configuration."""
 
     isolation = "thread"
+    configuration_keys = frozenset({"url", "method", "headers", "body", "timeout"})
 
     def validate_configuration(self, configuration: dict[str, Any]) -> None:
         if not isinstance(configuration, dict):

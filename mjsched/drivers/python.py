@@ -5,7 +5,11 @@ Configuration:
 ``callable``
     ``"pkg.module:function"`` or ``"pkg.module:Class.method"``. Required. A
     static or class method is called as is; a plain (instance) method is called
-    on a fresh ``Class()`` built with no arguments.
+    on a fresh ``Class()`` built with no arguments. The function itself may be
+    given instead where a job is written: its path is stored (``callables.path_of``;
+    lambdas, nested functions and methods bound to an instance are refused). A path
+    naming the script the process runs as ``__main__`` resolves to that loaded module,
+    never importing the script a second time (``callables.import_module``).
 ``kwargs``
     ``{name: value}`` passed as keyword arguments. Optional.
 
@@ -23,14 +27,15 @@ runs nothing, and its generator is no result.
 """
 from __future__ import annotations
 
-import importlib
 import inspect
 import json
 import re
+import sys
 import traceback
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from ..errors import ConfigurationError
+from . import callables
 from .awaiting import AwaitableCancelled, run_awaitable
 from .base import BaseScheduledJob, ExecutionContext, JobResult
 from .base import driver_named
@@ -58,7 +63,9 @@ def resolve_callable(spec: Any) -> Callable[..., Any]:
     check_callable_form(spec)
     module_name, _, attr_path = spec.partition(":")
     try:
-        target: Any = importlib.import_module(module_name)
+        target: Any = callables.import_module(module_name, spec, _FIELD)
+    except ConfigurationError:
+        raise
     except Exception as exc:  # ImportError, or whatever the module raises at import time
         raise ConfigurationError(_FIELD, spec, f"cannot import module {module_name!r} in this process: "
                                  f"{type(exc).__name__}: {exc}; run from the application's directory, add it to "
@@ -69,7 +76,8 @@ def resolve_callable(spec: Any) -> Callable[..., Any]:
         try:
             target = getattr(target, name)
         except AttributeError as exc:
-            raise ConfigurationError(_FIELD, spec, f"{type(owner).__name__} {getattr(owner, '__name__', owner)!r} has no attribute {name!r}") from exc
+            raise ConfigurationError(_FIELD, spec, f"{type(owner).__name__} {getattr(owner, '__name__', owner)!r} "
+                                     f"has no attribute {name!r}{_main_hint(module_name, owner)}") from exc
     if inspect.isclass(owner) and "." in attr_path:
         static = inspect.getattr_static(owner, attr_path.rsplit(".", 1)[1])
         if inspect.isfunction(static):  # an instance method: bind it to a fresh instance
@@ -83,6 +91,15 @@ def resolve_callable(spec: Any) -> Callable[..., Any]:
         raise ConfigurationError(_FIELD, spec, "names a generator function: calling it runs none of its body; "
                                  "make it a function (or an async def) that returns its result")
     return target
+
+
+def _main_hint(module_name: str, owner: Any) -> str:
+    """Why a '__main__:' path may name nothing here: it names the script that wrote the job."""
+    if module_name != callables.MAIN or owner is not sys.modules.get(callables.MAIN):
+        return ""
+    return ("; a '__main__:' path names a function of the script that stored the job, which only that script's "
+            "process can call: give the job an importable path ('module:function'), or run the script from its "
+            "directory when storing the function so that its module name is stored")
 
 
 def _accepts_context(target: Callable[..., Any]) -> bool:
@@ -103,6 +120,14 @@ class PythonJob(BaseScheduledJob):
     """Call a Python function; see the module docstring for the configuration."""
 
     isolation = "thread"
+    configuration_keys = frozenset({"callable", "kwargs"})
+
+    def prepare_configuration(self, configuration: Mapping[str, Any], field: str = "configuration") -> Mapping[str, Any]:
+        """A function given as ``callable`` becomes its ``"module:qualname"`` path."""
+        target = configuration.get("callable")
+        if target is None or isinstance(target, str):
+            return configuration
+        return {**configuration, "callable": callables.path_of(target, f"{field}.callable")}
 
     def validate_configuration(self, configuration: dict[str, Any]) -> None:
         """The form only: the process that writes a job need not be able to import it."""

@@ -39,7 +39,7 @@ import threading
 import time
 from typing import IO, Any
 
-from .. import proctree
+from .. import proctree, tracing
 from ..errors import ConfigurationError
 from .base import BaseScheduledJob, ExecutionContext, JobResult
 from .base import driver_named
@@ -120,6 +120,7 @@ class ShellJob(BaseScheduledJob):
     """Run an external command; see the module docstring for the configuration."""
 
     isolation = "thread"          # the work already happens in a child process
+    configuration_keys = frozenset({"command", "timeout", "cwd", "env"})
 
     def validate_configuration(self, configuration: dict[str, Any]) -> None:
         if not isinstance(configuration, dict):
@@ -200,7 +201,7 @@ def _start(command: str | list[str], cwd: str | None, env: dict[str, str] | None
             command,
             shell=isinstance(command, str),
             cwd=cwd,
-            env=proctree.marked_environment({**os.environ, **(env or {})}, mark),
+            env=proctree.marked_environment({**os.environ, **tracing.environment(), **(env or {})}, mark),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -70,6 +70,7 @@ class SqlJob(BaseScheduledJob):
     """Run one SQL statement in a transaction; see the module docstring."""
 
     isolation = "thread"
+    configuration_keys = frozenset({"dsn", "statement", "parameters"})
 
     def validate_configuration(self, configuration: dict[str, Any]) -> None:
         if not isinstance(configuration, dict):

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..drivers.registry import register_builtin_drivers
 from ..errors import ConfigurationError, EngineStopped
+from ..forking import ProcessGuard, track
 from ..version import __version__
 from .run import hand_back_held
 
@@ -53,7 +54,32 @@ class EngineControl:
         self.polling = False
         self.stopped = False    # stop() ended polling: the gate is closed until start() again
         self.closed = False
+        self._process = ProcessGuard()
         _open_engines.add(engine)
+        track(self)
+
+    def after_fork_in_child(self) -> None:
+        """A forked copy never runs (mjsched/forking.py): nor is it closed at this process's exit."""
+        self._process.mark()
+        _open_engines.discard(self._e)
+
+    @property
+    def forked(self) -> bool:
+        """This process is a fork of the one that made the engine (its calls are refused)."""
+        return self._process.moved()
+
+    @property
+    def owner_pid(self) -> int:
+        return self._process.pid
+
+    def _forked_noop(self, method: str) -> bool:
+        """stop_polling() and close() in a forked copy: nothing runs here to stop or close,
+        and the inherited connections are the parent's (never closed from here)."""
+        if not self.forked:
+            return False
+        log.debug("%s() on a forked copy of engine %s (made in process %d): nothing to do here",
+                  method, self._e.instance_name, self._process.pid)
+        return True
 
     def check_dispatching(self, method: str) -> None:
         """``EngineStopped`` naming ``method`` once this engine starts no runs (stopped or closed):
@@ -74,7 +100,7 @@ class EngineControl:
             e._housekeeping.release_previous_engines(e.instance_name)
             e.backend.register_engine(e.instance_name, socket.gethostname(), os.getpid(), __version__,
                                       heartbeat_seconds=e.max_poll_interval,
-                                      max_concurrent_jobs=e.max_concurrent_jobs)
+                                      max_concurrent_jobs=e.max_concurrent_jobs, allowed_drivers=e.allowed_drivers)
             swept = e.backend.sweep_expired_leases()
             if swept.swept or swept.locks_freed:
                 log.warning("start-up: cleared %d stale lock(s) and abandoned %d run(s) whose lease had expired",
@@ -102,6 +128,8 @@ class EngineControl:
         if max_wait is not None:
             if isinstance(max_wait, bool) or not isinstance(max_wait, (int, float)) or max_wait < 0:
                 raise ConfigurationError("max_wait", max_wait, "must be a number of seconds >= 0, or None")
+        if self._forked_noop("stop_polling"):
+            return
         e = self._e
         started = time.monotonic()
         budget_end = None if (wait and max_wait is None) else started + (float(max_wait or 0) if wait else 0.0)
@@ -133,7 +161,9 @@ class EngineControl:
             log.info("polling stopped after %.2fs", time.monotonic() - started, extra={"action": "polling_stopped"})
 
     def close(self) -> bool:
-        """See ``SchedulingEngine.close``; False when it was closed already."""
+        """See ``SchedulingEngine.close``; False when it was closed already (or is a forked copy)."""
+        if self._forked_noop("close"):
+            return False
         e = self._e
         with self._lock:
             if self.closed:

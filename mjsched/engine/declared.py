@@ -7,8 +7,8 @@ sql/*/005_job_names.sql). Making a job match it:
 - a job of that name: every field the declaration gives, and every definition field it does
   not give (reset to what ``create_job`` would give it: DEFAULTS), is compared with the stored
   value, and only the fields that differ are updated, in one ``update_job``. So the schedule
-  (next_run_at) is recomputed only when cron, timezone or start_at changed, and the job keeps
-  its id, statistics and run history;
+  (next_run_at) is recomputed only when cron, every, run_at, timezone or start_at changed,
+  and the job keeps its id, statistics and run history;
 - ``status`` is compared only when the declaration gives it: an operator's pause survives a
   restart of the application that declares the job.
 
@@ -43,9 +43,11 @@ DEFAULTS: dict[str, Any] = {
     "notify_on_success": False, "notify_on_failure": True, "notify_to": None, "high_frequency_ok": False,
     "keep_runs_days": None, "keep_runs_count": None, "retry": None, "notify_final_attempt_only": True,
     "tags": (),
+    "jitter": None,
 }
 # The API keyword of a column validation.job_fields returns, where the two differ.
-FIELD_OF_COLUMN = {"cron_expression": "cron", "max_runtime_seconds": "max_runtime", "interval_seconds": "every"}
+FIELD_OF_COLUMN = {"cron_expression": "cron", "max_runtime_seconds": "max_runtime", "interval_seconds": "every",
+                   "jitter_seconds": "jitter"}
 RETRY_COLUMNS = ("retry_max_attempts", "retry_initial_delay", "retry_factor", "retry_max_delay", "retry_jitter")
 
 
@@ -74,7 +76,9 @@ def declare(spec: Any) -> Declaration:
         raise ConfigurationError("cron", None, "a declared job needs a schedule: "
                                                + " or ".join(f"{k}=" for k in SCHEDULE_KINDS))
     full = {**DEFAULTS, **fields}
-    validation.job_fields(full, creating=True)       # every check create_job makes, nothing written
+    values = validation.job_fields(full, creating=True)       # every check create_job makes, nothing written
+    if isinstance(full["configuration"], Mapping):
+        full["configuration"] = values["configuration"]       # as stored: a python job's function by its path
     return Declaration(name=str(full["name"]), fields=full, status_declared="status" in fields)
 
 

@@ -222,9 +222,10 @@ class Dispatcher:
         self._claimed_at = time.monotonic()
         batch = self._backend.claim_due_jobs(self._options.instance_name, free, self._options.lease_timeout,
                                              claim_id=claim_id, replay=replay)
-        if replay:
-            log.warning("claim %s had failed; asked again as a replay: %d claim(s) answered",
-                        claim_id, len(batch.claims), extra={"action": "claim_replayed"})
+        if replay:   # a WARNING only when the lost claim had taken something (after an outage: rarely)
+            log.log(logging.WARNING if batch.claims else logging.INFO,
+                    "claim %s had failed; asked again as a replay: %d claim(s) answered",
+                    claim_id, len(batch.claims), extra={"action": "claim_replayed"})
         # The clock at the claim's end, not its start: an estimate from db_now ran behind by the
         # claim's duration, and the next due instant was slept past by as much.
         self._clock.observe(batch.replied_at or batch.db_now)

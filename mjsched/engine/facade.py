@@ -6,14 +6,19 @@ the completion writer and the change feed together (see the package docstring).
 """
 from __future__ import annotations
 
+import functools
 import logging
-from typing import Any, Iterable
+from datetime import datetime
+from typing import Any, Callable, Iterable, TypeVar
 
-from .. import tags as tag_rules, validation
+from .. import audit, validation
+from .. import tags as tag_rules
+from .. import why as why_module
 from ..backends import Backend, open_backend
-from ..errors import ConfigurationError, JobNotFound
-from ..models import DispatchResult, Job, JobRun, JobStatus, RunStatus, SyncResult
+from ..errors import ConfigurationError, EngineForked, JobNotFound
+from ..models import DispatchResult, Job, JobChange, JobRun, JobStatus, RunStatus, SyncResult
 from ..notify import LoggingNotifier, Notifier
+from ..why import WhyReport
 from . import declared, refs
 from .cancellation import default_requester
 from .control import EngineControl
@@ -26,8 +31,35 @@ from .retention import prune
 from .wiring import backend_defaults, wire
 
 log = logging.getLogger("mjsched.engine")
+F = TypeVar("F", bound=Callable[..., Any])
+E = TypeVar("E", bound=type)
+
+# What a forked copy of an engine still answers, doing nothing there: the calls a shutdown
+# path makes in every process (atexit, gunicorn's worker_exit, a with-block's end). Every
+# other public method raises EngineForked (mjsched/forking.py, docs/guide/deployment.md).
+ANSWERED_AFTER_FORK = frozenset({"stop_polling", "close", "__exit__"})
 
 
+def _refused_after_fork(method: F) -> F:
+    @functools.wraps(method)
+    def guarded(self: "SchedulingEngine", *args: Any, **kwargs: Any) -> Any:
+        if self._control.forked:
+            raise EngineForked(method.__name__, self._control.owner_pid)
+        return method(self, *args, **kwargs)
+    return guarded  # type: ignore[return-value]
+
+
+def _one_process(cls: E) -> E:
+    """Every public method of ``cls`` but ANSWERED_AFTER_FORK refuses in a forked copy: a
+    method added tomorrow is covered too (tests/integration/test_fork.py checks each)."""
+    for name, value in list(vars(cls).items()):
+        public = not name.startswith("_") or name == "__enter__"
+        if public and callable(value) and name not in ANSWERED_AFTER_FORK:
+            setattr(cls, name, _refused_after_fork(value))
+    return cls
+
+
+@_one_process
 class SchedulingEngine:
     """Runs cron-scheduled jobs stored in a database, safely alongside other engines.
 
@@ -81,6 +113,7 @@ class SchedulingEngine:
         wire(self, opts)
         self._control = EngineControl(self)
         self._manual = ManualRuns(self)
+        self._declared: set[str] = set()    # names this object's ensure_job/sync_jobs declared
 
     # -- schema ----------------------------------------------------------------------
     def install(self) -> list[str]:
@@ -125,7 +158,10 @@ class SchedulingEngine:
         and history are kept. Safe from several processes at once (names are unique)."""
         self._admit(driver, fields.get("configuration"))
         spec = {"name": name, "driver": driver, "cron": cron, "every": every, "run_at": run_at, **fields}
-        return declared.ensure(self, declared.declare(spec))[1]
+        with audit.changes_by(via="ensure_job"):
+            job = declared.ensure(self, declared.declare(spec))[1]
+        self._declared.add(job.name)
+        return job
 
     def sync_jobs(self, jobs: list[dict[str, Any]], remove_missing: str = "keep", *,
                   dry_run: bool = False, tag: str | None = None) -> SyncResult:
@@ -138,8 +174,35 @@ class SchedulingEngine:
         for spec in jobs if isinstance(jobs, list) else ():
             if isinstance(spec, dict):
                 self._admit(spec.get("driver"), spec.get("configuration"))
-        return declared.sync(self, jobs, remove_missing, dry_run,
-                             tag=None if tag is None else tag_rules.tag(tag))
+        with audit.changes_by(via="sync_jobs"):
+            result = declared.sync(self, jobs, remove_missing, dry_run,
+                                   tag=None if tag is None else tag_rules.tag(tag))
+        if not result.dry_run:
+            self._declared.update(result.created + result.updated + result.unchanged)
+        return result
+
+    @property
+    def declared_names(self) -> frozenset[str]:
+        """The names of the jobs this engine object declared (ensure_job, sync_jobs): the next
+        start of the code that declares them sets them back to the declaration, so a dashboard
+        mounted on this engine says so on their pages. The database does not record it: jobs
+        declared by another process (or ``mjsched jobs apply``) are not in it."""
+        return frozenset(self._declared)
+
+    def job_history(self, job_id: str, limit: int = 100) -> list[JobChange]:
+        """The job's audit trail, newest first: every change to its definition, by whom
+        (database login, application user), through which path, field by field, credentials
+        masked. ``job_id`` may name a deleted job (its id, or its last name)."""
+        limit = validation.positive_int("limit", limit)
+        job = refs.as_job_id(job_id)
+        if job is None:
+            name = validation.job_name(job_id)
+            found = self.backend.jobs_named(name)
+            job = found[0].id if len(found) == 1 else None
+        changes = self.backend.job_history(job, None if job is not None else name, limit)
+        if not changes:
+            raise JobNotFound(job_id)
+        return [audit.masked(c) for c in changes]
 
     def list_jobs(self, status: str | None = None, *, tag: str | None = None) -> list[Job]:
         """Every job, by name; or those of ``status`` and/or carrying ``tag``."""
@@ -230,6 +293,12 @@ class SchedulingEngine:
             status = validation.enum_value("status", status, RunStatus).value
         return self.backend.list_runs(jid, status, validation.positive_int("limit", limit))
 
+    def get_run(self, run_id: str) -> JobRun:
+        """The run ``run_id`` names: its id, any unique prefix of it, or the short id listings
+        show (mjsched/engine/refs.py). RunNotFound when none does, AmbiguousRunId (listing the
+        candidates) when several do."""
+        return refs.resolve_run(self.backend, run_id)
+
     def prune_runs(self, older_than: Any = None, keep_last: int | None = None, *, job_id: str | None = None,
                    dry_run: bool = False, batch_size: int | None = None) -> int:
         """Delete finished runs now, batch after batch; returns how many (``dry_run``: how many
@@ -241,10 +310,29 @@ class SchedulingEngine:
         return prune(self.backend, self.options, older_than=older_than, keep_last=keep_last, job_id=jid,
                      dry_run=dry_run, batch_size=batch_size, stats=self.stats)
 
+    def why(self, job_id: str, at: datetime | None = None) -> WhyReport:
+        """Why the job's next tick has not run yet, or (``at``: an aware datetime) what became of
+        its last tick at or before ``at``: a ``WhyReport`` whose ``reasons`` (each with a stable
+        ``code``, a sentence and its facts) walk the claim rule in its order, read from the
+        database in one statement (mjsched/why.py; README "Why didn't my job run?"). JobNotFound
+        for an unknown job."""
+        job = self.get_job(job_id)
+        tick = None
+        if at is not None:
+            if not isinstance(at, datetime) or at.tzinfo is None or at.utcoffset() is None:
+                raise ConfigurationError("at", at, "must be a timezone-aware datetime")
+            tick = why_module.tick_at_or_before(job, at) or at
+        row = self.backend.why_facts(job.id, tick, at)
+        if row is None:
+            raise JobNotFound(job_id)
+        return why_module.explain(why_module.facts_from_row(row, asked_at=at, lease_seconds=self.lease_timeout,
+                                                            max_catch_up_runs=self.max_catch_up_runs))
+
     # -- polling -------------------------------------------------------------------------
     @property
     def is_polling(self) -> bool:
-        return self._control.polling
+        """False in a forked copy: its threads did not survive the fork (it never polls)."""
+        return self._control.polling and not self._control.forked
 
     def start_polling(self) -> None:
         """Run the start-up steps, then poll in the background; returns at once."""
@@ -252,6 +340,8 @@ class SchedulingEngine:
 
     def stop_polling(self, wait: bool = True, max_wait: float | None = 30.0) -> None:
         """Stop dispatching; with ``wait``, drain in-flight runs for at most ``max_wait`` seconds.
+        In a forked copy (docs/guide/deployment.md) it returns at once, doing nothing: the
+        engine polls, and is stopped, in the process that made it.
 
         Runs still going afterwards get their ``cancel_event`` set and keep their
         leases, which lapse once this engine stops renewing them. The call returns
@@ -263,13 +353,13 @@ class SchedulingEngine:
 
     @property
     def inflight(self) -> int:
-        """Runs executing in this engine now (what the cap counts)."""
-        return self._registry.live_count()
+        """Runs executing in this engine now (what the cap counts); 0 in a forked copy."""
+        return 0 if self._control.forked else self._registry.live_count()
 
     @property
     def leaked(self) -> int:
         """Timed-out or lease-lost runs whose thread still runs (they hold no slot)."""
-        return self._registry.leaked
+        return 0 if self._control.forked else self._registry.leaked
 
     def add_listener(self, listener: EngineListener) -> None:
         """Observe the engine: ``listener`` implements any of ``on_poll(DispatchResult)``,
@@ -317,9 +407,12 @@ class SchedulingEngine:
         """Cancel a run, from any process (mjsched/engine/cancellation.py): a Queued run ends
         Cancelled at once; a Running run's engine sets its cancel_event at its next lease
         renewal at the latest and ends it Cancelled (killing a process-isolated run after
-        ``cancel_grace``). RunNotFound for an unknown id, RunNotCancellable for a run that
-        already ended. ``requested_by`` (default user@host and this engine) goes into the
-        run's error_message."""
+        ``cancel_grace``). ``run_id``: as get_run takes it (an id, a unique prefix, a short id).
+        RunNotFound for an unknown id, AmbiguousRunId for a prefix several runs have,
+        RunNotCancellable for a run that already ended. ``requested_by`` (default user@host and
+        this engine) goes into the run's error_message."""
+        if validation.canonical_uuid(run_id) is None and isinstance(run_id, str):
+            run_id = refs.resolve_run(self.backend, run_id).id
         self._cancels.request(run_id, requested_by or default_requester(self.instance_name))
 
     def unlock_job(self, job_id: str) -> bool:
@@ -333,7 +426,9 @@ class SchedulingEngine:
         """Stop polling (without draining) and leave nothing held: runs still going get their
         ``cancel_event`` and CLOSE_GRACE_SECONDS to return (their outcome is recorded as
         usual); what is left after that is handed back (recorded Cancelled, its lock released,
-        fenced by its token) before the connections close. Also called at interpreter exit."""
+        fenced by its token) before the connections close. Also called at interpreter exit.
+        In a forked copy it returns at once: the inherited connections are the parent's, left
+        open for it (docs/guide/deployment.md)."""
         self._control.close()
 
     def __enter__(self) -> "SchedulingEngine":

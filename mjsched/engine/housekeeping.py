@@ -32,6 +32,8 @@ RESCHEDULE_BUDGET_SECONDS = 0.5
 # Jobs per note_frequency_warned call (one statement each; the start-up query hands over at
 # most 1,000 jobs per schedule).
 NOTE_PAGE = 1_000
+# What the high-frequency warning means and how to silence it; the log line points here.
+HIGH_FREQUENCY_DOC = "docs/guide/time.md#high-frequency"
 SET_ASIDE_BY = "mjsched install"   # executed_by_instance of the Failed run a schema upgrade records
 
 
@@ -41,6 +43,11 @@ def frequency_key(schedule: str, zone: str) -> str:
     cron expression or 'every <n>s' (schedules.schedule_text); a new schedule or timezone is
     warned about once more."""
     return f"{schedule} | {zone}"
+
+
+def _seconds(gap: timedelta) -> str:
+    seconds = gap.total_seconds()
+    return f"{seconds:g}s" if seconds < 60 else f"{seconds / 60:g}min"
 
 
 def process_alive(pid: int) -> bool:
@@ -63,6 +70,7 @@ class Housekeeping:
         self._purger = purger
         self._verdicts: dict[tuple[str, str, str], timedelta | None] = {}   # (cron, zone, driver) -> gap
         self._warned: set[tuple[str, str]] = set()   # (job id, schedule key) warned about by this process
+        self._said: set[str] = set()      # schedule keys this engine logged the warning for
         self._sweeping = False            # a reschedule sweep is under way, at ids after _cursor
         self._sweep_again = False         # jobs changed during it: sweep once more after it
         self._cursor: str | None = None
@@ -216,9 +224,10 @@ class Housekeeping:
                      "only the engine role (README, \"Trust model\")", extra={"action": "probe_role", "role": "all"})
 
     def warn_high_frequency(self, jobs: Sequence[Job | UnscheduledJob]) -> None:
-        """Warn about jobs firing more often than every five minutes, once per job and schedule
-        ever: jobs that opted out (high_frequency_ok) or were warned for their present schedule
-        (frequency_warned, kept in the database) are passed over, and a warning is recorded.
+        """Warn about jobs firing more often than every five minutes: each job is noted once per
+        schedule ever (jobs that opted out, high_frequency_ok, or were noted for their present
+        schedule, frequency_warned in the database, are passed over), and the log says it once
+        per schedule and engine, however many jobs share it.
         Driver classes that are high-frequency by design are never warned about. Cheap enough
         for the claim path: verdicts are cached per (cron, zone, driver)."""
         groups: dict[tuple[str, str, str], list[Job | UnscheduledJob]] = {}
@@ -268,7 +277,7 @@ class Housekeeping:
         if key not in self._verdicts:
             try:
                 by_design = getattr(get_driver(driver), "high_frequency_by_design", False)
-                gap = None if by_design else scheduling.schedule_gap(cron, zone, self._clock.now())
+                gap = None if by_design else scheduling.schedule_gap(cron, zone, self._clock.now(), example)
             except Exception:  # noqa: BLE001 - an unusable schedule is reported where it is scheduled
                 gap = None
             if len(self._verdicts) > 10_000:
@@ -277,11 +286,14 @@ class Housekeeping:
         gap = self._verdicts[key]
         if gap is None:
             return False
-        others = f" (and {jobs - 1} other job(s) with this schedule)" if jobs > 1 else ""
-        log.warning("job %r%s (schedule %r, %s) fires every %s, more often than every 5 minutes; each run is a "
-                    "database round trip and a history row. This is a recommendation, not a block. Said once "
-                    "per job and schedule; create or update the job with high_frequency_ok=True to silence it.",
-                    example, others, cron, zone, gap, extra={"action": "high_frequency"})
+        said = frequency_key(cron, zone)
+        if said not in self._said:
+            if len(self._said) > 10_000:
+                self._said.clear()
+            self._said.add(said)
+            others = f" (+{jobs - 1} more)" if jobs > 1 else ""
+            log.warning("job %r%s fires every %s (%r, %s), under 5 min: see %s", example, others,
+                        _seconds(gap), cron, zone, HIGH_FREQUENCY_DOC, extra={"action": "high_frequency"})
         return True
 
     def release_previous_engines(self, instance_name: str) -> None:

@@ -8,7 +8,7 @@ import logging
 from datetime import datetime, timedelta
 from typing import Any
 
-from .. import schedules, scheduling, validation
+from .. import cron, schedules, scheduling, validation
 from ..backends import Backend
 from ..drivers.registry import get_driver
 from ..models import Job, JobStatus
@@ -16,7 +16,7 @@ from ..models import Job, JobStatus
 log = logging.getLogger("mjsched.engine")
 
 # A change to one recomputes next_run_at (the schema's trigger clears it for other writers).
-RESCHEDULING_FIELDS = ("cron_expression", "interval_seconds", "run_at", "timezone", "start_at")
+RESCHEDULING_FIELDS = ("cron_expression", "interval_seconds", "run_at", "timezone", "start_at", "jitter_seconds")
 
 
 def new_job_values(backend: Backend, fields: dict[str, Any]) -> tuple[dict[str, Any], str]:
@@ -30,7 +30,8 @@ def new_job_values(backend: Backend, fields: dict[str, Any]) -> tuple[dict[str, 
     anchored_later = values["interval_seconds"] is not None and values.get("start_at") is None
     if values["status"] == JobStatus.ACTIVE.value and not anchored_later:
         schedule = schedules.build(values["cron_expression"], values["interval_seconds"], values["run_at"],
-                                   values["timezone"], anchor=values.get("start_at"))
+                                   values["timezone"], anchor=values.get("start_at"), name=values["name"],
+                                   jitter_seconds=values.get("jitter_seconds"))
         values["next_run_at"] = scheduling.first_due(
             schedule, backend.db_now(), start_at=values.get("start_at"),
             run_immediately=values.get("run_immediately_if_never_run", False), never_ran=True)
@@ -66,17 +67,26 @@ def changed_job_values(backend: Backend, current: Job, fields: dict[str, Any]) -
         values["job_type_id"] = _job_type(backend, values.pop("driver"))
     status = values.get("status", current.status.value)
     reschedule = any(k in values for k in RESCHEDULING_FIELDS) or (
-        status == JobStatus.ACTIVE.value and current.status is not JobStatus.ACTIVE)
+        status == JobStatus.ACTIVE.value and current.status is not JobStatus.ACTIVE) or (
+        values.get("name", current.name) != current.name and _named_schedule(current, values))
     if reschedule and status == JobStatus.ACTIVE.value:
         start_at = values.get("start_at", current.start_at)
         schedule = schedules.build(*(values.get(k, getattr(current, k))
                                      for k in ("cron_expression", "interval_seconds", "run_at", "timezone")),
-                                   anchor=start_at or current.created_at)
+                                   anchor=start_at or current.created_at, name=values.get("name", current.name),
+                                   jitter_seconds=values.get("jitter_seconds", current.jitter_seconds))
         values["next_run_at"] = scheduling.first_due(
             schedule, backend.db_now(), start_at=values.get("start_at", current.start_at),
             run_immediately=values.get("run_immediately_if_never_run", current.run_immediately_if_never_run),
             never_ran=current.last_run_at is None and current.run_count == 0)
     return values
+
+
+def _named_schedule(current: Job, values: dict[str, Any]) -> bool:
+    """Whether the job's times depend on its name (a cron with H, or a jitter): renaming such a
+    job moves them, from its next tick."""
+    return bool(values.get("jitter_seconds", current.jitter_seconds)) or cron.uses_hash(
+        values.get("cron_expression", current.cron_expression))
 
 
 def _job_type(backend: Backend, driver_name: str) -> str:

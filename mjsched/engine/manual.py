@@ -11,9 +11,10 @@ import logging
 import threading
 import time
 import uuid
-from typing import Any
+from typing import Any, Mapping
 
 from .. import parameters as run_parameters
+from .. import validation
 from ..drivers.celery_trust import refusal_for
 from ..drivers.registry import get_driver
 from ..errors import ConfigurationError, JobNotActive, JobNotFound, LockNotAcquired
@@ -37,6 +38,8 @@ class ManualRuns:
         job = self._e.get_job(job_id)
         if not isinstance(force, bool):
             raise ConfigurationError("force", force, "must be True or False")
+        if isinstance(parameters, Mapping):   # a python job's function given by itself: its path
+            parameters = validation.prepared(job.driver, get_driver(job.driver), parameters, "parameters")
         params = run_parameters.check_parameters(parameters)
         for name in job.undecodable:   # a stored value no engine can read (mjsched/decoding.py)
             raise ConfigurationError(name, getattr(job, name), "cannot be decoded as stored; fix the job's "

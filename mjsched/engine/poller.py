@@ -8,9 +8,27 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from dataclasses import dataclass
 from typing import Callable
 
+from ..errors import DatabaseError
+
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Failing:
+    """Polls failing in a row: when one gets through again, one line says so."""
+    since: float
+    polls: int = 0
+    database: bool = False     # the last failure was the database's (unreachable, refused)
+
+    def recovered(self) -> None:
+        took = time.monotonic() - self.since
+        log.warning("%spolls succeed again after %d failed poll(s) over %.1fs",
+                    "reconnected to the database: " if self.database else "", self.polls, took,
+                    extra={"action": "poll_recovered", "failed_polls": self.polls})
 
 
 class Poller:
@@ -58,15 +76,22 @@ class Poller:
 
     def _loop(self, stop: threading.Event) -> None:
         backoff = self._min
+        failing: _Failing | None = None    # the failed polls since the last one that got through
         while not stop.is_set():
             self._wake.clear()
             try:
                 delay = self._poll()
                 backoff = self._min
+                if failing is not None:
+                    failing.recovered()
+                    failing = None
             except BaseException as exc:  # the poller never dies
                 self.failures += 1
                 backoff = min(max(backoff * 2, 0.5), self._max)
                 delay = backoff
+                failing = failing or _Failing(time.monotonic())
+                failing.polls += 1
+                failing.database = isinstance(exc, DatabaseError)
                 log.error("poll failed (retrying in %.1fs): %s: %s", delay, type(exc).__name__, exc,
                           exc_info=not isinstance(exc, Exception) or log.isEnabledFor(logging.DEBUG),
                           extra={"action": "poll_failed"})

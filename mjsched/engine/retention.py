@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from .. import retention, validation
 from ..backends.base import Backend
-from ..errors import ConfigurationError, PurgeBusy, SchedulerError
+from ..errors import CannotConnect, ConfigurationError, PurgeBusy, SchedulerError
 from .options import EngineOptions
 
 log = logging.getLogger("mjsched.engine")
@@ -80,9 +80,11 @@ class RunPurger:
                 self._cursor = (batch.next_job_id, batch.next_completed_at, batch.next_run_id)
                 if batch.done or time.monotonic() >= deadline:
                     break
-        except SchedulerError as exc:
-            log.warning("run-history purge failed (the next pass tries again): %s", exc,
-                        extra={"action": "purge_failed"})
+            if batches and not batch.busy and time.monotonic() < deadline:
+                self._purge_changes(keep_seconds)
+        except SchedulerError as exc:   # an unreachable database is the poll's line to say, once per poll
+            log.log(logging.INFO if isinstance(exc, CannotConnect) else logging.WARNING,
+                    "run-history purge failed (the next pass tries again): %s", exc, extra={"action": "purge_failed"})
         except NotImplementedError:
             return 0
         if purged:
@@ -91,6 +93,14 @@ class RunPurger:
                      batches, "" if self._cursor == START else "; more next pass",
                      extra={"action": "runs_purged", "purged": purged})
         return purged
+
+    def _purge_changes(self, keep_seconds: float | None) -> None:
+        """The audit trail's rows past the same rule in days (013_audit.sql), one batch a pass."""
+        gone = self._backend.purge_job_changes(keep_seconds, self._options.purge_batch_size)
+        if gone:
+            self._stats["job_changes_purged"] = self._stats.get("job_changes_purged", 0) + gone
+            log.info("purged %d audit trail row(s) older than the retention rule", gone,
+                     extra={"action": "job_changes_purged", "purged": gone})
 
     def join(self, timeout: float | None) -> None:
         thread = self._thread

@@ -39,6 +39,7 @@ from ..errors import SchedulerError
 from ..execution import RuntimeBound, failure, run_driver, runtime_bound
 from ..models import ConcurrencyMode, Job, JobRun, RunStatus
 from ..redaction import guard_logger
+from ..tracing import RunSpan, start_run
 from . import retrying
 from .cancellation import cancel_message
 from .completions import CompletionWriter
@@ -117,6 +118,7 @@ class Run:
     # time.monotonic() until which its lease certainly holds: the start of the last call that
     # granted it (the claim, a renewal) plus the lease; the fence stops it before then (fencing.py)
     lease_until: float = math.inf
+    span: RunSpan | None = None                # its trace span (mjsched.tracing; None without OpenTelemetry)
 
     @classmethod
     def begin(cls, services: RunServices, job: Job, run_id: str, token: str, scheduled_for: datetime | None, *,
@@ -137,7 +139,9 @@ class Run:
                   deadline=time.monotonic() + bound.seconds if bound else None, bound=bound,
                   seen_next_run_at=seen_next_run_at, attempt=attempt, last_enqueued=last_enqueued,
                   notified=threading.Event() if manual else NOBODY_WAITS,
-                  lease_until=(time.monotonic() if lease_from is None else lease_from) + services.lease_seconds)
+                  lease_until=(time.monotonic() if lease_from is None else lease_from) + services.lease_seconds,
+                  span=start_run(job_id=job.id, job_name=job.name, driver=job.driver, run_id=run_id,
+                                 tick=scheduled_for, attempt=attempt, manual=manual, instance=services.instance))
         record = JobRun(id=run_id, scheduled_job_id=job.id, scheduled_for=scheduled_for, status=RunStatus.RUNNING,
                         success=None, error_message=None, details=None, queued_at=None,
                         started_at=services.clock.now(), completed_at=None, duration_ms=None,
@@ -225,7 +229,13 @@ class Run:
             return
         try:
             log.debug("starting job %r (run %s)", self.job.name, self.run_id, extra={"action": "run_started"})
-            result, driver = run_driver(self.context, self.services.allowed_drivers, self.services.celery_allow)
+            if self.span is None:
+                result, driver = run_driver(self.context, self.services.allowed_drivers, self.services.celery_allow)
+            else:
+                self.span.started(self.scheduled_for, self.context.run.started_at)
+                with self.span.current():
+                    result, driver = run_driver(self.context, self.services.allowed_drivers,
+                                                self.services.celery_allow)
         except BaseException as exc:  # noqa: BLE001 - even KeyboardInterrupt from a driver: the run must end
             result = failure(exc)
         finally:
@@ -303,6 +313,7 @@ class Run:
             return
         self.cancel_event.set()
         self.services.stats["leases_lost"] += 1
+        self._end_span("Lost")
         if self.thread_alive and not self.manual:
             self.services.pool.absorb_leak()
         self.notified.set()       # a lost run sends no notification
@@ -322,6 +333,7 @@ class Run:
             return False
         self.cancel_event.set()
         self.services.stats["leases_fenced"] += 1
+        self._end_span("Fenced")
         if self.thread_alive and not self.manual:
             self.services.pool.absorb_leak()
         log.error("Lease of run %s (job %r) could not be renewed for %.1fs: the run is stopped before another "
@@ -337,6 +349,7 @@ class Run:
         its lock (written by ``hand_back_held`` in one call); None when it ended meanwhile."""
         if not self._move(State.LOST):
             return None
+        self._end_span("Cancelled", "handed back: the engine closed while the run was still executing")
         self.notified.set()
         self.services.registry.remove(self)
         return self.completion(RunStatus.CANCELLED, "the engine closed while the run was still executing; "
@@ -395,10 +408,16 @@ class Run:
         """The writer's callback: the outcome is recorded (logged, listeners, notification),
         then the run leaves the registry (execute_job waits for that) and the dispatcher polls."""
         try:
+            self._end_span(status.value if outcome else "Refused" if outcome is False else "Unwritten",
+                           result.error_message)
             self.services.outcomes.record(self, result, driver, status, outcome)
         finally:
             self.services.registry.remove(self)
             self.services.wake()
+
+    def _end_span(self, outcome: str, error: str | None = None) -> None:
+        if self.span is not None:
+            self.span.end(outcome, error)
 
     def _next_run_at(self) -> datetime | None:
         """Where the job's schedule goes when this run ends (None: leave it alone). A retry

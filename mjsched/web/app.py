@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import mimetypes
+import os
 import threading
 import uuid
 from datetime import datetime, timezone
@@ -21,12 +22,16 @@ from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound
 from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
+from ..cron import resolve_timezone
 from ..engine import SchedulingEngine
-from ..errors import ConfigurationError, DatabaseError, JobNotFound, SchedulerError, SchemaNotInstalled
+from .. import audit
+from ..engine.refs import short_run_id
+from ..errors import (AmbiguousRunId, ConfigurationError, DatabaseError, JobNotFound, RunNotFound, SchedulerError,
+                      SchemaNotInstalled)
 from ..redaction import redact_text
 from ..tags import problem as tag_problem, tag_set
 from ..version import __version__
-from . import humanize, security
+from . import humanize, schedule_form, security
 from .pages import JOB_STATUSES, RUN_STATUSES, Reader
 from .queries import QUERIES
 
@@ -34,7 +39,7 @@ log = logging.getLogger("mjsched.web")
 
 FLASH_COOKIE = "mjsched_flash"
 STATIC_FILES = frozenset({"dashboard.css", "dashboard.js"})
-EDITABLE = ("cron", "timezone", "status", "max_runtime", "tags")
+EDITABLE = ("cron", "every", "run_at", "timezone", "status", "max_runtime", "jitter", "tags")   # the schedule: its kind's field
 DB_SLOTS_SHARED = 2      # concurrent requests on an engine the application shares with the dashboard
 DB_SLOTS_OWNED = 4       # on the dashboard's own engine (create_app(dsn))
 DB_SLOT_WAIT = 10.0      # seconds a request waits for a slot before a "busy" page
@@ -102,16 +107,23 @@ def _job_id(value: str) -> str:
         raise UserError(404, "Not found", f"no job has the id {value!r}") from None
 
 
+_REMAKE_LOCKS: dict[int, threading.Lock] = {}   # by process id: Dashboard._own_engine_here
+
+
 class Dashboard:
     """The WSGI application ``create_app`` returns; ``close()`` frees what it opened."""
 
     def __init__(self, engine: SchedulingEngine, *, owns_engine: bool, read_only: bool,
                  auth: security.Auth | None, stale_after: float,
-                 authorize: Callable[[Any], Any] | None = None) -> None:
+                 authorize: Callable[[Any], Any] | None = None,
+                 remake: Callable[[], SchedulingEngine] | None = None) -> None:
+        """``remake``: how to make the dashboard's own engine again in a forked process."""
         if engine.backend.dialect not in QUERIES:
             raise ConfigurationError("dsn_or_engine", engine.backend.dialect,
                                      f"the dashboard reads {', '.join(sorted(QUERIES))} databases")
         self.engine = engine
+        self._pid = os.getpid()
+        self._remake = remake if owns_engine else None
         self.reader = Reader(engine.backend)
         self.read_only = read_only
         self.auth = auth
@@ -123,7 +135,8 @@ class Dashboard:
         self._db_slots = threading.BoundedSemaphore(DB_SLOTS_OWNED if owns_engine else DB_SLOTS_SHARED)
         self.templates = Environment(loader=PackageLoader("mjsched.web", "templates"),
                                      autoescape=select_autoescape(default=True, default_for_string=True))
-        self.templates.filters.update(duration=humanize.duration, span=humanize.span, age_from=humanize.age)
+        self.templates.filters.update(duration=humanize.duration, span=humanize.span, age_from=humanize.age,
+                                      short_run_id=short_run_id)
         self.templates.globals.update(version=__version__, JOB_STATUSES=JOB_STATUSES, RUN_STATUSES=RUN_STATUSES)
         self.url_map = Map([
             Rule("/", endpoint="index", methods=["GET"]),
@@ -139,8 +152,22 @@ class Dashboard:
             Rule("/static/<name>", endpoint="static", methods=["GET"]),
         ], strict_slashes=False)
 
+    def _own_engine_here(self) -> None:
+        """An engine the dashboard made itself is made again in a process forked after
+        create_app (an app mounted at import under gunicorn --preload, or uWSGI without
+        lazy-apps): the inherited copy refuses every call there (docs/guide/deployment.md).
+        An engine the caller gave is the caller's to make after the fork."""
+        if self._remake is None or os.getpid() == self._pid:
+            return
+        with _REMAKE_LOCKS.setdefault(os.getpid(), threading.Lock()):   # this process's own lock
+            if os.getpid() != self._pid:
+                self.engine = self._remake()
+                self.reader = Reader(self.engine.backend)
+                self._pid = os.getpid()
+
     # -- WSGI ---------------------------------------------------------------------------------
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        self._own_engine_here()
         request = Request(environ)
         response = self._respond(request)
         return response(environ, start_response)
@@ -169,7 +196,9 @@ class Dashboard:
                 if not self._db_slots.acquire(timeout=DB_SLOT_WAIT):
                     raise UserError(503, "Busy", "Too many dashboard requests at once; try again in a moment.")
                 try:
-                    response = getattr(self, f"on_{endpoint}")(request, **args)
+                    # who changes jobs from here, for the audit trail (013_audit.sql)
+                    with audit.changes_by(getattr(request, "user", None) or None, via="dashboard"):
+                        response = getattr(self, f"on_{endpoint}")(request, **args)
                 finally:
                     self._db_slots.release()
         except UserError as exc:
@@ -331,22 +360,65 @@ class Dashboard:
         summary = self.reader.summary()
         now = summary["now"]
         record = self.reader.pause_record(job_id)
-        form = form or {"cron": job["cron_expression"] or "", "timezone": job["timezone"], "status": job["status"],
+        kind = schedule_form.kind_of(job["cron_expression"], job["interval_seconds"], job["run_at"])
+        job["schedule_kind"], job["schedule_kind_name"] = kind, schedule_form.KINDS[kind]
+        job["schedule_value"] = schedule_form.field_value(kind, job["cron_expression"], job["interval_seconds"],
+                                                          job["run_at"], job["timezone"])
+        form = form or {kind: job["schedule_value"], "timezone": job["timezone"], "status": job["status"],
                         "max_runtime": "" if job["max_runtime_seconds"] is None else f"{job['max_runtime_seconds']:g}",
+                        "jitter": "" if job.get("jitter_seconds") is None else str(job["jitter_seconds"]),
                         "tags": ", ".join(record["tags"])}
+        why, why_at, why_error = self._why(job_id, job["timezone"], request.args.get("why_at"))
         return self._render(request, "job.html", http_status=status_code, nav="jobs", job=job, now=now, **record,
+                            declared=job["name"] in self.engine.declared_names,
                             next_runs=next_runs, schedule_error=schedule_error, run_status=run_status, summary=summary,
                             chart=self.reader.duration_chart(job_id), form=form, form_error=form_error,
+                            changes=self._changes(job_id), why=why, why_at=why_at, why_error=why_error,
                             **self.reader.job_runs(job_id, status=run_status, page=page, known=known))
 
-    def on_preview(self, request: Request, job_id: str) -> Response:
-        """The edit form's live check: the next runs of a cron and zone, or why they are wrong."""
-        cron = (request.args.get("cron") or "").strip()
-        timezone = (request.args.get("timezone") or "UTC").strip()
+    def _why(self, job_id: str, zone: str, at_text: str | None) -> tuple[Any, str, str | None]:
+        """The why-panel's report (engine.why, mjsched/why.py) for the job's next tick, or for the
+        tick at ``why_at`` (ISO 8601; without an offset, in the job's timezone); a report that
+        cannot be made leaves the rest of the page as it is, with the reason in its place."""
+        text = (at_text or "").strip()[:64]
         try:
-            times = self.reader.next_runs(cron, timezone, count=5)
-            body = {"ok": True, "words": humanize.cron_in_words(cron, timezone),
-                    "times": [t.isoformat(sep=" ") for t in times]}
+            at = None
+            if text:
+                try:
+                    at = datetime.fromisoformat(text.replace("Z", "+00:00"))
+                except ValueError:
+                    return None, text, f"{text!r} is not an ISO 8601 date/time, e.g. 2030-01-31T03:00"
+                if at.tzinfo is None:
+                    at = at.replace(tzinfo=resolve_timezone(zone))
+            return self.engine.why(job_id, at=at), text, None
+        except (DatabaseError, SchedulerError) as exc:
+            return None, text, redact_text(str(exc))
+
+    def _changes(self, job_id: str) -> list[Any]:
+        """The job page's newest changes (masked); none on a schema without the audit trail."""
+        try:
+            return self.engine.job_history(job_id, limit=20)
+        except (JobNotFound, NotImplementedError):
+            return []
+        except DatabaseError as exc:
+            log.warning("audit trail of job %s not read: %s", job_id, exc, extra={"action": "web_error"})
+            return []
+
+    def on_preview(self, request: Request, job_id: str) -> Response:
+        """The edit form's live check: the next runs of the schedule being typed (a cron, or an
+        interval anchored as the job's, or a one-off instant) in a zone, with the jitter (H and the
+        jitter hashed from the job's name), or why they are wrong."""
+        kind = next((k for k in ("every", "run_at") if k in request.args), "cron")
+        text = (request.args.get(kind) or "").strip()
+        timezone = (request.args.get("timezone") or "UTC").strip()
+        jitter = (request.args.get("jitter") or "").strip()
+        job = self.reader.job(_job_id(job_id))
+        if job is None:
+            raise UserError(404, "Not found", f"no job has the id {job_id}")
+        try:
+            words, times = schedule_form.preview(kind, text, timezone, job.get("start_at") or job.get("created_at"),
+                                                 name=job["name"], jitter=_jitter_field(jitter))
+            body = {"ok": True, "words": words, "times": [t.isoformat(sep=" ") for t in times]}
         except SchedulerError as exc:
             body = {"ok": False, "error": str(exc)}
         response = Response(json.dumps(body), mimetype="application/json")
@@ -384,12 +456,12 @@ class Dashboard:
         """Cancel a Queued or Running run (engine.cancel_run): back to its job's page with a flash."""
         self._check_action(request, "cancel", run_id)
         try:
-            run_id = str(uuid.UUID(run_id))
-        except ValueError:
-            raise UserError(404, "Not found", f"run_id={run_id!r}: no such run") from None
-        run = self.engine.backend.get_run(run_id)
-        if run is None:
-            raise UserError(404, "Not found", f"run_id={run_id!r}: no such run")
+            run = self.engine.get_run(run_id)    # the id, a unique prefix or the short id shown
+        except RunNotFound as exc:
+            raise UserError(404, "Not found", str(exc)) from None
+        except AmbiguousRunId as exc:
+            raise UserError(409, "Ambiguous run id", str(exc)) from None
+        run_id = run.id
         back = f"/jobs/{run.scheduled_job_id}"
         who = f"dashboard user {getattr(request, 'user', None) or '-'} from {request.remote_addr or '?'}"
         try:
@@ -398,9 +470,9 @@ class Dashboard:
             self._audit(request, "cancel", run_id, "refused", str(exc))
             return self._redirect(request, back, "error", f"cancel refused: {redact_text(str(exc))}")
         if run.status.value == "Queued":
-            message = f"Run {run_id[:8]} cancelled: it was queued and will not run."
+            message = f"Run {short_run_id(run_id)} cancelled: it was queued and will not run."
         else:
-            message = (f"Cancel of run {run_id[:8]} requested: its engine ({run.executed_by_instance or '?'}) "
+            message = (f"Cancel of run {short_run_id(run_id)} requested: its engine ({run.executed_by_instance or '?'}) "
                        "stops it at its next lease renewal and records it Cancelled.")
         self._audit(request, "cancel", run_id, "ok", message)
         return self._redirect(request, back, "ok", message)
@@ -449,9 +521,11 @@ class Dashboard:
 
     def _edit(self, request: Request, job: Any, back: str) -> Response:
         form = {k: (request.form.get(k) or "").strip() for k in EDITABLE}
-        changes: dict[str, Any] = {}
-        if form["cron"] != (job.cron_expression or "") and (form["cron"] or job.cron_expression is not None):
-            changes["cron"] = form["cron"]
+        kind = job.schedule_kind      # the form edits the job's own kind (module schedule_form)
+        try:
+            changes: dict[str, Any] = schedule_form.change(kind, form[kind], job, form["timezone"] or job.timezone)
+        except SchedulerError as exc:
+            return self._edit_refused(request, job, form, redact_text(str(exc)))
         if form["timezone"] != job.timezone:
             changes["timezone"] = form["timezone"]
         if form["status"] != job.status.value:
@@ -464,9 +538,12 @@ class Dashboard:
         if max_runtime != job.max_runtime_seconds:
             changes["max_runtime"] = max_runtime
         try:
+            jitter = _jitter_field(form["jitter"])
             tags = tag_set(form["tags"])
         except SchedulerError as exc:
             return self._edit_refused(request, job, form, str(exc))
+        if jitter != job.jitter_seconds:
+            changes["jitter"] = jitter
         if tags != job.tags:
             changes["tags"] = tags
         if not changes:
@@ -475,7 +552,8 @@ class Dashboard:
             updated = self.engine.update_job(job.id, **changes)
         except SchedulerError as exc:
             return self._edit_refused(request, job, form, redact_text(str(exc)))
-        described = ", ".join(f"{k}={v!r}" for k, v in changes.items())
+        described = ", ".join(f"{k}={v.isoformat() if isinstance(v, datetime) else repr(v)}"
+                              for k, v in changes.items())
         self._audit(request, "edit", job.id, "ok", described, job.name)
         return self._redirect(request, back, "ok", f"{updated.name} saved: {described}.")
 
@@ -521,10 +599,20 @@ def create_app(dsn_or_engine: str | SchedulingEngine, *, read_only: bool = False
     if not isinstance(dsn_or_engine, str) or not dsn_or_engine:
         raise ConfigurationError("dsn_or_engine", type(dsn_or_engine).__name__,
                                  "must be a database URL or a SchedulingEngine")
-    engine = SchedulingEngine(dsn_or_engine, max_concurrent_jobs=4, instance_name="mjsched-dashboard")
+    def make() -> SchedulingEngine:
+        return SchedulingEngine(dsn_or_engine, max_concurrent_jobs=4, instance_name="mjsched-dashboard")
+    engine = make()
     try:
         return Dashboard(engine, owns_engine=True, read_only=read_only, auth=parsed, stale_after=stale_after,
-                         authorize=authorize)
+                         authorize=authorize, remake=make)
     except BaseException:
         engine.close()
         raise
+
+
+def _jitter_field(text: str) -> int | None:
+    """The form's jitter: seconds or a duration such as '90s', '5m' (empty: none)."""
+    from ..schedules import parse_jitter
+
+    text = text.strip()
+    return parse_jitter(int(text) if text.isdigit() else text or None, "jitter")

@@ -13,7 +13,6 @@ from datetime import datetime, timedelta
 from typing import Any, Iterable, Sequence
 
 from ..backends.base import Backend
-from ..cron import next_run_times
 from ..decoding import Undecodable, decode_json
 from ..liveness import engine_state
 from ..redaction import redact, redact_text, secret_values
@@ -102,6 +101,19 @@ class Page:
         return None if self.total is None else max(1, -(-self.total // self.size))
 
 
+def _resolved_cron(job: dict[str, Any]) -> str | None:
+    """The job's cron with its H items resolved for its name, when it has any (else None)."""
+    from ..cron import CronSchedule, uses_hash
+
+    cron = job.get("cron_expression")
+    if not uses_hash(cron):
+        return None
+    try:
+        return CronSchedule.parse(cron, job.get("timezone") or "UTC", seed=job.get("name")).resolved
+    except Exception:  # noqa: BLE001 - an unusable schedule: the page says why elsewhere
+        return None
+
+
 class Reader:
     """The pages' reads over one backend (PostgreSQL)."""
 
@@ -188,6 +200,7 @@ class Reader:
         job["secret_values"] = (frozenset() if isinstance(configuration, Undecodable)    # for job_runs; popped
                                 else secret_values(configuration or {}))                  # before rendering
         job["schedule_words"] = humanize.schedule_in_words(job)
+        job["resolved_cron"] = _resolved_cron(job)
         return job
 
     def job_runs(self, job_id: str, *, status: str | None, page: int, known: frozenset[str] = frozenset()) \
@@ -204,19 +217,22 @@ class Reader:
                                    for r in rows])
 
     @staticmethod
-    def next_runs(cron: str | None, timezone: str, count: int = 10, *, job: dict[str, Any] | None = None) \
-            -> list[datetime]:
-        """The next fire times of a cron, or of ``job``'s schedule whichever its kind."""
-        if job is not None and cron is None:
-            from ..schedules import next_run_times as schedule_times
+    def next_runs(cron: str | None, timezone: str, count: int = 10, *, job: dict[str, Any] | None = None,
+                  jitter: Any = None) -> list[datetime]:
+        """The next fire times of a cron, or of ``job``'s schedule whichever its kind; a cron's H
+        and the jitter (``jitter``, else the job's) are hashed from ``job``'s name."""
+        from ..schedules import next_run_times as schedule_times
 
+        named = {"name": job.get("name"), "jitter": job.get("jitter_seconds") if jitter is None else jitter} \
+            if job is not None else {}
+        if job is not None and cron is None:
             if job.get("run_at") is not None:
                 return schedule_times(run_at=job["run_at"], timezone=timezone, count=count)
             if job.get("interval_seconds") is not None:
                 return schedule_times(every=job["interval_seconds"], timezone=timezone, count=count,
-                                      start_at=job.get("start_at") or job.get("created_at"))
+                                      start_at=job.get("start_at") or job.get("created_at"), **named)
             return []
-        return next_run_times(str(cron), timezone, count=count)
+        return schedule_times(str(cron), timezone, count=count, **named)
 
     # -- runs --------------------------------------------------------------------------------
     @staticmethod

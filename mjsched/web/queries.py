@@ -28,7 +28,7 @@ from __future__ import annotations
 JOB_COLUMNS = """j.id, j.name, j.status, j.cron_expression, j.interval_seconds, j.run_at, j.timezone,
        j.next_run_at, j.last_run_at,
        j.run_count, j.success_count, j.failure_count, j.last_duration_ms, j.max_runtime_seconds,
-       j.locked_by_instance, j.expected_completion_at, j.locked_at, t.driver_class AS driver"""
+       j.locked_by_instance, j.expected_completion_at, j.locked_at, t.driver_class AS driver, j.jitter_seconds"""
 
 RUN_COLUMNS = """r.id, r.scheduled_job_id, r.scheduled_for, r.status, r.success, r.error_message, r.details,
        r.queued_at, r.started_at, r.completed_at, r.duration_ms, r.executed_by_instance, r.lease_expires_at,

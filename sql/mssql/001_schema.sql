@@ -414,6 +414,13 @@ IF COL_LENGTH(N'mjsched.scheduled_job', N'run_at') IS NULL
 BEGIN
     ALTER TABLE mjsched.scheduled_job ADD run_at datetimeoffset NULL;
 END;
+-- Added for spreading herds (012_jitter.sql holds its rule): a job's jitter bound in seconds
+-- (NULL: none); every tick of the job moves by one offset in [0, jitter_seconds] hashed from
+-- its name (mjsched/schedules.py). Here, before 002 and 004, whose procedures read and write it.
+IF COL_LENGTH(N'mjsched.scheduled_job', N'jitter_seconds') IS NULL
+BEGIN
+    ALTER TABLE mjsched.scheduled_job ADD jitter_seconds int NULL;
+END;
 GO
 
 -- Added for retries (009_retries.sql holds their rules, the per-attempt UNIQUE index and the
@@ -460,6 +467,17 @@ END;
 IF COL_LENGTH(N'mjsched.scheduled_job_run', N'retry_at') IS NULL
 BEGIN
     ALTER TABLE mjsched.scheduled_job_run ADD retry_at datetimeoffset NULL;
+END;
+-- Added for the audit trail (013_audit.sql): the job definition's version, moved on by every
+-- change to it, and the version a run started with (the claims and manual starts write it).
+IF COL_LENGTH(N'mjsched.scheduled_job', N'version') IS NULL
+BEGIN
+    ALTER TABLE mjsched.scheduled_job ADD version int NOT NULL
+        CONSTRAINT df_scheduled_job_version DEFAULT 1;
+END;
+IF COL_LENGTH(N'mjsched.scheduled_job_run', N'job_version') IS NULL
+BEGIN
+    ALTER TABLE mjsched.scheduled_job_run ADD job_version int NULL;
 END;
 GO
 

@@ -1176,7 +1176,7 @@ BEGIN
         keep_runs_days int NULL, keep_runs_count int NULL, interval_seconds int NULL, run_at datetimeoffset NULL,
         retry_max_attempts int NULL, retry_initial_delay float NULL, retry_factor float NULL,
         retry_max_delay float NULL, retry_jitter float NULL, notify_final_attempt_only bit NOT NULL,
-        retry_count int NOT NULL, tags nvarchar(2100) NULL);
+        retry_count int NOT NULL, tags nvarchar(2100) NULL, jitter_seconds int NULL);
     BEGIN TRY
         EXEC mjsched.check_lease @p_lease_seconds = @p_lease_seconds;
         SET @v_message = CONCAT(N'max_jobs=', COALESCE(CONVERT(nvarchar(20), @p_max_jobs), N'NULL'),
@@ -1245,7 +1245,7 @@ BEGIN
             total_duration_ms, locked_at, locked_by_instance, expected_completion_at, created_at,
             updated_at, high_frequency_ok, frequency_warned, keep_runs_days, keep_runs_count,
             interval_seconds, run_at, retry_max_attempts, retry_initial_delay, retry_factor,
-            retry_max_delay, retry_jitter, notify_final_attempt_only, retry_count, tags)
+            retry_max_delay, retry_jitter, notify_final_attempt_only, retry_count, tags, jitter_seconds)
         SELECT j.id, j.job_type_id, t.driver_class, j.name, j.description, j.cron_expression,
                j.timezone, j.start_at, j.end_at, j.status, j.configuration, j.owner,
                j.concurrency_mode, j.missed_run_policy, j.run_immediately_if_never_run,
@@ -1260,7 +1260,8 @@ BEGIN
                -- the job's tags, comma-joined (no STRING_AGG before SQL Server 2017; a tag holds
                -- no character FOR XML would escape)
                STUFF((SELECT N',' + g.tag FROM mjsched.job_tag AS g WHERE g.scheduled_job_id = j.id
-                       ORDER BY g.tag FOR XML PATH('')), 1, 1, N'')
+                       ORDER BY g.tag FOR XML PATH('')), 1, 1, N''),
+               j.jitter_seconds
           FROM mjsched.scheduled_job AS j
           JOIN mjsched.scheduled_job_type AS t ON t.id = j.job_type_id
          WHERE j.id IN (SELECT c.job_id FROM #mjsched_claimed AS c);
@@ -1299,7 +1300,8 @@ BEGIN
            -- a claimed job is not Paused: no pause record
            CAST(NULL AS datetimeoffset) AS paused_at, CAST(NULL AS nvarchar(255)) AS paused_by,
            CAST(NULL AS nvarchar(255)) AS paused_by_user, CAST(NULL AS nvarchar(1000)) AS pause_reason,
-           CAST(NULL AS datetimeoffset) AS paused_until
+           CAST(NULL AS datetimeoffset) AS paused_until,
+           j.jitter_seconds
       FROM @v_out AS o
       LEFT JOIN #mjsched_claimed_jobs AS j ON j.id = o.job_id
      ORDER BY o.seq;
@@ -2160,58 +2162,8 @@ BEGIN
 END;
 GO
 
--- register_engine / unregister_engine: the table of live engines behind `mjsched status`.
--- The upsert holds a key-range lock (SERIALIZABLE) so two registrations of one name
--- cannot both insert.
-CREATE OR ALTER PROCEDURE mjsched.register_engine
-    @p_instance nvarchar(255),
-    @p_host nvarchar(255),
-    @p_pid int,
-    @p_version nvarchar(50),
-    @p_heartbeat_seconds float = NULL,
-    @p_max_concurrent_jobs int = NULL
-AS
-BEGIN
-    SET NOCOUNT ON;
-    SET XACT_ABORT ON;
-    DECLARE @v_now datetimeoffset = SYSDATETIMEOFFSET();
-    DECLARE @v_rows int;
-    DECLARE @v_message nvarchar(200);
-    BEGIN TRY
-        SET @v_message = CONCAT(N'heartbeat_seconds=', COALESCE(CONVERT(nvarchar(40), @p_heartbeat_seconds), N'NULL'),
-                                N' must be in (0, 86400]');
-        IF @p_heartbeat_seconds <= 0 OR @p_heartbeat_seconds > 86400   -- NULL (not given) passes
-        BEGIN
-            THROW 50022, @v_message, 1;
-        END;
-        BEGIN TRANSACTION;
-        UPDATE e
-           SET host = @p_host, pid = @p_pid, version = @p_version,
-               started_at = @v_now, last_seen_at = @v_now, stopped_at = NULL,
-               heartbeat_seconds = @p_heartbeat_seconds, max_concurrent_jobs = @p_max_concurrent_jobs
-          FROM mjsched.engine_instance AS e WITH (UPDLOCK, SERIALIZABLE)
-         WHERE e.instance = @p_instance;
-        SET @v_rows = @@ROWCOUNT;
-        IF @v_rows = 0
-        BEGIN
-            INSERT INTO mjsched.engine_instance (instance, host, pid, version, started_at, last_seen_at, stopped_at,
-                                                 heartbeat_seconds, max_concurrent_jobs)
-            VALUES (@p_instance, @p_host, @p_pid, @p_version, @v_now, @v_now, NULL,
-                    @p_heartbeat_seconds, @p_max_concurrent_jobs);
-        END;
-        COMMIT TRANSACTION;
-    END TRY
-    BEGIN CATCH
-        IF @@TRANCOUNT > 0
-        BEGIN
-            ROLLBACK TRANSACTION;
-        END;
-        THROW;
-    END CATCH;
-    SELECT 1 AS registered;
-END;
-GO
-
+-- unregister_engine: the engine's row in the table of live engines behind `mjsched status` is
+-- marked stopped. register_engine is in 011_engine_reports.sql (what an engine reports of itself).
 CREATE OR ALTER PROCEDURE mjsched.unregister_engine
     @p_instance nvarchar(255)
 AS
@@ -2293,7 +2245,7 @@ BEGIN
                    (N'initialize_next_run'), (N'initialize_next_runs'), (N'insert_job'), (N'internal_routines'),
                    (N'json_nesting_exceeds'), (N'lease_interval'), (N'next_due_at'), (N'note_engine_seen'), (N'note_frequency_warned'),
                    (N'pause_jobs'), (N'probe_permissions'),
-                   (N'purge_candidates'), (N'purge_runs'), (N'register_engine'),
+                   (N'purge_candidates'), (N'purge_job_changes'), (N'purge_runs'), (N'register_engine'),
                    (N'release_engine_locks'), (N'release_job_lock'), (N'renew_leases'), (N'renew_tokens'),
                    (N'resume_jobs'), (N'resume_paused_jobs'), (N'set_tag_limit'),
                    (N'start_manual_run'), (N'sweep_expired_leases'), (N'tag_problem'), (N'tags_at_limit'),

@@ -59,7 +59,7 @@ BEGIN
         THROW 50022, N'fields must be a JSON object', 1;
     END;
     SELECT TOP (1) @v_key = e.[key] FROM OPENJSON(@p_fields) AS e
-     WHERE e.[key] COLLATE Latin1_General_BIN2 NOT IN (N'job_type_id', N'name', N'description', N'cron_expression', N'timezone', N'start_at', N'end_at', N'status', N'configuration', N'owner', N'concurrency_mode', N'missed_run_policy', N'run_immediately_if_never_run', N'max_runtime_seconds', N'isolation', N'max_queued_runs', N'notify_on_success', N'notify_on_failure', N'notify_to', N'next_run_at', N'high_frequency_ok', N'keep_runs_days', N'keep_runs_count', N'interval_seconds', N'run_at', N'retry_max_attempts', N'retry_initial_delay', N'retry_factor', N'retry_max_delay', N'retry_jitter', N'notify_final_attempt_only', N'tags');
+     WHERE e.[key] COLLATE Latin1_General_BIN2 NOT IN (N'job_type_id', N'name', N'description', N'cron_expression', N'timezone', N'start_at', N'end_at', N'status', N'configuration', N'owner', N'concurrency_mode', N'missed_run_policy', N'run_immediately_if_never_run', N'max_runtime_seconds', N'isolation', N'max_queued_runs', N'notify_on_success', N'notify_on_failure', N'notify_to', N'next_run_at', N'high_frequency_ok', N'keep_runs_days', N'keep_runs_count', N'interval_seconds', N'run_at', N'retry_max_attempts', N'retry_initial_delay', N'retry_factor', N'retry_max_delay', N'retry_jitter', N'notify_final_attempt_only', N'tags', N'jitter_seconds');
     -- THROW takes an nvarchar(2048) message: the key (up to 4000 characters) is cut to fit.
     DECLARE @v_message nvarchar(2048) = CONCAT(N'fields.', LEFT(@v_key, 2000), N': not a job column that can be set');
     IF @v_key IS NOT NULL
@@ -73,7 +73,8 @@ BEGIN
        AND ((e.[key] COLLATE Latin1_General_BIN2 IN (N'start_at', N'end_at', N'next_run_at', N'run_at')
              AND TRY_CONVERT(datetimeoffset, e.[value]) IS NULL)
             OR (e.[key] COLLATE Latin1_General_BIN2 = N'max_runtime_seconds' AND TRY_CONVERT(float, e.[value]) IS NULL)
-            OR (e.[key] COLLATE Latin1_General_BIN2 IN (N'max_queued_runs', N'keep_runs_days', N'keep_runs_count', N'interval_seconds')
+            OR (e.[key] COLLATE Latin1_General_BIN2 IN (N'max_queued_runs', N'keep_runs_days', N'keep_runs_count', N'interval_seconds',
+                                                        N'jitter_seconds')
                 AND TRY_CONVERT(int, e.[value]) IS NULL)
             OR (e.[key] COLLATE Latin1_General_BIN2 = N'retry_max_attempts' AND TRY_CONVERT(int, e.[value]) IS NULL)
             OR (e.[key] COLLATE Latin1_General_BIN2 IN (N'retry_initial_delay', N'retry_factor', N'retry_max_delay',
@@ -104,8 +105,8 @@ BEGIN
                                   WHERE e.[key] COLLATE Latin1_General_BIN2 IN
                                         (N'retry_max_attempts', N'retry_initial_delay', N'retry_factor',
                                          N'retry_max_delay', N'retry_jitter'));
-    DECLARE @v_interval int, @v_run_at datetimeoffset;
-    SELECT @v_interval = f.interval_seconds, @v_run_at = f.run_at,
+    DECLARE @v_interval int, @v_run_at datetimeoffset, @v_jitter_seconds int;
+    SELECT @v_interval = f.interval_seconds, @v_run_at = f.run_at, @v_jitter_seconds = f.jitter_seconds,
            @v_max_runtime = f.max_runtime_seconds, @v_start = f.start_at, @v_end = f.end_at,
            @v_next = f.next_run_at, @v_name = f.name, @v_cron = f.cron_expression, @v_zone = f.timezone,
            @v_description = f.description, @v_configuration = f.configuration, @v_status = f.status,
@@ -136,7 +137,8 @@ BEGIN
             retry_initial_delay float '$.retry_initial_delay',
             retry_factor float '$.retry_factor',
             retry_max_delay float '$.retry_max_delay',
-            retry_jitter float '$.retry_jitter'
+            retry_jitter float '$.retry_jitter',
+            jitter_seconds int '$.jitter_seconds'
       ) AS f;
     SET @v_message = CASE
         WHEN NOT (@v_max_runtime > 0 AND @v_max_runtime <= 31536000)
@@ -200,6 +202,9 @@ BEGIN
                         N''' must be one of Skip, RunOnce, RunAll')
         WHEN @v_isolation NOT IN (N'thread', N'process')
             THEN CONCAT(N'fields.isolation: ''', LEFT(@v_isolation, 200), N''' must be thread or process')
+        WHEN @v_jitter_seconds NOT BETWEEN 1 AND 86400   -- the rule of 012_jitter.sql
+            THEN CONCAT(N'fields.jitter_seconds: ', @v_jitter_seconds,
+                        N' must be between 1 and 86400 seconds (one day), or null for none')
         WHEN @v_queued NOT BETWEEN 1 AND 1000
             THEN CONCAT(N'fields.max_queued_runs: ', @v_queued, N' must be between 1 and 1000')
         WHEN @v_keep_days NOT BETWEEN 0 AND 36500   -- the rules of 006_retention.sql
@@ -354,7 +359,7 @@ BEGIN
     END;
     IF NOT EXISTS (SELECT 1 FROM @v_ids)
     BEGIN
-        INSERT INTO mjsched.scheduled_job (id, job_type_id, name, description, cron_expression, timezone, start_at, end_at, status, configuration, owner, concurrency_mode, missed_run_policy, run_immediately_if_never_run, max_runtime_seconds, isolation, max_queued_runs, notify_on_success, notify_on_failure, notify_to, next_run_at, high_frequency_ok, keep_runs_days, keep_runs_count, interval_seconds, run_at, retry_max_attempts, retry_initial_delay, retry_factor, retry_max_delay, retry_jitter, notify_final_attempt_only)
+        INSERT INTO mjsched.scheduled_job (id, job_type_id, name, description, cron_expression, timezone, start_at, end_at, status, configuration, owner, concurrency_mode, missed_run_policy, run_immediately_if_never_run, max_runtime_seconds, isolation, max_queued_runs, notify_on_success, notify_on_failure, notify_to, next_run_at, high_frequency_ok, keep_runs_days, keep_runs_count, interval_seconds, run_at, retry_max_attempts, retry_initial_delay, retry_factor, retry_max_delay, retry_jitter, notify_final_attempt_only, jitter_seconds)
         OUTPUT inserted.id INTO @v_ids
         SELECT
                    @v_id,
@@ -388,7 +393,8 @@ BEGIN
                    f.retry_factor,
                    f.retry_max_delay,
                    f.retry_jitter,
-                   COALESCE(f.notify_final_attempt_only, 1)
+                   COALESCE(f.notify_final_attempt_only, 1),
+                   f.jitter_seconds
           FROM OPENJSON(@v_fields) WITH (
                 job_type_id uniqueidentifier '$.job_type_id',
                 name nvarchar(200) '$.name',
@@ -420,7 +426,8 @@ BEGIN
                 retry_factor float '$.retry_factor',
                 retry_max_delay float '$.retry_max_delay',
                 retry_jitter float '$.retry_jitter',
-                notify_final_attempt_only bit '$.notify_final_attempt_only'
+                notify_final_attempt_only bit '$.notify_final_attempt_only',
+                jitter_seconds int '$.jitter_seconds'
           ) AS f;
         INSERT INTO mjsched.job_tag (scheduled_job_id, tag)
         SELECT DISTINCT @v_id, CONVERT(nvarchar(64), e.[value]) FROM OPENJSON(@v_fields, N'$.tags') AS e;
@@ -481,7 +488,8 @@ BEGIN
            retry_factor = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'retry_factor') THEN f.retry_factor ELSE j.retry_factor END,
            retry_max_delay = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'retry_max_delay') THEN f.retry_max_delay ELSE j.retry_max_delay END,
            retry_jitter = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'retry_jitter') THEN f.retry_jitter ELSE j.retry_jitter END,
-           notify_final_attempt_only = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'notify_final_attempt_only') THEN COALESCE(f.notify_final_attempt_only, 1) ELSE j.notify_final_attempt_only END
+           notify_final_attempt_only = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'notify_final_attempt_only') THEN COALESCE(f.notify_final_attempt_only, 1) ELSE j.notify_final_attempt_only END,
+           jitter_seconds = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'jitter_seconds') THEN f.jitter_seconds ELSE j.jitter_seconds END
     OUTPUT inserted.id INTO @v_ids
       FROM mjsched.scheduled_job AS j
      CROSS JOIN OPENJSON(@p_fields) WITH (
@@ -515,7 +523,8 @@ BEGIN
             retry_factor float '$.retry_factor',
             retry_max_delay float '$.retry_max_delay',
             retry_jitter float '$.retry_jitter',
-            notify_final_attempt_only bit '$.notify_final_attempt_only'
+            notify_final_attempt_only bit '$.notify_final_attempt_only',
+            jitter_seconds int '$.jitter_seconds'
       ) AS f
      WHERE j.id = @p_job_id;
     -- The job's row is ours now (lock order: job, then its tags and pause record). Tags: the

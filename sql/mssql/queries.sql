@@ -59,7 +59,7 @@ SET NOCOUNT ON;
 DECLARE @limit int = ?, @after uniqueidentifier = ?;
 SELECT TOP (@limit) j.id, j.name, t.driver_class AS driver, j.cron_expression, j.timezone, j.start_at,
        j.run_immediately_if_never_run, j.last_run_at, j.run_count, j.high_frequency_ok,
-       j.frequency_warned, j.interval_seconds, j.run_at, j.created_at
+       j.frequency_warned, j.interval_seconds, j.run_at, j.created_at, j.jitter_seconds
   FROM mjsched.scheduled_job AS j JOIN mjsched.scheduled_job_type AS t ON t.id = j.job_type_id
  WHERE j.status = N'Active' AND j.next_run_at IS NULL AND (@after IS NULL OR j.id > @after)
  ORDER BY j.id
@@ -113,8 +113,32 @@ SELECT TOP (@limit) {run_columns} FROM (
  ORDER BY COALESCE(started_at, queued_at) DESC, id DESC
 OPTION (RECOMPILE);
 
+-- name: job_history
+-- A job's audit trail (013_audit.sql), newest first: by id, or by name (a deleted job's too).
+SET NOCOUNT ON;
+DECLARE @job uniqueidentifier = ?, @name nvarchar(200) = ?, @limit int = ?;
+SELECT TOP (@limit) id, job_id, job_name, version, changed_at, action, field, old_value, new_value, db_login,
+       app_user, via
+  FROM mjsched.job_change
+ WHERE (@job IS NOT NULL AND job_id = @job) OR (@job IS NULL AND job_name = @name)
+ ORDER BY id DESC
+OPTION (RECOMPILE);
+
 -- name: get_run
 SELECT {run_columns} FROM mjsched.scheduled_job_run WHERE id = ?;
+
+-- name: runs_by_ref
+-- The runs a shortened run id names (mjsched/engine/refs.py): ids whose text without hyphens
+-- begins with the hex digits (a uniqueidentifier does not sort in the order its text shows, so
+-- this compares the text: a scan of the table), and, when a short id (12 hex digits) is given,
+-- ids ending with it. The digits are hex only (checked before): nothing in them is a wildcard.
+SET NOCOUNT ON;
+DECLARE @digits varchar(32) = ?, @tail varchar(12) = ?, @limit int = ?;
+SELECT TOP (@limit) {run_columns} FROM mjsched.scheduled_job_run
+ WHERE LOWER(REPLACE(CONVERT(char(36), id), '-', '')) LIKE @digits + '%'
+    OR (@tail IS NOT NULL AND LOWER(RIGHT(CONVERT(char(36), id), 12)) = @tail)
+ ORDER BY id
+OPTION (RECOMPILE);
 
 -- name: db_now
 SELECT SYSDATETIMEOFFSET() AS now;
@@ -182,3 +206,117 @@ SELECT j.id AS job_id, j.name, g.tag, l.max_running, COALESCE(n.running, 0) AS r
    AND (@job_id IS NULL OR j.id = @job_id)
  ORDER BY j.next_run_at, j.name, g.tag
 OPTION (RECOMPILE);
+
+-- name: why_facts
+-- Everything `mjsched jobs why` reads, in one statement (the reasons are in
+-- sql/postgres/queries.sql): the job, the tick asked about (else its next run), the runs around
+-- it, the queue, the due jobs ahead of it, and the engines as one JSON array (FOR JSON; durations
+-- as seconds). OUTER APPLY (SELECT TOP (1) ...) for PostgreSQL's LEFT JOIN LATERAL ... LIMIT 1.
+SET NOCOUNT ON;
+DECLARE @job uniqueidentifier = ?, @tick datetimeoffset = ?, @at datetimeoffset = ?;
+DECLARE @now datetimeoffset = SYSDATETIMEOFFSET();
+SELECT @now AS db_now, j.id, j.name, t.driver_class AS driver, j.status, j.cron_expression, j.interval_seconds,
+       j.jitter_seconds,
+       j.run_at, j.timezone, j.start_at, j.end_at, j.next_run_at, j.last_run_at, j.created_at, j.updated_at,
+       j.concurrency_mode, j.missed_run_policy, j.max_queued_runs, j.run_immediately_if_never_run, j.run_count,
+       j.locked_by_instance, j.locked_at, j.expected_completion_at, k.tick,
+       tr.id AS tick_id, tr.scheduled_for AS tick_scheduled_for, tr.attempt AS tick_attempt,
+       tr.status AS tick_status, tr.error_message AS tick_error, tr.missed AS tick_missed,
+       tr.queued_at AS tick_queued_at, tr.started_at AS tick_started_at,
+       tr.completed_at AS tick_completed_at, tr.executed_by_instance AS tick_engine,
+       tr.retry_at AS tick_retry_at, tr.lease_expires_at AS tick_lease,
+       pr.id AS prior_id, pr.scheduled_for AS prior_scheduled_for, pr.attempt AS prior_attempt,
+       pr.status AS prior_status, pr.error_message AS prior_error, pr.missed AS prior_missed,
+       pr.queued_at AS prior_queued_at, pr.started_at AS prior_started_at,
+       pr.completed_at AS prior_completed_at, pr.executed_by_instance AS prior_engine,
+       pr.retry_at AS prior_retry_at, pr.lease_expires_at AS prior_lease,
+       ar.id AS after_id, ar.scheduled_for AS after_scheduled_for, ar.attempt AS after_attempt,
+       ar.status AS after_status, ar.error_message AS after_error, ar.missed AS after_missed,
+       ar.queued_at AS after_queued_at, ar.started_at AS after_started_at,
+       ar.completed_at AS after_completed_at, ar.executed_by_instance AS after_engine,
+       ar.retry_at AS after_retry_at, ar.lease_expires_at AS after_lease,
+       hr.id AS holder_id, hr.scheduled_for AS holder_scheduled_for, hr.attempt AS holder_attempt,
+       hr.status AS holder_status, hr.error_message AS holder_error, hr.missed AS holder_missed,
+       hr.queued_at AS holder_queued_at, hr.started_at AS holder_started_at,
+       hr.completed_at AS holder_completed_at, hr.executed_by_instance AS holder_engine,
+       hr.retry_at AS holder_retry_at, hr.lease_expires_at AS holder_lease,
+       qr.id AS retry_id, qr.scheduled_for AS retry_scheduled_for, qr.attempt AS retry_attempt,
+       qr.status AS retry_status, qr.error_message AS retry_error, qr.missed AS retry_missed,
+       qr.queued_at AS retry_queued_at, qr.started_at AS retry_started_at,
+       qr.completed_at AS retry_completed_at, qr.executed_by_instance AS retry_engine,
+       qr.retry_at AS retry_retry_at, qr.lease_expires_at AS retry_lease,
+       lr.id AS last_id, lr.scheduled_for AS last_scheduled_for, lr.attempt AS last_attempt,
+       lr.status AS last_status, lr.error_message AS last_error, lr.missed AS last_missed,
+       lr.queued_at AS last_queued_at, lr.started_at AS last_started_at,
+       lr.completed_at AS last_completed_at, lr.executed_by_instance AS last_engine,
+       lr.retry_at AS last_retry_at, lr.lease_expires_at AS last_lease,
+       (SELECT COUNT(*) FROM mjsched.scheduled_job_run AS r
+         WHERE r.scheduled_job_id = j.id AND r.status = N'Running') AS running_runs,
+       (SELECT COUNT(*) FROM mjsched.scheduled_job_run AS r
+         WHERE r.scheduled_job_id = j.id AND r.status = N'Queued' AND r.attempt = 1) AS queued_ticks,
+       (SELECT MIN(r.scheduled_for) FROM mjsched.scheduled_job_run AS r
+         WHERE r.scheduled_job_id = j.id AND r.status = N'Queued' AND r.attempt = 1) AS oldest_queued_tick,
+       (SELECT MAX(r.scheduled_for) FROM mjsched.scheduled_job_run AS r
+         WHERE r.scheduled_job_id = j.id) AS newest_served_tick,
+       (SELECT MIN(r.started_at) FROM mjsched.scheduled_job_run AS r
+         WHERE r.scheduled_job_id = j.id) AS oldest_run_kept,
+       (SELECT COUNT(*) FROM (
+            SELECT TOP (1000) d.id FROM mjsched.scheduled_job AS d
+             WHERE d.status = N'Active' AND d.next_run_at < j.next_run_at AND d.next_run_at <= @now
+               AND (d.start_at IS NULL OR d.start_at <= @now) AND (d.end_at IS NULL OR d.end_at > @now)
+               AND (d.expected_completion_at IS NULL OR d.expected_completion_at < @now)
+             ORDER BY d.next_run_at) AS a) AS due_ahead,
+       (SELECT TOP (200) e.instance, e.host, e.pid, e.version, e.started_at, e.last_seen_at, e.stopped_at,
+               DATEDIFF_BIG(millisecond, e.last_seen_at, @now) / 1000.0 AS silent_seconds,
+               e.heartbeat_seconds, e.max_concurrent_jobs, e.allowed_drivers,
+               (SELECT COUNT(*) FROM mjsched.scheduled_job_run AS r
+                 WHERE r.status = N'Running' AND r.executed_by_instance = e.instance) AS running
+          FROM mjsched.engine_instance AS e
+         WHERE e.stopped_at IS NULL
+            OR e.instance = (SELECT TOP (1) s.instance FROM mjsched.engine_instance AS s
+                              WHERE s.stopped_at IS NOT NULL ORDER BY s.last_seen_at DESC)
+         ORDER BY e.last_seen_at DESC
+           FOR JSON PATH, INCLUDE_NULL_VALUES) AS engines
+  FROM mjsched.scheduled_job AS j
+  JOIN mjsched.scheduled_job_type AS t ON t.id = j.job_type_id
+ CROSS APPLY (SELECT COALESCE(@tick, j.next_run_at) AS tick) AS k
+ OUTER APPLY (SELECT TOP (1) r.id, r.scheduled_for, r.attempt, r.status, LEFT(r.error_message, 2000) AS error_message,
+                          JSON_VALUE(r.details, '$.missed') AS missed, r.queued_at, r.started_at, r.completed_at,
+                          r.executed_by_instance, r.retry_at, r.lease_expires_at
+                FROM mjsched.scheduled_job_run AS r
+               WHERE r.scheduled_job_id = j.id AND r.scheduled_for >= k.tick
+                 AND r.scheduled_for <= COALESCE(@at, k.tick)
+               ORDER BY r.scheduled_for DESC, r.attempt DESC) AS tr
+ OUTER APPLY (SELECT TOP (1) r.id, r.scheduled_for, r.attempt, r.status, LEFT(r.error_message, 2000) AS error_message,
+                          JSON_VALUE(r.details, '$.missed') AS missed, r.queued_at, r.started_at, r.completed_at,
+                          r.executed_by_instance, r.retry_at, r.lease_expires_at
+                FROM mjsched.scheduled_job_run AS r
+               WHERE r.scheduled_job_id = j.id AND r.started_at <= k.tick
+                 AND (r.scheduled_for IS NULL OR r.scheduled_for <> k.tick)
+               ORDER BY r.started_at DESC) AS pr
+ OUTER APPLY (SELECT TOP (1) r.id, r.scheduled_for, r.attempt, r.status, LEFT(r.error_message, 2000) AS error_message,
+                          JSON_VALUE(r.details, '$.missed') AS missed, r.queued_at, r.started_at, r.completed_at,
+                          r.executed_by_instance, r.retry_at, r.lease_expires_at
+                FROM mjsched.scheduled_job_run AS r
+               WHERE r.scheduled_job_id = j.id AND r.started_at > k.tick
+                 AND (r.scheduled_for IS NULL OR r.scheduled_for <> k.tick)
+               ORDER BY r.started_at) AS ar
+ OUTER APPLY (SELECT TOP (1) r.id, r.scheduled_for, r.attempt, r.status, LEFT(r.error_message, 2000) AS error_message,
+                          JSON_VALUE(r.details, '$.missed') AS missed, r.queued_at, r.started_at, r.completed_at,
+                          r.executed_by_instance, r.retry_at, r.lease_expires_at
+                FROM mjsched.scheduled_job_run AS r
+               WHERE r.scheduled_job_id = j.id AND r.status = N'Running'
+               ORDER BY r.started_at DESC) AS hr
+ OUTER APPLY (SELECT TOP (1) r.id, r.scheduled_for, r.attempt, r.status, LEFT(r.error_message, 2000) AS error_message,
+                          JSON_VALUE(r.details, '$.missed') AS missed, r.queued_at, r.started_at, r.completed_at,
+                          r.executed_by_instance, r.retry_at, r.lease_expires_at
+                FROM mjsched.scheduled_job_run AS r
+               WHERE r.scheduled_job_id = j.id AND r.status = N'Queued' AND r.attempt > 1
+               ORDER BY r.retry_at) AS qr
+ OUTER APPLY (SELECT TOP (1) r.id, r.scheduled_for, r.attempt, r.status, LEFT(r.error_message, 2000) AS error_message,
+                          JSON_VALUE(r.details, '$.missed') AS missed, r.queued_at, r.started_at, r.completed_at,
+                          r.executed_by_instance, r.retry_at, r.lease_expires_at
+                FROM mjsched.scheduled_job_run AS r
+               WHERE r.scheduled_job_id = j.id AND r.started_at IS NOT NULL
+               ORDER BY r.started_at DESC) AS lr
+ WHERE j.id = @job;

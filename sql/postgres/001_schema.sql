@@ -213,6 +213,14 @@ ALTER TABLE mjsched.scheduled_job ADD COLUMN IF NOT EXISTS notify_final_attempt_
 ALTER TABLE mjsched.scheduled_job ADD COLUMN IF NOT EXISTS retry_count integer NOT NULL DEFAULT 0;
 ALTER TABLE mjsched.scheduled_job_run ADD COLUMN IF NOT EXISTS attempt integer NOT NULL DEFAULT 1;
 ALTER TABLE mjsched.scheduled_job_run ADD COLUMN IF NOT EXISTS retry_at timestamptz;
+-- Added for the audit trail (013_audit.sql): the job definition's version, moved on by every
+-- change to it, and the version a run started with (the claims and manual starts write it).
+ALTER TABLE mjsched.scheduled_job ADD COLUMN IF NOT EXISTS version integer NOT NULL DEFAULT 1;
+ALTER TABLE mjsched.scheduled_job_run ADD COLUMN IF NOT EXISTS job_version integer;
+-- Added for spreading herds (012_jitter.sql holds its rule): a job's jitter bound in seconds
+-- (NULL: none); every tick of the job moves by one offset in [0, jitter_seconds] hashed from
+-- its name (mjsched/schedules.py). Here, before 002 and 004, whose procedures read and write it.
+ALTER TABLE mjsched.scheduled_job ADD COLUMN IF NOT EXISTS jitter_seconds integer;
 
 -- A change to what defines a schedule (by anyone, through any client) clears
 -- next_run_at unless the writer set it, so an engine recomputes it; every change

@@ -450,7 +450,7 @@ RETURNS TABLE (job_id uuid, run_id uuid, lock_token uuid, scheduled_for timestam
                retry_max_delay double precision, retry_jitter double precision,
                notify_final_attempt_only boolean, retry_count integer, tags varchar,
                paused_at timestamptz, paused_by varchar, paused_by_user varchar, pause_reason varchar,
-               paused_until timestamptz)
+               paused_until timestamptz, jitter_seconds integer)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
@@ -531,7 +531,8 @@ BEGIN
            j.retry_max_delay, j.retry_jitter,
            j.notify_final_attempt_only, j.retry_count,
            (SELECT string_agg(g.tag, ',' ORDER BY g.tag) FROM mjsched.job_tag g WHERE g.scheduled_job_id = j.id)::varchar,
-           NULL::timestamptz, NULL::varchar, NULL::varchar, NULL::varchar, NULL::timestamptz   -- a claimed job is not Paused
+           NULL::timestamptz, NULL::varchar, NULL::varchar, NULL::varchar, NULL::timestamptz,   -- a claimed job is not Paused
+           j.jitter_seconds
       FROM unnest(v_job_ids, v_run_ids, v_tokens, v_for, v_queued) WITH ORDINALITY
            AS c(job_id, run_id, lock_token, scheduled_for, from_queue, n)
       JOIN mjsched.scheduled_job j ON j.id = c.job_id
@@ -553,7 +554,8 @@ BEGIN
                         NULL::integer, NULL::double precision, NULL::double precision,
                         NULL::double precision, NULL::double precision,
                         NULL::boolean, NULL::integer, NULL::varchar,
-                        NULL::timestamptz, NULL::varchar, NULL::varchar, NULL::varchar, NULL::timestamptz
+                        NULL::timestamptz, NULL::varchar, NULL::varchar, NULL::varchar, NULL::timestamptz,
+                        NULL::integer
                    FROM mjsched.claim_counters(p_instance, v_left <= 0, v_now) t;
 END;
 $$;
@@ -1433,33 +1435,8 @@ BEGIN
 END;
 $$;
 
--- register_engine / unregister_engine: the table of live engines behind `mjsched status`.
--- p_heartbeat_seconds is the engine's poll bound: every claim_due_jobs refreshes
--- last_seen_at, so a live engine is seen at least that often and status can call it stale
--- after a few of them. The two trailing parameters are optional: the previous release calls
--- the four-parameter form, which these defaults still answer (hence the DROP of the old one).
-DROP FUNCTION IF EXISTS mjsched.register_engine(varchar, varchar, integer, varchar);
-CREATE OR REPLACE FUNCTION mjsched.register_engine(
-    p_instance varchar, p_host varchar, p_pid integer, p_version varchar,
-    p_heartbeat_seconds double precision DEFAULT NULL, p_max_concurrent_jobs integer DEFAULT NULL)
-RETURNS TABLE (registered integer)
-LANGUAGE plpgsql AS $$
-#variable_conflict use_column
-BEGIN
-    IF p_heartbeat_seconds IS NOT NULL AND NOT (p_heartbeat_seconds > 0 AND p_heartbeat_seconds <= 86400) THEN
-        RAISE EXCEPTION 'heartbeat_seconds=% must be in (0, 86400]', p_heartbeat_seconds USING ERRCODE = '22023';
-    END IF;
-    INSERT INTO mjsched.engine_instance (instance, host, pid, version, started_at, last_seen_at, stopped_at,
-                                         heartbeat_seconds, max_concurrent_jobs)
-    VALUES (p_instance, p_host, p_pid, p_version, now(), now(), NULL, p_heartbeat_seconds, p_max_concurrent_jobs)
-    ON CONFLICT (instance) DO UPDATE
-       SET host = EXCLUDED.host, pid = EXCLUDED.pid, version = EXCLUDED.version,
-           started_at = now(), last_seen_at = now(), stopped_at = NULL,
-           heartbeat_seconds = EXCLUDED.heartbeat_seconds, max_concurrent_jobs = EXCLUDED.max_concurrent_jobs;
-    RETURN QUERY SELECT 1;
-END;
-$$;
-
+-- unregister_engine: the engine's row in the table of live engines behind `mjsched status` is
+-- marked stopped. register_engine is in 011_engine_reports.sql (what an engine reports of itself).
 CREATE OR REPLACE FUNCTION mjsched.unregister_engine(p_instance varchar)
 RETURNS TABLE (unregistered integer)
 LANGUAGE plpgsql AS $$

@@ -30,7 +30,7 @@ BEGIN
                      'keep_runs_days', 'keep_runs_count',
                      'interval_seconds', 'run_at',
                      'retry_max_attempts', 'retry_initial_delay', 'retry_factor', 'retry_max_delay', 'retry_jitter',
-                     'notify_final_attempt_only', 'tags')
+                     'notify_final_attempt_only', 'tags', 'jitter_seconds')
      LIMIT 1;
     IF v_key IS NOT NULL THEN
         RAISE EXCEPTION 'fields.%: not a job column that can be set', v_key USING ERRCODE = '22023';
@@ -138,6 +138,10 @@ BEGIN
         RAISE EXCEPTION 'fields.isolation: % must be thread or process', quote_literal(r.isolation)
             USING ERRCODE = '22023';
     END IF;
+    IF r.jitter_seconds NOT BETWEEN 1 AND 86400 THEN   -- the rule of 012_jitter.sql
+        RAISE EXCEPTION 'fields.jitter_seconds: % must be between 1 and 86400 seconds (one day), or null for none',
+            r.jitter_seconds USING ERRCODE = '22023';
+    END IF;
     IF r.max_queued_runs NOT BETWEEN 1 AND 1000 THEN
         RAISE EXCEPTION 'fields.max_queued_runs: % must be between 1 and 1000', r.max_queued_runs
             USING ERRCODE = '22023';
@@ -235,7 +239,7 @@ BEGIN
                 max_runtime_seconds, isolation, max_queued_runs, notify_on_success, notify_on_failure,
                 notify_to, next_run_at, high_frequency_ok, keep_runs_days, keep_runs_count,
                 interval_seconds, run_at, retry_max_attempts, retry_initial_delay,
-                retry_factor, retry_max_delay, retry_jitter, notify_final_attempt_only)
+                retry_factor, retry_max_delay, retry_jitter, notify_final_attempt_only, jitter_seconds)
         VALUES (coalesce(v_id, gen_random_uuid()), r.job_type_id, r.name, r.description, r.cron_expression,
                 CASE WHEN p_fields ? 'timezone' THEN r.timezone ELSE 'UTC' END,
                 r.start_at, r.end_at,
@@ -252,7 +256,7 @@ BEGIN
                 coalesce(r.high_frequency_ok, false),
                 r.keep_runs_days, r.keep_runs_count, r.interval_seconds, r.run_at,
                 r.retry_max_attempts, r.retry_initial_delay, r.retry_factor, r.retry_max_delay, r.retry_jitter,
-                coalesce(r.notify_final_attempt_only, true))
+                coalesce(r.notify_final_attempt_only, true), r.jitter_seconds)
         RETURNING j.id INTO v_inserted;
         INSERT INTO mjsched.job_tag (scheduled_job_id, tag)
         SELECT DISTINCT v_inserted, t.tag FROM jsonb_array_elements_text(p_fields -> 'tags') AS t(tag)
@@ -329,7 +333,8 @@ BEGIN
         retry_jitter = CASE WHEN p_fields ? 'retry_jitter' THEN r.retry_jitter ELSE j.retry_jitter END,
         notify_final_attempt_only = CASE WHEN p_fields ? 'notify_final_attempt_only'
                                          THEN coalesce(r.notify_final_attempt_only, true)
-                                         ELSE j.notify_final_attempt_only END
+                                         ELSE j.notify_final_attempt_only END,
+        jitter_seconds = CASE WHEN p_fields ? 'jitter_seconds' THEN r.jitter_seconds ELSE j.jitter_seconds END
      WHERE j.id = p_job_id;
     GET DIAGNOSTICS v_rows = ROW_COUNT;
     -- The job's row is ours now (lock order: job, then its tags and pause record). Tags: the

@@ -53,7 +53,7 @@ DECLARE
         'internal_routines', 'lease_interval', 'probe_permissions', 'register_engine',
         'release_engine_locks', 'release_job_lock', 'renew_leases', 'start_manual_run',
         'sweep_expired_leases', 'unregister_engine', 'note_frequency_warned', 'cancel_requests',
-        'purge_runs'];
+        'purge_runs', 'purge_job_changes'];
     c_legacy CONSTANT text := 'mjsched_engine';
     v_db text := current_database();
     v_engine text := nullif(btrim(current_setting('mjsched.engine_role', true)), '');
@@ -112,7 +112,7 @@ BEGIN
         EXECUTE format('GRANT USAGE ON SCHEMA mjsched TO %I', v_role);
         EXECUTE format('GRANT CONNECT ON DATABASE %I TO %I', v_db, v_role);
         EXECUTE format('GRANT SELECT ON mjsched.scheduled_job_type, mjsched.engine_instance, '
-                       'mjsched.schema_version, mjsched.job_tag, mjsched.job_pause, mjsched.tag_limit TO %I', v_role);
+                       'mjsched.schema_version, mjsched.job_tag, mjsched.job_pause, mjsched.tag_limit, mjsched.job_change TO %I', v_role);
         -- Every column but lock_token (read from the catalog: columns added later are covered).
         FOR f IN SELECT c.relname AS tbl FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
                   WHERE n.nspname = 'mjsched' AND c.relname IN ('scheduled_job', 'scheduled_job_run') LOOP

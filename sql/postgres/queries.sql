@@ -46,7 +46,7 @@ SELECT {job_columns}, t.driver_class AS driver,
 -- Active jobs without a next run (created by plain SQL, or set aside), a page at a time by id.
 SELECT j.id, j.name, t.driver_class AS driver, j.cron_expression, j.timezone, j.start_at,
        j.run_immediately_if_never_run, j.last_run_at, j.run_count, j.high_frequency_ok,
-       j.frequency_warned, j.interval_seconds, j.run_at, j.created_at
+       j.frequency_warned, j.interval_seconds, j.run_at, j.created_at, j.jitter_seconds
   FROM mjsched.scheduled_job j JOIN mjsched.scheduled_job_type t ON t.id = j.job_type_id
  WHERE j.status = 'Active' AND j.next_run_at IS NULL
    AND (%(after)s::uuid IS NULL OR j.id > %(after)s::uuid)
@@ -90,8 +90,27 @@ SELECT {run_columns} FROM (
  ORDER BY coalesce(started_at, queued_at) DESC NULLS LAST, id DESC
  LIMIT %(limit)s
 
+-- name: job_history
+-- A job's audit trail (013_audit.sql), newest first: by id, or by name (a deleted job's too).
+SELECT id, job_id, job_name, version, changed_at, action, field, old_value, new_value, db_login, app_user, via
+  FROM mjsched.job_change
+ WHERE (%(job)s::uuid IS NOT NULL AND job_id = %(job)s::uuid)
+    OR (%(job)s::uuid IS NULL AND job_name = %(name)s::varchar)
+ ORDER BY id DESC
+ LIMIT %(limit)s
+
 -- name: get_run
 SELECT {run_columns} FROM mjsched.scheduled_job_run WHERE id = %(id)s::uuid
+
+-- name: runs_by_ref
+-- The runs a shortened run id names (mjsched/engine/refs.py): ids in the range of a hex prefix
+-- (low and high: the prefix padded with 0s and fs), an index range scan of the primary key; and,
+-- when a short id (12 hex digits) is given, ids ending with it, a scan of the table.
+SELECT {run_columns} FROM mjsched.scheduled_job_run
+ WHERE id BETWEEN %(low)s::uuid AND %(high)s::uuid
+    OR (%(tail)s::varchar IS NOT NULL AND right(id::text, 12) = %(tail)s::varchar)
+ ORDER BY id
+ LIMIT %(limit)s
 
 -- name: db_now
 SELECT now() AS now
@@ -153,3 +172,120 @@ SELECT j.id AS job_id, j.name, g.tag, l.max_running, coalesce(n.running, 0) AS r
    AND coalesce(n.running, 0) >= l.max_running
    AND (%(job_id)s::uuid IS NULL OR j.id = %(job_id)s::uuid)
  ORDER BY j.next_run_at, j.name, g.tag
+
+-- name: why_facts
+-- Everything `mjsched jobs why` (engine.why, mjsched/why.py) reads, in one statement: the job,
+-- the tick asked about (%(tick)s, else its next run), and around that tick the runs that say
+-- what became of it: the tick's own run (its last attempt; or the run of the latest instant in
+-- [tick, %(at)s] that has one: a run-immediately or hand-moved next run is no tick of the
+-- schedule, yet it was served), the run started last at or before
+-- it (was one running then?), the first run started after it (did a later claim serve it?),
+-- the Running run, the next pending retry, the last run of all; the newest tick that has a run,
+-- the oldest run kept, the queue; how many due jobs come before it in the claim's order (capped
+-- at 1,000); and the engines (every one not stopped, and the one that stopped last) with what
+-- each reports (011_engine_reports.sql) and its Running runs, as one JSON array. Each run is
+-- found through ix_scheduled_job_run_job_started or uq_scheduled_job_run_tick (LIMIT 1), never
+-- a scan of the job's history. lock_token is not read (the roles may not): a lock is
+-- expected_completion_at, which the schema keeps set exactly while lock_token is.
+SELECT now() AS db_now, j.id, j.name, t.driver_class AS driver, j.status, j.cron_expression, j.interval_seconds,
+       j.jitter_seconds,
+       j.run_at, j.timezone, j.start_at, j.end_at, j.next_run_at, j.last_run_at, j.created_at, j.updated_at,
+       j.concurrency_mode, j.missed_run_policy, j.max_queued_runs, j.run_immediately_if_never_run, j.run_count,
+       j.locked_by_instance, j.locked_at, j.expected_completion_at, k.tick,
+       tr.id AS tick_id, tr.scheduled_for AS tick_scheduled_for, tr.attempt AS tick_attempt,
+       tr.status AS tick_status, tr.error_message AS tick_error, tr.missed AS tick_missed,
+       tr.queued_at AS tick_queued_at, tr.started_at AS tick_started_at, tr.completed_at AS tick_completed_at,
+       tr.executed_by_instance AS tick_engine, tr.retry_at AS tick_retry_at, tr.lease_expires_at AS tick_lease,
+       pr.id AS prior_id, pr.scheduled_for AS prior_scheduled_for, pr.attempt AS prior_attempt,
+       pr.status AS prior_status, pr.error_message AS prior_error, pr.missed AS prior_missed,
+       pr.queued_at AS prior_queued_at, pr.started_at AS prior_started_at, pr.completed_at AS prior_completed_at,
+       pr.executed_by_instance AS prior_engine, pr.retry_at AS prior_retry_at, pr.lease_expires_at AS prior_lease,
+       ar.id AS after_id, ar.scheduled_for AS after_scheduled_for, ar.attempt AS after_attempt,
+       ar.status AS after_status, ar.error_message AS after_error, ar.missed AS after_missed,
+       ar.queued_at AS after_queued_at, ar.started_at AS after_started_at, ar.completed_at AS after_completed_at,
+       ar.executed_by_instance AS after_engine, ar.retry_at AS after_retry_at, ar.lease_expires_at AS after_lease,
+       hr.id AS holder_id, hr.scheduled_for AS holder_scheduled_for, hr.attempt AS holder_attempt,
+       hr.status AS holder_status, hr.error_message AS holder_error, hr.missed AS holder_missed,
+       hr.queued_at AS holder_queued_at, hr.started_at AS holder_started_at, hr.completed_at AS holder_completed_at,
+       hr.executed_by_instance AS holder_engine, hr.retry_at AS holder_retry_at, hr.lease_expires_at AS holder_lease,
+       qr.id AS retry_id, qr.scheduled_for AS retry_scheduled_for, qr.attempt AS retry_attempt,
+       qr.status AS retry_status, qr.error_message AS retry_error, qr.missed AS retry_missed,
+       qr.queued_at AS retry_queued_at, qr.started_at AS retry_started_at, qr.completed_at AS retry_completed_at,
+       qr.executed_by_instance AS retry_engine, qr.retry_at AS retry_retry_at, qr.lease_expires_at AS retry_lease,
+       lr.id AS last_id, lr.scheduled_for AS last_scheduled_for, lr.attempt AS last_attempt,
+       lr.status AS last_status, lr.error_message AS last_error, lr.missed AS last_missed,
+       lr.queued_at AS last_queued_at, lr.started_at AS last_started_at, lr.completed_at AS last_completed_at,
+       lr.executed_by_instance AS last_engine, lr.retry_at AS last_retry_at, lr.lease_expires_at AS last_lease,
+       (SELECT count(*) FROM mjsched.scheduled_job_run r
+         WHERE r.scheduled_job_id = j.id AND r.status = 'Running') AS running_runs,
+       (SELECT count(*) FROM mjsched.scheduled_job_run r
+         WHERE r.scheduled_job_id = j.id AND r.status = 'Queued' AND r.attempt = 1) AS queued_ticks,
+       (SELECT min(r.scheduled_for) FROM mjsched.scheduled_job_run r
+         WHERE r.scheduled_job_id = j.id AND r.status = 'Queued' AND r.attempt = 1) AS oldest_queued_tick,
+       (SELECT max(r.scheduled_for) FROM mjsched.scheduled_job_run r
+         WHERE r.scheduled_job_id = j.id) AS newest_served_tick,
+       (SELECT min(r.started_at) FROM mjsched.scheduled_job_run r
+         WHERE r.scheduled_job_id = j.id) AS oldest_run_kept,
+       (SELECT count(*) FROM (
+            SELECT 1 FROM mjsched.scheduled_job d
+             WHERE d.status = 'Active' AND d.next_run_at < j.next_run_at AND d.next_run_at <= now()
+               AND (d.start_at IS NULL OR d.start_at <= now()) AND (d.end_at IS NULL OR d.end_at > now())
+               AND (d.expected_completion_at IS NULL OR d.expected_completion_at < now())
+             ORDER BY d.next_run_at LIMIT 1000) a) AS due_ahead,
+       (SELECT coalesce(json_agg(json_build_object(
+                   'instance', e.instance, 'host', e.host, 'pid', e.pid, 'version', e.version,
+                   'started_at', e.started_at, 'last_seen_at', e.last_seen_at, 'stopped_at', e.stopped_at,
+                   'silent_seconds', extract(epoch FROM now() - e.last_seen_at),
+                   'heartbeat_seconds', e.heartbeat_seconds, 'max_concurrent_jobs', e.max_concurrent_jobs,
+                   'allowed_drivers', e.allowed_drivers,
+                   'running', (SELECT count(*) FROM mjsched.scheduled_job_run r
+                                WHERE r.status = 'Running' AND r.executed_by_instance = e.instance))
+                   ORDER BY e.last_seen_at DESC), '[]')::text
+          FROM (SELECT * FROM mjsched.engine_instance e
+                 WHERE e.stopped_at IS NULL
+                    OR e.instance = (SELECT s.instance FROM mjsched.engine_instance s WHERE s.stopped_at IS NOT NULL
+                                      ORDER BY s.last_seen_at DESC LIMIT 1)
+                 ORDER BY e.last_seen_at DESC LIMIT 200) e) AS engines
+  FROM mjsched.scheduled_job j
+  JOIN mjsched.scheduled_job_type t ON t.id = j.job_type_id
+ CROSS JOIN LATERAL (SELECT coalesce(%(tick)s::timestamptz, j.next_run_at) AS tick) k
+  LEFT JOIN LATERAL (SELECT r.id, r.scheduled_for, r.attempt, r.status, left(r.error_message, 2000) AS error_message,
+                            (r.details->>'missed') AS missed, r.queued_at, r.started_at, r.completed_at,
+                            r.executed_by_instance, r.retry_at, r.lease_expires_at
+                       FROM mjsched.scheduled_job_run r
+                      WHERE r.scheduled_job_id = j.id AND r.scheduled_for >= k.tick
+                        AND r.scheduled_for <= coalesce(%(at)s::timestamptz, k.tick)
+                      ORDER BY r.scheduled_for DESC, r.attempt DESC LIMIT 1) tr ON true
+  LEFT JOIN LATERAL (SELECT r.id, r.scheduled_for, r.attempt, r.status, left(r.error_message, 2000) AS error_message,
+                            (r.details->>'missed') AS missed, r.queued_at, r.started_at, r.completed_at,
+                            r.executed_by_instance, r.retry_at, r.lease_expires_at
+                       FROM mjsched.scheduled_job_run r
+                      WHERE r.scheduled_job_id = j.id AND r.started_at <= k.tick
+                        AND r.scheduled_for IS DISTINCT FROM k.tick
+                      ORDER BY r.started_at DESC LIMIT 1) pr ON true
+  LEFT JOIN LATERAL (SELECT r.id, r.scheduled_for, r.attempt, r.status, left(r.error_message, 2000) AS error_message,
+                            (r.details->>'missed') AS missed, r.queued_at, r.started_at, r.completed_at,
+                            r.executed_by_instance, r.retry_at, r.lease_expires_at
+                       FROM mjsched.scheduled_job_run r
+                      WHERE r.scheduled_job_id = j.id AND r.started_at > k.tick
+                        AND r.scheduled_for IS DISTINCT FROM k.tick
+                      ORDER BY r.started_at LIMIT 1) ar ON true
+  LEFT JOIN LATERAL (SELECT r.id, r.scheduled_for, r.attempt, r.status, left(r.error_message, 2000) AS error_message,
+                            (r.details->>'missed') AS missed, r.queued_at, r.started_at, r.completed_at,
+                            r.executed_by_instance, r.retry_at, r.lease_expires_at
+                       FROM mjsched.scheduled_job_run r
+                      WHERE r.scheduled_job_id = j.id AND r.status = 'Running'
+                      ORDER BY r.started_at DESC LIMIT 1) hr ON true
+  LEFT JOIN LATERAL (SELECT r.id, r.scheduled_for, r.attempt, r.status, left(r.error_message, 2000) AS error_message,
+                            (r.details->>'missed') AS missed, r.queued_at, r.started_at, r.completed_at,
+                            r.executed_by_instance, r.retry_at, r.lease_expires_at
+                       FROM mjsched.scheduled_job_run r
+                      WHERE r.scheduled_job_id = j.id AND r.status = 'Queued' AND r.attempt > 1
+                      ORDER BY r.retry_at LIMIT 1) qr ON true
+  LEFT JOIN LATERAL (SELECT r.id, r.scheduled_for, r.attempt, r.status, left(r.error_message, 2000) AS error_message,
+                            (r.details->>'missed') AS missed, r.queued_at, r.started_at, r.completed_at,
+                            r.executed_by_instance, r.retry_at, r.lease_expires_at
+                       FROM mjsched.scheduled_job_run r
+                      WHERE r.scheduled_job_id = j.id AND r.started_at IS NOT NULL
+                      ORDER BY r.started_at DESC LIMIT 1) lr ON true
+ WHERE j.id = %(job)s::uuid

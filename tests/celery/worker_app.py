@@ -84,3 +84,23 @@ def tick(self: Any, job: str, work: float = 0.0) -> str:
         time.sleep(work)
     _redis.incr(counter("finished", self.request.id))
     return job
+
+
+@app.task(bind=True, name="t.traced")
+def traced(self: Any) -> str:
+    """Continues the trace the run's span handed on in the task's headers (the OpenTelemetry
+    way: extract, then a span of its own), and answers "trace id/parent span id/own span id"
+    as the worker saw them, or "untraced" when no ``traceparent`` header came."""
+    _executed(self.request.id)
+    header = getattr(self.request, "traceparent", None) or (self.request.headers or {}).get("traceparent")
+    if not header:
+        return "untraced"
+    from opentelemetry import propagate, trace
+    from opentelemetry.sdk.trace import TracerProvider
+
+    parent = propagate.extract({"traceparent": header})
+    span = TracerProvider().get_tracer("worker").start_span("worker.task", context=parent)
+    own = span.get_span_context()
+    parent_span = trace.get_current_span(parent).get_span_context()
+    span.end()
+    return f"{own.trace_id:032x}/{parent_span.span_id:016x}/{own.span_id:016x}"

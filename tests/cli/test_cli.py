@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import time
 import uuid
 from pathlib import Path
@@ -381,3 +382,14 @@ def test_demo_until_sigint(cli: Cli, pg_dsn: str, processes: list) -> None:
 
 def test_demo_rejects_a_bad_duration(cli: Cli, pg_dsn: str) -> None:
     assert_one_line_error(cli("demo", "--duration", "0", "--dsn", pg_dsn), "--duration")
+
+
+def test_a_server_that_is_not_there_is_one_line_saying_cannot_connect(cli: Cli) -> None:
+    """Issue 35 item 10: the line began with an internal routine ("column_privileges failed on ...")."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dsn = f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    for args in (("jobs", "list"), ("status",)):
+        result = cli(*args, "--dsn", dsn, expect=2)
+        assert result.stderr == f"mjsched: error: cannot connect to 127.0.0.1:{port}: Connection refused\n", args

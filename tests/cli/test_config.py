@@ -147,3 +147,12 @@ def test_engine_options(tmp_path: Path) -> None:
     options = s.engine_options()      # the engine's own EngineOptions, validated there
     assert options.lease_timeout == 30.0 and options.instance_name == "w7"
     assert options.max_concurrent_jobs == 5 and isinstance(s.build_notifier(), LoggingNotifier)
+
+
+def test_a_settings_file_that_is_not_toml_is_named_with_its_line_and_column(tmp_path: Path) -> None:
+    """Issue 35 item 10: the error read '<path>=None: is not valid TOML: ...'."""
+    path = write(tmp_path, "[scheduled_jobs]\nmax_concurrent_jobs = 3\npoll = [1, 2\n")
+    with pytest.raises(ConfigurationError) as caught:
+        load(config_file=str(path), env={})
+    assert str(caught.value) == f"{path} is not valid TOML: line 4, column 1: Unclosed array"
+    assert (caught.value.line, caught.value.column) == (4, 1)

@@ -242,3 +242,28 @@ def test_a_running_engine_whose_server_moved_exits_with_a_clear_error(home: Path
     assert f"moved from 127.0.0.1:{old} to 127.0.0.1:{new}" in run.err
     assert any(line.startswith("mjsched: error: the embedded PostgreSQL moved") for line in run.err.splitlines())
     assert took < 30 and not running(home)      # and, the last user out, it stopped the server
+
+
+@pytest.mark.skipif(not is_root(), reason="needs root")
+def test_as_root_the_demo_says_who_runs_the_server_and_where_its_data_is(home: Path, tmp_path: Path) -> None:
+    """Issue 35 item 10: as root the demo silently made a system user and a machine-wide data home."""
+    cli, env = Cli(tmp_path), embedded_env(home)
+    first = cli("demo", "--duration", "1", env=env, timeout=120, expect=0)
+    notice = (f"mjsched demo: running as root: the embedded PostgreSQL runs as system user 'mjsched' "
+              f"with its data in {home} (see docs/guide/embedded.md#as-root)")
+    assert notice in first.stdout.splitlines(), first.stdout
+    assert f"mjsched: {notice.removeprefix('mjsched demo: ')}" in first.stderr.splitlines(), first.stderr  # initdb
+    again = cli("demo", "--duration", "1", env=env, timeout=120, expect=0)
+    assert notice in again.stdout.splitlines() and "running as root" not in again.stderr   # initdb said it once
+    assert not running(home)
+
+
+def test_the_machine_wide_home_is_called_shared() -> None:
+    from mjsched.cli.embedded import ROOT_HOME, RunAs
+
+    server = EmbeddedServer(ROOT_HOME)
+    assert server.as_root_notice() is None             # not started (or not root): nothing to say
+    server._run_as = RunAs("mjsched", 999, 999)        # what start() finds as root
+    assert server.as_root_notice() == (
+        "running as root: the embedded PostgreSQL runs as system user 'mjsched' with its data in /var/lib/mjsched, "
+        "one server shared by every mjsched run as root on this machine (see docs/guide/embedded.md#as-root)")

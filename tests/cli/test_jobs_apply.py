@@ -107,3 +107,35 @@ def test_help_lists_apply(cli: Cli) -> None:
     assert "apply" in cli("jobs", "--help", expect=0).stdout
     text = cli("jobs", "apply", "--help", expect=0).stdout
     assert "--dry-run" in text and "--remove-missing" in text
+
+
+def test_apply_declares_h_and_jitter(cli: Cli, pg_dsn: str, tmp_path: Path) -> None:
+    """A [jobs.NAME] table takes cron = "H 2 * * *" and jitter = "90s" (issue 37 item 3)."""
+    text = FILE_V2.replace('cron = "30 2 * * *"', 'cron = "H 2 * * *"\njitter = "90s"')
+    assert cli.json("jobs", "apply", write(tmp_path, text), "--dsn", pg_dsn)["created"] == ["report"]
+    job = jobs(cli, pg_dsn)["report"]
+    assert (job["cron_expression"], job["jitter_seconds"]) == ("H 2 * * *", 90)
+    again = cli.json("jobs", "apply", write(tmp_path, text), "--dsn", pg_dsn)
+    assert again["unchanged"] == ["report"]
+    plan = cli.json("jobs", "apply", write(tmp_path, FILE_V2.replace('cron = "30 2 * * *"', 'cron = "H 2 * * *"')),
+                    "--dry-run", "--dsn", pg_dsn)
+    assert plan["updated"] == ["report"]                  # the jitter the file no longer gives goes
+
+
+@pytest.mark.parametrize("text, where", [
+    ('[jobs.report]\ndriver = "shell"\ncron = "0 2 * * *\n', "line 3, column 18"),
+    ('[jobs.report]\ndriver = \n', "line 2, column 10"),
+    ('[jobs.report]\ndriver = "shell"\nconfiguration = { command = ["true"]', "line 3, column 37"),   # at the end
+])
+def test_a_toml_error_names_the_file_line_and_column(cli: Cli, tmp_path: Path, text: str, where: str) -> None:
+    """Issue 35 item 10: the line said 'FILE=...: is not valid TOML' or named no file at all."""
+    path = write(tmp_path, text)
+    result = cli("jobs", "apply", path, "--dsn", UNREACHABLE)
+    assert_one_line_error(result, f"mjsched: error: {path} is not valid TOML: {where}: ")
+
+
+def test_a_bad_job_names_the_file_that_declares_it(cli: Cli, tmp_path: Path) -> None:
+    path = write(tmp_path, '[jobs.report]\ndriver = "shell"\ncron = "0 25 * * *"\n'
+                           'configuration = { command = ["true"] }\n')
+    assert_one_line_error(cli("jobs", "apply", path, "--dsn", UNREACHABLE),
+                          f"mjsched: error: {path}: job 'report': cron='0 25 * * *'")

@@ -14,7 +14,7 @@ def test_every_data_command_prints_json(cli: Cli, pg_dsn: str) -> None:
     add_job(cli, pg_dsn, "j1", "0 3 * * *", ECHO)
     commands = [["init-db"], ["jobs", "list"], ["jobs", "show", "j1"], ["jobs", "preview", "j1"],
                 ["jobs", "edit", "j1", "--description", "d"], ["jobs", "pause", "j1"], ["jobs", "resume", "j1"],
-                ["execute", "j1"], ["runs"], ["status"], ["config"], ["jobs", "unlock", "j1"],
+                ["execute", "j1"], ["runs"], ["status"], ["config"], ["jobs", "unlock", "j1"], ["jobs", "why", "j1"],
                 ["jobs", "delete", "j1"]]
     for command in commands:
         out = cli(*command, "--dsn", pg_dsn, "--json", expect=0).stdout

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import uuid
 
+from mjsched.engine.refs import short_run_id
 from tests.cli.conftest import Cli
 from tests.cli.test_cli import add_job, assert_one_line_error
 from tests.support.pg import wait_for
@@ -34,6 +35,19 @@ def test_execute_refuses_bad_params_before_any_run(cli: Cli, pg_dsn: str) -> Non
     assert cli.json("runs", "--dsn", pg_dsn, "--job", "backfill") == []
 
 
+def test_a_misspelt_param_is_refused_before_anything_runs_and_errors_speak_cli(cli: Cli, pg_dsn: str) -> None:
+    """Issue 35 item 8: `--param comand=...` exited 0 having run the job's own command."""
+    add_job(cli, pg_dsn, "backfill", "0 3 * * *", DAY)
+    assert_one_line_error(cli("execute", "backfill", "--dsn", pg_dsn, "--param", 'comand=["false"]'),
+                          "--param comand=", "not a configuration key of the shell driver", "did you mean 'command'?")
+    assert cli.json("runs", "--dsn", pg_dsn, "--job", "backfill") == []
+    cli("jobs", "pause", "backfill", "--dsn", pg_dsn, expect=0)
+    paused = cli("execute", "backfill", "--dsn", pg_dsn)
+    assert_one_line_error(paused, "status is Paused", "add --force to run it anyway", code=1)
+    assert "force=True" not in paused.stderr
+    assert cli.json("execute", "backfill", "--force", "--dsn", pg_dsn)["status"] == "Completed"
+
+
 def test_runs_cancel_stops_a_run_executing_in_another_process(cli: Cli, pg_dsn: str) -> None:
     add_job(cli, pg_dsn, "sleepy", "0 3 * * *", json.dumps({"command": ["sleep", "60"]}))
     executing = cli.spawn("execute", "sleepy", "--dsn", pg_dsn)
@@ -52,4 +66,4 @@ def test_runs_cancel_stops_a_run_executing_in_another_process(cli: Cli, pg_dsn: 
     assert_one_line_error(cli("runs", "cancel", run["id"], "--dsn", pg_dsn), "Cancelled", "can be cancelled")
     assert_one_line_error(cli("runs", "cancel", str(uuid.uuid4()), "--dsn", pg_dsn), "no such run")
     listed = cli("runs", "--dsn", pg_dsn, expect=0).stdout       # `runs` alone still lists (no ACTION)
-    assert run["id"][:8] in listed and "Cancelled: requested by" in listed
+    assert short_run_id(run["id"]) in listed and "Cancelled: requested by" in listed

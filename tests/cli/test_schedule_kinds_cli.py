@@ -80,3 +80,38 @@ def test_preview_errors_name_the_option(cli: Cli) -> None:
     assert_one_line_error(cli("jobs", "preview"), "--every")
     assert_one_line_error(cli("jobs", "preview", "--every", "0m"), "every=")
     assert_one_line_error(cli("jobs", "preview", "--every", "1m", "--run-at", "2030-01-01T00:00"), "not allowed")
+
+
+def test_h_and_jitter_on_the_command_line(cli: Cli, pg_dsn: str) -> None:
+    """jobs add/edit --jitter, and jobs preview showing the cron resolved for the job's name and
+    the jitter's offset (issue 37 item 3)."""
+    job = add(cli, pg_dsn, "nightly-report", "--cron", "H 2 * * *", "--timezone", "Europe/Berlin", "--jitter", "90s")
+    assert (job["cron_expression"], job["jitter_seconds"]) == ("H 2 * * *", 90)
+    data = cli.json("jobs", "preview", "nightly-report", "-n", "2", "--after", "2027-03-27T12:00:00+00:00",
+                    "--dsn", pg_dsn)
+    assert (data["resolved_cron"], data["jitter_seconds"], data["jitter_offset_seconds"]) == ("6 2 * * *", 90, 13)
+    # 28 March 2027: 02:06 falls in the spring-forward gap, so 03:00 CEST, then the offset of 13 s
+    assert [t["utc"] for t in data["times"]] == ["2027-03-28T01:00:13+00:00", "2027-03-29T00:06:13+00:00"]
+    out = cli("jobs", "preview", "nightly-report", "--dsn", pg_dsn, expect=0).stdout
+    assert "resolved for the name 'nightly-report': '6 2 * * *'" in out and "every tick 13s later" in out
+    flags = cli.json("jobs", "preview", "--cron", "H/15 * * * *", "--name", "nightly-report",
+                     "--after", "2030-01-01T00:00:00+00:00", "-n", "2")
+    assert flags["resolved_cron"] == "6,21,36,51 * * * *" and flags["times"][0]["utc"] == "2030-01-01T00:06:00+00:00"
+    assert cli.json("jobs", "edit", "nightly-report", "--clear-jitter", "--dsn", pg_dsn)["jitter_seconds"] is None
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--cron", "H(40-10) 2 * * *"], "minute field 'H(40-10)': range H(40-10) starts after it ends"),
+    (["--cron", "0 0 H/40 * *"], "step 40 of 'h/40' is out of range 1-28"),
+    (["--cron", "* * * * *", "--jitter", "2d"], "jitter='2d': must be at most one day"),
+    (["--run-at", "2030-01-01T00:00", "--jitter", "1m"], "has no meaning for a run_at job"),
+])
+def test_bad_hashes_and_jitters_exit_2_and_write_nothing(cli: Cli, pg_dsn: str, args: list[str],
+                                                         needle: str) -> None:
+    result = cli("jobs", "add", "--name", "bad", "--driver", "shell", "--config", ECHO, *args, "--dsn", pg_dsn)
+    assert_one_line_error(result, needle)
+    assert cli.json("jobs", "list", "--all", "--dsn", pg_dsn) == []
+
+
+def test_preview_of_h_without_a_name_says_so(cli: Cli) -> None:
+    assert_one_line_error(cli("jobs", "preview", "--cron", "H 2 * * *"), "hashed from the job's name")

@@ -1,4 +1,5 @@
-"""The high-frequency warning is said once per job and schedule ever, and a job may opt out.
+"""The high-frequency warning notes each job once per schedule ever, is logged once per schedule
+(short, pointing to the docs), and a job may opt out.
 
 An engine records the schedule it warned about in scheduled_job.frequency_warned (through
 note_frequency_warned, an engine routine), so a second engine start says nothing; a new cron
@@ -23,6 +24,7 @@ from tests.support.roles import Logins, apply_grants, engine_role as engine_grou
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(120)]
 
 EVERY_MINUTE = "* * * * *"
+EVERY_SECOND = "* * * * * *"
 
 
 def warnings_about(caplog: pytest.LogCaptureFixture, name: str | None = None) -> list[logging.LogRecord]:
@@ -47,9 +49,32 @@ def test_two_engine_starts_warn_once_in_total(make_engine: Any, sql: Sql,
     start_and_stop(make_engine())
     start_and_stop(make_engine())
     (record,) = warnings_about(caplog)
-    assert "'every-minute'" in record.getMessage() and "once per job and schedule" in record.getMessage()
+    assert "'every-minute'" in record.getMessage() and "docs/guide/time.md#high-frequency" in record.getMessage()
     assert sql.one("SELECT frequency_warned FROM mjsched.scheduled_job WHERE id = %s", (job,)) == \
         f"{EVERY_MINUTE} | UTC"
+
+
+def test_jobs_sharing_a_schedule_are_one_short_line_whenever_they_come(make_engine: Any, sql: Sql,
+                                                                       caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 35 item 10: every `* * * * *` job logged its own ~330-character warning."""
+    caplog.set_level(logging.WARNING, logger="mjsched")
+    admin = make_engine()
+    jobs = [create(admin, "secondly-0", cron=EVERY_SECOND)]
+    engine = make_engine()
+    engine.start_polling()
+    try:
+        for i in (1, 2):     # created while it polls: each reaches the claim path's check on its own
+            jobs.append(create(admin, f"secondly-{i}", cron=EVERY_SECOND))
+            wait_for(lambda: sql.one("SELECT count(*) FROM mjsched.scheduled_job WHERE frequency_warned IS NOT NULL")
+                     == len(jobs), timeout=10, message="the new job noted")
+    finally:
+        engine.stop_polling(wait=True, max_wait=5)
+    start_and_stop(make_engine())
+    (record,) = warnings_about(caplog)
+    message = record.getMessage()
+    assert len(message) <= 120, message
+    assert message == ("job 'secondly-0' fires every 1s ('* * * * * *', UTC), under 5 min: "
+                       "see docs/guide/time.md#high-frequency")
 
 
 def test_a_new_frequent_schedule_warns_once_more(make_engine: Any, caplog: pytest.LogCaptureFixture) -> None:

@@ -461,6 +461,22 @@ def test_lost_reply_purge_runs(make_engine: Callable[..., Any], sql: Any) -> Non
     assert batch.purged == 0 and runs_by_status(sql, job) == {"Completed": 1}
 
 
+def test_lost_reply_purge_job_changes(make_engine: Callable[..., Any], sql: Any) -> None:
+    """The replay deletes nothing more (the rows are gone) and reports 0; the audit trail of
+    the update whose reply was lost holds its change once."""
+    engine, plan = losing(make_engine, "purge_job_changes")
+    job = engine.create_job("audited", "test-ok", NEVER)
+    sql.run("UPDATE mjsched.job_change SET changed_at = now() - interval '40 days' WHERE job_id = %s", (job,))
+    assert engine.backend.purge_job_changes(30 * 86400.0) == 0
+    was_lost(plan, "purge_job_changes")
+    assert sql.one("SELECT count(*) FROM mjsched.job_change WHERE job_id = %s", (job,)) == 0
+    engine, plan = losing(make_engine, "update_job")
+    engine.update_job(job, description="once")
+    was_lost(plan, "update_job")
+    assert sql.rows("SELECT field, new_value FROM mjsched.job_change WHERE job_id = %s", (job,)) == \
+        [{"field": "description", "new_value": "once"}]
+
+
 def test_lost_reply_register_and_unregister_engine(make_engine: Callable[..., Any], sql: Any) -> None:
     for routine in ("register_engine", "unregister_engine"):
         engine, plan = losing(make_engine, routine)
@@ -540,6 +556,7 @@ LOST_REPLY_TESTS: dict[str, str] = {
     "update_job": f"{HERE}::test_lost_reply_update_job",
     "note_frequency_warned": f"{HERE}::test_lost_reply_note_frequency_warned",
     "purge_runs": f"{HERE}::test_lost_reply_purge_runs",
+    "purge_job_changes": f"{HERE}::test_lost_reply_purge_job_changes",
     "register_engine": f"{HERE}::test_lost_reply_register_and_unregister_engine",
     "unregister_engine": f"{HERE}::test_lost_reply_register_and_unregister_engine",
     "release_engine_locks": f"{HERE}::test_lost_reply_release_engine_locks",

@@ -48,7 +48,7 @@ from mjsched.backends.odbc import (  # noqa: E402
     to_param,
     with_database,
 )
-from mjsched.errors import ConfigurationError, DatabaseError  # noqa: E402
+from mjsched.errors import CannotConnect, ConfigurationError, DatabaseError  # noqa: E402
 
 SECRET = "Pa55;w{or}d!"
 FREETDS = any("freetds" in d.lower() for d in pyodbc.drivers())
@@ -73,7 +73,8 @@ def test_a_closed_port_fails_fast_with_host_and_port_and_no_password(dsn: str) -
         backend.close()
     assert time.monotonic() - started < 15
     message = str(caught.value)
-    assert "127.0.0.1:1" in message
+    assert message.startswith("cannot connect to 127.0.0.1:1: ")   # not "install failed on" (issue 35 item 10)
+    assert isinstance(caught.value, CannotConnect) and caught.value.operation == "install"
     assert SECRET not in message and "Pa55" not in message
     assert isinstance(caught.value.__cause__, pyodbc.Error)
 
@@ -94,7 +95,7 @@ def test_a_server_that_never_answers_fails_within_the_login_timeout() -> None:
         backend.close()
         deaf.close()
     assert time.monotonic() - started < 15
-    assert f"127.0.0.1:{port}" in str(caught.value) and "Pa55" not in str(caught.value)
+    assert str(caught.value).startswith(f"cannot connect to 127.0.0.1:{port}: ") and "Pa55" not in str(caught.value)
 
 
 def test_open_backend_picks_sql_server_for_both_dsn_forms_without_connecting() -> None:

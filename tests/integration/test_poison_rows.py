@@ -230,6 +230,11 @@ POISON: list[tuple[str, str, bool]] = [
                      "retry_jitter = 0", False),
     ("notify_final_attempt_only", "notify_final_attempt_only = NULL", False),
     *[("retry_count", f"retry_count = {v}", False) for v in (-1, 2147483647)],
+    # the jitter (012_jitter.sql): 1 s to one day, never with run_at; and an H no name can resolve
+    *[("jitter_seconds", f"jitter_seconds = {v}", False) for v in (0, -1, 86401)],
+    ("jitter_seconds", "cron_expression = NULL, run_at = now() + interval '1 day', jitter_seconds = 5", False),
+    ("jitter_seconds", "jitter_seconds = 86400", True),
+    ("cron_expression", "cron_expression = 'H(30-10) * * * * *'", True),
 ]
 # Rules about two columns, named after what they relate.
 CONSTRAINT_OF = {"end_at": "ck_scheduled_job_window", "lock_token": "ck_scheduled_job_lock",
@@ -314,7 +319,7 @@ def test_poison_table(make_engine: Any, sql: Any, caplog: Any) -> None:
     problems = [r for r in caplog.records if r.levelno >= logging.WARNING and r.name != "mjsched.notify"
                 and getattr(r, "action", "") not in ("high_frequency", "missed_runs")]
     for name in admitted:
-        mentions = [r.getMessage() for r in problems if name in r.getMessage()]
+        mentions = [r.getMessage() for r in problems if f"'{name}'" in r.getMessage()]   # 'poison-13', not -138
         assert len(mentions) <= 1, (name, mentions)
         assert runs[name]["abandoned"] == 0, (name, runs[name])
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR and "poll" in r.getMessage().lower()

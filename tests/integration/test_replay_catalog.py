@@ -58,6 +58,9 @@ INTERNAL: dict[str, str] = {
     "tags_at_limit": "read-only: the tags at their limit, which claim_queued and claim_ticks leave out",
     "admit_by_tag_limits": "part of claim_queued and claim_ticks: locks the tag limits and admits candidates "
                            "(writes nothing)",
+    "tg_scheduled_job_audited": "trigger function: writes the audit trail inside the statement that changed a "
+                                "job row (a replay that changes nothing writes nothing: test_lost_reply_"
+                                "purge_job_changes)",
 }
 # Names in the table's first column that are not routines.
 NOT_ROUTINES = {"execute_job"}

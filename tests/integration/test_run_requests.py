@@ -97,6 +97,32 @@ def test_bad_parameters_are_refused_before_anything_is_written(make_engine: Any,
     assert job.lock_token is None and job.locked_by_instance is None and job.run_count == 0
 
 
+@pytest.mark.parametrize("driver, configuration, misspelt, nearest", [
+    ("shell", {"command": ["true"]}, "comand", "command"),
+    ("shell", {"command": ["true"]}, "enviroment", None),
+    ("python", {"callable": f"{TARGETS}:echo"}, "kwarg", "kwargs"),
+    ("http", {"url": "http://127.0.0.1:9/"}, "header", "headers"),
+    ("sql", {"dsn": "postgresql://x@127.0.0.1/x", "statement": "SELECT 1"}, "statment", "statement"),
+])
+def test_a_parameter_key_the_driver_does_not_read_is_refused_naming_the_nearest(
+        make_engine: Any, driver: str, configuration: dict[str, Any], misspelt: str, nearest: str | None) -> None:
+    """Issue 35 item 8: a misspelt key was merged, ignored, and the job's own configuration ran."""
+    engine = make_engine()
+    job_id = engine.create_job(name="backfill", driver=driver, cron=YEARLY, configuration=configuration)
+    with pytest.raises(mjsched.UnknownParameter) as caught:
+        engine.execute_job(job_id, parameters={misspelt: ["false"]})
+    assert (caught.value.field, caught.value.key, caught.value.nearest) == (f"parameters.{misspelt}", misspelt, nearest)
+    assert f"not a configuration key of the {driver} driver" in str(caught.value)
+    assert (f"did you mean {nearest!r}?" in str(caught.value)) is (nearest is not None)
+    assert engine.list_runs(job_id) == [] and engine.get_job(job_id).lock_token is None
+
+
+def test_a_driver_that_declares_no_keys_takes_any_parameter(make_engine: Any) -> None:
+    engine = make_engine()
+    job_id = engine.create_job(name="custom", driver="test-ok", cron=YEARLY)
+    assert engine.execute_job(job_id, parameters={"anything": 1}).status is mjsched.RunStatus.COMPLETED
+
+
 def test_the_procedure_refuses_parameters_that_are_not_an_object(pg_dsn: str, make_engine: Any) -> None:
     engine = make_engine()
     job_id = engine.create_job(name="sh", driver="shell", cron=YEARLY, configuration={"command": ["true"]})
@@ -247,6 +273,24 @@ def test_cooperative_thread_job_ends_cancelled_at_the_next_renewal(make_engine: 
     assert time.monotonic() - asked < 0.5 + 2.0
     assert "requested by" in done[0].error_message and "(engine asker)" in done[0].error_message
     assert "cancelled" in done[0].error_message     # what the driver said follows
+
+
+def test_the_notification_of_a_cancelled_run_says_cancelled_not_failed(make_engine: Any) -> None:
+    """Issue 35 item 10: a Cancelled run was notified as "[mjsched] <job> failed"."""
+    notifier = drivers.RecordingNotifier()
+    runner = make_engine(heartbeat_interval=0.5, notifier=notifier)
+    job_id = runner.create_job(name="told", driver="test-block", cron=YEARLY, configuration={"gate": "told"})
+    thread = threading.Thread(target=runner.execute_job, args=(job_id,))
+    thread.start()
+    assert started("told").wait(10)
+    runner.cancel_run(_running_run(runner, job_id).id)
+    thread.join(10)
+    assert notifier.event.wait(10)
+    ((_, run, notification),) = notifier.sent
+    assert run.status is mjsched.RunStatus.CANCELLED
+    assert notification.subject == "[mjsched] told was cancelled"
+    assert notification.body.startswith(f"Job 'told' ({job_id}) was cancelled.")
+    assert "failed" not in notification.subject + notification.body.splitlines()[0]
 
 
 def test_process_isolated_job_that_ignores_cancel_is_killed_after_the_grace(make_engine: Any,

@@ -9,6 +9,8 @@ keepalives answered (by the proxy's kernel) while no reply ever comes.
   accepted until ``resume()`` (the route is dead); connections made after ``resume()``
   forward normally (a new route), the frozen ones stay frozen.
 * ``thaw()``: every connection forwards again, the frozen ones too (a pause, not a cut).
+* ``cut()``: an outage: every open connection is closed and every new one is closed as soon
+  as it is accepted (the server is gone), until ``restore()``.
 * ``freeze_on(pattern)``: a connection whose client sends bytes containing ``pattern``
   is frozen before those bytes are forwarded (only the connection carrying, say, a
   completion goes half-open; the others stay healthy).
@@ -38,6 +40,7 @@ class StallingProxy:
         self._listener.listen(64)
         self.port: int = self._listener.getsockname()[1]
         self._stalled = False
+        self._cut = False
         self._patterns: list[bytes] = []
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -68,6 +71,21 @@ class StallingProxy:
             self._stalled = False
             for pair in self._pairs:
                 pair.frozen.clear()
+
+    def cut(self) -> None:
+        """Close every open connection, and every new one at once until restore()."""
+        with self._lock:
+            self._cut = True
+            pairs, self._pairs = self._pairs, []
+        for pair in pairs:
+            for s in (pair.client, pair.server):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+
+    def restore(self) -> None:
+        """New connections reach the server again (after cut())."""
+        with self._lock:
+            self._cut = False
 
     def freeze_on(self, pattern: bytes) -> None:
         """Freeze any connection whose client sends ``pattern`` (before forwarding it)."""
@@ -118,6 +136,11 @@ class StallingProxy:
                 continue
             except OSError:
                 return
+            with self._lock:
+                cut = self._cut
+            if cut:
+                client.close()
+                continue
             try:
                 server = socket.create_connection(self._upstream, timeout=5.0)
             except OSError:

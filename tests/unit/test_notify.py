@@ -297,3 +297,12 @@ def test_composite_tries_every_notifier_then_reports_failures() -> None:
     assert len(info.value.exceptions) == 2
     assert safe_notify(two, job, make_run(job, False), NOTE, logging.getLogger("mjsched.notify")) is False
     assert safe_notify(CompositeNotifier(Recording()), job, make_run(job, True), NOTE, None) is True
+
+
+@pytest.mark.parametrize("status, success, words", [
+    ("Completed", True, "succeeded"), ("Failed", False, "failed"), ("Timeout", False, "timed out"),
+    ("Cancelled", False, "was cancelled"), ("Cancelled", True, "was cancelled"),
+    ("Abandoned", False, "was abandoned"), ("Running", False, "failed")])
+def test_a_notification_words_the_run_by_its_outcome(status: str, success: bool, words: str) -> None:
+    from mjsched.drivers.base import outcome_words
+    assert outcome_words(status, success) == words

@@ -73,6 +73,10 @@ class _Procedure:
         self.clock[0] += self.cost
         return self.answers.pop(0) if self.answers else retention.PurgeBatch(1000, "j", None, "r")
 
+    def purge_job_changes(self, keep_seconds, batch_size):  # type: ignore[no-untyped-def]
+        self.clock[0] += self.cost
+        return 0
+
 
 def test_a_pass_is_bounded_resumes_from_its_cursor_and_skips_when_busy(monkeypatch: pytest.MonkeyPatch) -> None:
     from mjsched.engine import retention as purging

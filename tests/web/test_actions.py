@@ -104,3 +104,43 @@ def test_edit_validates_previews_and_saves(engine: mjsched.SchedulingEngine, cli
     assert "editable saved" in html and "on weekdays at 04:30 (Europe/Berlin)" in html
     assert job.next_run_at is not None and job.next_run_at.astimezone(
         __import__("zoneinfo").ZoneInfo("Europe/Berlin")).strftime("%H:%M") == "04:30"
+
+
+def test_the_job_page_shows_h_resolved_and_edits_the_jitter(engine: mjsched.SchedulingEngine,
+                                                            client: Browserless) -> None:
+    job_id = shell_job(engine, "nightly-report", cron="H 2 * * *")
+    html = client.html(f"/jobs/{job_id}")
+    assert 'id="schedule-resolved"' in html and "6 2 * * *" in html and 'id="edit-jitter"' in html
+    preview = client.get(f"/jobs/{job_id}/preview?cron=H+2+*+*+*&timezone=UTC&jitter=90s").get_json()
+    assert preview["ok"] and "6 2 * * *" in preview["words"]
+    assert all(t.endswith("02:06:13+00:00") for t in preview["times"])     # the name's offset: 13 s
+    assert not client.get(f"/jobs/{job_id}/preview?cron=H+2+*+*+*&timezone=UTC&jitter=2d").get_json()["ok"]
+    form = {"cron": "H 2 * * *", "timezone": "UTC", "status": "Active", "max_runtime": ""}
+    assert client.post(f"/jobs/{job_id}/edit", {**form, "jitter": "soon"}).status_code == 400
+    html = client.follow(client.post(f"/jobs/{job_id}/edit", {**form, "jitter": "90"}))
+    job = engine.get_job(job_id)
+    assert job.jitter_seconds == 90 and job.next_run_at.strftime("%M:%S") == "06:13"
+    assert 'id="schedule-jitter"' in html
+
+
+def test_a_declared_job_says_edits_here_last_until_the_next_deploy(engine: mjsched.SchedulingEngine,
+                                                                   client: Browserless) -> None:
+    """Issue 35 item 10: dashboard edits to declared jobs were undone at the next deploy without a hint."""
+    declared = engine.ensure_job("declared-report", "shell", "0 2 * * *", configuration={"command": ["true"]})
+    synced = engine.sync_jobs([{"name": "synced-report", "driver": "shell", "cron": "0 3 * * *",
+                                "configuration": {"command": ["true"]}}])
+    plain = shell_job(engine, "made-by-hand")
+    assert engine.declared_names == {"declared-report", "synced-report"} and synced.created == ["synced-report"]
+    for job_id in (declared.id, engine.get_job("synced-report").id):
+        page = client.html(f"/jobs/{job_id}")
+        assert 'id="declared-note"' in page and "Declared in this application's code" in page
+        assert "replacing edits made here" in page and 'id="declared-hint"' not in page
+    page = client.html(f"/jobs/{plain}")              # not known to be declared: the general hint
+    assert 'id="declared-note"' not in page and 'id="declared-hint"' in page
+    assert "(mjsched jobs apply) is set back to its declaration at the next deploy" in page
+    # and it is true: an edit here is replaced when the code declares the job again
+    client.post(f"/jobs/{declared.id}/edit", {"cron": "0 4 * * *", "timezone": "UTC", "status": "Active",
+                                              "max_runtime": ""})
+    assert engine.get_job(declared.id).cron_expression == "0 4 * * *"
+    engine.ensure_job("declared-report", "shell", "0 2 * * *", configuration={"command": ["true"]})
+    assert engine.get_job(declared.id).cron_expression == "0 2 * * *"

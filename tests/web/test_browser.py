@@ -162,6 +162,10 @@ def test_jobs_page_then_pause_a_job_and_see_its_status_change(browser: Any, live
     wait_until(browser, lambda d: "nightly-report paused." in text_of(d, ".flash"), "the flash message")
     assert text_of(browser, "#job-status") == "Paused"
     assert engine.get_job(job_id).status.value == "Paused"
+    # the why-panel now says why it will not run (issue 36)
+    assert text_of(browser, "#why-verdict").startswith("paused")
+    assert "The job is Paused" in text_of(browser, "#why-reasons")
+    shot(browser, "job-why")
     browser.get(url + "/jobs?status=Paused")
     assert "nightly-report" in text_of(browser, "#jobs") and "every-five" not in text_of(browser, "#jobs")
 
@@ -321,3 +325,48 @@ def test_a_mounted_dashboard_lets_in_whom_the_application_says(browser: Any, eng
     assert "Local requests only" in browser.page_source and "mounted-job" not in browser.page_source
     browser.get(bare_url + "/scheduler/jobs")
     wait_until(browser, lambda d: "mounted-job" in d.page_source, "the jobs page from this machine")
+
+
+def test_the_history_shows_run_ids_that_differ_and_cancel_by_one(browser: Any, live: Callable[..., str],
+                                                                  engine: mjsched.SchedulingEngine, sql: Sql) -> None:
+    """Issue 35 item 3: runs made within a minute showed the same id (its time part) under "Job"."""
+    from mjsched.engine.refs import short_run_id
+
+    job_id = shell_job(engine, "burst", cron="0 3 * * *")
+    runs = [engine.execute_job(job_id) for _ in range(3)]
+    waiting = str(sql.one("INSERT INTO mjsched.scheduled_job_run (scheduled_job_id, scheduled_for, status, queued_at) "
+                          "VALUES (%s, now(), 'Queued', now()) RETURNING id", (job_id,)))
+    browser.get(live() + f"/jobs/{job_id}")
+    assert browser.execute_script("return document.querySelector('table.runs thead th').textContent") == "Run"
+    shown = browser.execute_script(
+        "return Array.from(document.querySelectorAll('table.runs td.run-id')).map(e => e.innerText.trim());")
+    assert sorted(shown) == sorted([r.id[-12:] for r in runs] + [waiting[-12:]])
+    click_and_confirm(browser, f'tr[data-run="{waiting}"] button[data-action="cancel"]')
+    wait_until(browser, lambda d: f"Run {short_run_id(waiting)} cancelled" in text_of(d, ".flash"), "the flash")
+    assert "Cancelled" in text_of(browser, f'tr[data-run="{waiting}"]')
+
+
+def test_edit_an_interval_jobs_interval_and_max_runtime(browser: Any, live: Callable[..., str],
+                                                        engine: mjsched.SchedulingEngine) -> None:
+    """Issue 35 item 9: an interval job's page showed `Cron None` and its form required a cron."""
+    from selenium.webdriver.common.by import By
+
+    job_id = engine.create_job("poll-inbox", "shell", every="90s", configuration={"command": ["true"]},
+                               high_frequency_ok=True)
+    browser.get(live() + f"/jobs/{job_id}")
+    assert text_of(browser, "#schedule-kind") == "interval" and text_of(browser, "#schedule-every") == "1m30s"
+    assert not browser.find_elements(By.ID, "edit-cron") and not browser.find_elements(By.ID, "schedule-cron")
+    every = browser.find_element(By.ID, "edit-every")
+    every.clear()
+    every.send_keys("2m")
+    wait_until(browser, lambda d: "every 2m" in text_of(d, "#preview.good"), "the preview of the interval")
+    runtime = browser.find_element(By.ID, "edit-max-runtime")
+    runtime.clear()
+    runtime.send_keys("45")
+    shot(browser, "job-edit-interval")
+    click_and_confirm(browser, "#edit-save")
+    wait_until(browser, lambda d: "poll-inbox saved" in text_of(d, ".flash"), "the saved flash")
+    assert text_of(browser, "#schedule-every") == "2m" and text_of(browser, "#schedule-words") == "every 2m"
+    job = engine.get_job(job_id)
+    assert (job.schedule_kind, job.interval_seconds, job.cron_expression, job.max_runtime_seconds) == \
+        ("every", 120, None, 45)

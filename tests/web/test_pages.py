@@ -161,3 +161,31 @@ def test_a_shared_engine_lends_the_dashboard_two_connections_at_most(engine: mjs
         backend._rows = original  # type: ignore[attr-defined]
         app.close()
     assert results == [200] * 8 and max(seen) <= 2, (results, max(seen))
+
+
+def test_job_page_explains_why_the_job_does_not_run(engine: mjsched.SchedulingEngine, client: Browserless,
+                                                    pg_dsn: str) -> None:
+    """The why-panel: the verdict and every reason with its code, for the next tick or a given one."""
+    job_id = shell_job(engine, "paused-one", cron="0 3 * * *", status="Paused")
+    html = client.html(f"/jobs/{job_id}")
+    panel = re.search(r'<section id="why-panel".*?</section>', html, re.S).group(0)
+    assert 'id="why-verdict" data-code="paused"' in panel
+    codes = re.findall(r'<li data-code="(\w+)" class="(\w+)">', panel)
+    assert codes == [("paused", "blocking"), ("no_engine", "blocking")]
+    assert "The job is Paused" in panel and "No engine is alive" in panel
+    assert "mjsched jobs why paused-one" in panel
+
+    sql = Sql(pg_dsn)
+    try:
+        run_id = sql.one("""INSERT INTO mjsched.scheduled_job_run (scheduled_job_id, scheduled_for, status, success,
+                                started_at, completed_at, executed_by_instance)
+                            VALUES (%s, '2030-01-05 03:00+00', 'Completed', true, '2030-01-05 03:00:01+00',
+                                    '2030-01-05 03:00:04+00', 'box-1') RETURNING id""", (job_id,))
+    finally:
+        sql.close()
+    html = client.html(f"/jobs/{job_id}?why_at=2030-01-05T09:15")
+    panel = re.search(r'<section id="why-panel".*?</section>', html, re.S).group(0)
+    assert 'data-code="ran"' in panel and str(run_id) in panel and "box-1" in panel
+    assert "did the tick at 2030-01-05T09:15 not run" in panel and "--at 2030-01-05T09:15" in panel
+    bad = client.html(f"/jobs/{job_id}?why_at=yesterday")
+    assert 'id="why-error"' in bad and "not an ISO 8601" in bad and 'id="next-runs"' in bad   # the rest of the page stays

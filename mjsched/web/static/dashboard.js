@@ -8,12 +8,14 @@
     if (question && !window.confirm(question)) { event.preventDefault(); }
   });
 
-  // Live validation of the edit form: the next runs of the cron being typed.
+  // Live validation of the edit form: the next runs of the schedule being typed (a cron, an
+  // interval or a one-off instant: the input's data-schedule names which).
   var edit = document.getElementById("edit-form");
   if (edit) {
     var out = document.getElementById("preview");
-    var cron = document.getElementById("edit-cron");
+    var cron = edit.querySelector("[data-schedule]");
     var zone = document.getElementById("edit-timezone");
+    var jitter = document.getElementById("edit-jitter");
     var timer = null, seq = 0;
     var show = function (body) {
       out.textContent = "";
@@ -28,7 +30,8 @@
     };
     var check = function () {
       var mine = ++seq;
-      var url = edit.getAttribute("data-preview") + "?cron=" + encodeURIComponent(cron.value) +
+      var url = edit.getAttribute("data-preview") + "?" + cron.getAttribute("data-schedule") + "=" +
+                encodeURIComponent(cron.value) +
                 "&timezone=" + encodeURIComponent(zone.value);
       fetch(url, { credentials: "same-origin" }).then(function (r) { return r.json(); })
         .then(function (body) { if (mine === seq) { show(body); } })
@@ -37,6 +40,7 @@
     var later = function () { clearTimeout(timer); timer = setTimeout(check, 250); };
     cron.addEventListener("input", later);
     zone.addEventListener("input", later);
+    if (jitter) { jitter.addEventListener("input", later); }
   }
 
   // Auto-refresh of the live pages (body data-refresh="seconds"), paused while the user

@@ -1,0 +1,82 @@
+"""What a forked process does with the engines, backends and pools it inherited.
+
+A fork copies the parent's objects but not its threads, and it shares the parent's open
+sockets: an inherited database connection is the parent's session. A query from the
+child interleaves with the parent's on the wire ("server closed the connection
+unexpectedly"), and even ``close()`` kills the parent's session (libpq sends Terminate on
+the shared socket). So in the child:
+
+- every inherited connection is *abandoned*: never used, never closed (each dialect says
+  how: ``abandon`` of its pool);
+- a pool or a backend starts afresh (new connections of the child's own, new locks: a lock
+  a parent's thread held at the fork would be held for ever in the child);
+- an engine refuses every call (``EngineForked``, naming the fix): its threads, runs,
+  leases and registered name belong to the parent.
+
+Objects that care call ``track(self)``: ``os.register_at_fork`` marks them in the child
+right after ``os.fork()`` (and multiprocessing's "fork" start method, which uses it). A
+fork made in C without Python's hooks (uWSGI's master, unless ``py-call-osafterfork``)
+is caught at the next call instead: each such object remembers its process id
+(``ProcessGuard``) and compares it on entry.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import weakref
+from typing import Any, Protocol
+
+log = logging.getLogger(__name__)
+
+
+class ForkAware(Protocol):
+    def after_fork_in_child(self) -> None:
+        """Called once in a forked child, before anything else of it runs there; takes no lock
+        a parent's thread may have held, and never touches an inherited connection."""
+
+
+_tracked: "weakref.WeakSet[Any]" = weakref.WeakSet()
+_tracked_lock = threading.Lock()
+
+
+def track(obj: ForkAware) -> None:
+    """Call ``obj.after_fork_in_child()`` in every process forked from this one (weakly held)."""
+    with _tracked_lock:
+        _tracked.add(obj)
+
+
+def _after_fork_in_child() -> None:
+    global _tracked_lock
+    _tracked_lock = threading.Lock()   # a parent's thread may have held it at the fork
+    for obj in list(_tracked):
+        try:
+            obj.after_fork_in_child()
+        except Exception as exc:  # noqa: BLE001 - the child must start whatever an object says
+            log.debug("after-fork hook of %r failed: %s", obj, exc)
+
+
+if hasattr(os, "register_at_fork"):   # POSIX; Windows has no fork
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class ProcessGuard:
+    """The process an object was made in, and whether this is a fork of it.
+
+    ``moved()`` is True in a forked child: at once when Python's at-fork hooks ran (the
+    owner's ``after_fork_in_child`` calls ``mark()``), else from the first check that sees
+    another process id. ``adopt()`` makes the current process the owner again."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.forked = False
+
+    def mark(self) -> None:
+        self.forked = True
+
+    def moved(self) -> bool:
+        return self.forked or os.getpid() != self.pid
+
+    def adopt(self) -> None:
+        self.pid = os.getpid()
+        self.forked = False

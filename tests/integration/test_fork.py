@@ -1,0 +1,125 @@
+"""An engine used after a fork (issue 35 item 5; docs/guide/deployment.md).
+
+A forked child shares its parent's database sockets and has none of its threads. Its copy
+of the engine refuses every call with EngineForked naming the fix, except the shutdown
+calls (stop_polling, close), which return at once doing nothing; it never touches the
+inherited connections, not even to close them (a close sends Terminate on the parent's
+socket and ends the parent's session). The parent's engine goes on unharmed: the same
+database sessions, still polling. A bare backend in the child opens connections of its own.
+
+Both kinds of fork: ``os.fork`` (Python's at-fork hooks mark the copies at once) and a
+fork made in C without those hooks, as uWSGI's master makes (the process id gives it away
+at the first call)."""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import pytest
+
+import mjsched
+from mjsched.engine import control
+from mjsched.engine.facade import ANSWERED_AFTER_FORK
+from tests.support.forks import FORKS, in_child
+from tests.support.pg import Sql, wait_for
+
+pytestmark = [pytest.mark.postgres, pytest.mark.timeout(90)]
+
+FIXES = ("post_fork", "--preload", "lazy-apps", "mjsched run", "docs/guide/deployment.md")
+
+
+def public_calls() -> list[str]:
+    """Every public method of SchedulingEngine (a method added tomorrow is in this list too)."""
+    return sorted(name for name, value in vars(mjsched.SchedulingEngine).items()
+                  if callable(value) and (not name.startswith("_") or name == "__enter__"))
+
+
+def sessions(sql: Sql) -> set[int]:
+    return {r["pid"] for r in sql.rows("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                                       "AND application_name = 'mjsched'")}
+
+
+def runs_done(sql: Sql, job_id: str) -> int:
+    return int(sql.one("SELECT count(*) FROM mjsched.scheduled_job_run WHERE scheduled_job_id = %s AND status = 'Completed'",
+                       (job_id,)))
+
+
+@pytest.mark.parametrize("fork", list(FORKS), ids=list(FORKS))
+def test_a_forked_copy_refuses_and_the_parent_goes_on(make_engine: Any, pg_dsn: str, fork: str) -> None:
+    engine = make_engine(max_poll_interval=0.5)
+    job_id = engine.create_job("tick", "python", every="1s", configuration={"callable": "os:getpid"})
+    engine.start_polling()
+    sql = Sql(pg_dsn)
+    try:
+        wait_for(lambda: runs_done(sql, job_id) >= 1, timeout=20, message="a first run before the fork")
+        before = sessions(sql)
+        assert before, "the polling engine has sessions open"
+
+        def child() -> dict[str, Any]:
+            out: dict[str, Any] = {"not_refused": [], "messages": []}
+            for name in public_calls():
+                if name in ANSWERED_AFTER_FORK:
+                    continue
+                try:
+                    getattr(engine, name)()
+                    out["not_refused"].append(name)
+                except mjsched.EngineForked as exc:
+                    out["messages"].append(str(exc))
+                    out["parent_pid"] = exc.parent_pid
+                except Exception as exc:  # noqa: BLE001
+                    out["not_refused"].append(f"{name}: {type(exc).__name__}: {exc}")
+            started = time.monotonic()
+            out["stop_polling"] = engine.stop_polling(wait=True, max_wait=30)
+            out["close"] = engine.close()
+            engine.__exit__(None, None, None)    # the end of a with-block begun before the fork
+            control._close_open_engines()          # what this process's exit does
+            out["quiet_seconds"] = time.monotonic() - started
+            out["is_polling"], out["inflight"] = engine.is_polling, engine.inflight
+            # the copy's backend is usable on connections of this process's own
+            out["jobs_seen"] = [j.name for j in engine.backend.list_jobs()]
+            return out
+
+        result = in_child(FORKS[fork], child)
+        assert result["not_refused"] == []
+        assert result["parent_pid"] == os.getpid()
+        assert result["messages"] and all(f"{fix}" in m for m in result["messages"] for fix in FIXES)
+        assert any(m.startswith("start_polling(): ") for m in result["messages"])
+        assert any(m.startswith("execute_job(): ") for m in result["messages"])
+        assert result["stop_polling"] is None and result["close"] is None and result["quiet_seconds"] < 1.0
+        assert (result["is_polling"], result["inflight"]) == (False, 0)
+        assert result["jobs_seen"] == ["tick"]
+
+        # The parent: its sessions were left alone (none ended by the child), and it goes on.
+        after_child = runs_done(sql, job_id)
+        assert before <= sessions(sql), "a session of the parent ended: the child closed or used it"
+        wait_for(lambda: runs_done(sql, job_id) >= after_child + 2, timeout=20,
+                 message="runs after the child touched its copy")
+        assert engine.is_polling and [j.name for j in engine.list_jobs()] == ["tick"]
+        assert before <= sessions(sql)
+    finally:
+        sql.close()
+
+
+def test_a_child_that_drops_its_copy_never_ends_the_parents_sessions(make_engine: Any, pg_dsn: str) -> None:
+    """The inherited sockets point at /dev/null in the child: even a close of an inherited
+    connection, or its release when the copy is freed, sends nothing to the parent's session."""
+    engine = make_engine()
+    engine.list_jobs()    # a connection open and idle in the pool at the fork
+    sql = Sql(pg_dsn)
+    try:
+        before = sessions(sql)
+        inherited = list(engine.backend._pool._idle)
+        assert inherited
+
+        def child() -> dict[str, Any]:
+            targets = [os.readlink(f"/proc/self/fd/{conn.fileno()}") for conn in inherited]
+            for conn in inherited:
+                conn.close()     # what pool.close() did at exit before: Terminate on the parent's socket
+            return {"targets": targets}
+
+        assert set(in_child(os.fork, child)["targets"]) == {os.devnull}
+        assert before <= sessions(sql)
+        assert engine.list_jobs() == []
+    finally:
+        sql.close()
