@@ -40,6 +40,13 @@ log = logging.getLogger(__name__)
 _AUDITED = "SELECT set_config('mjsched.via', %s, true), set_config('mjsched.app_user', coalesce(%s, ''), true); "
 T = TypeVar("T")
 
+
+def _changer(user: str | None) -> tuple[str, str | None]:
+    """(via, app user) for the audit trail of a call that names its user itself (pause_jobs,
+    set_tag_limit): that user, else the one the application set (audit.changes_by)."""
+    via, current_user = audit.current()
+    return via, user if user is not None else current_user
+
 NOTIFY_CHANNEL = "mjsched_job_changed"
 
 JOB_COLUMNS = (
@@ -570,14 +577,16 @@ class PostgresBackend(Backend):
         return [Job.from_row(r) for r in self._read("list_jobs", {"status": status, "tag": tag})]
 
     def pause_jobs(self, tag: str, reason: str | None, until: datetime | None, user: str | None) -> int:
-        return int(self._scalar("pause_jobs", "SELECT paused FROM mjsched.pause_jobs(%s, %s, %s, %s)",
-                                (tag, reason, until, user)) or 0)
+        return int(self._scalar("pause_jobs", _AUDITED + "SELECT paused FROM mjsched.pause_jobs(%s, %s, %s, %s)",
+                                (*_changer(user), tag, reason, until, user)) or 0)
 
     def resume_jobs(self, tag: str) -> int:
-        return int(self._scalar("resume_jobs", "SELECT resumed FROM mjsched.resume_jobs(%s)", (tag,)) or 0)
+        return int(self._scalar("resume_jobs", _AUDITED + "SELECT resumed FROM mjsched.resume_jobs(%s)",
+                                (*audit.current(), tag)) or 0)
 
     def set_tag_limit(self, tag: str, max_running: int | None, user: str | None) -> None:
-        self._rows("set_tag_limit", "SELECT changed FROM mjsched.set_tag_limit(%s, %s, %s)", (tag, max_running, user))
+        self._rows("set_tag_limit", _AUDITED + "SELECT changed FROM mjsched.set_tag_limit(%s, %s, %s)",
+                   (*_changer(user), tag, max_running, user))
 
     def tag_summary(self) -> list[dict[str, Any]]:
         return self._read("tag_summary")

@@ -61,6 +61,8 @@ INTERNAL: dict[str, str] = {
     "tg_scheduled_job_audited": "trigger function: writes the audit trail inside the statement that changed a "
                                 "job row (a replay that changes nothing writes nothing: test_lost_reply_"
                                 "purge_job_changes)",
+    "tg_job_tag_audited": "trigger function: audits a job's tag set inside the statement that changed it "
+                          "(insert_job, update_job: a replay that changes no tag writes nothing)",
 }
 # Names in the table's first column that are not routines.
 NOT_ROUTINES = {"execute_job"}
