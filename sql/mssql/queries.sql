@@ -210,8 +210,8 @@ OPTION (RECOMPILE);
 -- name: why_facts
 -- Everything `mjsched jobs why` reads, in one statement (the reasons are in
 -- sql/postgres/queries.sql): the job, the tick asked about (else its next run), the runs around
--- it, the queue, the due jobs ahead of it, and the engines as one JSON array (FOR JSON; durations
--- as seconds). OUTER APPLY (SELECT TOP (1) ...) for PostgreSQL's LEFT JOIN LATERAL ... LIMIT 1.
+-- it, the queue, the due jobs ahead of it, the engines as one JSON array (FOR JSON; durations
+-- as seconds) and its tags' limits as another (NULL: none). OUTER APPLY (SELECT TOP (1) ...) for PostgreSQL's LEFT JOIN LATERAL ... LIMIT 1.
 SET NOCOUNT ON;
 DECLARE @job uniqueidentifier = ?, @tick datetimeoffset = ?, @at datetimeoffset = ?;
 DECLARE @now datetimeoffset = SYSDATETIMEOFFSET();
@@ -276,7 +276,16 @@ SELECT @now AS db_now, j.id, j.name, t.driver_class AS driver, j.status, j.cron_
             OR e.instance = (SELECT TOP (1) s.instance FROM mjsched.engine_instance AS s
                               WHERE s.stopped_at IS NOT NULL ORDER BY s.last_seen_at DESC)
          ORDER BY e.last_seen_at DESC
-           FOR JSON PATH, INCLUDE_NULL_VALUES) AS engines
+           FOR JSON PATH, INCLUDE_NULL_VALUES) AS engines,
+       (SELECT l.tag, l.max_running,
+               (SELECT COUNT(*) FROM mjsched.scheduled_job_run AS r
+                  JOIN mjsched.job_tag AS h ON h.scheduled_job_id = r.scheduled_job_id
+                 WHERE r.status = N'Running' AND h.tag = l.tag) AS running
+          FROM mjsched.job_tag AS g
+          JOIN mjsched.tag_limit AS l ON l.tag = g.tag
+         WHERE g.scheduled_job_id = j.id
+         ORDER BY l.tag
+           FOR JSON PATH, INCLUDE_NULL_VALUES) AS tag_limits
   FROM mjsched.scheduled_job AS j
   JOIN mjsched.scheduled_job_type AS t ON t.id = j.job_type_id
  CROSS APPLY (SELECT COALESCE(@tick, j.next_run_at) AS tick) AS k

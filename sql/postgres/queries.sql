@@ -183,7 +183,8 @@ SELECT j.id AS job_id, j.name, g.tag, l.max_running, coalesce(n.running, 0) AS r
 -- the Running run, the next pending retry, the last run of all; the newest tick that has a run,
 -- the oldest run kept, the queue; how many due jobs come before it in the claim's order (capped
 -- at 1,000); and the engines (every one not stopped, and the one that stopped last) with what
--- each reports (011_engine_reports.sql) and its Running runs, as one JSON array. Each run is
+-- each reports (011_engine_reports.sql) and its Running runs, as one JSON array; and the
+-- limits of the job's tags (010_tags.sql) with the Running runs of each, as another. Each run is
 -- found through ix_scheduled_job_run_job_started or uq_scheduled_job_run_tick (LIMIT 1), never
 -- a scan of the job's history. lock_token is not read (the roles may not): a lock is
 -- expected_completion_at, which the schema keeps set exactly while lock_token is.
@@ -245,7 +246,15 @@ SELECT now() AS db_now, j.id, j.name, t.driver_class AS driver, j.status, j.cron
                  WHERE e.stopped_at IS NULL
                     OR e.instance = (SELECT s.instance FROM mjsched.engine_instance s WHERE s.stopped_at IS NOT NULL
                                       ORDER BY s.last_seen_at DESC LIMIT 1)
-                 ORDER BY e.last_seen_at DESC LIMIT 200) e) AS engines
+                 ORDER BY e.last_seen_at DESC LIMIT 200) e) AS engines,
+       (SELECT coalesce(json_agg(json_build_object(
+                   'tag', l.tag, 'max_running', l.max_running,
+                   'running', (SELECT count(*) FROM mjsched.scheduled_job_run r
+                                 JOIN mjsched.job_tag h ON h.scheduled_job_id = r.scheduled_job_id
+                                WHERE r.status = 'Running' AND h.tag = l.tag))
+                   ORDER BY l.tag), '[]')::text
+          FROM mjsched.job_tag g JOIN mjsched.tag_limit l ON l.tag = g.tag
+         WHERE g.scheduled_job_id = j.id) AS tag_limits
   FROM mjsched.scheduled_job j
   JOIN mjsched.scheduled_job_type t ON t.id = j.job_type_id
  CROSS JOIN LATERAL (SELECT coalesce(%(tick)s::timestamptz, j.next_run_at) AS tick) k
