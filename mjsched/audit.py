@@ -16,6 +16,7 @@ import json
 from dataclasses import dataclass
 from typing import Iterator
 
+from .decoding import Undecodable, nesting_reason, text_nesting_exceeds
 from .errors import ConfigurationError
 from .models import JobChange
 from .redaction import redact, redact_text
@@ -69,9 +70,11 @@ def masked(change: JobChange) -> JobChange:
 def _masked_text(key: str, text: str | None) -> str | None:
     if text is None:
         return None
+    if text_nesting_exceeds(text):      # written past the schema's limits (plain SQL): never decoded
+        return str(Undecodable(key, nesting_reason()))
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         value = text
     if key == "*":
         return json.dumps(redact(value), sort_keys=True) if isinstance(value, dict) else redact_text(text)

@@ -125,6 +125,7 @@ def run_in_process(driver_cls: type[BaseScheduledJob], context: ExecutionContext
     try:
         try:
             conn.send(list(sys.path))
+            context.fencing_token   # read here: the child has no database connection to read it with
             conn.send({"driver": path, "job": context.job, "run": context.run, "grace": grace, "mark": mark,
                        "log_level": context.logger.getEffectiveLevel(), "script": callables.running_script()})
         except OSError:

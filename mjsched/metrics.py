@@ -21,6 +21,9 @@
 ``mjsched_runs_purged_total``          counter    finished runs deleted by this engine's retention purge
 ``mjsched_engine_info``                info       instance name and version
 ``mjsched_job_last_success_timestamp_seconds{job}``  gauge  when each job last completed (any engine)
+``mjsched_alerts_open{kind}``          gauge      open deadline alerts by kind (the job_alert table: any engine)
+``mjsched_alerts_opened_total``        counter    deadline alerts this engine opened (and so delivered)
+``mjsched_alerts_resolved_total``      counter    deadline alerts this engine resolved (and so delivered)
 =====================================  =========  ==================================================
 
 Counters come from the engine's own events, not from scanning the run table: this module
@@ -91,6 +94,7 @@ class EngineMetrics:
         r.register(_StatsCollector(engine, pc))
         if job_metrics:
             r.register(_JobCollector(engine.list_jobs))
+        r.register(_AlertCollector(engine.backend.open_alert_counts))
         self._server: Any = None
         self._thread: Any = None
         self._attach()
@@ -150,7 +154,9 @@ class _StatsCollector:
              "leases_lost": "Runs whose lease was taken over while running",
              "leases_fenced": "Runs stopped by this engine because their lease could not be renewed in time",
              "fenced_completions": "Completions refused because the lease had moved on",
-             "runs_purged": "Finished runs deleted by this engine's run-history purge"}
+             "runs_purged": "Finished runs deleted by this engine's run-history purge",
+             "alerts_opened": "Deadline alerts this engine opened (and delivered)",
+             "alerts_resolved": "Deadline alerts this engine resolved (and delivered)"}
 
     def __init__(self, engine: Any, pc: Any) -> None:
         self._engine = engine
@@ -210,6 +216,46 @@ class _JobCollector:
                                     if getattr(j, "last_success_at", None) is not None]
                     self._read_at = time.monotonic()
             return list(self._values)
+
+
+class _AlertCollector:
+    """``mjsched_alerts_open{kind}`` from the job_alert table (its index of open alerts), cached
+    for ``JOB_METRICS_TTL`` seconds; every kind is reported, 0 when none is open."""
+
+    KINDS = ("late_start", "silent", "too_long", "failing_streak")
+
+    def __init__(self, counts: Callable[[], dict[str, int]], ttl: float | None = None) -> None:
+        self._counts = counts
+        self._ttl = ttl
+        self._lock = threading.Lock()
+        self._read_at = float("-inf")
+        self._values: dict[str, int] = {}
+
+    def describe(self) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        yield GaugeMetricFamily("mjsched_alerts_open", "Open deadline alerts, by kind", labels=["kind"])
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        family = GaugeMetricFamily("mjsched_alerts_open", "Open deadline alerts, by kind", labels=["kind"])
+        values = self._current()
+        for kind in self.KINDS:
+            family.add_metric([kind], float(values.get(kind, 0)))
+        yield family
+
+    def _current(self) -> dict[str, int]:
+        with self._lock:
+            ttl = JOB_METRICS_TTL if self._ttl is None else self._ttl
+            if time.monotonic() - self._read_at >= ttl:
+                try:
+                    self._values = dict(self._counts())
+                    self._read_at = time.monotonic()
+                except Exception as exc:  # noqa: BLE001 - a scrape must answer; the last values stand
+                    log.warning("metrics: could not read the open alerts: %s", exc,
+                                extra={"action": "metrics_alerts_failed"})
+            return dict(self._values)
 
 
 def start_http_server(engine: Any, port: int, host: str = "127.0.0.1", *, job_metrics: bool = True) -> EngineMetrics:

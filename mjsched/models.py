@@ -336,6 +336,10 @@ class JobRun:
     cancel_requested_by: str | None = None
     attempt: int = 1                     # 1 for a tick's first run; a retry of the same tick counts on
     retry_at: datetime | None = None     # a Queued retry: when it is due
+    job_version: int | None = None       # the job's version (scheduled_job.version) the run started with
+    # Monotonic per job: every start under the job's lock takes the next one (None: not started,
+    # or started before the fencing tokens). See docs/guide/reliability.md, "Fencing tokens".
+    fencing_token: int | None = None
 
     @property
     def undecodable(self) -> tuple[str, ...]:

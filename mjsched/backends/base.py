@@ -595,6 +595,27 @@ class Backend(abc.ABC):
         (else ``keep_seconds``) let go, oldest first (``purge_job_changes``, 013_audit.sql)."""
         return 0
 
+    def set_job_alerts(self, job_id: str, rules: Mapping[str, Any]) -> bool:
+        """Replace the job's deadline-alert rules (``set_job_alerts``, 014_alerts.sql); False: no such job."""
+        raise NotImplementedError(f"{type(self).__name__} has no deadline alerts")
+
+    def job_alert_rules(self, job_id: str) -> dict[str, Any] | None:
+        """The job's alert rules (columns of job_alert_rule), None when it has none."""
+        return None
+
+    def evaluate_alerts(self, call: str, limit: int = 100, now: datetime | None = None) -> list[dict[str, Any]]:
+        """Open and resolve deadline alerts; the rows this call (``call``, a token: a replay of a
+        lost reply answers them again) opened or resolved (``evaluate_alerts``, 014_alerts.sql)."""
+        raise NotImplementedError(f"{type(self).__name__} has no deadline alerts")
+
+    def open_alerts(self, job_id: str | None = None, limit: int = 200) -> list[dict[str, Any]]:
+        """The open alerts (of one job), newest first."""
+        return []
+
+    def open_alert_counts(self) -> dict[str, int]:
+        """Open alerts by kind (the metrics' gauge)."""
+        return {}
+
     def job_history(self, job_id: str | None, name: str | None, limit: int = 100) -> list[JobChange]:
         """A job's audit trail, newest first: by ``job_id``, else by ``name`` (a deleted job's too)."""
         raise NotImplementedError(f"{type(self).__name__} has no audit trail")

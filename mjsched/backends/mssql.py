@@ -531,6 +531,24 @@ class MssqlBackend(Backend):
     def job_history(self, job_id: str | None, name: str | None, limit: int = 100) -> list[JobChange]:
         return [JobChange.from_row(r) for r in self._read("job_history", job_id, name, int(limit))]
 
+    def set_job_alerts(self, job_id: str, rules: Mapping[str, Any]) -> bool:
+        rows = self._rows("set_job_alerts", _audited("EXEC mjsched.set_job_alerts @p_job_id = ?, @p_rules = ?;"),
+                          [*audit.current(), job_id, json.dumps(dict(rules))])
+        return bool(rows and next(iter(rows[0].values())))
+
+    def job_alert_rules(self, job_id: str) -> dict[str, Any] | None:
+        rows = self._read("job_alert_rules", job_id)
+        return rows[0] if rows else None
+
+    def evaluate_alerts(self, call: str, limit: int = 100, now: datetime | None = None) -> list[dict[str, Any]]:
+        return self._call("evaluate_alerts", call=call, limit=limit, now=now)
+
+    def open_alerts(self, job_id: str | None = None, limit: int = 200) -> list[dict[str, Any]]:
+        return self._read("open_alerts", job_id, int(limit))
+
+    def open_alert_counts(self) -> dict[str, int]:
+        return {str(r["kind"]): int(r["open"]) for r in self._read("open_alert_counts")}
+
     def purge_job_changes(self, keep_seconds: float | None, batch_size: int = 1000,
                           now: datetime | None = None) -> int:
         return int(self._scalar("purge_job_changes", keep_seconds=keep_seconds, batch_size=batch_size,

@@ -627,6 +627,25 @@ class PostgresBackend(Backend):
         return [JobChange.from_row(r) for r in self._read("job_history", {"job": job_id, "name": name,
                                                                             "limit": int(limit)})]
 
+    def set_job_alerts(self, job_id: str, rules: Mapping[str, Any]) -> bool:
+        return bool(self._scalar("set_job_alerts",
+                                 _AUDITED + "SELECT updated FROM mjsched.set_job_alerts(%s::uuid, %s::jsonb)",
+                                 (*audit.current(), job_id, json.dumps(dict(rules)))))
+
+    def job_alert_rules(self, job_id: str) -> dict[str, Any] | None:
+        rows = self._read("job_alert_rules", {"job": job_id})
+        return rows[0] if rows else None
+
+    def evaluate_alerts(self, call: str, limit: int = 100, now: datetime | None = None) -> list[dict[str, Any]]:
+        return self._rows("evaluate_alerts", "SELECT * FROM mjsched.evaluate_alerts(%s::uuid, %s, %s)",
+                          (call, limit, now))
+
+    def open_alerts(self, job_id: str | None = None, limit: int = 200) -> list[dict[str, Any]]:
+        return self._read("open_alerts", {"job": job_id, "limit": int(limit)})
+
+    def open_alert_counts(self) -> dict[str, int]:
+        return {str(r["kind"]): int(r["open"]) for r in self._read("open_alert_counts")}
+
     def purge_job_changes(self, keep_seconds: float | None, batch_size: int = 1000,
                           now: datetime | None = None) -> int:
         return int(self._scalar("purge_job_changes", "SELECT purged FROM mjsched.purge_job_changes(%s, %s, %s)",

@@ -279,6 +279,7 @@ KEYS: dict[str, Key] = {k.name: k for k in (
     Key("keep_runs_count", _keep(retention.keep_count), None, "run-history retention: keep each job's newest N "
                                                               "finished runs (a job's keep_runs_count wins)"),
     Key("purge_interval", _seconds(86_400), 10.0, "an engine purges run history at most this often (seconds)"),
+    Key("alert_interval", _seconds(3_600), 15.0, "an engine evaluates deadline alerts at most this often (seconds)"),
     Key("notify_log", _bool, True, "log every notification (besides e-mail/webhook)"),
     Key("smtp.host", _text(255), None, "SMTP server; set it to send e-mail notifications"),
     Key("smtp.port", _port, 25, "SMTP port"),
@@ -375,7 +376,8 @@ class Settings:
                                  default_max_runtime=self.values["default_max_runtime"],
                                  keep_runs_days=self.values["keep_runs_days"],
                                  keep_runs_count=self.values["keep_runs_count"],
-                                 purge_interval=self.values["purge_interval"])
+                                 purge_interval=self.values["purge_interval"],
+                                 alert_interval=self.values["alert_interval"])
         except ConfigurationError as exc:
             raise ConfigurationError(self._where(exc.field), exc.value, exc.reason) from None
 

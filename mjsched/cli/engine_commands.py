@@ -19,6 +19,7 @@ from .terminal import EXIT_FAILED, EXIT_OK, GracefulStop, ago, clip, drain, tabl
 log = logging.getLogger("mjsched.cli")
 
 SET_ASIDE_SHOWN = 100   # set-aside jobs `mjsched status` lists at most
+ALERTS_SHOWN = 100     # open alerts `mjsched status` lists at most (the newest)
 
 
 def cmd_init_db(ctx: Context) -> int:
@@ -71,11 +72,14 @@ def cmd_status(ctx: Context) -> int:
     summary["set_aside"] = len(aside)
     waiting = engine.waiting_for_tag()      # due jobs a tag's limit holds back (010_tags.sql)
     summary["waiting_for_tag"] = len({w.job_id for w in waiting})
+    open_alerts = engine.open_alerts(limit=ALERTS_SHOWN)
+    summary["alerts_open"] = len(open_alerts)
     if ctx.json:
         ctx.emit_json({"database": ctx.describe_database(), "engines": engines, "counts": summary,
                        "orphaned_running_by_instance": orphaned,
                        "set_aside_jobs": [dataclasses.asdict(job) for job in aside],
-                       "waiting_for_tag": [dataclasses.asdict(w) for w in waiting]})
+                       "waiting_for_tag": [dataclasses.asdict(w) for w in waiting],
+                       "open_alerts": [dataclasses.asdict(a) for a in open_alerts]})
         return EXIT_OK
     ctx.emit(f"database: {ctx.describe_database()}")
     ctx.emit("")
@@ -99,12 +103,19 @@ def cmd_status(ctx: Context) -> int:
                  "(a schedule no engine can compute; `mjsched jobs edit JOB --cron ...`)")
         ctx.emit(table(["JOB", "SCHEDULE", "TIMEZONE", "REASON"],
                        [[clip(j.name, 60), clip(j.schedule, 40), j.timezone, clip(j.reason, 100)] for j in aside]))
+    if open_alerts:
+        ctx.emit("")
+        more = f" (the newest {ALERTS_SHOWN})" if len(open_alerts) >= ALERTS_SHOWN else ""
+        ctx.emit(f"open alerts: {len(open_alerts)}{more} (docs/guide/operations.md, \"Deadline alerts\")")
+        ctx.emit(table(["JOB", "ALERT", "SINCE (UTC)", "OPENED (UTC)", "WHAT"],
+                       [[clip(a.job_name, 40), a.rule, ts(a.since), ts(a.opened_at),
+                         clip(a.describe() + ("; job PAUSED" if a.paused else ""), 100)] for a in open_alerts]))
     ctx.emit("")
     labels = [("active_jobs", "active jobs"), ("due", "due now"), ("running", "running"), ("queued", "queued"),
               ("failing", "failing (last run not Completed)"), ("abandoned_24h", "abandoned (24 h)"),
               ("orphaned_running", "orphaned (running, engine not live)"),
               ("set_aside", "set aside (schedule unusable)"),
-              ("waiting_for_tag", "waiting for a tag's slot (tags list)")]
+              ("waiting_for_tag", "waiting for a tag's slot (tags list)"), ("alerts_open", "open alerts")]
     width = max(len(label) for _, label in labels)
     for key, label in labels:
         if key in summary:

@@ -47,7 +47,8 @@ def flag_settings(args: argparse.Namespace) -> dict[str, tuple[Any, str]]:
                "metrics_port": ("metrics.port", "--metrics-port"), "metrics_host": ("metrics.host", "--metrics-host"),
                "engine_keep_runs_days": ("keep_runs_days", "--keep-runs-days"),
                "engine_keep_runs_count": ("keep_runs_count", "--keep-runs-count"),
-               "purge_interval": ("purge_interval", "--purge-interval")}
+               "purge_interval": ("purge_interval", "--purge-interval"),
+               "alert_interval": ("alert_interval", "--alert-interval")}
     out = {}
     for attr, (key, flag) in mapping.items():
         value = getattr(args, attr, None)

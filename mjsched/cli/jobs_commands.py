@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, DatabaseError
 from ..redaction import redact
 from ..retry import parse_spec
 from .context import Context, UsageError, resolve_job
@@ -83,6 +83,24 @@ def schedule_fields(a: Any, zone: str) -> dict[str, Any]:
     return {k: v for k, v in given.items() if v is not None}
 
 
+def alert_fields(a: Any) -> dict[str, Any]:
+    """The --alert-* flags given, as create_job/update_job keywords ('off': None)."""
+    out: dict[str, Any] = {}
+    for key in ("alert_late_start", "alert_silent_after", "alert_too_long", "alert_failing_streak"):
+        value = getattr(a, key, None)
+        if value is None:
+            continue
+        if str(value).strip().lower() in ("off", "none"):
+            out[key] = None
+        elif key == "alert_failing_streak":
+            out[key] = int(value) if str(value).strip().isdigit() else value
+        else:
+            out[key] = int(value) if str(value).strip().isdigit() else value
+    if getattr(a, "pause_after_failing_streak", None) is not None:
+        out["pause_after_failing_streak"] = a.pause_after_failing_streak
+    return out
+
+
 JOB_HEADERS = ["ID", "NAME", "DRIVER", "SCHEDULE", "STATUS", "NEXT RUN (UTC)", "LAST RUN (UTC)", "OK/FAILED", "TAGS"]
 
 
@@ -104,15 +122,17 @@ def cmd_jobs_add(ctx: Context) -> int:
     fields.update(schedule_fields(a, a.timezone))
     configuration = job_configuration(a.configuration)
     # Validate the whole job before touching the database (and before starting one).
-    from .. import validation
+    from .. import alerts, validation
 
+    rules = alert_fields(a)
+    alerts.merged(None, alerts.pop_rules(dict(rules)) or {})
     validation.job_fields({"name": a.name, "driver": a.driver, "timezone": a.timezone,
                            "configuration": configuration, "cron": None, **fields}, creating=True)
     if a.check_import:
         check_can_run(a.driver, configuration)
     engine = ctx.engine()
     job_id = engine.create_job(name=a.name, driver=a.driver, timezone=a.timezone,
-                               configuration=configuration, **fields)
+                               configuration=configuration, **fields, **rules)
     job = engine.get_job(job_id)
     if ctx.json:
         ctx.emit_json(job)
@@ -146,6 +166,7 @@ def cmd_jobs_edit(ctx: Context) -> int:
              "retry": parse_spec(a.retry) if a.retry is not None else None,
              "notify_final_attempt_only": a.notify_final_attempt_only, "tags": a.tags}
     fields = {k: v for k, v in given.items() if v is not None}
+    fields.update(alert_fields(a))
     for flag, key in (("clear_max_runtime", "max_runtime"), ("clear_start_at", "start_at"),
                       ("clear_end_at", "end_at"), ("clear_keep_runs_days", "keep_runs_days"),
                       ("clear_keep_runs_count", "keep_runs_count"), ("clear_retry", "retry"),
@@ -196,6 +217,11 @@ def cmd_jobs_show(ctx: Context) -> int:
         ctx.emit_json(job)
         return EXIT_OK
     data = redact(jsonable(job))
+    try:    # the deadline-alert rules and open alerts (014_alerts.sql): none on an older schema
+        data.update(engine.job_alerts(job.id))
+        data["open_alerts"] = "; ".join(f"{a.rule} ({a.describe()})" for a in engine.open_alerts(job.id)) or None
+    except (NotImplementedError, DatabaseError):
+        pass
     width = max(len(k) for k in data)
     for key, value in data.items():
         if key == "configuration" and not isinstance(value, str):   # a str: "<undecodable: ...>" (decoding.py)

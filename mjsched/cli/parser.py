@@ -126,6 +126,8 @@ def _add_run(sub: Any, add: AddVerb) -> None:
                      help="retention default: keep each job's newest N finished runs (0: off)")
     run.add_argument("--purge-interval", type=float, metavar="SECONDS",
                      help="purge run history at most this often (default 10)")
+    run.add_argument("--alert-interval", type=float, metavar="SECONDS",
+                     help="evaluate deadline alerts at most this often (default 15)")
     run.add_argument("--shutdown-timeout", type=float, metavar="SECONDS",
                      help="on SIGINT/SIGTERM wait at most this long for running jobs (default 30)")
     run.add_argument("--metrics-port", type=int, metavar="PORT",
@@ -220,6 +222,7 @@ def _add_jobs_add(jsub: Any, add: AddVerb) -> None:
                     help="notify each failed attempt, not only the final one")
     ja.add_argument("--high-frequency-ok", action=argparse.BooleanOptionalAction, default=False,
                     help="no warning that the job fires more often than every 5 minutes (default off)")
+    _add_alert_flags(ja)
     ja.add_argument("--check-import", action="store_true",
                     help="also import a python job's callable here (by default only its form is checked: the "
                          "engines' hosts, not this shell, must be able to import it)")
@@ -270,7 +273,23 @@ def _add_jobs_edit(jsub: Any, add: AddVerb) -> None:
                     help="failures notify only when no retry follows (default on)")
     je.add_argument("--high-frequency-ok", action=argparse.BooleanOptionalAction, default=None,
                     help="silence (or, with --no-, restore) the high-frequency warning of the job")
+    _add_alert_flags(je, edit=True)
     je.add_argument("--check-import", action="store_true", help="as for jobs add")
+
+
+def _add_alert_flags(parser: Any, edit: bool = False) -> None:
+    """Deadline alerts (docs/guide/operations.md): durations as --every takes them."""
+    off = "; 'off' turns it off" if edit else ""
+    parser.add_argument("--alert-late-start", metavar="DURATION",
+                        help=f"alert when no run started this long after its tick (e.g. 10m){off}")
+    parser.add_argument("--alert-silent-after", metavar="DURATION",
+                        help=f"alert when no run Completed for this long (e.g. 26h){off}")
+    parser.add_argument("--alert-too-long", metavar="DURATION",
+                        help=f"alert when a run is Running longer than this (e.g. 2h){off}")
+    parser.add_argument("--alert-failing-streak", metavar="N",
+                        help=f"alert after N Failed/Timeout runs in a row{off}")
+    parser.add_argument("--pause-after-failing-streak", action=argparse.BooleanOptionalAction,
+                        default=None, help="pause the job when the failing-streak alert opens")
 
 
 def _add_jobs_apply(jsub: Any, add: AddVerb) -> None:

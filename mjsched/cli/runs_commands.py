@@ -68,12 +68,14 @@ def cmd_runs(ctx: Context) -> int:
 
 
 def runs_table(runs: list[Any], names: dict[str, str]) -> str:
-    """The runs as a table; a PARAMETERS column only when a listed run has some
+    """The runs as a table (VERSION: the job's version the run started with, "-" before it
+    started); a PARAMETERS column only when a listed run has some
     (execute_job(parameters=...)), masked like details."""
     with_parameters = any(r.parameters for r in runs)
-    return table(["RUN", "JOB", "STATUS", "ATTEMPT", "SCHEDULED FOR (UTC)", "STARTED (UTC)", "DURATION", "BY",
+    return table(["RUN", "JOB", "VERSION", "STATUS", "ATTEMPT", "SCHEDULED FOR (UTC)", "STARTED (UTC)", "DURATION", "BY",
                   "ERROR"] + (["PARAMETERS"] if with_parameters else []),
-                 [[short_run_id(r.id), clip(names.get(r.scheduled_job_id, r.scheduled_job_id[:8]), 28), r.status.value,
+                 [[short_run_id(r.id), clip(names.get(r.scheduled_job_id, r.scheduled_job_id[:8]), 28),
+                   "-" if r.job_version is None else str(r.job_version), r.status.value,
                    attempt_text(r), ts(r.scheduled_for) if r.scheduled_for else "manual", ts(r.started_at),
                    duration(r.duration_ms), clip(r.executed_by_instance, 24), clip(r.error_message, 50)]
                   + ([clip(json.dumps(run_row(r)["parameters"], sort_keys=True) if r.parameters else "-", 40)]

@@ -3,6 +3,8 @@
 * :class:`DeduplicatedTask`: a task base class, for the workers, that refuses to execute a
   task id (and retry number) it has executed before, so a message sent again for the same
   mjsched run (same derived task id) runs once. Backed by Redis ``SET NX EX``.
+* :func:`fencing_token`: the sending run's fencing token (task header
+  ``mjsched_fencing_token``), for a compare-and-set in what the task writes.
 * :func:`import_beat_schedule`: turns an app's ``beat_schedule`` into mjsched jobs,
   idempotently by name.
 
@@ -124,6 +126,23 @@ class DeduplicatedTask(Task):
                 _record_refusal(self, request)
                 raise Ignore()
         return super().__call__(*args, **kwargs)
+
+
+def fencing_token(request: Any) -> int | None:
+    """The fencing token of the mjsched run that sent this task (``self.request`` in a bound
+    task), or None for a message mjsched did not send. A later run of the same job always
+    sends a larger one: write with ``... WHERE fence < :token`` so a stale run's task writes
+    nothing (docs/guide/reliability.md, "Fencing tokens")."""
+    value = getattr(request, "mjsched_fencing_token", None)
+    if value is None:
+        headers = getattr(request, "headers", None)
+        if isinstance(headers, dict):
+            value = headers.get("mjsched_fencing_token")
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError):
+        log.warning("task header mjsched_fencing_token=%r is not an integer; ignored", value)
+        return None
 
 
 # -- importing beat_schedule ----------------------------------------------------------------------

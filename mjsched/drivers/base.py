@@ -1,6 +1,7 @@
 """The driver contract: what a job type implements, and what it is handed."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from dataclasses import dataclass, field
@@ -46,6 +47,20 @@ class ExecutionContext:
     logger: logging.Logger
     heartbeat: Callable[[], bool] = lambda: True
     cancel_grace: float | None = None
+    # Reads the run's fencing token from the database the first time a driver asks for it
+    # (``fencing_token``): one read for the runs that use it, none for the others.
+    fencing_source: Callable[[], int | None] | None = field(default=None, repr=False)
+
+    @property
+    def fencing_token(self) -> int | None:
+        """This run's fencing token: an integer that grows with every start of the job (a
+        later holder of the job always has a larger one); None for a run that has none.
+        Hand it to what the job writes (compare-and-set on it): docs/guide/reliability.md."""
+        if self.run.fencing_token is None and self.fencing_source is not None:
+            token = self.fencing_source()
+            if token is not None:
+                self.run = dataclasses.replace(self.run, fencing_token=token)
+        return self.run.fencing_token
 
 
 class BaseScheduledJob:

@@ -35,6 +35,10 @@ Configuration:
     check off): see :mod:`mjsched.drivers.celery_probe`. When those workers answer and
     none registers the task name, the run fails (and the message is revoked: they are
     the ones that would take it). Workers of other queues are never asked.
+Every message carries the task headers ``mjsched_job_id``, ``mjsched_run_id`` and
+``mjsched_fencing_token`` (the run's fencing token, an integer that grows with every
+start of the job; docs/guide/reliability.md, "Fencing tokens"): a worker reads it with
+:func:`mjsched.contrib.celery.fencing_token` and writes with a compare-and-set on it.
 ``lost_after``
     Seconds of consecutive answers that no consumer holds the task (at least three
     answers, while one of them has a free slot) after which a ``wait`` run fails as
@@ -321,7 +325,9 @@ class CeleryJob(BaseScheduledJob):
                 options[key] = configuration[key]
         timeout = float(configuration.get("send_timeout") or DEFAULT_SEND_TIMEOUT)
 
-        headers = {"mjsched_job_id": context.job.id, "mjsched_run_id": context.run.id}
+        headers: dict[str, Any] = {"mjsched_job_id": context.job.id, "mjsched_run_id": context.run.id}
+        if context.fencing_token is not None:   # the worker's writes can compare-and-set on it
+            headers["mjsched_fencing_token"] = context.fencing_token
         tracing.inject(headers)   # the worker can continue the run's trace (traceparent)
 
         def send() -> None:

@@ -7,13 +7,21 @@ Configuration:
 ``method``
     Default ``GET``.
 ``headers``
-    ``{name: value}`` strings. Optional.
+    ``{name: value}`` strings. Optional. A header given here wins over the ones the
+    driver adds (names compared without regard to case).
 ``body``
     A string (sent as is, ``text/plain; charset=utf-8`` unless a Content-Type
     header is given) or any JSON value (sent as JSON with
     ``application/json``). Optional.
 ``timeout``
     Seconds (> 0) for connecting and for each read; default 30.
+
+Every request carries the run's fencing token (docs/guide/reliability.md, "Fencing
+tokens"): ``X-Mjsched-Fencing-Token: <token>`` and ``Idempotency-Key: <job id>:<token>``.
+The token is taken by each start of the job (a tick's run, a retry, a manual run, the run
+that took over a lapsed one) and is the same for everything one run sends, so a request
+repeated within the run keeps its key and the next run's differs. (A run with no token --
+one started outside an engine -- sends ``<job id>:run:<run id>`` and no token header.)
 
 ``details`` holds ``status`` and ``body_tail`` (the last :data:`TAIL_BYTES`
 bytes of the response body, decoded with ``errors="replace"``). A non-2xx
@@ -72,9 +80,24 @@ def _read_tail(response: Any, cancel: Any = None) -> bytes:
     return bytes(tail)
 
 
-def build_request(configuration: dict[str, Any]) -> urllib.request.Request:
-    """The ``urllib`` request a validated configuration describes."""
+FENCING_HEADER = "X-Mjsched-Fencing-Token"
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+
+
+def fencing_headers(job_id: str, run_id: str, fencing_token: int | None) -> dict[str, str]:
+    """The headers naming the run to the service: its fencing token and an idempotency key
+    that one run keeps and the next run of the job changes (the module docstring's rule)."""
+    if fencing_token is None:
+        return {IDEMPOTENCY_HEADER: f"{job_id}:run:{run_id}"}
+    return {FENCING_HEADER: str(fencing_token), IDEMPOTENCY_HEADER: f"{job_id}:{fencing_token}"}
+
+
+def build_request(configuration: dict[str, Any], added: dict[str, str] | None = None) -> urllib.request.Request:
+    """The ``urllib`` request a validated configuration describes; ``added`` headers go in
+    unless the configuration names them (in any case)."""
     headers = dict(configuration.get("headers") or {})
+    given = {name.lower() for name in headers}
+    headers.update({name: value for name, value in (added or {}).items() if name.lower() not in given})
     has_content_type = any(name.lower() == "content-type" for name in headers)
     data: bytes | None = None
     if "body" in configuration and configuration["body"] is not None:
@@ -143,7 +166,8 @@ class HttpJob(BaseScheduledJob):
     def execute(self, context: ExecutionContext) -> JobResult:
         configuration = context.job.configuration
         self.validate_configuration(configuration)
-        request = build_request(configuration)
+        request = build_request(configuration, fencing_headers(context.job.id, context.run.id,
+                                                               context.fencing_token))
         timeout = configuration.get("timeout") or DEFAULT_TIMEOUT
         shown = f"{request.get_method()} {display_url(request.full_url)}"
         context.logger.info("http job %s", shown, extra={"action": "http_request"})

@@ -8,7 +8,20 @@ Configuration:
 ``statement``
     One SQL statement (psycopg2 placeholders: ``%s`` or ``%(name)s``). Required.
 ``parameters``
-    A list (for ``%s``) or an object (for ``%(name)s``). Optional.
+    A list (for ``%s``) or an object (for ``%(name)s``). Optional. An object also
+    gets ``mjsched_fencing_token`` (the run's fencing token) and ``mjsched_run_id``
+    unless it sets them itself: ``UPDATE t SET ..., fence = %(mjsched_fencing_token)s
+    WHERE fence < %(mjsched_fencing_token)s``.
+``fence``
+    ``true``: before its COMMIT the transaction calls ``mjsched.check_fence`` (the
+    job's database must be the scheduler's), which refuses unless the run still holds
+    its lease, and holds the run's row until the commit, so nothing the job wrote is
+    committed by a run whose lease was lost (an engine paused past its lease). ``false``:
+    no check. Absent: the check is made when the job's database has ``mjsched.check_fence``
+    (the scheduler's own database; set ``false`` for a database that holds another
+    installation's schema, where this run is unknown and the check would refuse). A fenced
+    run's ``details`` also hold its ``fencing_token``. See docs/guide/reliability.md,
+    "Fencing tokens".
 
 The statement runs in one transaction that is committed on success and rolled
 back on error. ``details`` holds ``rowcount`` and, when the statement returns
@@ -87,6 +100,9 @@ class SqlJob(BaseScheduledJob):
         statement = configuration.get("statement")
         if not isinstance(statement, str) or not statement.strip():
             raise ConfigurationError("configuration.statement", statement, "required: a non-empty SQL string")
+        fence = configuration.get("fence")
+        if fence is not None and not isinstance(fence, bool):
+            raise ConfigurationError("configuration.fence", fence, "must be true, false or absent")
         parameters = configuration.get("parameters")
         if parameters is not None:
             if isinstance(parameters, dict):
@@ -105,6 +121,9 @@ class SqlJob(BaseScheduledJob):
         parameters = configuration.get("parameters")
         if isinstance(parameters, list):
             parameters = tuple(parameters)
+        elif isinstance(parameters, dict):
+            parameters = _with_run_parameters(parameters, statement, context)
+        fence: bool | None = configuration.get("fence")
 
         context.logger.info("sql job connecting to %s", redact_dsn(dsn), extra={"action": "sql_connect"})
         try:
@@ -134,6 +153,8 @@ class SqlJob(BaseScheduledJob):
                     if cur.description is not None:
                         details["columns"] = [col.name for col in cur.description]
                         details["rows"] = _json_safe([list(row) for row in cur.fetchmany(MAX_ROWS)])
+                    if _fences(cur, fence, context):
+                        details["fencing_token"] = _check_fence(cur, context)
             return JobResult(True, None, details)
         except Exception as exc:
             message = f"{type(exc).__name__}: {str(exc).strip()}"
@@ -144,6 +165,39 @@ class SqlJob(BaseScheduledJob):
             done.set()
             conn.close()
             watcher.join(1.0)
+
+
+def _with_run_parameters(parameters: dict[str, Any], statement: str, context: ExecutionContext) -> dict[str, Any]:
+    """``parameters`` with the run's own values under names the configuration leaves free;
+    the fencing token is read only for a statement that names it."""
+    extra: dict[str, Any] = {"mjsched_run_id": context.run.id}
+    if "mjsched_fencing_token" in statement:
+        extra["mjsched_fencing_token"] = context.fencing_token
+    return {**extra, **parameters}
+
+
+def _fences(cur: Any, fence: bool | None, context: ExecutionContext) -> bool:
+    """Whether this transaction must pass the fence: as configured, else when the run holds a
+    lock (an engine's run) and the job's database is a scheduler's (it has mjsched.check_fence)."""
+    if fence is not None:
+        return fence
+    if context.run.lock_token is None:
+        return False
+    cur.execute("SELECT to_regprocedure('mjsched.check_fence(uuid, uuid, timestamp with time zone)') IS NOT NULL")
+    return bool(cur.fetchone()[0])
+
+
+def _check_fence(cur: Any, context: ExecutionContext) -> int | None:
+    """Last statement before the COMMIT: raises (so the transaction rolls back) unless the run
+    still holds its lease; holds the run's row until the commit, so no take-over can come between."""
+    if context.run.lock_token is None:
+        raise RuntimeError("mjsched fence: the run has no lock token to check")
+    cur.execute("SELECT fencing_token FROM mjsched.check_fence(%s::uuid, %s::uuid)",
+                (context.run.id, context.run.lock_token))
+    token = cur.fetchone()[0]
+    context.logger.debug("run %s passed its fence (token %s)", context.run.id, token,
+                         extra={"action": "sql_fence_passed"})
+    return token
 
 
 def _redacted_value(value: Any) -> Any:

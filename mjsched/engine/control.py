@@ -188,6 +188,7 @@ class EngineControl:
             e._registry.wait_idle(left())
         e._writer.flush(left(CLOSE_LAST_WRITE_SECONDS))
         e._purger.join(left())
+        e._alerts.join(left())
         hand_back_held(e._runs)
         e._keeper.stop()
         e._writer.stop(timeout=left())   # flushed just above: what is left now would not land

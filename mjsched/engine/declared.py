@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Iterable, Mapping
 
-from .. import validation
+from .. import alerts, validation
 from ..errors import ConfigurationError, JobNameTaken, JobNotFound, SchedulerError
 from ..models import FieldChange, Job, JobStatus, SyncResult
 
@@ -58,9 +58,10 @@ class Declaration:
     name: str
     fields: dict[str, Any]
     status_declared: bool
+    rules: dict[str, Any] | None = None     # deadline alerts (alerts.py): the whole set, none when not declared
 
     def create_kwargs(self) -> dict[str, Any]:
-        return dict(self.fields)
+        return {**self.fields, **{k: v for k, v in alerts.as_keywords(self.rules).items() if v is not None}}
 
 
 def declare(spec: Any) -> Declaration:
@@ -69,6 +70,7 @@ def declare(spec: Any) -> Declaration:
     if not isinstance(spec, Mapping):
         raise ConfigurationError("jobs[]", spec, "each declared job must be a dict of create_job's keywords")
     fields = dict(spec)
+    rules = alerts.merged(None, alerts.pop_rules(fields) or {})    # not declared: none
     for kind in SCHEDULE_KINDS:
         if fields.get(kind) is None:
             fields.pop(kind, None)
@@ -79,7 +81,14 @@ def declare(spec: Any) -> Declaration:
     values = validation.job_fields(full, creating=True)       # every check create_job makes, nothing written
     if isinstance(full["configuration"], Mapping):
         full["configuration"] = values["configuration"]       # as stored: a python job's function by its path
-    return Declaration(name=str(full["name"]), fields=full, status_declared="status" in fields)
+    return Declaration(name=str(full["name"]), fields=full, status_declared="status" in fields, rules=rules)
+
+
+def alert_change(admin: Any, job: Job, decl: Declaration) -> FieldChange | None:
+    """The job's alert rules against the declared ones (create_job's keywords), None when the same."""
+    old = alerts.as_keywords(admin.backend.job_alert_rules(job.id))
+    new = alerts.as_keywords(decl.rules)
+    return None if old == new else FieldChange(old, new)
 
 
 def differences(job: Job, decl: Declaration) -> dict[str, FieldChange]:
@@ -120,13 +129,17 @@ def ensure(admin: Any, decl: Declaration) -> tuple[str, Job, dict[str, FieldChan
                 continue            # created by another caller meanwhile: make that one match
             return "created", admin.get_job(job_id), {}
         changes = differences(job, decl)
-        if not changes:
+        rules = alert_change(admin, job, decl)
+        if not changes and rules is None:
             return "unchanged", job, {}
         kwargs = update_kwargs(decl, changes)
         try:
-            updated = admin.update_job(job.id, **kwargs)
+            updated = admin.update_job(job.id, **kwargs) if kwargs else job
         except JobNotFound:
             continue                # deleted by another caller meanwhile: create it again
+        if rules is not None:
+            admin.backend.set_job_alerts(job.id, alerts.merged(None, decl.rules or {}))
+            changes = {**changes, "alerts": rules}
         log.info("job %r (%s) updated to match its declaration: %s", decl.name, job.id, ", ".join(sorted(changes)),
                  extra={"action": "job_declared_update"})   # field names only: a configuration may hold secrets
         return "updated", updated, changes
@@ -190,6 +203,9 @@ def _plan(admin: Any, decl: Declaration) -> tuple[str, Job | None, dict[str, Fie
     if job is None:
         return "created", None, {}
     changes = differences(job, decl)
+    rules = alert_change(admin, job, decl)
+    if rules is not None:
+        changes = {**changes, "alerts": rules}
     return ("updated" if changes else "unchanged"), job, changes
 
 

@@ -11,9 +11,10 @@ import logging
 from datetime import datetime
 from typing import Any, Callable, Iterable, TypeVar
 
-from .. import audit, validation
+from .. import alerts, audit, validation
 from .. import tags as tag_rules
 from .. import why as why_module
+from ..alerts import Alert
 from ..backends import Backend, open_backend
 from ..errors import ConfigurationError, EngineForked, JobNotFound
 from ..models import DispatchResult, Job, JobChange, JobRun, JobStatus, RunStatus, SyncResult
@@ -78,11 +79,13 @@ class SchedulingEngine:
                  purge_interval: float | None = 10.0, purge_pass_seconds: float = 0.2, purge_batch_size: int = 1000,
                  celery_allowed_apps: Iterable[str] | str | None = None,
                  celery_allowed_brokers: Iterable[str] | str | None = None,
+                 alert_interval: float | None = 15.0,
                  **backend_options: Any) -> None:
         """``options`` (built by the CLI's config) replaces the tuning arguments when given (one
         given beside it as well is refused: ConfigurationError naming it).
         ``keep_runs_days``/``keep_runs_count``: run-history retention for jobs without their own
         (README "Run-history retention"); ``purge_interval`` (None: this engine never purges).
+        ``alert_interval``: deadline alerts are evaluated at most this often (None: not by this engine).
         ``default_max_runtime`` (seconds; default one day, None: unbounded) bounds every run whose
         job sets no max_runtime (nor its driver a default_max_runtime): past it the run is Timeout.
         ``celery_allowed_apps`` / ``celery_allowed_brokers``: the app paths a ``celery`` job may
@@ -96,7 +99,8 @@ class SchedulingEngine:
             cancel_grace=cancel_grace, default_max_runtime=default_max_runtime,
             keep_runs_days=keep_runs_days, keep_runs_count=keep_runs_count, purge_interval=purge_interval,
             purge_pass_seconds=purge_pass_seconds, purge_batch_size=purge_batch_size,
-            celery_allowed_apps=celery_allowed_apps, celery_allowed_brokers=celery_allowed_brokers)
+            celery_allowed_apps=celery_allowed_apps, celery_allowed_brokers=celery_allowed_brokers,
+            alert_interval=alert_interval)
         opts = self.options
         self.max_concurrent_jobs, self.lease_timeout = opts.max_concurrent_jobs, opts.lease_timeout
         self.min_poll_interval, self.max_poll_interval = opts.min_poll_interval, opts.max_poll_interval
@@ -134,9 +138,32 @@ class SchedulingEngine:
         is exactly one of ``cron``, ``every`` (a timedelta or '90s', '15m', '2h', '1d') and
         ``run_at`` (an aware datetime: one run, then the job is Expired)."""
         self._admit(driver, configuration)
-        return create_job(self.backend, {"name": name, "driver": driver, "cron": cron, "every": every,
-                                         "run_at": run_at, "timezone": timezone, "configuration": configuration,
-                                         **fields})
+        rules = alerts.pop_rules(fields)      # deadline alerts (alerts.ALERT_FIELDS), checked first
+        rules = alerts.merged(None, rules) if rules else None
+        job_id = create_job(self.backend, {"name": name, "driver": driver, "cron": cron, "every": every,
+                                           "run_at": run_at, "timezone": timezone, "configuration": configuration,
+                                           **fields})
+        if rules:
+            self.backend.set_job_alerts(job_id, rules)
+        return job_id
+
+    def job_alerts(self, job_id: str) -> dict[str, Any]:
+        """The job's deadline-alert rules as create_job keywords (None: that rule is off)."""
+        return alerts.as_keywords(self.backend.job_alert_rules(self.get_job(job_id).id))
+
+    def open_alerts(self, job_id: str | None = None, limit: int = 200) -> list[Alert]:
+        """The open deadline alerts (of one job), newest first (docs/guide/operations.md)."""
+        jid = self.get_job(job_id).id if job_id is not None else None
+        return [Alert.from_row(r) for r in self.backend.open_alerts(jid, validation.positive_int("limit", limit))]
+
+    def _set_alerts(self, job_id: str, changes: dict[str, Any] | None) -> None:
+        """Write the job's alert rules when they differ: ``changes`` over the current ones."""
+        if changes is None:
+            return
+        current = self.backend.job_alert_rules(job_id)
+        wanted = alerts.merged(current, changes)
+        if alerts.as_keywords(current) != alerts.as_keywords(wanted):
+            self.backend.set_job_alerts(job_id, wanted)
 
     def _admit(self, driver: Any, configuration: Any) -> None:
         """A celery job this engine may not run is refused before its driver's checks, which
@@ -271,9 +298,13 @@ class SchedulingEngine:
         current = self.get_job(job_id)
         if "driver" in fields or "configuration" in fields:
             self._admit(fields.get("driver", current.driver), fields.get("configuration", current.configuration))
-        values = changed_job_values(self.backend, current, fields)
-        if not self.backend.update_job(current.id, values):
+        rules = alerts.pop_rules(fields)
+        if rules is not None:
+            alerts.merged(self.backend.job_alert_rules(current.id), rules)    # checked before anything is written
+        values = changed_job_values(self.backend, current, fields) if fields or rules is None else {}
+        if (values or rules is None) and not self.backend.update_job(current.id, values):
             raise JobNotFound(job_id)
+        self._set_alerts(current.id, rules)
         self.on_job_changed()
         return self.get_job(current.id)
 

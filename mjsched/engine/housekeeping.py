@@ -20,6 +20,7 @@ from ..models import Job, RunStatus
 from ..privileges import split_missing
 
 if TYPE_CHECKING:
+    from .alerting import AlertWatcher
     from .retention import RunPurger
 
 log = logging.getLogger("mjsched.engine")
@@ -64,10 +65,12 @@ def process_alive(pid: int) -> bool:
 
 
 class Housekeeping:
-    def __init__(self, backend: Backend, clock: DbClock, purger: "RunPurger | None" = None) -> None:
+    def __init__(self, backend: Backend, clock: DbClock, purger: "RunPurger | None" = None,
+                 alerts: "AlertWatcher | None" = None) -> None:
         self._backend = backend
         self._clock = clock
         self._purger = purger
+        self._alerts = alerts
         self._verdicts: dict[tuple[str, str, str], timedelta | None] = {}   # (cron, zone, driver) -> gap
         self._warned: set[tuple[str, str]] = set()   # (job id, schedule key) warned about by this process
         self._said: set[str] = set()      # schedule keys this engine logged the warning for
@@ -83,6 +86,8 @@ class Housekeeping:
         passed (engine/retention.py); called by every poll, costs nothing otherwise."""
         if self._purger is not None:
             self._purger.maybe_start()
+        if self._alerts is not None:       # deadline alerts, likewise (engine/alerting.py)
+            self._alerts.maybe_start()
 
     def check_installed(self) -> None:
         have = set(self._backend.installed_versions())

@@ -52,6 +52,9 @@ class EngineOptions:
     purge_interval: float | None = 10.0
     purge_pass_seconds: float = 0.2
     purge_batch_size: int = 1000
+    # Deadline alerts (sql/<dialect>/014_alerts.sql): this engine asks the database to evaluate
+    # them at most every alert_interval seconds (None: never; another engine still does).
+    alert_interval: float | None = 15.0
     # What a celery job may name on this engine (docs/guide/trust.md): app paths it may import,
     # broker / result backend URLs it may connect to; None: any. Others end Failed, untouched.
     celery_allowed_apps: Iterable[str] | str | frozenset[str] | None = None
@@ -89,6 +92,9 @@ class EngineOptions:
         if self.purge_interval is not None:
             keep("purge_interval", float(validation.positive_number("purge_interval", self.purge_interval,
                                                                     optional=False, maximum=86_400) or 0))
+        if self.alert_interval is not None:
+            keep("alert_interval", float(validation.positive_number("alert_interval", self.alert_interval,
+                                                                    optional=False, maximum=3_600) or 0))
         keep("purge_pass_seconds", float(validation.positive_number("purge_pass_seconds", self.purge_pass_seconds,
                                                                     optional=False, maximum=60) or 0))
         keep("purge_batch_size", validation.positive_int("purge_batch_size", self.purge_batch_size,

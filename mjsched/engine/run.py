@@ -149,7 +149,8 @@ class Run:
                         parameters=parameters, attempt=attempt)
         run.context = ExecutionContext(job=job, run=record, cancel_event=run.cancel_event,
                                        logger=_job_logger(job.driver),
-                                       heartbeat=_heartbeat_of(run))
+                                       heartbeat=_heartbeat_of(run),
+                                       fencing_source=_fencing_of(services, run_id))
         return run
 
     # -- start -----------------------------------------------------------------------------
@@ -430,6 +431,20 @@ class Run:
         except Exception as exc:  # noqa: BLE001 - the run's outcome is still recorded; its next claim sets it aside
             log.error("job %r: cannot compute its next run: %s: %s", self.job.name, type(exc).__name__, exc)
             return None
+
+
+def _fencing_of(services: RunServices, run_id: str) -> Callable[[], int | None]:
+    """``context.fencing_token``'s source: the run's row, read once and only when asked (the
+    claim does not return the token, so runs that never use it cost nothing)."""
+    def fencing_token() -> int | None:
+        try:
+            record = services.backend.get_run(run_id)
+        except Exception as exc:  # noqa: BLE001 - asked again next time; the run itself goes on
+            log.warning("run %s: its fencing token could not be read: %s", run_id, exc,
+                        extra={"action": "fencing_token_unread"})
+            return None
+        return record.fencing_token if record is not None else None
+    return fencing_token
 
 
 def _heartbeat_of(run: Run) -> Callable[[], bool]:

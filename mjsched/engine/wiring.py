@@ -12,6 +12,7 @@ from ..backends.watchdog import call_timeout_for_lease, lock_timeout_for_lease
 from ..clock import DbClock
 from .background import BackgroundTasks
 from .cancellation import Cancellation
+from .alerting import AlertWatcher
 from .changes import ChangeFeed
 from .completions import CompletionWriter
 from .dispatch import Dispatcher
@@ -63,7 +64,8 @@ def wire(engine: Any, opts: EngineOptions) -> None:
                                  lease_seconds=engine.lease_timeout, interval=opts.heartbeat_interval,
                                  on_cancel_check=engine._cancels.check)
     engine._purger = RunPurger(engine.backend, opts, engine.stats)
-    engine._housekeeping = Housekeeping(engine.backend, engine._clock, purger=engine._purger)
+    engine._alerts = AlertWatcher(engine.backend, opts, engine.stats, notifier=lambda: engine.notifier)
+    engine._housekeeping = Housekeeping(engine.backend, engine._clock, purger=engine._purger, alerts=engine._alerts)
     engine._dispatcher = Dispatcher(backend=engine.backend, options=opts, registry=engine._registry,
                                     services=engine._runs, writer=engine._writer, keeper=engine._keeper,
                                     housekeeping=engine._housekeeping, clock=engine._clock,

@@ -24,7 +24,8 @@ from werkzeug.wrappers import Request, Response
 
 from ..cron import resolve_timezone
 from ..engine import SchedulingEngine
-from .. import audit
+from .. import alerts, audit
+from ..alerts import Alert
 from ..engine.refs import short_run_id
 from ..errors import (AmbiguousRunId, ConfigurationError, DatabaseError, JobNotFound, RunNotFound, SchedulerError,
                       SchemaNotInstalled)
@@ -319,8 +320,31 @@ class Dashboard:
         page = _positive_page(request.args.get("page"))
         summary = self.reader.summary()
         data = self.reader.jobs(status=status, search=search, page=page, now=summary["now"], tag=tag)
-        return self._render(request, "jobs.html", nav="jobs", status=status, q=search or "", tag=tag,
-                            summary=summary, set_aside=self.reader.set_aside(), **data)
+        alerts_by_job: dict[str, list[Any]] = {}
+        for alert in self._open_alerts(None):
+            alerts_by_job.setdefault(alert.job_id, []).append(alert)
+        return self._render(request, "jobs.html", nav="jobs", status=status, q=search or "", tag=tag, summary=summary,
+                            set_aside=self.reader.set_aside(), alerts_by_job=alerts_by_job, **data)
+
+    def _open_alerts(self, job_id: str | None) -> list[Any]:
+        """Open deadline alerts (of one job); none on a schema without them (014_alerts.sql)."""
+        # through the backend, as every page reads: it works in a forked worker too (deployment.md)
+        try:
+            return [Alert.from_row(r) for r in self.engine.backend.open_alerts(job_id, 200)]
+        except (JobNotFound, NotImplementedError):
+            return []
+        except DatabaseError as exc:
+            log.warning("open alerts not read: %s", exc, extra={"action": "web_error"})
+            return []
+
+    def _alert_rules(self, job_id: str) -> dict[str, Any]:
+        try:
+            return alerts.as_keywords(self.engine.backend.job_alert_rules(job_id))
+        except (JobNotFound, NotImplementedError):
+            return {}
+        except DatabaseError as exc:
+            log.warning("alert rules of job %s not read: %s", job_id, exc, extra={"action": "web_error"})
+            return {}
 
     def on_tag_action(self, request: Request, tag: str, action: str) -> Response:
         """Pause (with the form's reason and until) or resume every job carrying ``tag``."""
@@ -374,6 +398,7 @@ class Dashboard:
                             next_runs=next_runs, schedule_error=schedule_error, run_status=run_status, summary=summary,
                             chart=self.reader.duration_chart(job_id), form=form, form_error=form_error,
                             changes=self._changes(job_id), why=why, why_at=why_at, why_error=why_error,
+                            open_alerts=self._open_alerts(job_id), alert_rules=self._alert_rules(job_id),
                             **self.reader.job_runs(job_id, status=run_status, page=page, known=known))
 
     def _why(self, job_id: str, zone: str, at_text: str | None) -> tuple[Any, str, str | None]:
@@ -397,7 +422,7 @@ class Dashboard:
     def _changes(self, job_id: str) -> list[Any]:
         """The job page's newest changes (masked); none on a schema without the audit trail."""
         try:
-            return self.engine.job_history(job_id, limit=20)
+            return [audit.masked(c) for c in self.engine.backend.job_history(job_id, None, 20)]
         except (JobNotFound, NotImplementedError):
             return []
         except DatabaseError as exc:

@@ -479,6 +479,19 @@ IF COL_LENGTH(N'mjsched.scheduled_job_run', N'job_version') IS NULL
 BEGIN
     ALTER TABLE mjsched.scheduled_job_run ADD job_version int NULL;
 END;
+-- Fencing tokens (issue 37 item 5, docs/guide/reliability.md "Fencing tokens"): fence_seq
+-- counts the job's lock takings that start a run (every claim, queued start and manual
+-- start moves it on under the job's row lock), and a run keeps the value it started with:
+-- a later holder of the job always has a larger token.
+IF COL_LENGTH(N'mjsched.scheduled_job', N'fence_seq') IS NULL
+BEGIN
+    ALTER TABLE mjsched.scheduled_job ADD fence_seq bigint NOT NULL
+        CONSTRAINT df_scheduled_job_fence_seq DEFAULT 0;
+END;
+IF COL_LENGTH(N'mjsched.scheduled_job_run', N'fencing_token') IS NULL
+BEGIN
+    ALTER TABLE mjsched.scheduled_job_run ADD fencing_token bigint NULL;
+END;
 GO
 
 -- An upgrade fills last_success_at from the history (only where it is still empty, so a

@@ -411,7 +411,9 @@ BEGIN
                    locked_at = @v_now,
                    locked_by_instance = @p_instance,
                    expected_completion_at = DATEADD(millisecond, CAST((x.lease_s - FLOOR(x.lease_s)) * 1000 AS int),
-                                                    DATEADD(second, CAST(FLOOR(x.lease_s) AS int), @v_now))
+                                                    DATEADD(second, CAST(FLOOR(x.lease_s) AS int), @v_now)),
+                   fence_seq = CASE WHEN j.fence_seq < 9223372036854775807 THEN j.fence_seq + 1
+                                    ELSE j.fence_seq END   -- saturates: a row set to the maximum never fails a claim
             OUTPUT inserted.id INTO @v_taken
               FROM mjsched.scheduled_job AS j WITH (ROWLOCK)
              CROSS APPLY (SELECT mjsched.lease_interval(@p_lease_seconds, j.max_runtime_seconds) AS lease_s) AS x
@@ -746,7 +748,8 @@ BEGIN
     DECLARE @v_full TABLE (tag nvarchar(64) NOT NULL PRIMARY KEY);
     DECLARE @v_json nvarchar(max);
     DECLARE @v_taken TABLE (job_id uniqueidentifier NOT NULL PRIMARY KEY, lock_token uniqueidentifier NOT NULL,
-                            lease_until datetimeoffset NOT NULL, last_run_at datetimeoffset NULL);
+                            lease_until datetimeoffset NOT NULL, last_run_at datetimeoffset NULL,
+                            fence_seq bigint NOT NULL, version int NOT NULL);
     DECLARE @v_started TABLE (job_id uniqueidentifier NOT NULL, run_id uniqueidentifier NOT NULL,
                               lock_token uniqueidentifier NULL, scheduled_for datetimeoffset NULL);
     BEGIN TRY
@@ -824,8 +827,11 @@ BEGIN
                    locked_by_instance = @p_instance,
                    expected_completion_at = DATEADD(millisecond, CAST((x.lease_s - FLOOR(x.lease_s)) * 1000 AS int),
                                                     DATEADD(second, CAST(FLOOR(x.lease_s) AS int), @p_now)),
-                   updated_at = SYSDATETIMEOFFSET()   -- set here: the row trigger passes it over (001_schema.sql)
-            OUTPUT inserted.id, inserted.lock_token, inserted.expected_completion_at, inserted.last_run_at INTO @v_taken
+                   updated_at = SYSDATETIMEOFFSET(),  -- set here: the row trigger passes it over (001_schema.sql)
+                   fence_seq = CASE WHEN j.fence_seq < 9223372036854775807 THEN j.fence_seq + 1
+                                    ELSE j.fence_seq END   -- saturates: a row set to the maximum never fails a claim
+            OUTPUT inserted.id, inserted.lock_token, inserted.expected_completion_at, inserted.last_run_at,
+                   inserted.fence_seq, inserted.version INTO @v_taken
               FROM mjsched.scheduled_job AS j WITH (ROWLOCK)
               JOIN @v_candidates AS c ON c.id = j.id
              CROSS APPLY mjsched.claim_token(@p_claim_id, j.id) AS t
@@ -837,7 +843,9 @@ BEGIN
                    started_at = CASE WHEN t.last_run_at > @p_now THEN t.last_run_at ELSE @p_now END,   -- "Recorded spans"
                    executed_by_instance = @p_instance,
                    lock_token = t.lock_token,
-                   lease_expires_at = t.lease_until
+                   lease_expires_at = t.lease_until,
+                   fencing_token = t.fence_seq,
+                   job_version = t.version
             OUTPUT inserted.scheduled_job_id, inserted.id, inserted.lock_token, inserted.scheduled_for
               INTO @v_started
               FROM mjsched.scheduled_job_run AS r WITH (ROWLOCK)
@@ -905,7 +913,7 @@ BEGIN
     DECLARE @v_json nvarchar(max);
     DECLARE @v_taken TABLE (job_id uniqueidentifier NOT NULL PRIMARY KEY, lock_token uniqueidentifier NOT NULL,
                             next_run_at datetimeoffset NULL, lease_until datetimeoffset NOT NULL,
-                            last_run_at datetimeoffset NULL);
+                            last_run_at datetimeoffset NULL, fence_seq bigint NOT NULL, version int NOT NULL);
     DECLARE @v_inserted TABLE (run_id uniqueidentifier NOT NULL, job_id uniqueidentifier NOT NULL);
     BEGIN TRY
         IF @v_own_transaction = 1
@@ -981,9 +989,11 @@ BEGIN
                    locked_by_instance = @p_instance,
                    expected_completion_at = DATEADD(millisecond, CAST((x.lease_s - FLOOR(x.lease_s)) * 1000 AS int),
                                                     DATEADD(second, CAST(FLOOR(x.lease_s) AS int), @p_now)),
-                   updated_at = SYSDATETIMEOFFSET()   -- set here: the row trigger passes it over (001_schema.sql)
+                   updated_at = SYSDATETIMEOFFSET(),  -- set here: the row trigger passes it over (001_schema.sql)
+                   fence_seq = CASE WHEN j.fence_seq < 9223372036854775807 THEN j.fence_seq + 1
+                                    ELSE j.fence_seq END   -- saturates: a row set to the maximum never fails a claim
             OUTPUT inserted.id, inserted.lock_token, inserted.next_run_at, inserted.expected_completion_at,
-                   inserted.last_run_at
+                   inserted.last_run_at, inserted.fence_seq, inserted.version
               INTO @v_taken
               FROM mjsched.scheduled_job AS j WITH (ROWLOCK)
               JOIN @v_candidates AS c ON c.id = j.id
@@ -1002,11 +1012,11 @@ BEGIN
             -- tick's run takes the job's row lock first.
             INSERT INTO mjsched.scheduled_job_run
                    (scheduled_job_id, scheduled_for, status, started_at, executed_by_instance,
-                    lock_token, lease_expires_at)
+                    lock_token, lease_expires_at, fencing_token, job_version)
             OUTPUT inserted.id, inserted.scheduled_job_id INTO @v_inserted
             SELECT t.job_id, t.next_run_at, N'Running',
                    CASE WHEN t.last_run_at > @p_now THEN t.last_run_at ELSE @p_now END,   -- "Recorded spans"
-                   @p_instance, t.lock_token, t.lease_until
+                   @p_instance, t.lock_token, t.lease_until, t.fence_seq, t.version
               FROM @v_taken AS t
              -- A job's ticks are served in increasing order: a tick at or before the newest tick
              -- the job has a run of counts as served (no run; the engine moves the schedule on),
@@ -1833,9 +1843,11 @@ BEGIN
     DECLARE @v_begun TABLE (run_id uniqueidentifier NOT NULL);
     DECLARE @v_found bit = 0;
     DECLARE @v_lease datetimeoffset;
+    DECLARE @v_fence bigint;
+    DECLARE @v_version int;
     BEGIN TRY
         BEGIN TRANSACTION;
-        SELECT @v_found = 1, @v_lease = j.expected_completion_at
+        SELECT @v_found = 1, @v_lease = j.expected_completion_at, @v_fence = j.fence_seq, @v_version = j.version
           FROM mjsched.scheduled_job AS j WITH (UPDLOCK, ROWLOCK)
          WHERE j.id = @p_job_id AND j.lock_token = @p_token;
         IF @v_found = 1
@@ -1848,9 +1860,10 @@ BEGIN
             BEGIN
                 INSERT INTO mjsched.scheduled_job_run
                        (scheduled_job_id, scheduled_for, status, started_at, executed_by_instance,
-                        lock_token, lease_expires_at)
+                        lock_token, lease_expires_at, fencing_token, job_version)
                 OUTPUT inserted.id INTO @v_begun
-                SELECT @p_job_id, @p_scheduled_for, N'Running', @v_now, @p_instance, @p_token, @v_lease
+                SELECT @p_job_id, @p_scheduled_for, N'Running', @v_now, @p_instance, @p_token, @v_lease,
+                       @v_fence, @v_version
                  WHERE @p_scheduled_for IS NULL
                     OR NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS o WITH (READCOMMITTEDLOCK)
                                     WHERE o.scheduled_job_id = @p_job_id AND o.scheduled_for = @p_scheduled_for);
@@ -1901,7 +1914,8 @@ BEGIN
     DECLARE @v_old_until datetimeoffset;
     DECLARE @v_old_json nvarchar(max);
     DECLARE @v_run uniqueidentifier;
-    DECLARE @v_taken TABLE (lease_until datetimeoffset NOT NULL, last_run_at datetimeoffset NULL);
+    DECLARE @v_taken TABLE (lease_until datetimeoffset NOT NULL, last_run_at datetimeoffset NULL,
+                            fence_seq bigint NOT NULL, version int NOT NULL);
     DECLARE @v_begun TABLE (run_id uniqueidentifier NOT NULL);
     DECLARE @v_run_locks TABLE (id uniqueidentifier NOT NULL PRIMARY KEY);
     DECLARE @v_bad nvarchar(2048);
@@ -1981,18 +1995,21 @@ BEGIN
                    locked_at = @v_now,
                    locked_by_instance = @p_instance,
                    expected_completion_at = DATEADD(millisecond, CAST((x.lease_s - FLOOR(x.lease_s)) * 1000 AS int),
-                                                    DATEADD(second, CAST(FLOOR(x.lease_s) AS int), @v_now))
-            OUTPUT inserted.expected_completion_at, inserted.last_run_at INTO @v_taken
+                                                    DATEADD(second, CAST(FLOOR(x.lease_s) AS int), @v_now)),
+                   fence_seq = CASE WHEN j.fence_seq < 9223372036854775807 THEN j.fence_seq + 1
+                                    ELSE j.fence_seq END   -- saturates: a row set to the maximum never fails a claim
+            OUTPUT inserted.expected_completion_at, inserted.last_run_at, inserted.fence_seq, inserted.version
+              INTO @v_taken
               FROM mjsched.scheduled_job AS j WITH (ROWLOCK)
              CROSS APPLY (SELECT mjsched.lease_interval(@p_lease_seconds, j.max_runtime_seconds) AS lease_s) AS x
              WHERE j.id = @p_job_id;
             INSERT INTO mjsched.scheduled_job_run
                    (scheduled_job_id, scheduled_for, status, started_at, executed_by_instance,
-                    lock_token, lease_expires_at, parameters)
+                    lock_token, lease_expires_at, parameters, fencing_token, job_version)
             OUTPUT inserted.id INTO @v_begun
             SELECT @p_job_id, NULL, N'Running',
                    CASE WHEN t.last_run_at > @v_now THEN t.last_run_at ELSE @v_now END,   -- "Recorded spans"
-                   @p_instance, @v_token, t.lease_until, @p_parameters
+                   @p_instance, @v_token, t.lease_until, @p_parameters, t.fence_seq, t.version
               FROM @v_taken AS t;
             SELECT @v_run = b.run_id FROM @v_begun AS b;
             SET @v_outcome = N'started';
@@ -2008,6 +2025,47 @@ BEGIN
     END CATCH;
     SELECT @v_outcome AS outcome, @v_run AS run_id,
            CASE WHEN @v_outcome = N'started' THEN @v_token END AS lock_token;
+END;
+GO
+
+-- check_fence: called by a job inside its own transaction on the scheduler's database, last
+-- before its COMMIT (the sql driver's fence, docs/guide/reliability.md "Fencing tokens"):
+-- throws unless the run is still Running under @p_token with its lease unexpired, and holds
+-- a shared lock on the run's row until that transaction ends (HOLDLOCK), so a take-over
+-- (which must update the run row) waits for the job's commit, or skips the job until then
+-- (READPAST). Answers the run's fencing token. Joins the caller's transaction, and changes
+-- nothing: a lost reply leaves the job's transaction to roll back.
+CREATE OR ALTER PROCEDURE mjsched.check_fence
+    @p_run_id uniqueidentifier,
+    @p_token uniqueidentifier,
+    @p_now datetimeoffset = NULL
+AS
+BEGIN
+    SET NOCOUNT ON;
+    SET XACT_ABORT ON;
+    EXEC mjsched.check_test_clock @p_now = @p_now;
+    DECLARE @v_now datetimeoffset = COALESCE(@p_now, SYSDATETIMEOFFSET());
+    DECLARE @v_status nvarchar(20);
+    DECLARE @v_token uniqueidentifier;
+    DECLARE @v_lease datetimeoffset;
+    DECLARE @v_fence bigint;
+    DECLARE @v_message nvarchar(2048);
+    SELECT @v_status = r.status, @v_token = r.lock_token, @v_lease = r.lease_expires_at,
+           @v_fence = r.fencing_token
+      FROM mjsched.scheduled_job_run AS r WITH (HOLDLOCK, ROWLOCK)
+     WHERE r.id = @p_run_id;
+    DECLARE @v_held bit = CASE WHEN @v_status = N'Running' AND @v_token = @p_token AND @v_lease > @v_now
+                               THEN 1 ELSE 0 END;
+    DECLARE @v_lock nvarchar(20) = CASE WHEN @v_token = @p_token THEN N'still its own' ELSE N'taken over' END;
+    SET @v_message = CONCAT(N'mjsched fence: run ', CONVERT(nvarchar(36), @p_run_id),
+                            N' no longer holds its lease (status ', COALESCE(@v_status, N'gone'),
+                            N', lease until ', COALESCE(CONVERT(nvarchar(40), @v_lease, 127), N'NULL'),
+                            N', lock ', @v_lock, N'): its writes are not committed');
+    IF @v_held = 0
+    BEGIN
+        THROW 50090, @v_message, 1;
+    END;
+    SELECT @v_fence AS fencing_token;
 END;
 GO
 
@@ -2216,7 +2274,7 @@ RETURN
                    (N'complete_items'), (N'take_over'), (N'expire_ended_jobs'), (N'claim_replay'), (N'claim_queued'), (N'claim_ticks'),
                    (N'next_due_at'), (N'claim_counters'), (N'purge_candidates'), (N'note_engine_seen'),
                    (N'json_nesting_exceeds'), (N'tag_problem'), (N'check_tag'),
-                   (N'resume_paused_jobs'), (N'tags_at_limit'), (N'admit_by_tag_limits')) AS r (internal_routines);
+                   (N'resume_paused_jobs'), (N'tags_at_limit'), (N'admit_by_tag_limits'), (N'alerts_of_call')) AS r (internal_routines);
 GO
 
 -- probe_permissions: which mjsched routines the current user may execute, the internal
@@ -2236,18 +2294,18 @@ BEGIN
                                        CASE WHEN r.name = N'internal_routines' THEN N'SELECT'
                                             ELSE N'EXECUTE' END) = 1
                 THEN 1 ELSE 0 END AS can_execute
-      FROM (VALUES (N'abandon_runs'), (N'acquire_job_lock'), (N'admit_by_tag_limits'), (N'advance_job'), (N'begin_job_run'),
-                   (N'cancel_requests'), (N'cancel_run'), (N'check_job_fields'), (N'check_lease'), (N'check_tag'), (N'check_test_clock'), (N'claim_counters'),
+      FROM (VALUES (N'abandon_runs'), (N'acquire_job_lock'), (N'admit_by_tag_limits'), (N'advance_job'), (N'alerts_of_call'), (N'begin_job_run'),
+                   (N'cancel_requests'), (N'cancel_run'), (N'check_fence'), (N'check_job_fields'), (N'check_lease'), (N'check_tag'), (N'check_test_clock'), (N'claim_counters'),
                    (N'claim_due_jobs'), (N'claim_queued'), (N'claim_replay'), (N'claim_ticks'),
                    (N'claim_token'), (N'claimable'), (N'complete_items'), (N'complete_job_run'),
                    (N'complete_job_runs'), (N'complete_runs'), (N'delete_job'), (N'engines_holding_locks'), (N'enqueue_job_run'), (N'ensure_job_type'),
-                   (N'expire_ended_jobs'), (N'extend_job_leases'), (N'force_unlock_job'),
+                   (N'evaluate_alerts'), (N'expire_ended_jobs'), (N'extend_job_leases'), (N'force_unlock_job'),
                    (N'initialize_next_run'), (N'initialize_next_runs'), (N'insert_job'), (N'internal_routines'),
                    (N'json_nesting_exceeds'), (N'lease_interval'), (N'next_due_at'), (N'note_engine_seen'), (N'note_frequency_warned'),
                    (N'pause_jobs'), (N'probe_permissions'),
                    (N'purge_candidates'), (N'purge_job_changes'), (N'purge_runs'), (N'register_engine'),
                    (N'release_engine_locks'), (N'release_job_lock'), (N'renew_leases'), (N'renew_tokens'),
-                   (N'resume_jobs'), (N'resume_paused_jobs'), (N'set_tag_limit'),
+                   (N'resume_jobs'), (N'resume_paused_jobs'), (N'set_job_alerts'), (N'set_tag_limit'),
                    (N'start_manual_run'), (N'sweep_expired_leases'), (N'tag_problem'), (N'tags_at_limit'),
                    (N'take_over'), (N'test_pause'),
                    (N'unregister_engine'), (N'update_job')) AS r (name)

@@ -57,6 +57,8 @@ GRANT SELECT ON OBJECT::mjsched.scheduled_job_run TO mjsched_engine;
 GRANT SELECT ON OBJECT::mjsched.engine_instance TO mjsched_engine;
 GRANT SELECT ON OBJECT::mjsched.schema_version TO mjsched_engine;
 GRANT SELECT ON OBJECT::mjsched.job_change TO mjsched_engine;
+GRANT SELECT ON OBJECT::mjsched.job_alert TO mjsched_engine;
+GRANT SELECT ON OBJECT::mjsched.job_alert_rule TO mjsched_engine;
 GRANT SELECT ON OBJECT::mjsched.scheduled_job TO mjsched_admin;
 GRANT SELECT ON OBJECT::mjsched.scheduled_job_type TO mjsched_admin;
 GRANT SELECT ON OBJECT::mjsched.scheduled_job_run TO mjsched_admin;
@@ -69,6 +71,8 @@ GRANT SELECT ON OBJECT::mjsched.job_pause TO mjsched_admin;
 GRANT SELECT ON OBJECT::mjsched.tag_limit TO mjsched_engine;
 GRANT SELECT ON OBJECT::mjsched.tag_limit TO mjsched_admin;
 GRANT SELECT ON OBJECT::mjsched.job_change TO mjsched_admin;
+GRANT SELECT ON OBJECT::mjsched.job_alert TO mjsched_admin;
+GRANT SELECT ON OBJECT::mjsched.job_alert_rule TO mjsched_admin;
 GO
 
 -- The tokens stay the owner's: a column DENY overrides the table GRANT above for that
@@ -95,13 +99,13 @@ DECLARE @v_routines TABLE (name sysname NOT NULL PRIMARY KEY, permission nvarcha
 DECLARE @v_routine sysname;
 DECLARE @v_sql nvarchar(4000);
 INSERT INTO @v_engine (name)
-VALUES (N'acquire_job_lock'), (N'advance_job'), (N'begin_job_run'), (N'check_lease'), (N'check_test_clock'),
+VALUES (N'acquire_job_lock'), (N'advance_job'), (N'begin_job_run'), (N'check_fence'), (N'check_lease'), (N'check_test_clock'),
        (N'claim_due_jobs'), (N'complete_job_run'), (N'complete_job_runs'), (N'complete_runs'),
        (N'engines_holding_locks'), (N'enqueue_job_run'), (N'extend_job_leases'), (N'initialize_next_run'),
        (N'initialize_next_runs'), (N'internal_routines'), (N'lease_interval'), (N'probe_permissions'),
        (N'register_engine'), (N'release_engine_locks'), (N'release_job_lock'), (N'renew_leases'),
        (N'start_manual_run'), (N'sweep_expired_leases'), (N'unregister_engine'), (N'note_frequency_warned'),
-       (N'cancel_requests'), (N'purge_runs'), (N'purge_job_changes');
+       (N'cancel_requests'), (N'purge_runs'), (N'purge_job_changes'), (N'evaluate_alerts');
 INSERT INTO @v_routines (name, permission, grantee, other)
 SELECT o.name, CASE WHEN o.type = 'IF' THEN N'SELECT' ELSE N'EXECUTE' END,
        CASE WHEN e.name IS NULL THEN N'mjsched_admin' ELSE N'mjsched_engine' END,

@@ -329,3 +329,24 @@ SELECT @now AS db_now, j.id, j.name, t.driver_class AS driver, j.status, j.cron_
                WHERE r.scheduled_job_id = j.id AND r.started_at IS NOT NULL
                ORDER BY r.started_at DESC) AS lr
  WHERE j.id = @job;
+
+-- name: job_alert_rules
+-- A job's deadline-alert rules (014_alerts.sql).
+SET NOCOUNT ON;
+DECLARE @job uniqueidentifier = ?;
+SELECT late_start_seconds, silent_after_seconds, too_long_seconds, failing_streak, pause_after_failing_streak
+  FROM mjsched.job_alert_rule WHERE job_id = @job;
+
+-- name: open_alerts
+-- The open deadline alerts (of one job, or all), newest first.
+SET NOCOUNT ON;
+DECLARE @job uniqueidentifier = ?, @limit int = ?;
+SELECT TOP (@limit) id, job_id, job_name, kind, since, threshold, run_id, opened_at, resolved_at, paused
+  FROM mjsched.job_alert
+ WHERE resolved_at IS NULL AND (@job IS NULL OR job_id = @job)
+ ORDER BY opened_at DESC, id DESC
+OPTION (RECOMPILE);
+
+-- name: open_alert_counts
+-- Open deadline alerts by kind (ix_job_alert_open), for the metrics.
+SELECT kind, COUNT(*) AS [open] FROM mjsched.job_alert WHERE resolved_at IS NULL GROUP BY kind;

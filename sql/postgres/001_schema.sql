@@ -221,6 +221,12 @@ ALTER TABLE mjsched.scheduled_job_run ADD COLUMN IF NOT EXISTS job_version integ
 -- (NULL: none); every tick of the job moves by one offset in [0, jitter_seconds] hashed from
 -- its name (mjsched/schedules.py). Here, before 002 and 004, whose procedures read and write it.
 ALTER TABLE mjsched.scheduled_job ADD COLUMN IF NOT EXISTS jitter_seconds integer;
+-- Fencing tokens (issue 37 item 5, docs/guide/reliability.md "Fencing tokens"): fence_seq
+-- counts the job's lock takings that start a run (every claim, queued start and manual
+-- start moves it on under the job's row lock), and a run keeps the value it started with:
+-- a later holder of the job always has a larger token.
+ALTER TABLE mjsched.scheduled_job ADD COLUMN IF NOT EXISTS fence_seq bigint NOT NULL DEFAULT 0;
+ALTER TABLE mjsched.scheduled_job_run ADD COLUMN IF NOT EXISTS fencing_token bigint;
 
 -- A change to what defines a schedule (by anyone, through any client) clears
 -- next_run_at unless the writer set it, so an engine recomputes it; every change

@@ -251,7 +251,9 @@ BEGIN
     END IF;
     UPDATE mjsched.scheduled_job j
        SET lock_token = p_token, locked_at = v_now, locked_by_instance = p_instance,
-           expected_completion_at = v_now + mjsched.lease_interval(p_lease_seconds, j.max_runtime_seconds)
+           expected_completion_at = v_now + mjsched.lease_interval(p_lease_seconds, j.max_runtime_seconds),
+           fence_seq = CASE WHEN j.fence_seq < 9223372036854775807 THEN j.fence_seq + 1
+                            ELSE j.fence_seq END   -- saturates: a row set to the maximum never fails a claim
      WHERE j.id = p_job_id;
     RETURN QUERY SELECT 1;
 END;
@@ -668,14 +670,17 @@ BEGIN
            SET lock_token = mjsched.claim_token(p_claim_id, j.id),
                locked_at = p_now, locked_by_instance = p_instance,
                expected_completion_at = p_now + mjsched.lease_interval(p_lease_seconds, j.max_runtime_seconds),
-               updated_at = now()     -- set here, the row trigger passes it over (001_schema.sql)
+               updated_at = now(),    -- set here, the row trigger passes it over (001_schema.sql)
+               fence_seq = CASE WHEN j.fence_seq < 9223372036854775807 THEN j.fence_seq + 1
+                                ELSE j.fence_seq END   -- saturates: a row set to the maximum never fails a claim
          WHERE j.id = ANY (v_ids)
            AND EXISTS (SELECT 1 FROM mjsched.scheduled_job_run q
                         WHERE q.scheduled_job_id = j.id AND q.status = 'Queued')
      RETURNING j.id, j.lock_token, j.expected_completion_at AS lease_until, j.concurrency_mode, j.next_run_at,
-               j.last_run_at
+               j.last_run_at, j.fence_seq, j.version
     ), picked AS (
-        SELECT DISTINCT ON (q.scheduled_job_id) q.id, t.lock_token, t.lease_until, t.last_run_at
+        SELECT DISTINCT ON (q.scheduled_job_id) q.id, t.lock_token, t.lease_until, t.last_run_at, t.fence_seq,
+               t.version
           FROM taken t
           JOIN mjsched.scheduled_job_run q ON q.scheduled_job_id = t.id AND q.status = 'Queued'
          WHERE (q.retry_at IS NULL OR q.retry_at <= p_now)
@@ -685,7 +690,8 @@ BEGIN
     ), started AS (
         UPDATE mjsched.scheduled_job_run r
            SET status = 'Running', started_at = greatest(p_now, p.last_run_at), executed_by_instance = p_instance,
-               lock_token = p.lock_token, lease_expires_at = p.lease_until
+               lock_token = p.lock_token, lease_expires_at = p.lease_until,
+               fencing_token = p.fence_seq, job_version = p.version
           FROM picked p
          WHERE r.id = p.id
      RETURNING r.scheduled_job_id, r.id, r.lock_token, r.scheduled_for
@@ -770,10 +776,12 @@ BEGIN
            SET lock_token = mjsched.claim_token(p_claim_id, j.id),
                locked_at = p_now, locked_by_instance = p_instance,
                expected_completion_at = p_now + mjsched.lease_interval(p_lease_seconds, j.max_runtime_seconds),
-               updated_at = now()     -- set here, the row trigger passes it over (001_schema.sql)
+               updated_at = now(),    -- set here, the row trigger passes it over (001_schema.sql)
+               fence_seq = CASE WHEN j.fence_seq < 9223372036854775807 THEN j.fence_seq + 1
+                                ELSE j.fence_seq END   -- saturates: a row set to the maximum never fails a claim
          WHERE j.id = ANY (v_ids)
      RETURNING j.id, j.lock_token, j.next_run_at, j.expected_completion_at AS lease_until, j.concurrency_mode,
-               j.last_run_at
+               j.last_run_at, j.fence_seq, j.version
     ), superseded AS (
         UPDATE mjsched.scheduled_job_run q
            SET status = 'Skipped', success = false, completed_at = p_now, duration_ms = 0,
@@ -790,8 +798,9 @@ BEGIN
         -- being written by anyone else.
         INSERT INTO mjsched.scheduled_job_run
                (scheduled_job_id, scheduled_for, status, started_at, executed_by_instance,
-                lock_token, lease_expires_at)
-        SELECT t.id, t.next_run_at, 'Running', greatest(p_now, t.last_run_at), p_instance, t.lock_token, t.lease_until
+                lock_token, lease_expires_at, fencing_token, job_version)
+        SELECT t.id, t.next_run_at, 'Running', greatest(p_now, t.last_run_at), p_instance, t.lock_token, t.lease_until,
+               t.fence_seq, t.version
           FROM taken t
          -- (the newest tick by max(): a backward probe of uq_scheduled_job_run_tick per job, never
          -- an anti-join the planner may hash over the whole history under stale statistics)
@@ -1228,9 +1237,11 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_now timestamptz := coalesce(p_now, now());
     v_lease timestamptz;
+    v_fence bigint;
+    v_version integer;
 BEGIN
     PERFORM mjsched.check_test_clock(p_now);
-    SELECT j.expected_completion_at INTO v_lease
+    SELECT j.expected_completion_at, j.fence_seq, j.version INTO v_lease, v_fence, v_version
       FROM mjsched.scheduled_job j
      WHERE j.id = p_job_id AND j.lock_token = p_token
        FOR NO KEY UPDATE;
@@ -1246,8 +1257,8 @@ BEGIN
     RETURN QUERY
     INSERT INTO mjsched.scheduled_job_run
            (scheduled_job_id, scheduled_for, status, started_at, executed_by_instance,
-            lock_token, lease_expires_at)
-    VALUES (p_job_id, p_scheduled_for, 'Running', v_now, p_instance, p_token, v_lease)
+            lock_token, lease_expires_at, fencing_token, job_version)
+    VALUES (p_job_id, p_scheduled_for, 'Running', v_now, p_instance, p_token, v_lease, v_fence, v_version)
     ON CONFLICT DO NOTHING
     RETURNING id;
 END;
@@ -1332,16 +1343,49 @@ BEGIN
     END IF;
     UPDATE mjsched.scheduled_job j
        SET lock_token = v_token, locked_at = v_now, locked_by_instance = p_instance,
-           expected_completion_at = v_now + mjsched.lease_interval(p_lease_seconds, j.max_runtime_seconds)
+           expected_completion_at = v_now + mjsched.lease_interval(p_lease_seconds, j.max_runtime_seconds),
+           fence_seq = CASE WHEN j.fence_seq < 9223372036854775807 THEN j.fence_seq + 1
+                            ELSE j.fence_seq END   -- saturates: a row set to the maximum never fails a claim
      WHERE j.id = p_job_id;
     INSERT INTO mjsched.scheduled_job_run
            (scheduled_job_id, scheduled_for, status, started_at, executed_by_instance, lock_token, lease_expires_at,
-            parameters)
+            parameters, fencing_token, job_version)
     SELECT j.id, NULL, 'Running', greatest(v_now, j.last_run_at), p_instance, v_token, j.expected_completion_at,
-           CASE WHEN jsonb_typeof(p_parameters) = 'object' THEN p_parameters END
+           CASE WHEN jsonb_typeof(p_parameters) = 'object' THEN p_parameters END, j.fence_seq, j.version
       FROM mjsched.scheduled_job j WHERE j.id = p_job_id
     RETURNING id INTO v_run;
     RETURN QUERY SELECT 'started'::varchar, v_run, v_token;
+END;
+$$;
+
+-- check_fence: called by a job inside its own transaction on the scheduler's database, last
+-- before its COMMIT (the sql driver's fence, docs/guide/reliability.md "Fencing tokens"):
+-- raises unless the run is still Running under p_token with its lease unexpired, and holds
+-- the run's row FOR SHARE until that transaction ends, so a take-over (which must update the
+-- run row) waits for the job's commit, or skips the job until then. Answers the run's fencing
+-- token. Changes nothing: a lost reply leaves the job's transaction to roll back.
+CREATE OR REPLACE FUNCTION mjsched.check_fence(p_run_id uuid, p_token uuid, p_now timestamptz DEFAULT NULL)
+RETURNS TABLE (fencing_token bigint)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_status varchar;
+    v_token uuid;
+    v_lease timestamptz;
+    v_fence bigint;
+BEGIN
+    PERFORM mjsched.check_test_clock(p_now);
+    SELECT r.status, r.lock_token, r.lease_expires_at, r.fencing_token INTO v_status, v_token, v_lease, v_fence
+      FROM mjsched.scheduled_job_run r WHERE r.id = p_run_id
+       FOR SHARE;
+    IF v_status IS DISTINCT FROM 'Running' OR v_token IS DISTINCT FROM p_token OR NOT (v_lease > v_now) THEN
+        RAISE EXCEPTION 'mjsched fence: run % no longer holds its lease (status %, lease until %, lock %): '
+                        'its writes are not committed', p_run_id, coalesce(v_status, 'gone'), v_lease,
+                        CASE WHEN v_token IS NOT DISTINCT FROM p_token THEN 'still its own' ELSE 'taken over' END
+              USING ERRCODE = 'MJF01';
+    END IF;
+    RETURN QUERY SELECT v_fence;
 END;
 $$;
 
@@ -1471,7 +1515,7 @@ LANGUAGE sql IMMUTABLE AS $$
                  'runs_of_tokens', 'take_over', 'expire_ended_jobs', 'claim_replay', 'claim_queued',
                  'claim_ticks', 'next_due_at', 'claim_counters', 'purge_candidates', 'note_engine_seen',
                  'json_nesting_exceeds', 'tag_problem', 'check_tag', 'resume_paused_jobs', 'tags_at_limit',
-                 'admit_by_tag_limits']
+                 'admit_by_tag_limits', 'alerts_of_call']
 $$;
 
 -- probe_permissions: which mjsched procedures the current role may not execute.

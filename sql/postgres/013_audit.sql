@@ -50,7 +50,7 @@ DECLARE
     v_bookkeeping CONSTANT text[] := ARRAY['id', 'next_run_at', 'last_run_at', 'last_success_at', 'run_count',
         'success_count', 'failure_count', 'last_duration_ms', 'total_duration_ms', 'lock_token', 'locked_at',
         'locked_by_instance', 'expected_completion_at', 'created_at', 'updated_at', 'frequency_warned',
-        'retry_count', 'version'];
+        'retry_count', 'version', 'fence_seq'];
     v_user varchar(255) := nullif(current_setting('mjsched.app_user', true), '');
     v_via varchar(40) := coalesce(nullif(current_setting('mjsched.via', true), ''), 'sql');
     v_old jsonb;

@@ -47,13 +47,13 @@ DECLARE
     -- What the engine calls; everything else that is not internal is the admin role's.
     -- mjsched.privileges.ENGINE_ROUTINES is the same list (a unit test compares them).
     c_engine_routines CONSTANT text[] := ARRAY[
-        'acquire_job_lock', 'advance_job', 'begin_job_run', 'check_lease', 'check_test_clock',
+        'acquire_job_lock', 'advance_job', 'begin_job_run', 'check_fence', 'check_lease', 'check_test_clock',
         'claim_due_jobs', 'complete_job_run', 'complete_job_runs', 'complete_runs', 'engines_holding_locks',
         'enqueue_job_run', 'extend_job_leases', 'initialize_next_run', 'initialize_next_runs',
         'internal_routines', 'lease_interval', 'probe_permissions', 'register_engine',
         'release_engine_locks', 'release_job_lock', 'renew_leases', 'start_manual_run',
         'sweep_expired_leases', 'unregister_engine', 'note_frequency_warned', 'cancel_requests',
-        'purge_runs', 'purge_job_changes'];
+        'purge_runs', 'purge_job_changes', 'evaluate_alerts'];
     c_legacy CONSTANT text := 'mjsched_engine';
     v_db text := current_database();
     v_engine text := nullif(btrim(current_setting('mjsched.engine_role', true)), '');
@@ -112,7 +112,8 @@ BEGIN
         EXECUTE format('GRANT USAGE ON SCHEMA mjsched TO %I', v_role);
         EXECUTE format('GRANT CONNECT ON DATABASE %I TO %I', v_db, v_role);
         EXECUTE format('GRANT SELECT ON mjsched.scheduled_job_type, mjsched.engine_instance, '
-                       'mjsched.schema_version, mjsched.job_tag, mjsched.job_pause, mjsched.tag_limit, mjsched.job_change TO %I', v_role);
+                       'mjsched.schema_version, mjsched.job_tag, mjsched.job_pause, mjsched.tag_limit, '
+                       'mjsched.job_change, mjsched.job_alert, mjsched.job_alert_rule TO %I', v_role);
         -- Every column but lock_token (read from the catalog: columns added later are covered).
         FOR f IN SELECT c.relname AS tbl FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
                   WHERE n.nspname = 'mjsched' AND c.relname IN ('scheduled_job', 'scheduled_job_run') LOOP

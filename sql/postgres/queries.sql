@@ -298,3 +298,20 @@ SELECT now() AS db_now, j.id, j.name, t.driver_class AS driver, j.status, j.cron
                       WHERE r.scheduled_job_id = j.id AND r.started_at IS NOT NULL
                       ORDER BY r.started_at DESC LIMIT 1) lr ON true
  WHERE j.id = %(job)s::uuid
+
+-- name: job_alert_rules
+-- A job's deadline-alert rules (014_alerts.sql).
+SELECT late_start_seconds, silent_after_seconds, too_long_seconds, failing_streak, pause_after_failing_streak
+  FROM mjsched.job_alert_rule WHERE job_id = %(job)s::uuid
+
+-- name: open_alerts
+-- The open deadline alerts (of one job, or all), newest first.
+SELECT id, job_id, job_name, kind, since, threshold, run_id, opened_at, resolved_at, paused
+  FROM mjsched.job_alert
+ WHERE resolved_at IS NULL AND (%(job)s::uuid IS NULL OR job_id = %(job)s::uuid)
+ ORDER BY opened_at DESC, id DESC
+ LIMIT %(limit)s
+
+-- name: open_alert_counts
+-- Open deadline alerts by kind (ix_job_alert_open), for the metrics.
+SELECT kind, count(*) AS open FROM mjsched.job_alert WHERE resolved_at IS NULL GROUP BY kind

@@ -2,6 +2,7 @@
 and flags Running runs whose engine is not live (issue 15, Status)."""
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import sys
@@ -66,3 +67,28 @@ def test_the_liveness_rule() -> None:
     here = {**row, "host": "this-host", "pid": _gone_pid(), "silent_for": 0}
     assert engine_state(here, lease_seconds=600, host="this-host") == DEAD
     assert engine_state({**here, "pid": 1}, lease_seconds=600, host="this-host") == LIVE   # pid 1 exists
+
+
+def test_status_lists_open_alerts_and_jobs_add_edit_set_the_rules(cli: Cli, pg_dsn: str, sql: Any,
+                                                                  make_engine: Callable[..., Any]) -> None:
+    job = cli.json("jobs", "add", "--dsn", pg_dsn, "--name", "nightly-backup", "--driver", "shell", "--cron",
+                   "0 2 * * *", "--config", '{"command": ["true"]}', "--alert-silent-after", "26h",
+                   "--alert-failing-streak", "3", "--pause-after-failing-streak")
+    bad = cli("jobs", "add", "--dsn", pg_dsn, "--name", "x", "--driver", "shell", "--cron", "0 2 * * *",
+              "--config", '{"command": ["true"]}', "--alert-too-long", "soon")
+    assert bad.returncode != 0 and "alert_too_long='soon'" in bad.stderr
+    cli("jobs", "edit", job["id"], "--dsn", pg_dsn, "--alert-failing-streak", "off", "--no-pause-after-failing-streak",
+        "--alert-late-start", "5m", expect=0)
+    engine = make_engine(alert_interval=None)
+    assert engine.job_alerts(job["id"]) == {"alert_late_start": 300, "alert_silent_after": 26 * 3600,
+                                            "alert_too_long": None, "alert_failing_streak": None,
+                                            "pause_after_failing_streak": None}
+    sql.run("UPDATE mjsched.scheduled_job SET created_at = now() - interval '2 days' WHERE id = %s", (job["id"],))
+    assert [a.kind for a in engine._alerts.run_pass()] == ["silent"]
+    status = cli.json("status", "--dsn", pg_dsn)
+    assert status["counts"]["alerts_open"] == 1
+    assert [(a["job_name"], a["kind"]) for a in status["open_alerts"]] == [("nightly-backup", "silent")]
+    text = cli("status", "--dsn", pg_dsn, expect=0).stdout
+    assert "open alerts: 1" in text and "silent 1d2h" in text and "no Completed run since" in text
+    shown = cli("jobs", "show", job["id"], "--dsn", pg_dsn, expect=0).stdout
+    assert re.search(r"alert_late_start +300", shown) and re.search(r"open_alerts +silent 1d2h", shown)

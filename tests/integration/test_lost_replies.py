@@ -477,6 +477,28 @@ def test_lost_reply_purge_job_changes(make_engine: Callable[..., Any], sql: Any)
         [{"field": "description", "new_value": "once"}]
 
 
+def test_lost_reply_evaluate_alerts(make_engine: Callable[..., Any], sql: Any) -> None:
+    """The replay (same call token) answers the alert the lost call opened: it is delivered
+    once, and one row exists."""
+    engine, plan = losing(make_engine, "evaluate_alerts", alert_interval=None)
+    job = engine.create_job("late", "test-ok", NEVER, alert_late_start=60)
+    sql.run("UPDATE mjsched.scheduled_job SET status = 'Active', next_run_at = now() - interval '5 minutes' "
+            "WHERE id = %s", (job,))
+    assert [(a.kind, a.event) for a in engine._alerts.run_pass()] == [("late_start", "opened")]
+    was_lost(plan, "evaluate_alerts")
+    assert sql.one("SELECT count(*) FROM mjsched.job_alert WHERE job_id = %s", (job,)) == 1
+
+
+def test_lost_reply_set_job_alerts(make_engine: Callable[..., Any], sql: Any) -> None:
+    """The replay writes the same rules; the audit trail holds the change once."""
+    engine, plan = losing(make_engine, "set_job_alerts")
+    job = engine.create_job("watched", "test-ok", NEVER, alert_too_long=60)
+    was_lost(plan, "set_job_alerts")
+    assert engine.job_alerts(job)["alert_too_long"] == 60
+    assert sql.one("SELECT count(*) FROM mjsched.job_change WHERE job_id = %s AND field LIKE 'alerts.%%'",
+                   (job,)) == 1
+
+
 def test_lost_reply_register_and_unregister_engine(make_engine: Callable[..., Any], sql: Any) -> None:
     for routine in ("register_engine", "unregister_engine"):
         engine, plan = losing(make_engine, routine)
@@ -538,6 +560,7 @@ HERE = "tests/integration/test_lost_replies.py"
 LOST_REPLY_TESTS: dict[str, str] = {
     "claim_due_jobs": f"{HERE}::test_the_backend_retry_replays_a_claim_whose_reply_was_lost",
     "start_manual_run": "tests/integration/test_protocol_v3.py::test_a_lost_reply_of_a_manual_start_is_replayed",
+    "check_fence": "tests/integration/test_fencing_tokens.py::test_lost_reply_check_fence",
     "complete_runs": "tests/chaos/test_replayed_completion.py::test_lost_reply_of_a_completion_keeps_its_notification",
     "cancel_run": f"{HERE}::test_a_cancel_whose_reply_was_lost_answers_what_it_did",
     "acquire_job_lock": f"{HERE}::test_lost_reply_acquire_job_lock",
@@ -557,6 +580,8 @@ LOST_REPLY_TESTS: dict[str, str] = {
     "note_frequency_warned": f"{HERE}::test_lost_reply_note_frequency_warned",
     "purge_runs": f"{HERE}::test_lost_reply_purge_runs",
     "purge_job_changes": f"{HERE}::test_lost_reply_purge_job_changes",
+    "evaluate_alerts": f"{HERE}::test_lost_reply_evaluate_alerts",
+    "set_job_alerts": f"{HERE}::test_lost_reply_set_job_alerts",
     "register_engine": f"{HERE}::test_lost_reply_register_and_unregister_engine",
     "unregister_engine": f"{HERE}::test_lost_reply_register_and_unregister_engine",
     "release_engine_locks": f"{HERE}::test_lost_reply_release_engine_locks",

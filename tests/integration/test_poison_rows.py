@@ -235,6 +235,10 @@ POISON: list[tuple[str, str, bool]] = [
     ("jitter_seconds", "cron_expression = NULL, run_at = now() + interval '1 day', jitter_seconds = 5", False),
     ("jitter_seconds", "jitter_seconds = 86400", True),
     ("cron_expression", "cron_expression = 'H(30-10) * * * * *'", True),
+    ("version", "version = NULL", False),
+    ("fence_seq", "fence_seq = NULL", False),
+    ("fence_seq", "fence_seq = -1", True),
+    ("fence_seq", "fence_seq = 9223372036854775807", True),     # the claims saturate, never overflow
 ]
 # Rules about two columns, named after what they relate.
 CONSTRAINT_OF = {"end_at": "ck_scheduled_job_window", "lock_token": "ck_scheduled_job_lock",

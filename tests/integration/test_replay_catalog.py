@@ -58,6 +58,8 @@ INTERNAL: dict[str, str] = {
     "tags_at_limit": "read-only: the tags at their limit, which claim_queued and claim_ticks leave out",
     "admit_by_tag_limits": "part of claim_queued and claim_ticks: locks the tag limits and admits candidates "
                            "(writes nothing)",
+    "alerts_of_call": "what evaluate_alerts answers, read-only (a replay answers the same rows: "
+                      "test_lost_reply_evaluate_alerts)",
     "tg_scheduled_job_audited": "trigger function: writes the audit trail inside the statement that changed a "
                                 "job row (a replay that changes nothing writes nothing: test_lost_reply_"
                                 "purge_job_changes)",

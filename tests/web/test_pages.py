@@ -189,3 +189,23 @@ def test_job_page_explains_why_the_job_does_not_run(engine: mjsched.SchedulingEn
     assert "did the tick at 2030-01-05T09:15 not run" in panel and "--at 2030-01-05T09:15" in panel
     bad = client.html(f"/jobs/{job_id}?why_at=yesterday")
     assert 'id="why-error"' in bad and "not an ISO 8601" in bad and 'id="next-runs"' in bad   # the rest of the page stays
+
+
+def test_open_alerts_show_as_a_badge_on_the_jobs_list_and_a_section_of_the_job_page(
+        engine: mjsched.SchedulingEngine, client: Browserless, sql: Sql) -> None:
+    late = shell_job(engine, "nightly-backup", alert_late_start="10m", alert_failing_streak=3,
+                     pause_after_failing_streak=True)
+    quiet = shell_job(engine, "quiet-job")
+    sql.run("UPDATE mjsched.scheduled_job SET next_run_at = now() - interval '1 hour' WHERE id = %s", (late,))
+    assert [a.kind for a in engine._alerts.run_pass()] == ["late_start"]
+    html = client.html("/jobs")
+    row = re.search(r'<tr data-job="%s">(.*?)</tr>' % late, html, re.S).group(1)
+    assert "job-alert" in row and "alert: late_start" in row
+    row = re.search(r'<tr data-job="%s">(.*?)</tr>' % quiet, html, re.S).group(1)
+    assert "job-alert" not in row
+    page = client.html(f"/jobs/{late}")
+    section = re.search(r'<section id="alerts">(.*?)</section>', page, re.S).group(1)
+    assert "open-alert" in section and "no run started within 10m" in section
+    assert "3 failures in a row, then the job is paused" in section and "Late start" in section
+    section = re.search(r'<section id="alerts">(.*?)</section>', client.html(f"/jobs/{quiet}"), re.S).group(1)
+    assert "No open alert." in section
