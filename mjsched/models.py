@@ -178,6 +178,14 @@ class Job:
     retry_jitter: float | None = None
     notify_final_attempt_only: bool = True    # failures notify only when no retry follows
     retry_count: int = 0                      # retries scheduled (each attempt also counts in run_count)
+    tags: tuple[str, ...] = ()                # the job's tags, sorted (job_tag, 010_tags.sql)
+    # A Paused job's pause_jobs record (job_pause): when, by which database login and application
+    # user, why, and until when (None: until resumed). None when it was paused another way.
+    paused_at: datetime | None = None
+    paused_by: str | None = None
+    paused_by_user: str | None = None
+    pause_reason: str | None = None
+    paused_until: datetime | None = None
     jitter_seconds: int | None = None         # every tick moves by a stable offset in [0, this] (schedules.py)
     priority: int = 0                         # -100..100: higher is claimed first when slots are short
 
@@ -235,6 +243,7 @@ class Job:
             values["notify_final_attempt_only"] = values["notify_final_attempt_only"] is None \
                 or bool(values["notify_final_attempt_only"])
             values["retry_count"] = int(values["retry_count"] or 0)
+            values["tags"] = _tags(values["tags"])
             for key in ("retry_initial_delay", "retry_factor", "retry_max_delay", "retry_jitter"):
                 if values[key] is not None:
                     values[key] = float(values[key])
@@ -263,6 +272,15 @@ class Job:
         return job
 
 
+def _tags(value: Any) -> tuple[str, ...]:
+    """The tags column of a read (comma-joined, sorted; tags hold no comma) as a tuple."""
+    if not value:
+        return ()
+    if isinstance(value, str):
+        return tuple(value.split(","))
+    return tuple(value)
+
+
 def _optional(convert: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return lambda value: None if value is None else convert(value)
 
@@ -284,6 +302,7 @@ _JOB_CONVERTERS: dict[str, Callable[[Any], Any]] = {
                          "high_frequency_ok")},
     "notify_final_attempt_only": lambda v: v is None or bool(v),
     "retry_count": lambda v: int(v or 0),
+    "tags": _tags,
     **{k: _optional(float) for k in ("retry_initial_delay", "retry_factor", "retry_max_delay", "retry_jitter",
                                      "max_runtime_seconds")},
     "interval_seconds": _optional(int),

@@ -25,7 +25,7 @@ ENGINE_ROUTINES = frozenset({
 # ENGINE_ROUTINES, so a routine added later is an admin one until it is listed above).
 ADMIN_ROUTINES = frozenset({
     "cancel_run", "check_job_fields", "delete_job", "ensure_job_type", "force_unlock_job", "insert_job",
-    "set_job_alerts", "update_job",
+    "set_job_alerts", "update_job", "pause_jobs", "resume_jobs", "set_tag_limit",
 })
 
 

@@ -11,7 +11,7 @@ import uuid
 from datetime import datetime, timezone
 from typing import Any, Callable, Mapping
 
-from . import retention
+from . import retention, tags as tag_rules
 from .cron import CronSchedule, resolve_timezone
 from .decoding import MAX_JSON_BYTES, MAX_JSON_DEPTH, nesting_reason, text_nesting_exceeds, value_nesting_exceeds
 from .schedules import LATEST_RUN_AT, parse_duration, parse_jitter
@@ -271,7 +271,7 @@ JOB_FIELDS = frozenset({
     "name", "driver", "cron", "every", "run_at", "timezone", "configuration", "description", "owner",
     "concurrency_mode", "missed_run_policy", "run_immediately_if_never_run", "max_runtime", "isolation",
     "max_queued_runs", "start_at", "end_at", "notify_on_success", "notify_on_failure", "notify_to", "status",
-    "high_frequency_ok", "keep_runs_days", "keep_runs_count", "retry", "notify_final_attempt_only", "jitter",
+    "high_frequency_ok", "keep_runs_days", "keep_runs_count", "retry", "notify_final_attempt_only", "tags", "jitter",
     "priority"})
 FLAG_FIELDS = ("run_immediately_if_never_run", "notify_on_success", "notify_on_failure", "high_frequency_ok",
                "notify_final_attempt_only")
@@ -298,6 +298,8 @@ def job_fields(fields: Mapping[str, Any], *, creating: bool,
     out.update(_retry(fields))
     out.update({key: flag(key, fields[key]) for key in FLAG_FIELDS if key in fields})
     out.update(_retention(fields))
+    if "tags" in fields:
+        out["tags"] = tag_rules.tag_set(fields["tags"])
     out.update(_window(fields, current=cur))
     _check_one_run(fields, current=cur, new=out)
     return out

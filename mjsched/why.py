@@ -38,8 +38,7 @@ Two steps, so each can be tested alone:
 A reason is ``blocking`` when it keeps the tick from running (or says it did not); the report's
 ``verdict`` is the first blocking reason, else the tick's outcome or ``due``/``scheduled``.
 Codes are stable: scripts may match on them. ``RESERVED_CODES`` are named for features not
-built yet (a per-tag concurrency limit, 010_tags.sql): their place in the walk is marked in
-``explain``.
+built yet: their place in the walk is marked in ``explain`` (none at present).
 """
 from __future__ import annotations
 
@@ -87,6 +86,7 @@ REASON_CODES: dict[str, str] = {
     "locked_by_gone_engine": "the job is locked by an engine that is not alive: the lock lapses at its lease",
     "lease_lapsed": "the job's lock lapsed: the next claim takes it over",
     "queue_ahead": "Queued ticks of the job are served first, one at a time",
+    "tag_limit": "every slot of one of the job's tags is taken (its tag's concurrency limit): it waits for one",
     "backlog": "more due jobs come before it than the live engines have free slots",
     # 4. the engines
     "no_engine": "no engine is alive",
@@ -100,11 +100,7 @@ REASON_CODES: dict[str, str] = {
 
 # Codes named for features not built yet, so that they have a place and a name. A code moves to
 # REASON_CODES when explain() produces it (and its integration case is written).
-RESERVED_CODES: dict[str, str] = {
-    # 010_tags.sql (job tags, per-tag concurrency limits): checked in the claim (section 3 of
-    # explain), after the job's own lock and queue and before the due jobs ahead of it.
-    "tag_limit": "every slot of one of the job's tags is taken (its tag's concurrency limit): it waits for one",
-}
+RESERVED_CODES: dict[str, str] = {}
 
 # Run messages the engine and the procedures write (their start is what tells them apart).
 _SET_ASIDE = "set aside:"
@@ -155,6 +151,15 @@ class RunFact:
         """'run <id> (tick <t>, attempt n)' for sentences."""
         what = f"tick {_t(self.scheduled_for)}" if self.scheduled_for else "a manual run"
         return f"run {self.id} ({what}{f', attempt {self.attempt}' if self.attempt > 1 else ''})"
+
+
+@dataclass(frozen=True)
+class TagLimitFact:
+    """A limited tag the job carries (tag_limit, 010_tags.sql) and its Running runs now."""
+
+    tag: str
+    max_running: int
+    running: int
 
 
 @dataclass(frozen=True)
@@ -236,6 +241,7 @@ class WhyFacts:
     due_ahead: int = 0
     engines: tuple[EngineFact, ...] = ()
     max_catch_up_runs: int = 100
+    tag_limits: tuple[TagLimitFact, ...] = ()    # the limits of the job's tags, by tag
 
     # what scheduling.schedule_of reads
     @property
@@ -289,7 +295,14 @@ def facts_from_row(row: Mapping[str, Any], *, asked_at: datetime | None = None, 
         oldest_queued_tick=_instant(row.get("oldest_queued_tick")),
         newest_served_tick=_instant(row.get("newest_served_tick")),
         oldest_run_kept=_instant(row.get("oldest_run_kept")), due_ahead=int(row.get("due_ahead") or 0),
-        engines=tuple(engines), max_catch_up_runs=max_catch_up_runs)
+        engines=tuple(engines), max_catch_up_runs=max_catch_up_runs, tag_limits=_tag_limits(row.get("tag_limits")))
+
+
+def _tag_limits(raw: Any) -> tuple[TagLimitFact, ...]:
+    """The why query's tag_limits JSON array (NULL from SQL Server's FOR JSON when there are none)."""
+    listed = json.loads(raw) if isinstance(raw, (str, bytes)) and raw else (raw or [])
+    return tuple(TagLimitFact(tag=str(t["tag"]), max_running=int(t["max_running"]), running=int(t.get("running") or 0))
+                 for t in listed)
 
 
 def tick_at_or_before(job: Any, at: datetime) -> datetime | None:
@@ -614,8 +627,13 @@ def _job_state(f: WhyFacts, add: Callable[..., None], out: list[Reason], future_
             add("queue_ahead", f"{f.queued_ticks} Queued tick(s) of the job, the oldest {_t(f.oldest_queued_tick)}, "
                                "are served first, one at a time (concurrency_mode Queue).", True,
                 queued_ticks=f.queued_ticks, oldest=f.oldest_queued_tick)
-        # (tags, RESERVED_CODES["tag_limit"]) a per-tag concurrency limit is checked here, after the job's own lock
-        # and queue and before the due jobs ahead of it: the claim takes only jobs whose tags have a free slot.
+        # A per-tag concurrency limit (010_tags.sql), after the job's own lock and queue and before the
+        # due jobs ahead of it: the claim takes only jobs whose tags all have a free slot.
+        for limit in f.tag_limits:
+            if limit.running >= limit.max_running:
+                add("tag_limit", f"Every slot of its tag {limit.tag} is taken ({limit.running} of {limit.max_running} "
+                                 "Running across the engines): it waits for one (`mjsched tags list`).", True,
+                    tag=limit.tag, running=limit.running, max_running=limit.max_running)
         free = sum(e.free or 0 for e in live) if live and all(e.free is not None for e in live) else None
         if free is not None and f.due_ahead and f.due_ahead >= free > 0:
             add("backlog", f"{f.due_ahead if f.due_ahead < 1000 else 'over 1,000'} due job(s) come before it in the "
@@ -814,4 +832,4 @@ def codes_in(reports: Iterable[WhyReport]) -> set[str]:
 
 
 __all__: Sequence[str] = ("REASON_CODES", "RESERVED_CODES", "Reason", "WhyReport", "WhyFacts", "RunFact",
-                          "EngineFact", "explain", "facts_from_row", "tick_at_or_before")
+                          "EngineFact", "TagLimitFact", "explain", "facts_from_row", "tick_at_or_before")

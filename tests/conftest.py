@@ -125,7 +125,8 @@ def mssql_dsn(mssql_database: str) -> Iterator[str]:
     conn = mssql.Sql(mssql_database)
     try:
         conn.run("DELETE FROM mjsched.scheduled_job_run; DELETE FROM mjsched.scheduled_job; "
-                 "DELETE FROM mjsched.scheduled_job_type; DELETE FROM mjsched.engine_instance;")
+                 "DELETE FROM mjsched.scheduled_job_type; DELETE FROM mjsched.engine_instance; "
+                 "DELETE FROM mjsched.tag_limit;")
     finally:
         conn.close()
     yield mssql_database

@@ -527,7 +527,31 @@ class Backend(abc.ABC):
         return jobs[0] if jobs else None
 
     @abc.abstractmethod
-    def list_jobs(self, status: str | None = None) -> list[Job]: ...
+    def list_jobs(self, status: str | None = None, tag: str | None = None) -> list[Job]:
+        """Every job, or those of ``status`` and/or carrying ``tag``, by name."""
+
+    @abc.abstractmethod
+    def pause_jobs(self, tag: str, reason: str | None, until: datetime | None, user: str | None) -> int:
+        """pause_jobs (sql/*/010_tags.sql): every Active job carrying ``tag`` becomes Paused, with a
+        record of the database login, ``user``, ``reason`` and ``until`` (when the claims resume it;
+        None: never). Returns how many were paused."""
+
+    @abc.abstractmethod
+    def resume_jobs(self, tag: str) -> int:
+        """resume_jobs: every Paused job carrying ``tag`` becomes Active; returns how many."""
+
+    @abc.abstractmethod
+    def set_tag_limit(self, tag: str, max_running: int | None, user: str | None) -> None:
+        """set_tag_limit: at most ``max_running`` Running runs of the tag's jobs (None: no limit)."""
+
+    @abc.abstractmethod
+    def tag_summary(self) -> list[dict[str, Any]]:
+        """Every tag: tag, jobs, max_running, set_at, set_by, set_by_user, running."""
+
+    @abc.abstractmethod
+    def waiting_for_tag(self, job_id: str | None = None) -> list[dict[str, Any]]:
+        """The due jobs a tag's limit holds back now (job_id, name, tag, max_running, running,
+        next_run_at), or those of one job (the read query waiting_for_tag)."""
 
     def jobs_named(self, name: str) -> list[Job]:
         """The jobs called ``name``, as the database compares names (exactly in PostgreSQL; under

@@ -72,6 +72,13 @@ def _audited(statement: str) -> str:
             " EXEC sys.sp_set_session_context @key = N'mjsched.app_user', @value = NULL;")
 T = TypeVar("T")
 
+
+def _changer(user: str | None) -> tuple[str, str | None]:
+    """(via, app user) for the audit trail of a call that names its user itself (pause_jobs,
+    set_tag_limit): that user, else the one the application set (audit.changes_by)."""
+    via, current_user = audit.current()
+    return via, user if user is not None else current_user
+
 UNIQUE_VIOLATION = {2627, 2601}   # a UNIQUE constraint's violation; a unique index's
 
 # The scripts need OPENJSON, which SQL Server offers only at database compatibility
@@ -467,8 +474,28 @@ class MssqlBackend(Backend):
     def jobs_named(self, name: str) -> list[Job]:
         return [Job.from_row(r) for r in self._read("jobs_named", name)]
 
-    def list_jobs(self, status: str | None = None) -> list[Job]:
-        return [Job.from_row(r) for r in self._read("list_jobs", status)]
+    def list_jobs(self, status: str | None = None, tag: str | None = None) -> list[Job]:
+        return [Job.from_row(r) for r in self._read("list_jobs", status, tag)]
+
+    def pause_jobs(self, tag: str, reason: str | None, until: datetime | None, user: str | None) -> int:
+        rows = self._rows("pause_jobs", _audited("EXEC mjsched.pause_jobs @p_tag = ?, @p_reason = ?, @p_until = ?, "
+                                                 "@p_user = ?;"),
+                          [*_changer(user), tag, reason, to_param(until), user])
+        return int(next(iter(rows[0].values())) or 0) if rows else 0
+
+    def resume_jobs(self, tag: str) -> int:
+        rows = self._rows("resume_jobs", _audited("EXEC mjsched.resume_jobs @p_tag = ?;"), [*audit.current(), tag])
+        return int(next(iter(rows[0].values())) or 0) if rows else 0
+
+    def set_tag_limit(self, tag: str, max_running: int | None, user: str | None) -> None:
+        self._rows("set_tag_limit", _audited("EXEC mjsched.set_tag_limit @p_tag = ?, @p_max_running = ?, @p_user = ?;"),
+                   [*_changer(user), tag, max_running, user])
+
+    def tag_summary(self) -> list[dict[str, Any]]:
+        return self._read("tag_summary")
+
+    def waiting_for_tag(self, job_id: str | None = None) -> list[dict[str, Any]]:
+        return self._read("waiting_for_tag", job_id)
 
     def unscheduled_jobs(self, limit: int = 500, after: str | None = None) -> list[UnscheduledJob]:
         return [UnscheduledJob.from_row(r) for r in self._read("unscheduled_jobs", int(limit), after)]

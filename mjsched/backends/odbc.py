@@ -36,7 +36,7 @@ JOB_COLUMNS = (
     "keep_runs_days", "keep_runs_count",
     "interval_seconds", "run_at",
     "retry_max_attempts", "retry_initial_delay", "retry_factor", "retry_max_delay", "retry_jitter",
-    "notify_final_attempt_only", "jitter_seconds", "priority",
+    "notify_final_attempt_only", "tags", "jitter_seconds", "priority",
 )
 # Session options the filtered indexes need for every write, and the procedures' defaults.
 _SESSION_SETUP = ("SET NOCOUNT ON; SET XACT_ABORT ON; SET ANSI_NULLS ON; SET ANSI_PADDING ON; "

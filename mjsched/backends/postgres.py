@@ -40,6 +40,13 @@ log = logging.getLogger(__name__)
 _AUDITED = "SELECT set_config('mjsched.via', %s, true), set_config('mjsched.app_user', coalesce(%s, ''), true); "
 T = TypeVar("T")
 
+
+def _changer(user: str | None) -> tuple[str, str | None]:
+    """(via, app user) for the audit trail of a call that names its user itself (pause_jobs,
+    set_tag_limit): that user, else the one the application set (audit.changes_by)."""
+    via, current_user = audit.current()
+    return via, user if user is not None else current_user
+
 NOTIFY_CHANNEL = "mjsched_job_changed"
 
 JOB_COLUMNS = (
@@ -50,7 +57,7 @@ JOB_COLUMNS = (
     "keep_runs_days", "keep_runs_count",
     "interval_seconds", "run_at",
     "retry_max_attempts", "retry_initial_delay", "retry_factor", "retry_max_delay", "retry_jitter",
-    "notify_final_attempt_only", "jitter_seconds", "priority",
+    "notify_final_attempt_only", "tags", "jitter_seconds", "priority",
 )
 _TRANSIENT_SQLSTATES = {"40001", "40P01", "55P03", "57P01", "57P02", "57P03", "08000", "08003",
                         "08006", "08001", "08004", "53300"}
@@ -566,8 +573,26 @@ class PostgresBackend(Backend):
     def jobs_named(self, name: str) -> list[Job]:
         return [Job.from_row(r) for r in self._read("jobs_named", {"name": name})]
 
-    def list_jobs(self, status: str | None = None) -> list[Job]:
-        return [Job.from_row(r) for r in self._read("list_jobs", {"status": status})]
+    def list_jobs(self, status: str | None = None, tag: str | None = None) -> list[Job]:
+        return [Job.from_row(r) for r in self._read("list_jobs", {"status": status, "tag": tag})]
+
+    def pause_jobs(self, tag: str, reason: str | None, until: datetime | None, user: str | None) -> int:
+        return int(self._scalar("pause_jobs", _AUDITED + "SELECT paused FROM mjsched.pause_jobs(%s, %s, %s, %s)",
+                                (*_changer(user), tag, reason, until, user)) or 0)
+
+    def resume_jobs(self, tag: str) -> int:
+        return int(self._scalar("resume_jobs", _AUDITED + "SELECT resumed FROM mjsched.resume_jobs(%s)",
+                                (*audit.current(), tag)) or 0)
+
+    def set_tag_limit(self, tag: str, max_running: int | None, user: str | None) -> None:
+        self._rows("set_tag_limit", _AUDITED + "SELECT changed FROM mjsched.set_tag_limit(%s, %s, %s)",
+                   (*_changer(user), tag, max_running, user))
+
+    def tag_summary(self) -> list[dict[str, Any]]:
+        return self._read("tag_summary")
+
+    def waiting_for_tag(self, job_id: str | None = None) -> list[dict[str, Any]]:
+        return self._read("waiting_for_tag", {"job_id": job_id})
 
     def unscheduled_jobs(self, limit: int = 500, after: str | None = None) -> list[UnscheduledJob]:
         return [UnscheduledJob.from_row(r) for r in self._read("unscheduled_jobs", {"after": after, "limit": limit})]

@@ -71,12 +71,15 @@ def cmd_status(ctx: Context) -> int:
     summary["orphaned_running"] = sum(orphaned.values())
     aside = set_aside_jobs(engine.backend, limit=SET_ASIDE_SHOWN)
     summary["set_aside"] = len(aside)
+    waiting = engine.waiting_for_tag()      # due jobs a tag's limit holds back (010_tags.sql)
+    summary["waiting_for_tag"] = len({w.job_id for w in waiting})
     open_alerts = engine.open_alerts(limit=ALERTS_SHOWN)
     summary["alerts_open"] = len(open_alerts)
     if ctx.json:
         ctx.emit_json({"database": ctx.describe_database(), "engines": engines, "counts": summary,
                        "orphaned_running_by_instance": orphaned,
                        "set_aside_jobs": [dataclasses.asdict(job) for job in aside],
+                       "waiting_for_tag": [dataclasses.asdict(w) for w in waiting],
                        "open_alerts": [dataclasses.asdict(a) for a in open_alerts]})
         return EXIT_OK
     ctx.emit(f"database: {ctx.describe_database()}")
@@ -112,7 +115,8 @@ def cmd_status(ctx: Context) -> int:
     labels = [("active_jobs", "active jobs"), ("due", "due now"), ("running", "running"), ("queued", "queued"),
               ("failing", "failing (last run not Completed)"), ("abandoned_24h", "abandoned (24 h)"),
               ("orphaned_running", "orphaned (running, engine not live)"),
-              ("set_aside", "set aside (schedule unusable)"), ("alerts_open", "open alerts")]
+              ("set_aside", "set aside (schedule unusable)"),
+              ("waiting_for_tag", "waiting for a tag's slot (tags list)"), ("alerts_open", "open alerts")]
     width = max(len(label) for _, label in labels)
     for key, label in labels:
         if key in summary:

@@ -53,7 +53,8 @@ def job_configuration(text: str | None) -> dict[str, Any] | None:
 
 def job_row(job: Any) -> list[str]:
     return [job.id, clip(job.name, 32), job.driver, f"{schedule_words(job)} ({job.timezone})", job.status.value,
-            ts(job.next_run_at), ts(job.last_run_at), f"{job.success_count}/{job.failure_count}"]
+            ts(job.next_run_at), ts(job.last_run_at), f"{job.success_count}/{job.failure_count}",
+            ",".join(job.tags) or "-"]
 
 
 def schedule_words(job: Any) -> str:
@@ -100,7 +101,7 @@ def alert_fields(a: Any) -> dict[str, Any]:
     return out
 
 
-JOB_HEADERS = ["ID", "NAME", "DRIVER", "SCHEDULE", "STATUS", "NEXT RUN (UTC)", "LAST RUN (UTC)", "OK/FAILED"]
+JOB_HEADERS = ["ID", "NAME", "DRIVER", "SCHEDULE", "STATUS", "NEXT RUN (UTC)", "LAST RUN (UTC)", "OK/FAILED", "TAGS"]
 
 
 def cmd_jobs_add(ctx: Context) -> int:
@@ -117,7 +118,7 @@ def cmd_jobs_add(ctx: Context) -> int:
                 "start_at": parse_instant("--start-at", a.start_at, a.timezone),
                 "end_at": parse_instant("--end-at", a.end_at, a.timezone),
                 "retry": parse_spec(a.retry) if a.retry is not None else None,
-                "notify_final_attempt_only": False if a.notify_every_attempt else None}
+                "notify_final_attempt_only": False if a.notify_every_attempt else None, "tags": a.tags}
     fields.update({k: v for k, v in optional.items() if v is not None})
     fields.update(schedule_fields(a, a.timezone))
     configuration = job_configuration(a.configuration)
@@ -164,13 +165,13 @@ def cmd_jobs_edit(ctx: Context) -> int:
              "high_frequency_ok": a.high_frequency_ok, "keep_runs_days": a.keep_runs_days,
              "keep_runs_count": a.keep_runs_count, "jitter": a.jitter, "priority": a.priority,
              "retry": parse_spec(a.retry) if a.retry is not None else None,
-             "notify_final_attempt_only": a.notify_final_attempt_only}
+             "notify_final_attempt_only": a.notify_final_attempt_only, "tags": a.tags}
     fields = {k: v for k, v in given.items() if v is not None}
     fields.update(alert_fields(a))
     for flag, key in (("clear_max_runtime", "max_runtime"), ("clear_start_at", "start_at"),
                       ("clear_end_at", "end_at"), ("clear_keep_runs_days", "keep_runs_days"),
                       ("clear_keep_runs_count", "keep_runs_count"), ("clear_retry", "retry"),
-                      ("clear_jitter", "jitter")):
+                      ("clear_tags", "tags"), ("clear_jitter", "jitter")):
         if getattr(a, flag):
             if key in fields:
                 raise UsageError(f"--{key.replace('_', '-')} and --{flag.replace('_', '-')} contradict each other")
@@ -191,15 +192,22 @@ def cmd_jobs_edit(ctx: Context) -> int:
 def cmd_jobs_list(ctx: Context) -> int:
     engine = ctx.engine()
     status = ctx.args.status
-    jobs = engine.list_jobs(status)
+    jobs = engine.list_jobs(status, tag=ctx.args.tag)
     if status is None and not ctx.args.all:
         jobs = [j for j in jobs if j.status.value != "Disabled"]
+    from .tags_commands import waiting_note
+
+    waiting = waiting_note(engine) if jobs else {}
     if ctx.json:
-        ctx.emit_json(jobs)
+        ctx.emit_json([{**jsonable(j), "waiting_for_tag": waiting.get(j.id)} for j in jobs])
     elif not jobs:
         ctx.emit("no jobs" + ("" if ctx.args.all or status else " (Disabled jobs are hidden; use --all)"))
     else:
-        ctx.emit(table(JOB_HEADERS, [job_row(j) for j in jobs]))
+        rows = [job_row(j) for j in jobs]
+        for job, row in zip(jobs, rows):
+            if job.id in waiting:
+                row[4] = f"{row[4]}, {waiting[job.id]}"
+        ctx.emit(table(JOB_HEADERS, rows))
     return EXIT_OK
 
 
@@ -251,11 +259,48 @@ def _set_status(ctx: Context, action: str) -> int:
 
 
 def cmd_jobs_pause(ctx: Context) -> int:
+    a = ctx.args
+    if _by_tag(a, ("reason", "until")):
+        until = parse_until(a.until)
+        paused = ctx.engine().pause_jobs(tag=a.tag, reason=a.reason, until=until)
+        return _tag_outcome(ctx, "paused", a.tag, paused, until)
     return _set_status(ctx, "pause")
 
 
 def cmd_jobs_resume(ctx: Context) -> int:
+    if _by_tag(ctx.args, ()):
+        return _tag_outcome(ctx, "resumed", ctx.args.tag, ctx.engine().resume_jobs(tag=ctx.args.tag), None)
     return _set_status(ctx, "resume")
+
+
+def _by_tag(a: Any, tag_only: tuple[str, ...]) -> bool:
+    """Whether the verb acts on a tag (--tag) or on one JOB: exactly one of them."""
+    if (a.job is None) == (a.tag is None):
+        raise UsageError("give a JOB or --tag TAG (one of them)")
+    for flag in tag_only:
+        if a.tag is None and getattr(a, flag) is not None:
+            raise UsageError(f"--{flag} goes with --tag")
+    return a.tag is not None
+
+
+def parse_until(text: str | None) -> Any:
+    """--until: an ISO instant (no offset: UTC), else a duration from now (the engine reads it)."""
+    if text is None:
+        return None
+    try:
+        return parse_instant("--until", text, "UTC")
+    except ConfigurationError:
+        return text
+
+
+def _tag_outcome(ctx: Context, verb: str, tag: str, count: int, until: Any) -> int:
+    if ctx.json:
+        ctx.emit_json({"tag": tag, verb: count})
+    else:
+        jobs = ctx.engine().list_jobs(tag=tag)
+        when = next((j.paused_until for j in jobs if j.paused_until is not None), None) if until else None
+        ctx.emit(f"{verb} {count} job(s) tagged {tag!r}" + (f" until {ts(when)} UTC" if when else ""))
+    return EXIT_OK
 
 
 def cmd_jobs_remove(ctx: Context) -> int:
@@ -352,7 +397,7 @@ def cmd_jobs_apply(ctx: Context) -> int:
     except ConfigurationError as exc:
         exc.args = (f"{a.file}: {exc.args[0] if exc.args else exc}",)   # which file holds the job
         raise
-    result = ctx.engine().sync_jobs(declared, remove_missing=a.remove_missing, dry_run=a.dry_run)
+    result = ctx.engine().sync_jobs(declared, remove_missing=a.remove_missing, dry_run=a.dry_run, tag=a.tag)
     removed_as = {"pause": "paused", "delete": "deleted"}.get(a.remove_missing, "removed")
     if ctx.json:
         ctx.emit_json({"dry_run": result.dry_run, "remove_missing": a.remove_missing, "created": result.created,

@@ -14,6 +14,7 @@ from .jobs_commands import (cmd_jobs_add, cmd_jobs_apply, cmd_jobs_edit, cmd_job
                             cmd_jobs_history, cmd_jobs_pause, cmd_jobs_preview, cmd_jobs_remove, cmd_jobs_resume,
                             cmd_jobs_show, cmd_jobs_unlock, cmd_jobs_why)
 from .runs_commands import cmd_runs, cmd_runs_cancel, cmd_runs_prune, cmd_runs_show
+from .tags_commands import cmd_tags_limit, cmd_tags_list
 from .terminal import EXIT_USAGE
 
 JOB_STATUSES = ("Pending", "Active", "Paused", "Disabled", "Expired")
@@ -67,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_jobs(sub, add, common)
     _add_execute(sub, add)
     _add_runs(sub, add)
+    _add_tags(sub, add, common)
     add(sub, "status", cmd_status, "engines seen, and how many jobs are due, running, queued, failing, abandoned")
     add(sub, "config", cmd_config, "the effective settings and where each comes from")
     _add_dashboard(sub, add)
@@ -157,6 +159,20 @@ def _add_jobs(sub: Any, add: AddVerb, common: Parser) -> None:
     _add_jobs_import_celery(jsub, add)
 
 
+def _add_tags(sub: Any, add: AddVerb, common: Parser) -> None:
+    """``tags list`` / ``tags limit TAG N|none``."""
+    tags = sub.add_parser("tags", parents=[common], help="list tags; set a tag's cluster-wide concurrency limit",
+                          description="The tags of the jobs: how many jobs carry each, its limit, its running "
+                                      "runs and the due jobs the limit holds back.")
+    tags.set_defaults(handler=lambda ctx: _missing_subcommand(tags))
+    tsub = tags.add_subparsers(dest="tags_command", metavar="ACTION", parser_class=Parser)
+    add(tsub, "list", cmd_tags_list, "every tag: jobs, limit, running, waiting")
+    tl = add(tsub, "limit", cmd_tags_limit, "at most N runs of the tag's jobs at once, across every engine "
+                                            "(manual runs are not held back, but count); none lifts it")
+    tl.add_argument("tag", metavar="TAG")
+    tl.add_argument("limit", metavar="N|none")
+
+
 def _add_jobs_add(jsub: Any, add: AddVerb) -> None:
     """``jobs add``: one of --cron, --every, --run-at is required; the rest have create_job's defaults."""
     ja = add(jsub, "add", cmd_jobs_add, "create a job")
@@ -178,6 +194,8 @@ def _add_jobs_add(jsub: Any, add: AddVerb) -> None:
                     help="driver configuration as a JSON object, or @file.json")
     ja.add_argument("--description")
     ja.add_argument("--owner")
+    ja.add_argument("--tag", dest="tags", action="append", metavar="TAG",
+                    help="a tag of the job (repeat for several; a-z, 0-9, '.', '_', '-')")
     ja.add_argument("--concurrency-mode", type=enum_arg(("Skip", "Queue", "Concurrent")), default="Skip",
                     help="Skip (default), Queue or Concurrent")
     ja.add_argument("--missed-run-policy", type=enum_arg(("Skip", "RunOnce", "RunAll")), default="RunOnce",
@@ -231,6 +249,9 @@ def _add_jobs_edit(jsub: Any, add: AddVerb) -> None:
                     help="replaces the whole configuration: a JSON object, or @file.json")
     je.add_argument("--description")
     je.add_argument("--owner")
+    je.add_argument("--tag", dest="tags", action="append", metavar="TAG",
+                    help="the job's tags: the given ones replace the set (repeat for several)")
+    je.add_argument("--clear-tags", action="store_true", help="no tags")
     je.add_argument("--status", type=enum_arg(JOB_STATUSES))
     je.add_argument("--concurrency-mode", type=enum_arg(("Skip", "Queue", "Concurrent")))
     je.add_argument("--missed-run-policy", type=enum_arg(("Skip", "RunOnce", "RunAll")))
@@ -285,6 +306,9 @@ def _add_jobs_apply(jsub: Any, add: AddVerb) -> None:
     jy.add_argument("--remove-missing", choices=("keep", "pause", "delete"), default="keep",
                     help="jobs in the database the file does not declare: keep (default), pause the Active ones, "
                          "or delete them with their history")
+    jy.add_argument("--tag", metavar="TAG",
+                    help="scope the file to a tag: every job it declares gets the tag, and only jobs carrying "
+                         "it count for --remove-missing (one team's file never touches another's jobs)")
 
 
 def _add_jobs_list(jsub: Any, add: AddVerb) -> None:
@@ -292,13 +316,24 @@ def _add_jobs_list(jsub: Any, add: AddVerb) -> None:
     jl = add(jsub, "list", cmd_jobs_list, "list jobs (Disabled ones only with --all or --status Disabled)")
     jl.add_argument("--all", action="store_true", help="include Disabled jobs")
     jl.add_argument("--status", type=enum_arg(JOB_STATUSES), help="only jobs with this status")
+    jl.add_argument("--tag", metavar="TAG", help="only jobs carrying this tag")
 
 
 def _add_jobs_by_ref(jsub: Any, add: AddVerb) -> None:
     """The job actions whose only argument is the JOB they act on."""
+    jp = add(jsub, "pause", cmd_jobs_pause, "pause a job, or with --tag every Active job carrying the tag "
+                                            "(status Paused)")
+    jp.add_argument("job", metavar="JOB", nargs="?")
+    jp.add_argument("--tag", metavar="TAG", help="pause every Active job carrying TAG, in one transaction")
+    jp.add_argument("--reason", help="with --tag: why (recorded with the database login and your user@host)")
+    jp.add_argument("--until", metavar="TIME",
+                    help="with --tag: a maintenance window: an ISO instant (no offset: UTC) or a duration from now "
+                         "(90m, 2h, 1d); the first poll after it resumes the jobs")
+    jr = add(jsub, "resume", cmd_jobs_resume, "resume a job, or with --tag every Paused job carrying the tag "
+                                              "(status Active; next run from now)")
+    jr.add_argument("job", metavar="JOB", nargs="?")
+    jr.add_argument("--tag", metavar="TAG", help="resume every Paused job carrying TAG")
     for name, handler, text in (("show", cmd_jobs_show, "show every field of a job"),
-                                ("pause", cmd_jobs_pause, "pause a job (status Paused)"),
-                                ("resume", cmd_jobs_resume, "resume a job (status Active; next run from now)"),
                                 ("remove", cmd_jobs_remove, "delete a job and its run history"),
                                 ("delete", cmd_jobs_remove, "the same as remove (the API's delete_job)"),
                                 ("unlock", cmd_jobs_unlock, "free a job's lock whoever holds it (operator "

@@ -42,6 +42,7 @@ DEFAULTS: dict[str, Any] = {
     "max_runtime": None, "isolation": None, "max_queued_runs": 5, "start_at": None, "end_at": None,
     "notify_on_success": False, "notify_on_failure": True, "notify_to": None, "high_frequency_ok": False,
     "keep_runs_days": None, "keep_runs_count": None, "retry": None, "notify_final_attempt_only": True,
+    "tags": (),
     "jitter": None, "priority": 0,
 }
 # The API keyword of a column validation.job_fields returns, where the two differ.
@@ -146,11 +147,15 @@ def ensure(admin: Any, decl: Declaration) -> tuple[str, Job, dict[str, FieldChan
                          "this call made it match its declaration; call again")
 
 
-def sync(admin: Any, specs: Any, remove_missing: str = "keep", dry_run: bool = False) -> SyncResult:
-    """Make the jobs match the declared set ``specs``; see ``SchedulingEngine.sync_jobs``."""
+def sync(admin: Any, specs: Any, remove_missing: str = "keep", dry_run: bool = False,
+         tag: str | None = None) -> SyncResult:
+    """Make the jobs match the declared set ``specs``; see ``SchedulingEngine.sync_jobs``.
+    With ``tag``, every declaration carries it and only the jobs carrying it can be missing."""
     if remove_missing not in REMOVE_MISSING:
         raise ConfigurationError("remove_missing", remove_missing, f"must be one of {', '.join(REMOVE_MISSING)}")
     decls = declarations(specs)
+    if tag is not None:
+        decls = [with_tag(decl, tag) for decl in decls]
     result = SyncResult(dry_run=bool(dry_run))
     kept: set[str] = set()
     for decl in decls:
@@ -164,7 +169,7 @@ def sync(admin: Any, specs: Any, remove_missing: str = "keep", dry_run: bool = F
         if job is not None:
             kept.add(job.id)
     if remove_missing != "keep":
-        _remove_missing(admin, kept, remove_missing, dry_run, result)
+        _remove_missing(admin, kept, remove_missing, dry_run, result, tag)
     if not dry_run:
         log.info("synced %d declared job(s): %d created, %d updated, %d unchanged, %d %s", len(decls),
                  len(result.created), len(result.updated), len(result.unchanged), len(result.removed),
@@ -204,8 +209,16 @@ def _plan(admin: Any, decl: Declaration) -> tuple[str, Job | None, dict[str, Fie
     return ("updated" if changes else "unchanged"), job, changes
 
 
-def _remove_missing(admin: Any, kept: set[str], how: str, dry_run: bool, result: SyncResult) -> None:
-    for job in admin.list_jobs():
+def with_tag(decl: Declaration, tag: str) -> Declaration:
+    """``decl`` with ``tag`` among its tags (a sync scoped to a tag owns the jobs carrying it)."""
+    tags = validation.job_fields({"tags": decl.fields.get("tags")}, creating=False)["tags"]
+    return Declaration(name=decl.name, fields={**decl.fields, "tags": tuple(sorted({*tags, tag}))},
+                       status_declared=decl.status_declared)
+
+
+def _remove_missing(admin: Any, kept: set[str], how: str, dry_run: bool, result: SyncResult,
+                    tag: str | None = None) -> None:
+    for job in admin.list_jobs(tag=tag):
         if job.id in kept:
             continue
         if how == "pause":

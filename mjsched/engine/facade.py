@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any, Callable, Iterable, TypeVar
 
 from .. import alerts, audit, validation
+from .. import tags as tag_rules
 from .. import why as why_module
 from ..alerts import Alert
 from ..backends import Backend, open_backend
@@ -22,7 +23,7 @@ from ..why import WhyReport
 from . import declared, refs
 from .cancellation import default_requester
 from .control import EngineControl
-from .jobs import changed_job_values, create_job
+from .jobs import changed_job_values, create_job, pause_until
 from .listeners import EngineListener
 from .manual import ManualRuns
 from .once import check_timeout
@@ -190,16 +191,19 @@ class SchedulingEngine:
         return job
 
     def sync_jobs(self, jobs: list[dict[str, Any]], remove_missing: str = "keep", *,
-                  dry_run: bool = False) -> SyncResult:
+                  dry_run: bool = False, tag: str | None = None) -> SyncResult:
         """ensure_job for each dict of ``jobs`` (all checked before any is written); then the
         jobs no dict names are kept, paused (Active ones) or deleted, as ``remove_missing``
         says ("keep", "pause" or "delete": every job in the database counts). With
-        ``dry_run`` nothing is written and the result says what would change."""
+        ``dry_run`` nothing is written and the result says what would change. With ``tag``
+        the sync is scoped to that tag: every declared job carries it (added to its tags), and
+        only jobs carrying it count as missing, so one team's file never touches another's jobs."""
         for spec in jobs if isinstance(jobs, list) else ():
             if isinstance(spec, dict):
                 self._admit(spec.get("driver"), spec.get("configuration"))
         with audit.changes_by(via="sync_jobs"):
-            result = declared.sync(self, jobs, remove_missing, dry_run)
+            result = declared.sync(self, jobs, remove_missing, dry_run,
+                                   tag=None if tag is None else tag_rules.tag(tag))
         if not result.dry_run:
             self._declared.update(result.created + result.updated + result.unchanged)
         return result
@@ -227,10 +231,67 @@ class SchedulingEngine:
             raise JobNotFound(job_id)
         return [audit.masked(c) for c in changes]
 
-    def list_jobs(self, status: str | None = None) -> list[Job]:
+    def list_jobs(self, status: str | None = None, *, tag: str | None = None) -> list[Job]:
+        """Every job, by name; or those of ``status`` and/or carrying ``tag``."""
         if status is not None:
             status = validation.enum_value("status", status, JobStatus).value
-        return self.backend.list_jobs(status)
+        return self.backend.list_jobs(status, None if tag is None else tag_rules.tag(tag))
+
+    def pause_jobs(self, *, tag: str, reason: str | None = None, until: Any = None,
+                   user: str | None = None) -> int:
+        """Pause every Active job carrying ``tag`` in one transaction; returns how many. The
+        database records who (its login, and ``user``: the application's user, default
+        user@host), ``reason`` and ``until``: an aware datetime, or a duration from now ('2h',
+        a timedelta), after which the first poll of any engine resumes them (None: until
+        resume_jobs). Running runs finish. Everything is checked before anything is written."""
+        tag = tag_rules.tag(tag)
+        reason = validation.text("reason", reason, limit=1000)
+        user = validation.text("user", user if user is not None else default_requester(), limit=255)
+        paused = self.backend.pause_jobs(tag, reason, pause_until(self.backend, until), user)
+        log.info("paused %d job(s) tagged %r%s%s", paused, tag, f" until {until}" if until is not None else "",
+                 f": {reason}" if reason else "", extra={"action": "jobs_paused"})
+        self.on_job_changed()
+        return paused
+
+    def set_tag_limit(self, tag: str, max_running: int | None, *, user: str | None = None) -> None:
+        """At most ``max_running`` runs of jobs carrying ``tag`` run at once across every engine
+        (None lifts the limit; 0 holds every scheduled run of the tag back). The claims enforce it
+        in the database; a manual run (execute_job) is never held back but takes a slot while it
+        runs. Recorded with the database login and ``user`` (default user@host)."""
+        tag = tag_rules.tag(tag)
+        limit = tag_rules.max_running(max_running)
+        user = validation.text("user", user if user is not None else default_requester(), limit=255)
+        self.backend.set_tag_limit(tag, limit, user)
+        log.info("tag %r: %s", tag, "no limit" if limit is None else f"at most {limit} running at once",
+                 extra={"action": "tag_limit_set"})
+        self.on_job_changed()
+
+    def tags(self) -> list[tag_rules.TagInfo]:
+        """Every tag (carried by a job, or limited): its jobs, limit, Running runs and the due
+        jobs its limit holds back now."""
+        waiting: dict[str, list[str]] = {}
+        for wait in self.waiting_for_tag():
+            waiting.setdefault(wait.tag, []).append(wait.name)
+        return [tag_rules.TagInfo(tag=r["tag"], jobs=int(r["jobs"]), max_running=r["max_running"],
+                                  running=int(r["running"]), waiting=tuple(waiting.get(r["tag"], ())),
+                                  set_at=r["set_at"], set_by=r["set_by"], set_by_user=r["set_by_user"])
+                for r in self.backend.tag_summary()]
+
+    def waiting_for_tag(self, job_id: str | None = None) -> list[tag_rules.TagWait]:
+        """The due jobs (or this one) a tag's limit holds back now, one per (job, tag)."""
+        jid = refs.resolve_job_id(self.backend, job_id) if job_id is not None else None
+        return [tag_rules.TagWait(job_id=str(r["job_id"]), name=r["name"], tag=r["tag"],
+                                  max_running=int(r["max_running"]), running=int(r["running"]))
+                for r in self.backend.waiting_for_tag(jid)]
+
+    def resume_jobs(self, *, tag: str) -> int:
+        """Resume every Paused job carrying ``tag`` (however it was paused); returns how many.
+        Each runs next at its first tick from now (ticks missed while paused are not run)."""
+        tag = tag_rules.tag(tag)
+        resumed = self.backend.resume_jobs(tag)
+        log.info("resumed %d job(s) tagged %r", resumed, tag, extra={"action": "jobs_resumed"})
+        self.on_job_changed()
+        return resumed
 
     def update_job(self, job_id: str, **fields: Any) -> Job:
         """Change fields of a job; a new schedule takes effect from its next tick."""

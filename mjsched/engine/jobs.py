@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from datetime import datetime, timedelta
 from typing import Any
 
 from .. import cron, schedules, scheduling, validation
@@ -91,3 +92,12 @@ def _named_schedule(current: Job, values: dict[str, Any]) -> bool:
 def _job_type(backend: Backend, driver_name: str) -> str:
     driver_cls = get_driver(driver_name)
     return backend.ensure_job_type(driver_name, driver_cls.isolation, driver_cls.default_max_runtime)
+
+
+def pause_until(backend: Backend, until: Any) -> datetime | None:
+    """When a tag's pause ends: an aware datetime as given, or a duration ('2h', a timedelta,
+    seconds) from the database's now; None for never. ConfigurationError naming ``until``."""
+    if until is None or isinstance(until, datetime):
+        return validation.aware("until", until)
+    seconds = schedules.parse_duration(until, "until")
+    return backend.db_now() + timedelta(seconds=seconds)

@@ -12,7 +12,7 @@ import mimetypes
 import os
 import threading
 import uuid
-from datetime import datetime
+from datetime import datetime, timezone
 from importlib import resources
 from typing import Any, Callable, Iterable
 from urllib.parse import quote, unquote
@@ -30,6 +30,7 @@ from ..engine.refs import short_run_id
 from ..errors import (AmbiguousRunId, ConfigurationError, DatabaseError, JobNotFound, RunNotFound, SchedulerError,
                       SchemaNotInstalled)
 from ..redaction import redact_text
+from ..tags import problem as tag_problem, tag_set
 from ..version import __version__
 from . import humanize, schedule_form, security
 from .pages import JOB_STATUSES, RUN_STATUSES, Reader
@@ -39,7 +40,7 @@ log = logging.getLogger("mjsched.web")
 
 FLASH_COOKIE = "mjsched_flash"
 STATIC_FILES = frozenset({"dashboard.css", "dashboard.js"})
-EDITABLE = ("cron", "every", "run_at", "timezone", "status", "max_runtime", "jitter")   # the schedule: its kind's field
+EDITABLE = ("cron", "every", "run_at", "timezone", "status", "max_runtime", "jitter", "tags")   # the schedule: its kind's field
 DB_SLOTS_SHARED = 2      # concurrent requests on an engine the application shares with the dashboard
 DB_SLOTS_OWNED = 4       # on the dashboard's own engine (create_app(dsn))
 DB_SLOT_WAIT = 10.0      # seconds a request waits for a slot before a "busy" page
@@ -76,6 +77,28 @@ def _choice(name: str, value: str | None, allowed: Iterable[str]) -> str | None:
     if value not in allowed:
         raise UserError(400, "Bad request", f"{name}: {value!r} is not one of {', '.join(allowed)}")
     return value
+
+
+def _tag(value: str | None) -> str | None:
+    """A tag from the query or the path (None when empty); 400 naming it otherwise."""
+    value = (value or "").strip()
+    if not value:
+        return None
+    why = tag_problem(value)
+    if why is not None:
+        raise UserError(400, "Bad request", f"tag={value[:100]!r}: {why}")
+    return value
+
+
+def _until(value: str | None) -> Any:
+    """The pause form's until: an ISO instant (no offset: UTC), else a duration the engine reads."""
+    if value is None:
+        return None
+    try:
+        when = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return value
+    return when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)
 
 
 def _job_id(value: str) -> str:
@@ -123,6 +146,7 @@ class Dashboard:
             Rule("/jobs/<job_id>/preview", endpoint="preview", methods=["GET"]),
             Rule("/jobs/<job_id>/<any(run, pause, resume, unlock, edit):action>", endpoint="action",
                  methods=["POST"]),
+            Rule("/tags/<tag>/<any(pause, resume):action>", endpoint="tag_action", methods=["POST"]),
             Rule("/runs", endpoint="runs", methods=["GET"]),
             Rule("/runs/<run_id>/cancel", endpoint="run_cancel", methods=["POST"]),
             Rule("/engines", endpoint="engines", methods=["GET"]),
@@ -292,13 +316,14 @@ class Dashboard:
     def on_jobs(self, request: Request) -> Response:
         status = _choice("status", request.args.get("status"), JOB_STATUSES)
         search = (request.args.get("q") or "").strip()[:200] or None
+        tag = _tag(request.args.get("tag"))
         page = _positive_page(request.args.get("page"))
         summary = self.reader.summary()
-        data = self.reader.jobs(status=status, search=search, page=page, now=summary["now"])
+        data = self.reader.jobs(status=status, search=search, page=page, now=summary["now"], tag=tag)
         alerts_by_job: dict[str, list[Any]] = {}
         for alert in self._open_alerts(None):
             alerts_by_job.setdefault(alert.job_id, []).append(alert)
-        return self._render(request, "jobs.html", nav="jobs", status=status, q=search or "", summary=summary,
+        return self._render(request, "jobs.html", nav="jobs", status=status, q=search or "", tag=tag, summary=summary,
                             set_aside=self.reader.set_aside(), alerts_by_job=alerts_by_job, **data)
 
     def _open_alerts(self, job_id: str | None) -> list[Any]:
@@ -321,6 +346,26 @@ class Dashboard:
             log.warning("alert rules of job %s not read: %s", job_id, exc, extra={"action": "web_error"})
             return {}
 
+    def on_tag_action(self, request: Request, tag: str, action: str) -> Response:
+        """Pause (with the form's reason and until) or resume every job carrying ``tag``."""
+        self._check_action(request, f"{action}_tag", tag)
+        tag = _tag(tag) or ""
+        back = f"/jobs?tag={quote(tag)}"
+        user = getattr(request, "user", None)
+        try:
+            if action == "pause":
+                until = (request.form.get("until") or "").strip() or None
+                count = self.engine.pause_jobs(tag=tag, reason=(request.form.get("reason") or "").strip() or None,
+                                               until=_until(until), user=f"{user} (dashboard)" if user else None)
+            else:
+                count = self.engine.resume_jobs(tag=tag)
+        except SchedulerError as exc:
+            self._audit(request, f"{action}_tag", tag, "refused", str(exc))
+            return self._redirect(request, back, "error", f"{action} of tag {tag} refused: {redact_text(str(exc))}")
+        message = f"{count} job(s) tagged {tag} {action}d."
+        self._audit(request, f"{action}_tag", tag, "ok", message)
+        return self._redirect(request, back, "ok", message)
+
     def on_job(self, request: Request, job_id: str, form: dict[str, str] | None = None,
                form_error: str | None = None, status_code: int = 200) -> Response:
         job_id = _job_id(job_id)
@@ -338,15 +383,17 @@ class Dashboard:
             next_runs, schedule_error = [], str(exc)
         summary = self.reader.summary()
         now = summary["now"]
+        record = self.reader.pause_record(job_id)
         kind = schedule_form.kind_of(job["cron_expression"], job["interval_seconds"], job["run_at"])
         job["schedule_kind"], job["schedule_kind_name"] = kind, schedule_form.KINDS[kind]
         job["schedule_value"] = schedule_form.field_value(kind, job["cron_expression"], job["interval_seconds"],
                                                           job["run_at"], job["timezone"])
         form = form or {kind: job["schedule_value"], "timezone": job["timezone"], "status": job["status"],
                         "max_runtime": "" if job["max_runtime_seconds"] is None else f"{job['max_runtime_seconds']:g}",
-                        "jitter": "" if job.get("jitter_seconds") is None else str(job["jitter_seconds"])}
+                        "jitter": "" if job.get("jitter_seconds") is None else str(job["jitter_seconds"]),
+                        "tags": ", ".join(record["tags"])}
         why, why_at, why_error = self._why(job_id, job["timezone"], request.args.get("why_at"))
-        return self._render(request, "job.html", http_status=status_code, nav="jobs", job=job, now=now,
+        return self._render(request, "job.html", http_status=status_code, nav="jobs", job=job, now=now, **record,
                             declared=job["name"] in self.engine.declared_names,
                             next_runs=next_runs, schedule_error=schedule_error, run_status=run_status, summary=summary,
                             chart=self.reader.duration_chart(job_id), form=form, form_error=form_error,
@@ -517,10 +564,13 @@ class Dashboard:
             changes["max_runtime"] = max_runtime
         try:
             jitter = _jitter_field(form["jitter"])
+            tags = tag_set(form["tags"])
         except SchedulerError as exc:
             return self._edit_refused(request, job, form, str(exc))
         if jitter != job.jitter_seconds:
             changes["jitter"] = jitter
+        if tags != job.tags:
+            changes["tags"] = tags
         if not changes:
             return self._redirect(request, back, "ok", "Nothing changed.")
         try:

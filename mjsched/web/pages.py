@@ -131,14 +131,30 @@ class Reader:
         return self._rows("summary")[0]
 
     # -- jobs ----------------------------------------------------------------------------
-    def jobs(self, *, status: str | None, search: str | None, page: int, now: datetime) -> dict[str, Any]:
-        rows = self._rows("jobs_page", status=status, search=like_pattern(search) if search else None,
+    def jobs(self, *, status: str | None, search: str | None, page: int, now: datetime,
+             tag: str | None = None) -> dict[str, Any]:
+        rows = self._rows("jobs_page", status=status, search=like_pattern(search) if search else None, tag=tag,
                           limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE, recent=RECENT_RUNS)
         if self.backend.dialect != "postgres":
             rows = fold_recent(rows)
         total = int(rows[0]["total"]) if rows else 0
-        return {"jobs": [self._job_row(r, now) for r in rows], "now": now,
-                "page": Page(page, PAGE_SIZE, page * PAGE_SIZE < total, total)}
+        jobs = [self._job_row(r, now) for r in rows]
+        tagged = {j.id: j for j in self.backend.get_jobs([j["id"] for j in jobs])}   # tags and pause records
+        for row in jobs:
+            found = tagged.get(row["id"])
+            row["tags"] = found.tags if found is not None else ()
+            row["paused_until"] = found.paused_until if found is not None else None
+        return {"jobs": jobs, "now": now, "page": Page(page, PAGE_SIZE, page * PAGE_SIZE < total, total)}
+
+    def pause_record(self, job_id: str) -> dict[str, Any]:
+        """The job's tags and, when pause_jobs paused it, who, why and until when."""
+        found = self.backend.get_job(job_id)
+        if found is None:
+            return {"tags": (), "pause": None}
+        pause = None if found.paused_at is None else {
+            "at": found.paused_at, "by": found.paused_by, "user": found.paused_by_user,
+            "reason": redact_text(found.pause_reason) if found.pause_reason else None, "until": found.paused_until}
+        return {"tags": found.tags, "pause": pause}
 
     @staticmethod
     def _job_row(r: dict[str, Any], now: datetime) -> dict[str, Any]:

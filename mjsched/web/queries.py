@@ -52,6 +52,8 @@ POSTGRES: dict[str, str] = {
               FROM mjsched.scheduled_job j
               JOIN mjsched.scheduled_job_type t ON t.id = j.job_type_id
              WHERE (%(status)s::varchar IS NULL OR j.status = %(status)s::varchar)
+               AND (%(tag)s::varchar IS NULL OR j.id IN (SELECT g.scheduled_job_id FROM mjsched.job_tag g
+                                                          WHERE g.tag = %(tag)s::varchar))
                AND (%(search)s::text IS NULL OR j.name ILIKE %(search)s::text
                     OR t.driver_class ILIKE %(search)s::text)
              ORDER BY j.name, j.id
@@ -175,6 +177,9 @@ MSSQL: dict[str, str] = {
               FROM mjsched.scheduled_job AS j
               JOIN mjsched.scheduled_job_type AS t ON t.id = j.job_type_id
              WHERE (CAST(%(status)s AS nvarchar(20)) IS NULL OR j.status = CAST(%(status)s AS nvarchar(20)))
+               AND (CAST(%(tag)s AS nvarchar(64)) IS NULL
+                    OR j.id IN (SELECT g.scheduled_job_id FROM mjsched.job_tag AS g
+                                 WHERE g.tag = CAST(%(tag)s AS nvarchar(64))))
                AND (CAST(%(search)s AS nvarchar(450)) IS NULL
                     OR j.name LIKE CAST(%(search)s AS nvarchar(450)) ESCAPE '\\'
                     OR t.driver_class LIKE CAST(%(search)s AS nvarchar(450)) ESCAPE '\\')

@@ -282,6 +282,71 @@ BEGIN
 END;
 GO
 
+-- Tags (010_tags.sql): a job's tags, and the record of a pause_jobs pause. Here, before
+-- 002_procedures.sql, whose claim and next_due_at read them.
+IF OBJECT_ID(N'mjsched.job_tag', N'U') IS NULL
+BEGIN
+    CREATE TABLE mjsched.job_tag (
+        scheduled_job_id uniqueidentifier NOT NULL,
+        tag              nvarchar(64) NOT NULL,
+        CONSTRAINT pk_job_tag PRIMARY KEY (scheduled_job_id, tag),
+        CONSTRAINT fk_job_tag_job FOREIGN KEY (scheduled_job_id)
+            REFERENCES mjsched.scheduled_job (id) ON DELETE CASCADE,
+        -- tag_problem's rule: a-z, 0-9, '.', '_', '-', starting with a letter or a digit
+        CONSTRAINT ck_job_tag_tag
+            CHECK (LEN(tag) BETWEEN 1 AND 64
+                   AND tag COLLATE Latin1_General_BIN2 NOT LIKE N'%[^a-z0-9._-]%'
+                   AND tag COLLATE Latin1_General_BIN2 LIKE N'[a-z0-9]%')
+    );
+END;
+IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'ix_job_tag_tag' AND object_id = OBJECT_ID(N'mjsched.job_tag'))
+BEGIN
+    CREATE INDEX ix_job_tag_tag ON mjsched.job_tag (tag, scheduled_job_id);
+END;
+
+IF OBJECT_ID(N'mjsched.job_pause', N'U') IS NULL
+BEGIN
+    CREATE TABLE mjsched.job_pause (
+        scheduled_job_id uniqueidentifier NOT NULL,
+        paused_at        datetimeoffset NOT NULL,
+        paused_by        nvarchar(255) NOT NULL,     -- the database login (ORIGINAL_LOGIN())
+        paused_by_user   nvarchar(255) NULL,         -- the application's user, when the caller named one
+        pause_reason     nvarchar(1000) NULL,
+        paused_until     datetimeoffset NULL,        -- NULL: until resumed
+        tag              nvarchar(64) NOT NULL,      -- the tag the pause was for
+        CONSTRAINT pk_job_pause PRIMARY KEY (scheduled_job_id),
+        CONSTRAINT fk_job_pause_job FOREIGN KEY (scheduled_job_id)
+            REFERENCES mjsched.scheduled_job (id) ON DELETE CASCADE,
+        CONSTRAINT ck_job_pause_paused_until
+            CHECK (paused_until IS NULL
+                   OR paused_until BETWEEN '1900-01-01T00:00:00+00:00' AND '9999-12-31T00:00:00+00:00')
+    );
+END;
+IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'ix_job_pause_until' AND object_id = OBJECT_ID(N'mjsched.job_pause'))
+BEGIN
+    CREATE INDEX ix_job_pause_until ON mjsched.job_pause (paused_until) WHERE paused_until IS NOT NULL;
+END;
+GO
+
+-- A tag's cluster-wide limit (010_tags.sql): here too, for the claims of 002.
+IF OBJECT_ID(N'mjsched.tag_limit', N'U') IS NULL
+BEGIN
+    CREATE TABLE mjsched.tag_limit (
+        tag         nvarchar(64) NOT NULL,
+        max_running int NOT NULL,
+        set_at      datetimeoffset NOT NULL,
+        set_by      nvarchar(255) NOT NULL,      -- the database login (ORIGINAL_LOGIN())
+        set_by_user nvarchar(255) NULL,          -- the application's user, when the caller named one
+        CONSTRAINT pk_tag_limit PRIMARY KEY (tag),
+        CONSTRAINT ck_tag_limit_tag
+            CHECK (LEN(tag) BETWEEN 1 AND 64
+                   AND tag COLLATE Latin1_General_BIN2 NOT LIKE N'%[^a-z0-9._-]%'
+                   AND tag COLLATE Latin1_General_BIN2 LIKE N'[a-z0-9]%'),
+        CONSTRAINT ck_tag_limit_max_running CHECK (max_running BETWEEN 0 AND 100000)
+    );
+END;
+GO
+
 IF OBJECT_ID(N'mjsched.engine_instance', N'U') IS NULL
 BEGIN
     CREATE TABLE mjsched.engine_instance (

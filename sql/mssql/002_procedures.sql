@@ -77,7 +77,8 @@
 --   are procedures (T-SQL functions may not): a count (abandon_runs, take_over,
 --   expire_ended_jobs) is the procedure's return code, read with EXEC @n = ...; rows
 --   (claim_queued, claim_ticks) go to the temporary table #mjsched_claimed when the
---   caller created one, as complete_job_runs writes to #mjsched_completed (INSERT ...
+--   caller created one, as complete_job_runs writes to #mjsched_completed and
+--   admit_by_tag_limits to #mjsched_admitted (INSERT ...
 --   EXEC would forbid the callee a ROLLBACK and cannot nest). The pure ones the planner
 --   inlines (claimable, claim_token, claim_replay, claim_counters) are inline
 --   table-valued functions used with CROSS APPLY, which the optimizer expands into the
@@ -739,8 +740,13 @@ BEGIN
     SET XACT_ABORT ON;
     DECLARE @v_own_transaction bit = CASE WHEN @@TRANCOUNT = 0 THEN 1 ELSE 0 END;
     DECLARE @v_old nvarchar(max);
-    DECLARE @v_candidates TABLE (id uniqueidentifier NOT NULL PRIMARY KEY, lock_token uniqueidentifier NULL);
+    DECLARE @v_candidates TABLE (id uniqueidentifier NOT NULL PRIMARY KEY, lock_token uniqueidentifier NULL,
+                                 due datetimeoffset NULL);
     DECLARE @v_run_locks TABLE (id uniqueidentifier NOT NULL PRIMARY KEY);
+    -- tags at their limit (010_tags.sql), when a tag has one: their jobs are left out
+    DECLARE @v_limited bit = 0;
+    DECLARE @v_full TABLE (tag nvarchar(64) NOT NULL PRIMARY KEY);
+    DECLARE @v_json nvarchar(max);
     DECLARE @v_taken TABLE (job_id uniqueidentifier NOT NULL PRIMARY KEY, lock_token uniqueidentifier NOT NULL,
                             lease_until datetimeoffset NOT NULL, last_run_at datetimeoffset NULL,
                             fence_seq bigint NOT NULL, version int NOT NULL);
@@ -751,8 +757,13 @@ BEGIN
         BEGIN
             BEGIN TRANSACTION;
         END;
-        INSERT INTO @v_candidates (id, lock_token)
-        SELECT TOP (@p_max_jobs) j.id, j.lock_token
+        IF EXISTS (SELECT 1 FROM mjsched.tag_limit AS l WITH (READCOMMITTEDLOCK, READPAST))
+        BEGIN
+            SET @v_limited = 1;
+            INSERT INTO @v_full (tag) SELECT f.tag FROM mjsched.tags_at_limit() AS f;
+        END;
+        INSERT INTO @v_candidates (id, lock_token, due)
+        SELECT TOP (@p_max_jobs) j.id, j.lock_token, CAST(NULL AS datetimeoffset)
           FROM mjsched.scheduled_job AS j WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
          -- a one-off (run_at) is Expired once its tick is served, but the retries of that tick
          -- still run: its only Queued runs are retries (one tick, never queued behind itself)
@@ -769,10 +780,25 @@ BEGIN
            AND (NOT (j.concurrency_mode = N'Skip' AND j.next_run_at IS NOT NULL AND j.next_run_at <= @p_now)
                 OR EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS q WITH (READCOMMITTEDLOCK, READPAST)
                             WHERE q.scheduled_job_id = j.id AND q.status = N'Queued' AND q.attempt <= 1
-                              AND (q.retry_at IS NULL OR q.retry_at <= @p_now)));
+                              AND (q.retry_at IS NULL OR q.retry_at <= @p_now)))
+           AND (@v_limited = 0
+                OR NOT EXISTS (SELECT 1 FROM mjsched.job_tag AS g WITH (READCOMMITTEDLOCK, READPAST)
+                                 JOIN @v_full AS f ON f.tag = g.tag
+                                WHERE g.scheduled_job_id = j.id));
         IF EXISTS (SELECT 1 FROM @v_candidates)
         BEGIN
             EXEC mjsched.test_pause @p_point = N'claim_due_jobs:queued_jobs_locked';
+            -- a tag's limit (010_tags.sql): only the candidates admit_by_tag_limits admits, in claim order
+            IF @v_limited = 1
+            BEGIN
+                SET @v_json = (SELECT c.id FROM @v_candidates AS c ORDER BY c.due, c.id FOR JSON PATH);
+                CREATE TABLE #mjsched_admitted (ids nvarchar(max) NULL, old nvarchar(max) NULL);
+                EXEC mjsched.admit_by_tag_limits @p_ids = @v_json;
+                DELETE c FROM @v_candidates AS c
+                 WHERE c.id NOT IN (SELECT CONVERT(uniqueidentifier, JSON_VALUE(e.[value], N'$.id'))
+                                      FROM #mjsched_admitted AS a CROSS APPLY OPENJSON(a.ids) AS e);
+                DROP TABLE #mjsched_admitted;
+            END;
             -- A lapsed run another session holds (an operator's open transaction) is not
             -- waited for: the runs of the lapsed tokens are locked here with READPAST (their job
             -- rows are ours, so only an outsider can hold them), and a candidate with a run that
@@ -878,8 +904,13 @@ BEGIN
     SET XACT_ABORT ON;
     DECLARE @v_own_transaction bit = CASE WHEN @@TRANCOUNT = 0 THEN 1 ELSE 0 END;
     DECLARE @v_old nvarchar(max);
-    DECLARE @v_candidates TABLE (id uniqueidentifier NOT NULL PRIMARY KEY, lock_token uniqueidentifier NULL);
+    DECLARE @v_candidates TABLE (id uniqueidentifier NOT NULL PRIMARY KEY, lock_token uniqueidentifier NULL,
+                                 due datetimeoffset NULL);
     DECLARE @v_run_locks TABLE (id uniqueidentifier NOT NULL PRIMARY KEY);
+    -- tags at their limit (010_tags.sql), when a tag has one: their jobs are left out
+    DECLARE @v_limited bit = 0;
+    DECLARE @v_full TABLE (tag nvarchar(64) NOT NULL PRIMARY KEY);
+    DECLARE @v_json nvarchar(max);
     DECLARE @v_taken TABLE (job_id uniqueidentifier NOT NULL PRIMARY KEY, lock_token uniqueidentifier NOT NULL,
                             next_run_at datetimeoffset NULL, lease_until datetimeoffset NOT NULL,
                             last_run_at datetimeoffset NULL, fence_seq bigint NOT NULL, version int NOT NULL);
@@ -903,8 +934,14 @@ BEGIN
                                                d.expected_completion_at, @p_now) AS c
                  WHERE d.status = N'Active' AND d.next_run_at <= @p_now
                  ORDER BY d.next_run_at) AS b;     -- the due index's head
-        INSERT INTO @v_candidates (id, lock_token)
-        SELECT TOP (@p_max_jobs) j.id, j.lock_token
+        IF EXISTS (SELECT 1 FROM mjsched.tag_limit AS l WITH (READCOMMITTEDLOCK, READPAST))
+        BEGIN
+            SET @v_limited = 1;
+            INSERT INTO @v_full (tag) SELECT f.tag FROM mjsched.tags_at_limit() AS f;
+        END;
+        INSERT INTO @v_candidates (id, lock_token, due)
+        SELECT TOP (@p_max_jobs) j.id, j.lock_token,     -- due: the claim's order (admit_by_tag_limits keeps it)
+               CASE WHEN @v_backlog = 1 THEN j.claim_at ELSE j.next_run_at END
           FROM mjsched.scheduled_job AS j WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
          CROSS APPLY mjsched.claimable(j.status, j.start_at, j.end_at, j.lock_token,
                                        j.expected_completion_at, @p_now) AS c
@@ -912,11 +949,26 @@ BEGIN
            AND (@v_backlog = 0 OR j.claim_at <= DATEADD(minute, 100, @p_now))
            AND NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS q WITH (READCOMMITTEDLOCK, READPAST)
                             WHERE q.scheduled_job_id = j.id AND q.status = N'Queued' AND q.attempt = 1)
+           AND (@v_limited = 0
+                OR NOT EXISTS (SELECT 1 FROM mjsched.job_tag AS g WITH (READCOMMITTEDLOCK, READPAST)
+                                 JOIN @v_full AS f ON f.tag = g.tag
+                                WHERE g.scheduled_job_id = j.id))
          ORDER BY CASE WHEN @v_backlog = 1 THEN j.claim_at ELSE j.next_run_at END
         OPTION (RECOMPILE);
         IF EXISTS (SELECT 1 FROM @v_candidates)
         BEGIN
             EXEC mjsched.test_pause @p_point = N'claim_due_jobs:due_jobs_locked';
+            -- a tag's limit (010_tags.sql): only the candidates admit_by_tag_limits admits, in claim order
+            IF @v_limited = 1
+            BEGIN
+                SET @v_json = (SELECT c.id FROM @v_candidates AS c ORDER BY c.due, c.id FOR JSON PATH);
+                CREATE TABLE #mjsched_admitted (ids nvarchar(max) NULL, old nvarchar(max) NULL);
+                EXEC mjsched.admit_by_tag_limits @p_ids = @v_json;
+                DELETE c FROM @v_candidates AS c
+                 WHERE c.id NOT IN (SELECT CONVERT(uniqueidentifier, JSON_VALUE(e.[value], N'$.id'))
+                                      FROM #mjsched_admitted AS a CROSS APPLY OPENJSON(a.ids) AS e);
+                DROP TABLE #mjsched_admitted;
+            END;
             -- A lapsed run another session holds (an operator's open transaction) is not
             -- waited for: the runs of the lapsed tokens are locked here with READPAST (their job
             -- rows are ours, so only an outsider can hold them), and a candidate with a run that
@@ -1048,6 +1100,12 @@ BEGIN
                            FROM mjsched.scheduled_job_run AS r WITH (READCOMMITTEDLOCK, READPAST)
                           WHERE r.status = N'Queued' AND r.retry_at IS NOT NULL AND r.retry_at > @p_now
                           ORDER BY r.retry_at) AS d
+        UNION ALL
+        -- the end of a maintenance window (010_tags.sql)
+        SELECT e.t FROM (SELECT TOP (1) p.paused_until AS t
+                           FROM mjsched.job_pause AS p WITH (READCOMMITTEDLOCK, READPAST)
+                          WHERE p.paused_until IS NOT NULL AND p.paused_until > @p_now
+                          ORDER BY p.paused_until) AS e
     ) AS s
      WHERE s.t IS NOT NULL;
     RETURN @v_next;
@@ -1145,7 +1203,7 @@ BEGIN
         keep_runs_days int NULL, keep_runs_count int NULL, interval_seconds int NULL, run_at datetimeoffset NULL,
         retry_max_attempts int NULL, retry_initial_delay float NULL, retry_factor float NULL,
         retry_max_delay float NULL, retry_jitter float NULL, notify_final_attempt_only bit NOT NULL,
-        retry_count int NOT NULL, jitter_seconds int NULL,
+        retry_count int NOT NULL, tags nvarchar(2100) NULL, jitter_seconds int NULL,
         priority int NOT NULL);
     BEGIN TRY
         EXEC mjsched.check_lease @p_lease_seconds = @p_lease_seconds;
@@ -1172,6 +1230,11 @@ BEGIN
             END;
         END;
         EXEC mjsched.expire_ended_jobs @p_now = @v_now;
+        -- Maintenance windows that have passed end here (010_tags.sql); one index probe otherwise.
+        IF EXISTS (SELECT 1 FROM mjsched.job_pause AS p WHERE p.paused_until <= @v_now)
+        BEGIN
+            EXEC mjsched.resume_paused_jobs @p_now = @v_now;
+        END;
         IF @v_left > 0
         BEGIN
             SET @v_before = (SELECT COUNT(*) FROM #mjsched_claimed);
@@ -1185,6 +1248,16 @@ BEGIN
             EXEC mjsched.claim_ticks @p_instance = @p_instance, @p_max_jobs = @v_left,
                  @p_lease_seconds = @p_lease_seconds, @p_now = @v_now, @p_claim_id = @p_claim_id;
             SET @v_left = @v_left - ((SELECT COUNT(*) FROM #mjsched_claimed) - @v_before);
+            -- Held back by a tag's limit (010_tags.sql), a round's candidates may have hidden other
+            -- due jobs: while a round claimed something, slots are left and a tag has a limit, claim again.
+            WHILE @v_left > 0 AND (SELECT COUNT(*) FROM #mjsched_claimed) > @v_before
+                  AND EXISTS (SELECT 1 FROM mjsched.tag_limit AS l WITH (READCOMMITTEDLOCK, READPAST))
+            BEGIN
+                SET @v_before = (SELECT COUNT(*) FROM #mjsched_claimed);
+                EXEC mjsched.claim_ticks @p_instance = @p_instance, @p_max_jobs = @v_left,
+                     @p_lease_seconds = @p_lease_seconds, @p_now = @v_now, @p_claim_id = @p_claim_id;
+                SET @v_left = @v_left - ((SELECT COUNT(*) FROM #mjsched_claimed) - @v_before);
+            END;
         END;
         SET @v_next = mjsched.next_due_at(@v_now);
         SET @v_batch_full = CASE WHEN @v_left <= 0 THEN 1 ELSE 0 END;
@@ -1200,7 +1273,8 @@ BEGIN
             total_duration_ms, locked_at, locked_by_instance, expected_completion_at, created_at,
             updated_at, high_frequency_ok, frequency_warned, keep_runs_days, keep_runs_count,
             interval_seconds, run_at, retry_max_attempts, retry_initial_delay, retry_factor,
-            retry_max_delay, retry_jitter, notify_final_attempt_only, retry_count, jitter_seconds, priority)
+            retry_max_delay, retry_jitter, notify_final_attempt_only, retry_count, tags, jitter_seconds,
+            priority)
         SELECT j.id, j.job_type_id, t.driver_class, j.name, j.description, j.cron_expression,
                j.timezone, j.start_at, j.end_at, j.status, j.configuration, j.owner,
                j.concurrency_mode, j.missed_run_policy, j.run_immediately_if_never_run,
@@ -1211,7 +1285,12 @@ BEGIN
                j.created_at, j.updated_at, j.high_frequency_ok, j.frequency_warned,
                j.keep_runs_days, j.keep_runs_count, j.interval_seconds, j.run_at,
                j.retry_max_attempts, j.retry_initial_delay, j.retry_factor, j.retry_max_delay,
-               j.retry_jitter, j.notify_final_attempt_only, j.retry_count, j.jitter_seconds, j.priority
+               j.retry_jitter, j.notify_final_attempt_only, j.retry_count,
+               -- the job's tags, comma-joined (no STRING_AGG before SQL Server 2017; a tag holds
+               -- no character FOR XML would escape)
+               STUFF((SELECT N',' + g.tag FROM mjsched.job_tag AS g WHERE g.scheduled_job_id = j.id
+                       ORDER BY g.tag FOR XML PATH('')), 1, 1, N''),
+               j.jitter_seconds, j.priority
           FROM mjsched.scheduled_job AS j
           JOIN mjsched.scheduled_job_type AS t ON t.id = j.job_type_id
          WHERE j.id IN (SELECT c.job_id FROM #mjsched_claimed AS c);
@@ -1246,7 +1325,12 @@ BEGIN
            j.expected_completion_at, j.created_at, j.updated_at, j.high_frequency_ok,
            j.frequency_warned, j.keep_runs_days, j.keep_runs_count, j.interval_seconds, j.run_at,
            j.retry_max_attempts, j.retry_initial_delay, j.retry_factor, j.retry_max_delay,
-           j.retry_jitter, j.notify_final_attempt_only, j.retry_count, j.jitter_seconds, j.priority
+           j.retry_jitter, j.notify_final_attempt_only, j.retry_count, j.tags,
+           -- a claimed job is not Paused: no pause record
+           CAST(NULL AS datetimeoffset) AS paused_at, CAST(NULL AS nvarchar(255)) AS paused_by,
+           CAST(NULL AS nvarchar(255)) AS paused_by_user, CAST(NULL AS nvarchar(1000)) AS pause_reason,
+           CAST(NULL AS datetimeoffset) AS paused_until,
+           j.jitter_seconds, j.priority
       FROM @v_out AS o
       LEFT JOIN #mjsched_claimed_jobs AS j ON j.id = o.job_id
      ORDER BY o.seq;
@@ -2208,7 +2292,8 @@ RETURN
       FROM (VALUES (N'test_pause'), (N'claimable'), (N'claim_token'), (N'abandon_runs'), (N'renew_tokens'),
                    (N'complete_items'), (N'take_over'), (N'expire_ended_jobs'), (N'claim_replay'), (N'claim_queued'), (N'claim_ticks'),
                    (N'next_due_at'), (N'claim_counters'), (N'purge_candidates'), (N'note_engine_seen'),
-                   (N'json_nesting_exceeds'), (N'alerts_of_call')) AS r (internal_routines);
+                   (N'json_nesting_exceeds'), (N'tag_problem'), (N'check_tag'),
+                   (N'resume_paused_jobs'), (N'tags_at_limit'), (N'admit_by_tag_limits'), (N'alerts_of_call')) AS r (internal_routines);
 GO
 
 -- probe_permissions: which mjsched routines the current user may execute, the internal
@@ -2228,17 +2313,20 @@ BEGIN
                                        CASE WHEN r.name = N'internal_routines' THEN N'SELECT'
                                             ELSE N'EXECUTE' END) = 1
                 THEN 1 ELSE 0 END AS can_execute
-      FROM (VALUES (N'abandon_runs'), (N'acquire_job_lock'), (N'advance_job'), (N'alerts_of_call'), (N'begin_job_run'),
-                   (N'cancel_requests'), (N'cancel_run'), (N'check_fence'), (N'check_job_fields'), (N'check_lease'), (N'check_test_clock'), (N'claim_counters'),
+      FROM (VALUES (N'abandon_runs'), (N'acquire_job_lock'), (N'admit_by_tag_limits'), (N'advance_job'), (N'alerts_of_call'), (N'begin_job_run'),
+                   (N'cancel_requests'), (N'cancel_run'), (N'check_fence'), (N'check_job_fields'), (N'check_lease'), (N'check_tag'), (N'check_test_clock'), (N'claim_counters'),
                    (N'claim_due_jobs'), (N'claim_queued'), (N'claim_replay'), (N'claim_ticks'),
                    (N'claim_token'), (N'claimable'), (N'complete_items'), (N'complete_job_run'),
                    (N'complete_job_runs'), (N'complete_runs'), (N'delete_job'), (N'engines_holding_locks'), (N'enqueue_job_run'), (N'ensure_job_type'),
                    (N'evaluate_alerts'), (N'expire_ended_jobs'), (N'extend_job_leases'), (N'force_unlock_job'),
                    (N'initialize_next_run'), (N'initialize_next_runs'), (N'insert_job'), (N'internal_routines'),
-                   (N'json_nesting_exceeds'), (N'lease_interval'), (N'next_due_at'), (N'note_engine_seen'), (N'note_frequency_warned'), (N'probe_permissions'),
+                   (N'json_nesting_exceeds'), (N'lease_interval'), (N'next_due_at'), (N'note_engine_seen'), (N'note_frequency_warned'),
+                   (N'pause_jobs'), (N'probe_permissions'),
                    (N'purge_candidates'), (N'purge_job_changes'), (N'purge_runs'), (N'register_engine'),
                    (N'release_engine_locks'), (N'release_job_lock'), (N'renew_leases'), (N'renew_tokens'),
-                   (N'set_job_alerts'), (N'start_manual_run'), (N'sweep_expired_leases'), (N'take_over'), (N'test_pause'),
+                   (N'resume_jobs'), (N'resume_paused_jobs'), (N'set_job_alerts'), (N'set_tag_limit'),
+                   (N'start_manual_run'), (N'sweep_expired_leases'), (N'tag_problem'), (N'tags_at_limit'),
+                   (N'take_over'), (N'test_pause'),
                    (N'unregister_engine'), (N'update_job')) AS r (name)
      WHERE NOT EXISTS (SELECT 1 FROM mjsched.internal_routines() AS i WHERE i.internal_routines = r.name)
      ORDER BY r.name;

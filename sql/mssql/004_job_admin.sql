@@ -24,6 +24,23 @@ SET CONCAT_NULL_YIELDS_NULL ON;
 SET NUMERIC_ROUNDABORT OFF;
 GO
 
+-- tag_problem: why a value is not a tag (NULL when it is one): 1 to 64 characters of a-z, 0-9,
+-- '.', '_' and '-', starting with a letter or a digit (sql/postgres/010_tags.sql). Here, before
+-- check_job_fields, which calls it (010_tags.sql holds the rest of the tags).
+CREATE OR ALTER FUNCTION mjsched.tag_problem(@p_tag nvarchar(4000))
+RETURNS nvarchar(200)
+AS
+BEGIN
+    RETURN CASE WHEN @p_tag IS NULL OR DATALENGTH(@p_tag) = 0 THEN N'must not be empty'
+                WHEN LEN(@p_tag + N'x') - 1 > 64
+                THEN CONCAT(LEN(@p_tag + N'x') - 1, N' characters long; at most 64 allowed')
+                WHEN @p_tag COLLATE Latin1_General_BIN2 LIKE N'%[^a-z0-9._-]%'
+                     OR @p_tag COLLATE Latin1_General_BIN2 NOT LIKE N'[a-z0-9]%'
+                THEN N'may hold only a-z, 0-9, ".", "_" and "-", and starts with a letter or a digit'
+           END;
+END;
+GO
+
 -- check_job_fields: the keys are job columns that can be set, each value converts to its
 -- column's type, and each value keeps the rules the API checks (mjsched/validation.py) and
 -- the table enforces (001_schema.sql, "What a row may hold"): the error names the field and
@@ -42,7 +59,7 @@ BEGIN
         THROW 50022, N'fields must be a JSON object', 1;
     END;
     SELECT TOP (1) @v_key = e.[key] FROM OPENJSON(@p_fields) AS e
-     WHERE e.[key] COLLATE Latin1_General_BIN2 NOT IN (N'job_type_id', N'name', N'description', N'cron_expression', N'timezone', N'start_at', N'end_at', N'status', N'configuration', N'owner', N'concurrency_mode', N'missed_run_policy', N'run_immediately_if_never_run', N'max_runtime_seconds', N'isolation', N'max_queued_runs', N'notify_on_success', N'notify_on_failure', N'notify_to', N'next_run_at', N'high_frequency_ok', N'keep_runs_days', N'keep_runs_count', N'interval_seconds', N'run_at', N'retry_max_attempts', N'retry_initial_delay', N'retry_factor', N'retry_max_delay', N'retry_jitter', N'notify_final_attempt_only', N'jitter_seconds', N'priority');
+     WHERE e.[key] COLLATE Latin1_General_BIN2 NOT IN (N'job_type_id', N'name', N'description', N'cron_expression', N'timezone', N'start_at', N'end_at', N'status', N'configuration', N'owner', N'concurrency_mode', N'missed_run_policy', N'run_immediately_if_never_run', N'max_runtime_seconds', N'isolation', N'max_queued_runs', N'notify_on_success', N'notify_on_failure', N'notify_to', N'next_run_at', N'high_frequency_ok', N'keep_runs_days', N'keep_runs_count', N'interval_seconds', N'run_at', N'retry_max_attempts', N'retry_initial_delay', N'retry_factor', N'retry_max_delay', N'retry_jitter', N'notify_final_attempt_only', N'tags', N'jitter_seconds', N'priority');
     -- THROW takes an nvarchar(2048) message: the key (up to 4000 characters) is cut to fit.
     DECLARE @v_message nvarchar(2048) = CONCAT(N'fields.', LEFT(@v_key, 2000), N': not a job column that can be set');
     IF @v_key IS NOT NULL
@@ -227,6 +244,33 @@ BEGIN
     BEGIN
         THROW 50022, @v_message, 1;
     END;
+    -- tags (010_tags.sql): the job's whole set, a JSON array of at most 32 tags
+    DECLARE @v_tags nvarchar(max), @v_tags_type int;
+    SELECT TOP (1) @v_tags = e.[value], @v_tags_type = e.[type]
+      FROM OPENJSON(@p_fields) AS e WHERE e.[key] COLLATE Latin1_General_BIN2 = N'tags';
+    IF @v_tags_type IS NOT NULL
+    BEGIN
+        SET @v_message = CONCAT(N'fields.tags: ', LEFT(@v_tags, 200), N' must be a JSON array of at most 32 tags');
+        IF @v_tags_type <> 4
+        BEGIN
+            THROW 50022, @v_message, 1;
+        END;
+        IF EXISTS (SELECT 1 FROM OPENJSON(@v_tags) AS e WHERE CONVERT(int, e.[key]) >= 32)   -- a 33rd tag
+        BEGIN
+            THROW 50022, @v_message, 1;
+        END;
+        SET @v_message = NULL;
+        SELECT TOP (1) @v_message = CONCAT(N'fields.tags: ', LEFT(e.[value], 200), N' ',
+                                           CASE WHEN e.[type] <> 1 THEN N'must be a string'
+                                                ELSE mjsched.tag_problem(e.[value]) END)
+          FROM OPENJSON(@v_tags) AS e
+         WHERE e.[type] <> 1 OR mjsched.tag_problem(e.[value]) IS NOT NULL
+         ORDER BY CONVERT(int, e.[key]);
+        IF @v_message IS NOT NULL
+        BEGIN
+            THROW 50022, @v_message, 1;
+        END;
+    END;
 END;
 GO
 
@@ -391,6 +435,8 @@ BEGIN
                 jitter_seconds int '$.jitter_seconds',
                 priority int '$.priority'
           ) AS f;
+        INSERT INTO mjsched.job_tag (scheduled_job_id, tag)
+        SELECT DISTINCT @v_id, CONVERT(nvarchar(64), e.[value]) FROM OPENJSON(@v_fields, N'$.tags') AS e;
     END;
     COMMIT TRANSACTION;
     SELECT i.id AS job_id FROM @v_ids AS i;
@@ -408,6 +454,7 @@ BEGIN
     DECLARE @v_keys TABLE (name nvarchar(4000) COLLATE Latin1_General_BIN2 NOT NULL);
     INSERT INTO @v_keys (name) SELECT e.[key] COLLATE Latin1_General_BIN2 FROM OPENJSON(@p_fields) AS e;
     DECLARE @v_ids TABLE (id uniqueidentifier NOT NULL);
+    BEGIN TRANSACTION;
     UPDATE j
        SET
            job_type_id = CASE WHEN EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'job_type_id') THEN f.job_type_id ELSE j.job_type_id END,
@@ -488,6 +535,23 @@ BEGIN
             priority int '$.priority'
       ) AS f
      WHERE j.id = @p_job_id;
+    -- The job's row is ours now (lock order: job, then its tags and pause record). Tags: the
+    -- whole set is replaced. A status written here ends a pause_jobs record (010_tags.sql).
+    IF EXISTS (SELECT 1 FROM @v_ids) AND EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'tags')
+    BEGIN
+        DELETE g FROM mjsched.job_tag AS g
+         WHERE g.scheduled_job_id = @p_job_id
+           AND g.tag NOT IN (SELECT CONVERT(nvarchar(64), e.[value]) FROM OPENJSON(@p_fields, N'$.tags') AS e);
+        INSERT INTO mjsched.job_tag (scheduled_job_id, tag)
+        SELECT DISTINCT @p_job_id, CONVERT(nvarchar(64), e.[value]) FROM OPENJSON(@p_fields, N'$.tags') AS e
+         WHERE NOT EXISTS (SELECT 1 FROM mjsched.job_tag AS g
+                            WHERE g.scheduled_job_id = @p_job_id AND g.tag = CONVERT(nvarchar(64), e.[value]));
+    END;
+    IF EXISTS (SELECT 1 FROM @v_ids) AND EXISTS (SELECT 1 FROM @v_keys AS k WHERE k.name = N'status')
+    BEGIN
+        DELETE p FROM mjsched.job_pause AS p WHERE p.scheduled_job_id = @p_job_id;
+    END;
+    COMMIT TRANSACTION;
     SELECT COUNT(*) AS updated FROM @v_ids;
 END;
 GO

@@ -92,6 +92,7 @@ BEGIN
     DECLARE @v_via nvarchar(40) = COALESCE(NULLIF(CONVERT(nvarchar(40), SESSION_CONTEXT(N'mjsched.via')), N''), N'sql');
     DECLARE @v_user nvarchar(255) = NULLIF(CONVERT(nvarchar(255), SESSION_CONTEXT(N'mjsched.app_user')), N'');
 
+    DECLARE @v_mark nvarchar(200);
     IF @v_has_old = 0
     BEGIN
         INSERT INTO mjsched.job_change (job_id, job_name, version, action, field, new_value, app_user, via)
@@ -109,6 +110,16 @@ BEGIN
                    FOR JSON PATH, INCLUDE_NULL_VALUES, WITHOUT_ARRAY_WRAPPER),
                @v_user, @v_via
           FROM inserted AS i;
+        IF NOT EXISTS (SELECT 1 FROM inserted AS o WHERE o.id <> (SELECT MIN(m.id) FROM inserted AS m))
+        BEGIN
+            -- this transaction made this version of the job: a tag change in it joins the
+            -- version (trg_job_tag_audited; the transaction is named, as a session context
+            -- outlives it)
+            SET @v_mark = (SELECT CONVERT(nvarchar(20), CURRENT_TRANSACTION_ID()) + N'|' + CONVERT(nvarchar(36), i.id)
+                                  + N'|' + CONVERT(nvarchar(12), i.version) + N'|'
+                             FROM inserted AS i);
+            EXEC sp_set_session_context @key = N'mjsched.audit_job', @value = @v_mark;
+        END;
         RETURN;
     END;
     IF @v_has_new = 0
@@ -201,6 +212,114 @@ BEGIN
       FROM @v_changes AS c
       JOIN mjsched.scheduled_job AS j ON j.id = c.job_id
      ORDER BY c.job_id, c.field;
+    IF NOT EXISTS (SELECT 1 FROM @v_changes AS o WHERE o.job_id <> (SELECT MIN(m.job_id) FROM @v_changes AS m))
+    BEGIN
+        SET @v_mark = (SELECT TOP (1) CONVERT(nvarchar(20), CURRENT_TRANSACTION_ID()) + N'|' + CONVERT(nvarchar(36), j.id)
+                              + N'|' + CONVERT(nvarchar(12), j.version) + N'|'
+                         FROM @v_changes AS c
+                         JOIN mjsched.scheduled_job AS j ON j.id = c.job_id);
+        EXEC sp_set_session_context @key = N'mjsched.audit_job', @value = @v_mark;
+    END;
+END;
+GO
+
+-- Tags (010_tags.sql) are part of a job's definition: the twin of PostgreSQL's
+-- tg_job_tag_audited (read it for the rules). One job_change row per job whose tag set a
+-- statement on job_tag changed (field 'tags', sorted comma lists, NULL for none); the version
+-- moves on unless this transaction made the job's current version (SESSION_CONTEXT
+-- N'mjsched.audit_job', 'transaction|job|version|tags row', noted by trg_scheduled_job_audited
+-- for a statement on one job); update_job's two statements (DELETE the dropped tags, INSERT the
+-- new ones) make one row. The tags of a job being deleted go with it unrecorded.
+CREATE OR ALTER TRIGGER mjsched.trg_job_tag_audited
+ON mjsched.job_tag
+AFTER INSERT, DELETE
+AS
+BEGIN
+    SET NOCOUNT ON;
+    IF NOT EXISTS (SELECT 1 FROM inserted) AND NOT EXISTS (SELECT 1 FROM deleted)
+    BEGIN
+        RETURN;
+    END;
+    DECLARE @v_via nvarchar(40) = COALESCE(NULLIF(CONVERT(nvarchar(40), SESSION_CONTEXT(N'mjsched.via')), N''), N'sql');
+    DECLARE @v_user nvarchar(255) = NULLIF(CONVERT(nvarchar(255), SESSION_CONTEXT(N'mjsched.app_user')), N'');
+    DECLARE @v_tx nvarchar(20) = CONVERT(nvarchar(20), CURRENT_TRANSACTION_ID());
+    DECLARE @v_job uniqueidentifier;
+    DECLARE @v_name nvarchar(200);
+    DECLARE @v_version int;
+    DECLARE @v_old nvarchar(max);
+    DECLARE @v_new nvarchar(max);
+    DECLARE @v_mark nvarchar(200);
+    DECLARE @v_prefix nvarchar(200);
+    DECLARE @v_row nvarchar(200);
+    DECLARE @v_change bigint;
+    DECLARE @v_jobs TABLE (job_id uniqueidentifier NOT NULL PRIMARY KEY);
+    INSERT INTO @v_jobs (job_id)
+    SELECT x.scheduled_job_id FROM inserted AS x
+    UNION
+    SELECT y.scheduled_job_id FROM deleted AS y;
+    WHILE EXISTS (SELECT 1 FROM @v_jobs)
+    BEGIN
+        SELECT TOP (1) @v_job = q.job_id FROM @v_jobs AS q ORDER BY q.job_id;
+        DELETE q FROM @v_jobs AS q WHERE q.job_id = @v_job;
+        SET @v_name = NULL;
+        SELECT @v_name = j.name, @v_version = j.version
+          FROM mjsched.scheduled_job AS j WITH (UPDLOCK, HOLDLOCK)
+         WHERE j.id = @v_job;
+        IF @v_name IS NOT NULL    -- else deleted with its job
+        BEGIN
+            SET @v_new = STUFF((SELECT N',' + g.tag FROM mjsched.job_tag AS g WHERE g.scheduled_job_id = @v_job
+                                 ORDER BY g.tag FOR XML PATH('')), 1, 1, N'');
+            SET @v_old = STUFF((SELECT N',' + t.tag
+                                  FROM (SELECT g.tag FROM mjsched.job_tag AS g
+                                         WHERE g.scheduled_job_id = @v_job
+                                           AND NOT EXISTS (SELECT 1 FROM inserted AS i
+                                                            WHERE i.scheduled_job_id = @v_job AND i.tag = g.tag)
+                                        UNION
+                                        SELECT d.tag FROM deleted AS d WHERE d.scheduled_job_id = @v_job) AS t
+                                 ORDER BY t.tag FOR XML PATH('')), 1, 1, N'');
+            IF EXISTS (SELECT @v_old EXCEPT SELECT @v_new)
+            BEGIN
+                SET @v_change = NULL;
+                SET @v_mark = CONVERT(nvarchar(200), SESSION_CONTEXT(N'mjsched.audit_job'));
+                SET @v_prefix = @v_tx + N'|' + CONVERT(nvarchar(36), @v_job) + N'|' + CONVERT(nvarchar(12), @v_version)
+                                + N'|';
+                SET @v_row = CASE WHEN LEFT(@v_mark, LEN(@v_prefix)) = @v_prefix
+                                  THEN SUBSTRING(@v_mark, LEN(@v_prefix) + 1, 20) END;
+                IF @v_row IS NOT NULL
+                BEGIN
+                    IF @v_row <> N''
+                    BEGIN
+                        UPDATE c
+                           SET new_value = @v_new
+                          FROM mjsched.job_change AS c
+                         WHERE c.id = CONVERT(bigint, @v_row) AND c.job_id = @v_job AND c.field = N'tags';
+                        IF @@ROWCOUNT > 0
+                        BEGIN
+                            SET @v_change = CONVERT(bigint, @v_row);
+                        END;
+                    END;
+                END;
+                IF @v_row IS NULL     -- a change of its own: the next version
+                BEGIN
+                    UPDATE j
+                       SET version = j.version + 1, updated_at = SYSDATETIMEOFFSET()
+                      FROM mjsched.scheduled_job AS j
+                     WHERE j.id = @v_job;
+                    SET @v_version = @v_version + 1;
+                END;
+                IF @v_change IS NULL
+                BEGIN
+                    INSERT INTO mjsched.job_change (job_id, job_name, version, action, field, old_value, new_value,
+                                                    app_user, via)
+                    VALUES (@v_job, @v_name, @v_version, N'updated', N'tags', @v_old, @v_new, @v_user, @v_via);
+                    SET @v_change = CONVERT(bigint, SCOPE_IDENTITY());
+                END;
+                SET @v_mark = @v_tx + N'|' + CONVERT(nvarchar(36), @v_job) + N'|' + CONVERT(nvarchar(12), @v_version)
+                              + N'|' + CONVERT(nvarchar(20), @v_change);
+                EXEC sp_set_session_context @key = N'mjsched.audit_job', @value = @v_mark;
+            END;
+        END;
+    END;
 END;
 GO
 

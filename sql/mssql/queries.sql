@@ -20,23 +20,36 @@ SELECT c.name AS name,
 
 -- name: get_jobs
 -- The ids come as one JSON array (an ODBC call has at most 2,100 parameters).
-SELECT {job_columns}, t.driver_class AS driver
+SELECT {job_columns}, t.driver_class AS driver,
+       STUFF((SELECT N',' + g.tag FROM mjsched.job_tag AS g WHERE g.scheduled_job_id = j.id
+               ORDER BY g.tag FOR XML PATH('')), 1, 1, N'') AS tags,
+       p.paused_at, p.paused_by, p.paused_by_user, p.pause_reason, p.paused_until
   FROM mjsched.scheduled_job AS j JOIN mjsched.scheduled_job_type AS t ON t.id = j.job_type_id
+  LEFT JOIN mjsched.job_pause AS p ON p.scheduled_job_id = j.id
  WHERE j.id IN (SELECT TRY_CONVERT(uniqueidentifier, e.value) FROM OPENJSON(?) AS e);
 
 -- name: jobs_named
 -- Oldest first: names are unique, but a database older than 005_job_names may hold copies.
-SELECT {job_columns}, t.driver_class AS driver
+SELECT {job_columns}, t.driver_class AS driver,
+       STUFF((SELECT N',' + g.tag FROM mjsched.job_tag AS g WHERE g.scheduled_job_id = j.id
+               ORDER BY g.tag FOR XML PATH('')), 1, 1, N'') AS tags,
+       p.paused_at, p.paused_by, p.paused_by_user, p.pause_reason, p.paused_until
   FROM mjsched.scheduled_job AS j JOIN mjsched.scheduled_job_type AS t ON t.id = j.job_type_id
+  LEFT JOIN mjsched.job_pause AS p ON p.scheduled_job_id = j.id
  WHERE j.name = ?
  ORDER BY j.created_at, j.id;
 
 -- name: list_jobs
 SET NOCOUNT ON;
-DECLARE @status nvarchar(20) = ?;
-SELECT {job_columns}, t.driver_class AS driver
+DECLARE @status nvarchar(20) = ?, @tag nvarchar(64) = ?;
+SELECT {job_columns}, t.driver_class AS driver,
+       STUFF((SELECT N',' + g.tag FROM mjsched.job_tag AS g WHERE g.scheduled_job_id = j.id
+               ORDER BY g.tag FOR XML PATH('')), 1, 1, N'') AS tags,
+       p.paused_at, p.paused_by, p.paused_by_user, p.pause_reason, p.paused_until
   FROM mjsched.scheduled_job AS j JOIN mjsched.scheduled_job_type AS t ON t.id = j.job_type_id
+  LEFT JOIN mjsched.job_pause AS p ON p.scheduled_job_id = j.id
  WHERE (@status IS NULL OR j.status = @status)
+   AND (@tag IS NULL OR j.id IN (SELECT g.scheduled_job_id FROM mjsched.job_tag AS g WHERE g.tag = @tag))
  ORDER BY j.name, j.created_at
 OPTION (RECOMPILE);
 
@@ -168,11 +181,43 @@ SELECT (SELECT COUNT(*) FROM mjsched.scheduled_job WHERE status = N'Active') AS 
          WHERE status = N'Abandoned'
            AND completed_at > DATEADD(hour, -24, SYSDATETIMEOFFSET())) AS abandoned_24h;
 
+-- name: tag_summary
+-- Every tag (carried by a job, or limited), with its jobs, its limit (who set it, when), its
+-- Running runs (010_tags.sql).
+SELECT t.tag, (SELECT COUNT(*) FROM mjsched.job_tag AS g WHERE g.tag = t.tag) AS jobs,
+       l.max_running, l.set_at, l.set_by, l.set_by_user,
+       (SELECT COUNT(*) FROM mjsched.scheduled_job_run AS r
+          JOIN mjsched.job_tag AS g ON g.scheduled_job_id = r.scheduled_job_id
+         WHERE r.status = N'Running' AND g.tag = t.tag) AS running
+  FROM (SELECT g.tag FROM mjsched.job_tag AS g UNION SELECT l.tag FROM mjsched.tag_limit AS l) AS t
+  LEFT JOIN mjsched.tag_limit AS l ON l.tag = t.tag
+ ORDER BY t.tag;
+
+-- name: waiting_for_tag
+-- The due jobs a tag's limit holds back now (see the PostgreSQL twin); ?: one job, or NULL for all.
+SET NOCOUNT ON;
+DECLARE @job_id uniqueidentifier = ?;
+SELECT j.id AS job_id, j.name, g.tag, l.max_running, COALESCE(n.running, 0) AS running, j.next_run_at
+  FROM mjsched.tag_limit AS l
+  JOIN mjsched.job_tag AS g ON g.tag = l.tag
+  JOIN mjsched.scheduled_job AS j ON j.id = g.scheduled_job_id
+  LEFT JOIN (SELECT h.tag, COUNT(*) AS running
+               FROM mjsched.scheduled_job_run AS r
+               JOIN mjsched.job_tag AS h ON h.scheduled_job_id = r.scheduled_job_id
+              WHERE r.status = N'Running'
+              GROUP BY h.tag) AS n ON n.tag = l.tag
+ WHERE j.status = N'Active' AND j.next_run_at <= SYSDATETIMEOFFSET()
+   AND (j.expected_completion_at IS NULL OR j.expected_completion_at < SYSDATETIMEOFFSET())
+   AND COALESCE(n.running, 0) >= l.max_running
+   AND (@job_id IS NULL OR j.id = @job_id)
+ ORDER BY j.next_run_at, j.name, g.tag
+OPTION (RECOMPILE);
+
 -- name: why_facts
 -- Everything `mjsched jobs why` reads, in one statement (the reasons are in
 -- sql/postgres/queries.sql): the job, the tick asked about (else its next run), the runs around
--- it, the queue, the due jobs ahead of it, and the engines as one JSON array (FOR JSON; durations
--- as seconds). OUTER APPLY (SELECT TOP (1) ...) for PostgreSQL's LEFT JOIN LATERAL ... LIMIT 1.
+-- it, the queue, the due jobs ahead of it, the engines as one JSON array (FOR JSON; durations
+-- as seconds) and its tags' limits as another (NULL: none). OUTER APPLY (SELECT TOP (1) ...) for PostgreSQL's LEFT JOIN LATERAL ... LIMIT 1.
 SET NOCOUNT ON;
 DECLARE @job uniqueidentifier = ?, @tick datetimeoffset = ?, @at datetimeoffset = ?;
 DECLARE @now datetimeoffset = SYSDATETIMEOFFSET();
@@ -237,7 +282,16 @@ SELECT @now AS db_now, j.id, j.name, t.driver_class AS driver, j.status, j.cron_
             OR e.instance = (SELECT TOP (1) s.instance FROM mjsched.engine_instance AS s
                               WHERE s.stopped_at IS NOT NULL ORDER BY s.last_seen_at DESC)
          ORDER BY e.last_seen_at DESC
-           FOR JSON PATH, INCLUDE_NULL_VALUES) AS engines
+           FOR JSON PATH, INCLUDE_NULL_VALUES) AS engines,
+       (SELECT l.tag, l.max_running,
+               (SELECT COUNT(*) FROM mjsched.scheduled_job_run AS r
+                  JOIN mjsched.job_tag AS h ON h.scheduled_job_id = r.scheduled_job_id
+                 WHERE r.status = N'Running' AND h.tag = l.tag) AS running
+          FROM mjsched.job_tag AS g
+          JOIN mjsched.tag_limit AS l ON l.tag = g.tag
+         WHERE g.scheduled_job_id = j.id
+         ORDER BY l.tag
+           FOR JSON PATH, INCLUDE_NULL_VALUES) AS tag_limits
   FROM mjsched.scheduled_job AS j
   JOIN mjsched.scheduled_job_type AS t ON t.id = j.job_type_id
  CROSS APPLY (SELECT COALESCE(@tick, j.next_run_at) AS tick) AS k

@@ -450,8 +450,9 @@ RETURNS TABLE (job_id uuid, run_id uuid, lock_token uuid, scheduled_for timestam
                keep_runs_days integer, keep_runs_count integer, interval_seconds integer, run_at timestamptz,
                retry_max_attempts integer, retry_initial_delay double precision, retry_factor double precision,
                retry_max_delay double precision, retry_jitter double precision,
-               notify_final_attempt_only boolean, retry_count integer, jitter_seconds integer,
-               priority integer)
+               notify_final_attempt_only boolean, retry_count integer, tags varchar,
+               paused_at timestamptz, paused_by varchar, paused_by_user varchar, pause_reason varchar,
+               paused_until timestamptz, jitter_seconds integer, priority integer)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
@@ -484,6 +485,10 @@ BEGIN
         END IF;
     END IF;
     PERFORM mjsched.expire_ended_jobs(v_now);
+    -- Maintenance windows that have passed end here (010_tags.sql); one index probe otherwise.
+    IF EXISTS (SELECT 1 FROM mjsched.job_pause p WHERE p.paused_until <= v_now) THEN
+        PERFORM mjsched.resume_paused_jobs(v_now);
+    END IF;
     IF v_left > 0 THEN
         SELECT v_job_ids || array_agg(c.job_id), v_run_ids || array_agg(c.run_id), v_tokens || array_agg(c.lock_token),
                v_for || array_agg(c.scheduled_for), v_queued || array_agg(c.from_queue)
@@ -496,6 +501,18 @@ BEGIN
                v_for || array_agg(c.scheduled_for), v_queued || array_agg(c.from_queue)
           INTO v_job_ids, v_run_ids, v_tokens, v_for, v_queued
           FROM mjsched.claim_ticks(p_instance, v_left, p_lease_seconds, v_now, p_claim_id) c;
+        -- A round's candidates held back by a tag's limit (010_tags.sql) may have hidden other due
+        -- jobs: while a round claimed something, slots are left and a tag has a limit, claim again
+        -- (the tags that round filled are left out of the next: each round claims or ends it).
+        WHILE cardinality(v_job_ids) > p_max_jobs - v_left AND cardinality(v_job_ids) < p_max_jobs LOOP
+            EXIT WHEN NOT EXISTS (SELECT 1 FROM mjsched.tag_limit);
+            v_left := p_max_jobs - cardinality(v_job_ids);
+            SELECT v_job_ids || array_agg(c.job_id), v_run_ids || array_agg(c.run_id),
+                   v_tokens || array_agg(c.lock_token), v_for || array_agg(c.scheduled_for),
+                   v_queued || array_agg(c.from_queue)
+              INTO v_job_ids, v_run_ids, v_tokens, v_for, v_queued
+              FROM mjsched.claim_ticks(p_instance, v_left, p_lease_seconds, v_now, p_claim_id) c;
+        END LOOP;
         v_left := p_max_jobs - cardinality(v_job_ids);
     END IF;
     -- A statement of its own: it sees the rows the claims above wrote (and holds their locks).
@@ -514,7 +531,10 @@ BEGIN
            j.keep_runs_days, j.keep_runs_count, j.interval_seconds, j.run_at,
            j.retry_max_attempts, j.retry_initial_delay, j.retry_factor,
            j.retry_max_delay, j.retry_jitter,
-           j.notify_final_attempt_only, j.retry_count, j.jitter_seconds, j.priority
+           j.notify_final_attempt_only, j.retry_count,
+           (SELECT string_agg(g.tag, ',' ORDER BY g.tag) FROM mjsched.job_tag g WHERE g.scheduled_job_id = j.id)::varchar,
+           NULL::timestamptz, NULL::varchar, NULL::varchar, NULL::varchar, NULL::timestamptz,   -- a claimed job is not Paused
+           j.jitter_seconds, j.priority
       FROM unnest(v_job_ids, v_run_ids, v_tokens, v_for, v_queued) WITH ORDINALITY
            AS c(job_id, run_id, lock_token, scheduled_for, from_queue, n)
       JOIN mjsched.scheduled_job j ON j.id = c.job_id
@@ -535,7 +555,9 @@ BEGIN
                         NULL::integer, NULL::integer, NULL::integer, NULL::timestamptz,
                         NULL::integer, NULL::double precision, NULL::double precision,
                         NULL::double precision, NULL::double precision,
-                        NULL::boolean, NULL::integer, NULL::integer, NULL::integer
+                        NULL::boolean, NULL::integer, NULL::varchar,
+                        NULL::timestamptz, NULL::varchar, NULL::varchar, NULL::varchar, NULL::timestamptz,
+                        NULL::integer, NULL::integer
                    FROM mjsched.claim_counters(p_instance, v_left <= 0, v_now) t;
 END;
 $$;
@@ -585,7 +607,11 @@ DECLARE
     v_ids uuid[];
     v_old uuid[];
     v_locked uuid[];
+    v_full varchar[];    -- tags at their limit (010_tags.sql): NULL when no tag has a limit
 BEGIN
+    IF EXISTS (SELECT 1 FROM mjsched.tag_limit) THEN
+        v_full := ARRAY(SELECT t.tag FROM mjsched.tags_at_limit() t);
+    END IF;
     SELECT coalesce(array_agg(c.id), '{}'), coalesce(array_agg(c.lock_token) FILTER (WHERE c.lock_token IS NOT NULL), '{}')
       INTO v_ids, v_old
       FROM (SELECT j.id, j.lock_token FROM mjsched.scheduled_job j
@@ -604,12 +630,20 @@ BEGIN
                AND mjsched.claimable(CASE WHEN j.status = 'Expired' AND j.run_at IS NOT NULL THEN 'Active'
                                           ELSE j.status END,
                                      j.start_at, j.end_at, j.lock_token, j.expected_completion_at, p_now)
+               AND (v_full IS NULL OR NOT EXISTS (SELECT 1 FROM mjsched.job_tag g
+                                                   WHERE g.scheduled_job_id = j.id AND g.tag = ANY (v_full)))
              LIMIT p_max_jobs
                FOR NO KEY UPDATE OF j SKIP LOCKED) c;
     IF cardinality(v_ids) = 0 THEN
         RETURN;
     END IF;
     PERFORM mjsched.test_pause('claim_due_jobs:queued_jobs_locked');
+    IF v_full IS NOT NULL THEN
+        SELECT a.ids, a.old INTO v_ids, v_old FROM mjsched.admit_by_tag_limits(v_ids) a;
+        IF cardinality(v_ids) = 0 THEN
+            RETURN;
+        END IF;
+    END IF;
     -- A lapsed run another session holds (an operator's open transaction) is not waited
     -- for: the runs of the lapsed tokens are locked here, SKIP LOCKED (only an outsider can
     -- hold them: their job rows are ours), and a job with a run that could not be locked is
@@ -684,7 +718,11 @@ DECLARE
     v_old uuid[];
     v_locked uuid[];
     v_backlog boolean;
+    v_full varchar[];    -- tags at their limit (010_tags.sql): NULL when no tag has a limit
 BEGIN
+    IF EXISTS (SELECT 1 FROM mjsched.tag_limit) THEN
+        v_full := ARRAY(SELECT t.tag FROM mjsched.tags_at_limit() t);
+    END IF;
     -- Priorities (015_priorities.sql): the order matters only when the claimable due jobs
     -- outnumber the batch. Whether they do is read from the due index (at most p_max_jobs + 1
     -- rows); while they fit, every one is taken through that index, as before; else the batch is
@@ -706,6 +744,8 @@ BEGIN
                    AND mjsched.claimable(j.status, j.start_at, j.end_at, j.lock_token, j.expected_completion_at, p_now)
                    AND NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run q
                                     WHERE q.scheduled_job_id = j.id AND q.status = 'Queued' AND q.attempt = 1)
+                   AND (v_full IS NULL OR NOT EXISTS (SELECT 1 FROM mjsched.job_tag g
+                                                       WHERE g.scheduled_job_id = j.id AND g.tag = ANY (v_full)))
                  ORDER BY mjsched.claim_at(j.next_run_at, j.priority)
                  LIMIT p_max_jobs
                    FOR NO KEY UPDATE OF j SKIP LOCKED) c;
@@ -717,6 +757,8 @@ BEGIN
                AND mjsched.claimable(j.status, j.start_at, j.end_at, j.lock_token, j.expected_completion_at, p_now)
                AND NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run q
                                 WHERE q.scheduled_job_id = j.id AND q.status = 'Queued' AND q.attempt = 1)
+               AND (v_full IS NULL OR NOT EXISTS (SELECT 1 FROM mjsched.job_tag g
+                                                   WHERE g.scheduled_job_id = j.id AND g.tag = ANY (v_full)))
              ORDER BY j.next_run_at
              LIMIT p_max_jobs
                FOR NO KEY UPDATE OF j SKIP LOCKED) c;
@@ -725,6 +767,12 @@ BEGIN
         RETURN;
     END IF;
     PERFORM mjsched.test_pause('claim_due_jobs:due_jobs_locked');
+    IF v_full IS NOT NULL THEN
+        SELECT a.ids, a.old INTO v_ids, v_old FROM mjsched.admit_by_tag_limits(v_ids) a;
+        IF cardinality(v_ids) = 0 THEN
+            RETURN;
+        END IF;
+    END IF;
     -- A lapsed run another session holds (an operator's open transaction) is not waited
     -- for: the runs of the lapsed tokens are locked here, SKIP LOCKED (only an outsider can
     -- hold them: their job rows are ours), and a job with a run that could not be locked is
@@ -820,7 +868,10 @@ BEGIN
           ORDER BY r.lease_expires_at LIMIT 1),
         (SELECT r.retry_at FROM mjsched.scheduled_job_run r
           WHERE r.status = 'Queued' AND r.retry_at IS NOT NULL AND r.retry_at > p_now
-          ORDER BY r.retry_at LIMIT 1));
+          ORDER BY r.retry_at LIMIT 1),
+        (SELECT p.paused_until FROM mjsched.job_pause p      -- the end of a maintenance window (010_tags.sql)
+          WHERE p.paused_until IS NOT NULL AND p.paused_until > p_now
+          ORDER BY p.paused_until LIMIT 1));
 END;
 $$;
 
@@ -1494,7 +1545,8 @@ LANGUAGE sql IMMUTABLE AS $$
     SELECT ARRAY['test_pause', 'claimable', 'claim_token', 'abandon_runs', 'renew_tokens', 'complete_items',
                  'runs_of_tokens', 'take_over', 'expire_ended_jobs', 'claim_replay', 'claim_queued',
                  'claim_ticks', 'next_due_at', 'claim_counters', 'purge_candidates', 'note_engine_seen',
-                 'json_nesting_exceeds', 'alerts_of_call', 'claim_at']
+                 'json_nesting_exceeds', 'tag_problem', 'check_tag', 'resume_paused_jobs', 'tags_at_limit',
+                 'admit_by_tag_limits', 'alerts_of_call', 'claim_at']
 $$;
 
 -- probe_permissions: which mjsched procedures the current role may not execute.

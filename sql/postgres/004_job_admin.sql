@@ -30,7 +30,7 @@ BEGIN
                      'keep_runs_days', 'keep_runs_count',
                      'interval_seconds', 'run_at',
                      'retry_max_attempts', 'retry_initial_delay', 'retry_factor', 'retry_max_delay', 'retry_jitter',
-                     'notify_final_attempt_only', 'jitter_seconds', 'priority')
+                     'notify_final_attempt_only', 'tags', 'jitter_seconds', 'priority')
      LIMIT 1;
     IF v_key IS NOT NULL THEN
         RAISE EXCEPTION 'fields.%: not a job column that can be set', v_key USING ERRCODE = '22023';
@@ -45,6 +45,20 @@ BEGIN
         END;
     END LOOP;
     r := jsonb_populate_record(NULL::mjsched.scheduled_job, p_fields);
+    -- tags (010_tags.sql): the job's whole set, a JSON array of at most 32 tags
+    IF p_fields ? 'tags' THEN
+        IF jsonb_typeof(p_fields -> 'tags') <> 'array' OR jsonb_array_length(p_fields -> 'tags') > 32 THEN
+            RAISE EXCEPTION 'fields.tags: % must be a JSON array of at most 32 tags', left(p_fields ->> 'tags', 200)
+                USING ERRCODE = '22023';
+        END IF;
+        SELECT e.value::text, coalesce(mjsched.tag_problem(e.value #>> '{}'), 'must be a string') INTO v_key, v_value
+          FROM jsonb_array_elements(p_fields -> 'tags') e
+         WHERE jsonb_typeof(e.value) <> 'string' OR mjsched.tag_problem(e.value #>> '{}') IS NOT NULL
+         LIMIT 1;
+        IF v_key IS NOT NULL THEN
+            RAISE EXCEPTION 'fields.tags: % %', left(v_key, 200), v_value USING ERRCODE = '22023';
+        END IF;
+    END IF;
     IF r.max_runtime_seconds IS NOT NULL
        AND NOT (r.max_runtime_seconds > 0 AND r.max_runtime_seconds <= 31536000) THEN
         -- NaN compares greater than every number: "<= 31536000" refuses it
@@ -249,6 +263,9 @@ BEGIN
                 r.retry_max_attempts, r.retry_initial_delay, r.retry_factor, r.retry_max_delay, r.retry_jitter,
                 coalesce(r.notify_final_attempt_only, true), r.jitter_seconds, coalesce(r.priority, 0))
         RETURNING j.id INTO v_inserted;
+        INSERT INTO mjsched.job_tag (scheduled_job_id, tag)
+        SELECT DISTINCT v_inserted, t.tag FROM jsonb_array_elements_text(p_fields -> 'tags') AS t(tag)
+         WHERE jsonb_typeof(p_fields -> 'tags') = 'array';
     EXCEPTION WHEN unique_violation THEN
         -- The id or the name is taken: by the job an earlier attempt of this call inserted (its
         -- reply lost, or its insert committed while this one waited on it), or by another job.
@@ -326,6 +343,19 @@ BEGIN
         priority = CASE WHEN p_fields ? 'priority' THEN coalesce(r.priority, 0) ELSE j.priority END
      WHERE j.id = p_job_id;
     GET DIAGNOSTICS v_rows = ROW_COUNT;
+    -- The job's row is ours now (lock order: job, then its tags and pause record). Tags: the
+    -- whole set is replaced. A status written here ends a pause_jobs record (010_tags.sql).
+    IF v_rows > 0 AND p_fields ? 'tags' THEN
+        DELETE FROM mjsched.job_tag g
+         WHERE g.scheduled_job_id = p_job_id
+           AND NOT (g.tag IN (SELECT t.tag FROM jsonb_array_elements_text(p_fields -> 'tags') AS t(tag)));
+        INSERT INTO mjsched.job_tag (scheduled_job_id, tag)
+        SELECT DISTINCT p_job_id, t.tag FROM jsonb_array_elements_text(p_fields -> 'tags') AS t(tag)
+        ON CONFLICT DO NOTHING;
+    END IF;
+    IF v_rows > 0 AND p_fields ? 'status' THEN
+        DELETE FROM mjsched.job_pause p WHERE p.scheduled_job_id = p_job_id;
+    END IF;
     RETURN QUERY SELECT v_rows;
 END;
 $$;

@@ -59,6 +59,7 @@ BEGIN
     IF TG_OP = 'INSERT' THEN
         INSERT INTO mjsched.job_change (job_id, job_name, version, action, field, new_value, app_user, via)
         VALUES (NEW.id, NEW.name, NEW.version, 'created', '*', (to_jsonb(NEW) - v_bookkeeping)::text, v_user, v_via);
+        PERFORM set_config('mjsched.audit_job', NEW.id::text || '|' || NEW.version || '|', true);
         RETURN NULL;
     ELSIF TG_OP = 'DELETE' THEN
         INSERT INTO mjsched.job_change (job_id, job_name, version, action, field, old_value, app_user, via)
@@ -71,6 +72,8 @@ BEGIN
         RETURN NEW;
     END IF;
     NEW.version := OLD.version + 1;
+    -- this transaction made this version of the job: a tag change in it joins the version
+    PERFORM set_config('mjsched.audit_job', NEW.id::text || '|' || NEW.version || '|', true);
     INSERT INTO mjsched.job_change (job_id, job_name, version, action, field, old_value, new_value, app_user, via)
     SELECT NEW.id, NEW.name, NEW.version, 'updated', c.field, c.old_value, c.new_value, v_user, v_via
       FROM (SELECT coalesce(o.key, n.key) AS field, o.value #>> '{}' AS old_value, n.value #>> '{}' AS new_value
@@ -108,6 +111,79 @@ CREATE TRIGGER trg_scheduled_job_audited_write
     AFTER INSERT OR DELETE ON mjsched.scheduled_job
     FOR EACH ROW EXECUTE FUNCTION mjsched.tg_scheduled_job_audited();
 REVOKE ALL ON FUNCTION mjsched.tg_scheduled_job_audited() FROM PUBLIC;
+
+-- Tags are part of a job's definition (010_tags.sql): a statement that adds or removes rows of
+-- job_tag writes one job_change row per job whose tag set changed: field 'tags', the sets
+-- before and after as sorted comma lists (NULL: none), action 'updated', who and via as above.
+-- A tag change is a definition change, so it moves scheduled_job.version on, except where
+-- this transaction already made the job's current version (tg_scheduled_job_audited notes it
+-- in the transaction-local setting mjsched.audit_job: job|version|tags row): a job created
+-- with tags, or update_job changing fields and tags, is one version. update_job replaces a
+-- set in two statements (DELETE the dropped tags, INSERT the new ones); the second finds the
+-- first one's row in the same setting and moves its new value on, so one call is one row.
+-- The tags of a job being deleted go with it unrecorded: its 'deleted' row says so.
+CREATE OR REPLACE FUNCTION mjsched.tg_job_tag_audited() RETURNS trigger
+LANGUAGE plpgsql SET search_path = mjsched, pg_temp AS $$
+DECLARE
+    v_user varchar(255) := nullif(current_setting('mjsched.app_user', true), '');
+    v_via varchar(40) := coalesce(nullif(current_setting('mjsched.via', true), ''), 'sql');
+    v_ids uuid[];
+    v_tags varchar[];
+    r record;
+    v_name varchar(200);
+    v_version integer;
+    v_old text;
+    v_new text;
+    v_mark text[];
+    v_change bigint;
+    v_rows integer;
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        SELECT array_agg(a.scheduled_job_id), array_agg(a.tag) INTO v_ids, v_tags FROM added_tags a;
+    ELSE
+        SELECT array_agg(d.scheduled_job_id), array_agg(d.tag) INTO v_ids, v_tags FROM removed_tags d;
+    END IF;
+    FOR r IN SELECT x.job_id, array_agg(x.tag) AS tags
+               FROM unnest(coalesce(v_ids, '{}'), coalesce(v_tags, '{}')) AS x(job_id, tag)
+              GROUP BY x.job_id ORDER BY x.job_id LOOP
+        SELECT j.name, j.version INTO v_name, v_version FROM mjsched.scheduled_job j WHERE j.id = r.job_id FOR UPDATE;
+        CONTINUE WHEN NOT FOUND;     -- deleted with its job
+        SELECT string_agg(g.tag, ',' ORDER BY g.tag) INTO v_new FROM mjsched.job_tag g WHERE g.scheduled_job_id = r.job_id;
+        SELECT string_agg(t.tag, ',' ORDER BY t.tag) INTO v_old
+          FROM (SELECT g.tag FROM mjsched.job_tag g
+                 WHERE g.scheduled_job_id = r.job_id AND (TG_OP = 'DELETE' OR NOT g.tag = ANY (r.tags))
+                UNION
+                SELECT u.tag FROM unnest(r.tags) AS u(tag) WHERE TG_OP = 'DELETE') t;
+        CONTINUE WHEN v_old IS NOT DISTINCT FROM v_new;
+        v_mark := string_to_array(coalesce(current_setting('mjsched.audit_job', true), ''), '|');
+        IF v_mark[1] = r.job_id::text AND v_mark[2] = v_version::text THEN
+            IF coalesce(v_mark[3], '') <> '' THEN
+                UPDATE mjsched.job_change c SET new_value = v_new
+                 WHERE c.id = v_mark[3]::bigint AND c.job_id = r.job_id AND c.field = 'tags';
+                GET DIAGNOSTICS v_rows = ROW_COUNT;
+                CONTINUE WHEN v_rows > 0;
+            END IF;
+        ELSE
+            UPDATE mjsched.scheduled_job j SET version = j.version + 1, updated_at = now()
+             WHERE j.id = r.job_id RETURNING j.version INTO v_version;
+        END IF;
+        INSERT INTO mjsched.job_change (job_id, job_name, version, action, field, old_value, new_value, app_user, via)
+        VALUES (r.job_id, v_name, v_version, 'updated', 'tags', v_old, v_new, v_user, v_via)
+        RETURNING id INTO v_change;
+        PERFORM set_config('mjsched.audit_job', r.job_id::text || '|' || v_version || '|' || v_change, true);
+    END LOOP;
+    RETURN NULL;
+END;
+$$;
+DROP TRIGGER IF EXISTS trg_job_tag_audited ON mjsched.job_tag;
+DROP TRIGGER IF EXISTS trg_job_tag_audited_delete ON mjsched.job_tag;
+CREATE TRIGGER trg_job_tag_audited
+    AFTER INSERT ON mjsched.job_tag REFERENCING NEW TABLE AS added_tags
+    FOR EACH STATEMENT EXECUTE FUNCTION mjsched.tg_job_tag_audited();
+CREATE TRIGGER trg_job_tag_audited_delete
+    AFTER DELETE ON mjsched.job_tag REFERENCING OLD TABLE AS removed_tags
+    FOR EACH STATEMENT EXECUTE FUNCTION mjsched.tg_job_tag_audited();
+REVOKE ALL ON FUNCTION mjsched.tg_job_tag_audited() FROM PUBLIC;
 
 -- Retention: a change row goes with the job's run-history rule in days (the job's
 -- keep_runs_days, else the caller's default p_keep_seconds; 0 or NULL keeps it), a deleted

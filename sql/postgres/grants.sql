@@ -112,8 +112,8 @@ BEGIN
         EXECUTE format('GRANT USAGE ON SCHEMA mjsched TO %I', v_role);
         EXECUTE format('GRANT CONNECT ON DATABASE %I TO %I', v_db, v_role);
         EXECUTE format('GRANT SELECT ON mjsched.scheduled_job_type, mjsched.engine_instance, '
-                       'mjsched.schema_version, mjsched.job_change, mjsched.job_alert, '
-                       'mjsched.job_alert_rule TO %I', v_role);
+                       'mjsched.schema_version, mjsched.job_tag, mjsched.job_pause, mjsched.tag_limit, '
+                       'mjsched.job_change, mjsched.job_alert, mjsched.job_alert_rule TO %I', v_role);
         -- Every column but lock_token (read from the catalog: columns added later are covered).
         FOR f IN SELECT c.relname AS tbl FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
                   WHERE n.nspname = 'mjsched' AND c.relname IN ('scheduled_job', 'scheduled_job_run') LOOP

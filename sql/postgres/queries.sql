@@ -14,21 +14,32 @@ SELECT a.attname AS name, has_column_privilege(a.attrelid, a.attnum, 'SELECT') A
  ORDER BY a.attnum
 
 -- name: get_jobs
-SELECT {job_columns}, t.driver_class AS driver
+SELECT {job_columns}, t.driver_class AS driver,
+       (SELECT string_agg(g.tag, ',' ORDER BY g.tag) FROM mjsched.job_tag g WHERE g.scheduled_job_id = j.id) AS tags,
+       p.paused_at, p.paused_by, p.paused_by_user, p.pause_reason, p.paused_until
   FROM mjsched.scheduled_job j JOIN mjsched.scheduled_job_type t ON t.id = j.job_type_id
+  LEFT JOIN mjsched.job_pause p ON p.scheduled_job_id = j.id
  WHERE j.id = ANY(%(ids)s::uuid[])
 
 -- name: jobs_named
 -- Oldest first: names are unique, but a database older than 005_job_names may hold copies.
-SELECT {job_columns}, t.driver_class AS driver
+SELECT {job_columns}, t.driver_class AS driver,
+       (SELECT string_agg(g.tag, ',' ORDER BY g.tag) FROM mjsched.job_tag g WHERE g.scheduled_job_id = j.id) AS tags,
+       p.paused_at, p.paused_by, p.paused_by_user, p.pause_reason, p.paused_until
   FROM mjsched.scheduled_job j JOIN mjsched.scheduled_job_type t ON t.id = j.job_type_id
+  LEFT JOIN mjsched.job_pause p ON p.scheduled_job_id = j.id
  WHERE j.name = %(name)s
  ORDER BY j.created_at, j.id
 
 -- name: list_jobs
-SELECT {job_columns}, t.driver_class AS driver
+SELECT {job_columns}, t.driver_class AS driver,
+       (SELECT string_agg(g.tag, ',' ORDER BY g.tag) FROM mjsched.job_tag g WHERE g.scheduled_job_id = j.id) AS tags,
+       p.paused_at, p.paused_by, p.paused_by_user, p.pause_reason, p.paused_until
   FROM mjsched.scheduled_job j JOIN mjsched.scheduled_job_type t ON t.id = j.job_type_id
+  LEFT JOIN mjsched.job_pause p ON p.scheduled_job_id = j.id
  WHERE (%(status)s::varchar IS NULL OR j.status = %(status)s::varchar)
+   AND (%(tag)s::varchar IS NULL
+        OR j.id IN (SELECT g.scheduled_job_id FROM mjsched.job_tag g WHERE g.tag = %(tag)s::varchar))
  ORDER BY j.name, j.created_at
 
 -- name: unscheduled_jobs
@@ -133,6 +144,35 @@ SELECT (SELECT count(*) FROM mjsched.scheduled_job WHERE status = 'Active') AS a
        (SELECT count(*) FROM mjsched.scheduled_job_run
          WHERE status = 'Abandoned' AND completed_at > now() - interval '24 hours') AS abandoned_24h
 
+-- name: tag_summary
+-- Every tag (carried by a job, or limited), with its jobs, its limit (who set it, when), its
+-- Running runs and its due jobs held back by the limit (010_tags.sql).
+SELECT t.tag, (SELECT count(*) FROM mjsched.job_tag g WHERE g.tag = t.tag) AS jobs,
+       l.max_running, l.set_at, l.set_by, l.set_by_user,
+       (SELECT count(*) FROM mjsched.scheduled_job_run r JOIN mjsched.job_tag g ON g.scheduled_job_id = r.scheduled_job_id
+         WHERE r.status = 'Running' AND g.tag = t.tag) AS running
+  FROM (SELECT g.tag FROM mjsched.job_tag g UNION SELECT l.tag FROM mjsched.tag_limit l) t
+  LEFT JOIN mjsched.tag_limit l ON l.tag = t.tag
+ ORDER BY t.tag
+
+-- name: waiting_for_tag
+-- The due jobs a tag's limit holds back now: Active, due, not held by a live lease, and carrying
+-- a limited tag whose Running runs are at its limit; one row per (job, tag), oldest due first.
+-- %(job_id)s: one job, or NULL for all. What "why didn't this job run?" reads.
+SELECT j.id AS job_id, j.name, g.tag, l.max_running, coalesce(n.running, 0) AS running, j.next_run_at
+  FROM mjsched.tag_limit l
+  JOIN mjsched.job_tag g ON g.tag = l.tag
+  JOIN mjsched.scheduled_job j ON j.id = g.scheduled_job_id
+  LEFT JOIN (SELECT h.tag, count(*) AS running
+               FROM mjsched.scheduled_job_run r JOIN mjsched.job_tag h ON h.scheduled_job_id = r.scheduled_job_id
+              WHERE r.status = 'Running'
+              GROUP BY h.tag) n ON n.tag = l.tag
+ WHERE j.status = 'Active' AND j.next_run_at <= now()
+   AND (j.expected_completion_at IS NULL OR j.expected_completion_at < now())
+   AND coalesce(n.running, 0) >= l.max_running
+   AND (%(job_id)s::uuid IS NULL OR j.id = %(job_id)s::uuid)
+ ORDER BY j.next_run_at, j.name, g.tag
+
 -- name: why_facts
 -- Everything `mjsched jobs why` (engine.why, mjsched/why.py) reads, in one statement: the job,
 -- the tick asked about (%(tick)s, else its next run), and around that tick the runs that say
@@ -143,7 +183,8 @@ SELECT (SELECT count(*) FROM mjsched.scheduled_job WHERE status = 'Active') AS a
 -- the Running run, the next pending retry, the last run of all; the newest tick that has a run,
 -- the oldest run kept, the queue; how many due jobs come before it in the claim's order (claim_at: priorities; capped
 -- at 1,000); and the engines (every one not stopped, and the one that stopped last) with what
--- each reports (011_engine_reports.sql) and its Running runs, as one JSON array. Each run is
+-- each reports (011_engine_reports.sql) and its Running runs, as one JSON array; and the
+-- limits of the job's tags (010_tags.sql) with the Running runs of each, as another. Each run is
 -- found through ix_scheduled_job_run_job_started or uq_scheduled_job_run_tick (LIMIT 1), never
 -- a scan of the job's history. lock_token is not read (the roles may not): a lock is
 -- expected_completion_at, which the schema keeps set exactly while lock_token is.
@@ -208,7 +249,15 @@ SELECT now() AS db_now, j.id, j.name, t.driver_class AS driver, j.status, j.cron
                  WHERE e.stopped_at IS NULL
                     OR e.instance = (SELECT s.instance FROM mjsched.engine_instance s WHERE s.stopped_at IS NOT NULL
                                       ORDER BY s.last_seen_at DESC LIMIT 1)
-                 ORDER BY e.last_seen_at DESC LIMIT 200) e) AS engines
+                 ORDER BY e.last_seen_at DESC LIMIT 200) e) AS engines,
+       (SELECT coalesce(json_agg(json_build_object(
+                   'tag', l.tag, 'max_running', l.max_running,
+                   'running', (SELECT count(*) FROM mjsched.scheduled_job_run r
+                                 JOIN mjsched.job_tag h ON h.scheduled_job_id = r.scheduled_job_id
+                                WHERE r.status = 'Running' AND h.tag = l.tag))
+                   ORDER BY l.tag), '[]')::text
+          FROM mjsched.job_tag g JOIN mjsched.tag_limit l ON l.tag = g.tag
+         WHERE g.scheduled_job_id = j.id) AS tag_limits
   FROM mjsched.scheduled_job j
   JOIN mjsched.scheduled_job_type t ON t.id = j.job_type_id
  CROSS JOIN LATERAL (SELECT coalesce(%(tick)s::timestamptz, j.next_run_at) AS tick) k

@@ -260,3 +260,48 @@ def test_a_login_without_mjsched_rights_is_the_recorded_login(make_engine: Calla
     finally:
         sql.run(f"DROP OWNED BY {role}")
         sql.run(f"DROP ROLE {role}")
+
+
+def test_tag_changes_are_audited_one_row_a_change_and_move_the_version(make_engine: Callable[..., Any],
+                                                                        sql: Sql) -> None:
+    """Tags are part of the definition (job_tag's triggers): one 'tags' row a change, the sets as
+    sorted comma lists; a job created with tags, or fields and tags changed in one call, is one
+    version; update_job's DELETE and INSERT of a set make one row; plain SQL is recorded too."""
+    engine = make_engine()
+    job = engine.create_job("tagged", "test-ok", NEVER, tags=["b", "a"])
+    engine.update_job(job, tags=["b", "c"])
+    engine.update_job(job, description="x", tags=["c"])
+    with mjsched.changes_by("carol"):
+        engine.update_job(job, tags=[])
+    engine.update_job(job, tags=[])                       # no change, no row
+    sql.run("INSERT INTO mjsched.job_tag (scheduled_job_id, tag) VALUES (%s, 'z')", (job,))
+    rows = [(r["version"], r["action"], r["field"], r["old_value"], r["new_value"], r["app_user"], r["via"])
+            for r in changes(sql, job)]
+    assert rows[1:] == [
+        (1, "updated", "tags", None, "a,b", None, "api"),
+        (2, "updated", "tags", "a,b", "b,c", None, "api"),
+        (3, "updated", "description", None, "x", None, "api"),
+        (3, "updated", "tags", "b,c", "c", None, "api"),
+        (4, "updated", "tags", "c", None, "carol", "api"),
+        (5, "updated", "tags", None, "z", None, "sql"),
+    ], rows
+    assert rows[0][:3] == (1, "created", "*")
+    assert sql.one("SELECT version FROM mjsched.scheduled_job WHERE id = %s", (job,)) == 5
+    assert [c.field for c in engine.job_history(job)][:1] == ["tags"]
+    engine.delete_job(job)                                # its tags go with it: the 'deleted' row says so
+    assert [(r["action"], r["field"]) for r in changes(sql, job)][-1] == ("deleted", "*")
+    assert len(changes(sql, job)) == len(rows) + 1
+
+
+def test_pause_and_resume_by_tag_record_the_status_with_via_and_user(make_engine: Callable[..., Any],
+                                                                     sql: Sql) -> None:
+    engine = make_engine()
+    jobs = [engine.create_job(f"nightly-{i}", "test-ok", NEVER, tags=["nightly"]) for i in range(2)]
+    assert engine.pause_jobs(tag="nightly", reason="maintenance", user="dave") == 2
+    with mjsched.changes_by("erin"):
+        assert engine.resume_jobs(tag="nightly") == 2
+    for job in jobs:
+        rows = [(r["field"], r["old_value"], r["new_value"], r["app_user"], r["via"], r["version"])
+                for r in changes(sql, job) if r["action"] == "updated" and r["field"] == "status"]
+        assert rows == [("status", "Active", "Paused", "dave", "api", 2),
+                        ("status", "Paused", "Active", "erin", "api", 3)], rows

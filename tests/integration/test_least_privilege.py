@@ -102,13 +102,14 @@ def test_grants_script_is_idempotent_and_safe_to_run_concurrently(pg_dsn: str, s
                               WHERE grantee = %s AND table_schema = 'mjsched' ORDER BY 1, 2""", (group,))
     assert {p["privilege_type"] for p in privileges} == {"SELECT"}
     assert {p["table_name"] for p in privileges} == {"scheduled_job_type", "engine_instance", "schema_version",
-                                                      "job_change", "job_alert", "job_alert_rule"}
+                                                     "job_tag", "job_pause", "tag_limit", "job_change", "job_alert",
+                                                     "job_alert_rule"}
     columns = sql.rows("""SELECT table_name, column_name, privilege_type FROM information_schema.column_privileges
                            WHERE grantee = %s AND table_schema = 'mjsched'""", (group,))
     assert {c["privilege_type"] for c in columns} == {"SELECT"}    # column grants on jobs and runs: no token
     assert {c["table_name"] for c in columns} == {"scheduled_job", "scheduled_job_run", "scheduled_job_type",
-                                                  "engine_instance", "schema_version", "job_change",
-                                                  "job_alert", "job_alert_rule"}
+                                                  "engine_instance", "schema_version", "job_tag", "job_pause",
+                                                  "tag_limit", "job_change", "job_alert", "job_alert_rule"}
     assert "lock_token" not in {c["column_name"] for c in columns}
     assert {c["column_name"] for c in columns} >= {"id", "name", "configuration", "status", "locked_by_instance"}
 

@@ -413,6 +413,33 @@ def test_lost_reply_update_job(make_engine: Callable[..., Any], sql: Any) -> Non
     was_lost(plan, "update_job")
 
 
+def test_lost_reply_pause_jobs(make_engine: Callable[..., Any], sql: Any) -> None:
+    """The replay finds the jobs Paused by the lost call and answers 0; each keeps one record."""
+    engine, plan = losing(make_engine, "pause_jobs")
+    job = engine.create_job("paused-by-tag", "test-ok", NEVER, tags=["lost"])
+    assert engine.pause_jobs(tag="lost", reason="replayed") == 0
+    was_lost(plan, "pause_jobs")
+    assert engine.get_job(job).status is mjsched.JobStatus.PAUSED and engine.get_job(job).pause_reason == "replayed"
+    assert sql.one("SELECT count(*) FROM mjsched.job_pause") == 1
+
+
+def test_lost_reply_resume_jobs(make_engine: Callable[..., Any], sql: Any) -> None:
+    engine, plan = losing(make_engine, "resume_jobs")
+    job = engine.create_job("resumed-by-tag", "test-ok", NEVER, tags=["lost"])
+    engine.pause_jobs(tag="lost")
+    assert engine.resume_jobs(tag="lost") == 0          # the replay finds it Active
+    was_lost(plan, "resume_jobs")
+    assert engine.get_job(job).status is mjsched.JobStatus.ACTIVE
+    assert sql.one("SELECT count(*) FROM mjsched.job_pause") == 0
+
+
+def test_lost_reply_set_tag_limit(make_engine: Callable[..., Any], sql: Any) -> None:
+    engine, plan = losing(make_engine, "set_tag_limit")
+    engine.set_tag_limit("lost", 3)
+    was_lost(plan, "set_tag_limit")
+    assert sql.one("SELECT max_running FROM mjsched.tag_limit WHERE tag = 'lost'") == 3
+
+
 def test_lost_reply_note_frequency_warned(make_engine: Callable[..., Any], sql: Any) -> None:
     engine, plan = losing(make_engine, "note_frequency_warned")
     job = engine.create_job("noted", "test-ok", NEVER)
@@ -561,4 +588,7 @@ LOST_REPLY_TESTS: dict[str, str] = {
     "release_job_lock": f"{HERE}::test_lost_reply_release_job_lock",
     "sweep_expired_leases": f"{HERE}::test_lost_reply_sweep_expired_leases",
     "enqueue_job_run": f"{HERE}::test_lost_reply_enqueue_job_run",
+    "pause_jobs": f"{HERE}::test_lost_reply_pause_jobs",
+    "resume_jobs": f"{HERE}::test_lost_reply_resume_jobs",
+    "set_tag_limit": f"{HERE}::test_lost_reply_set_tag_limit",
 }

@@ -52,11 +52,20 @@ INTERNAL: dict[str, str] = {
     "claim_at": "IMMUTABLE order key of claim_ticks and its index (015_priorities.sql)",
     "note_engine_seen": "the liveness write of renew_tokens and claim_due_jobs (skipped when the row is held)",
     "tg_scheduled_job_changed": "trigger function: runs inside the statement that changed a job row",
+    "resume_paused_jobs": "part of claim_due_jobs: ends the maintenance windows that have passed (idempotent: "
+                          "only Paused jobs whose window ended change, and then their record is gone)",
+    "tag_problem": "IMMUTABLE rule of a tag (check_job_fields, check_tag)",
+    "check_tag": "IMMUTABLE check of a procedure's tag parameter (pause_jobs, resume_jobs, set_tag_limit)",
+    "tags_at_limit": "read-only: the tags at their limit, which claim_queued and claim_ticks leave out",
+    "admit_by_tag_limits": "part of claim_queued and claim_ticks: locks the tag limits and admits candidates "
+                           "(writes nothing)",
     "alerts_of_call": "what evaluate_alerts answers, read-only (a replay answers the same rows: "
                       "test_lost_reply_evaluate_alerts)",
     "tg_scheduled_job_audited": "trigger function: writes the audit trail inside the statement that changed a "
                                 "job row (a replay that changes nothing writes nothing: test_lost_reply_"
                                 "purge_job_changes)",
+    "tg_job_tag_audited": "trigger function: audits a job's tag set inside the statement that changed it "
+                          "(insert_job, update_job: a replay that changes no tag writes nothing)",
 }
 # Names in the table's first column that are not routines.
 NOT_ROUTINES = {"execute_job"}

@@ -292,6 +292,18 @@ def queue_ahead(a: Arena) -> Any:
     return job
 
 
+def tag_limit(a: Arena) -> Any:
+    """A job of tag etl (limit 1) is Running: the asked job, due and of the same tag, waits for its slot."""
+    a.engine_row()
+    other = a.job("etl-busy", next_run_at=a.hour + HOUR)
+    a.engine.update_job(other, tags=["etl"])
+    a.run(other, a.hour, "Running", started=a.hour)
+    a.engine.set_tag_limit("etl", 1)
+    job = a.job(next_run_at=a.hour)
+    a.engine.update_job(job, tags=["etl"])
+    return job
+
+
 def backlog(a: Arena) -> Any:
     a.engine_row(cap=1)
     a.job("earlier", next_run_at=a.hour - 2 * HOUR)
@@ -353,6 +365,7 @@ CASES = [
     Case("locked_by_gone_engine", locked_by_gone_engine, lambda a, j: ["gone-9", "stale", a.arena_run], True),
     Case("lease_lapsed", lease_lapsed, lambda a, j: ["e1", "lapsed"], False),
     Case("queue_ahead", queue_ahead, lambda a, j: ["1 Queued tick", t(a.hour - HOUR)], True),
+    Case("tag_limit", tag_limit, lambda a, j: ["etl", "1 of 1 Running"], True),
     Case("backlog", backlog, lambda a, j: ["1 due job", "1 free slot"], True),
     Case("no_engine", no_engine, lambda a, j: ["No engine is alive", "old-engine", "stopped"], True),
     Case("driver_partly_allowed", driver_partly_allowed, lambda a, j: ["only-http", "runs-all"], False),

@@ -23,6 +23,12 @@
      (attempt 1, not taken from the queue: queued_at NULL) never started after a Queued tick of
      its job was queued (q.queued_at < r.started_at) -- the queue is served first, oldest tick
      first (claim_ticks re-checks "no Queued tick" under the job's row lock).
+(I10) never more runs of a tag's jobs Running at once than the tag's limit (tag_limit,
+     010_tags.sql): the Running runs the claims started (scheduled_for not NULL) of the jobs
+     carrying a limited tag are at most its max_running. (Manual runs are never held back, so
+     they are not counted here; the claims count them.) The arena tags every other job of each
+     state and sets the limit to the tag's Running tick runs, or one more, so every round starts
+     at or one below the limit.
 (I9) a job's ticks are served in increasing order: no tick run that a claim started (attempt 1,
      queued_at NULL) is of a tick earlier than a run of its job that existed before it started
      (queued or started earlier) -- so a next_run_at moved back over a tick whose run the purge
@@ -111,12 +117,25 @@ SELECT 'I6', {ID.format('j.id')}, NULL, CAST(j.run_count AS bigint), CAST(coales
  WHERE j.run_count <> coalesce(c.n, 0) OR j.success_count <> coalesce(c.ok, 0)
     OR j.failure_count <> coalesce(c.n, 0) - coalesce(c.ok, 0)
 """
+TAG_CHECK = f"""
+UNION ALL
+SELECT 'I10', CAST(NULL AS varchar(36)), CAST(NULL AS varchar(36)), CAST(count(*) AS bigint),
+       CAST(l.max_running AS bigint)
+  FROM mjsched.tag_limit l
+  JOIN mjsched.job_tag g ON g.tag = l.tag
+  JOIN {RUN} r ON r.scheduled_job_id = g.scheduled_job_id
+ WHERE r.status = 'Running' AND r.scheduled_for IS NOT NULL
+ GROUP BY l.tag, l.max_running HAVING count(*) > l.max_running
+"""
 TABLE_INVARIANTS = ("I1", "I2", "I3", "I4", "I6", "I8", "I9")
+TAG_INVARIANTS = ("I10",)
 
 
-def table_checks(retries: bool) -> str:
-    """TABLE_CHECKS for a schema with retries (009), or for an older one (every run attempt 1)."""
-    return TABLE_CHECKS if retries else re.sub(r"\b[rpq]\.attempt\b", "1", TABLE_CHECKS)
+def table_checks(retries: bool, tags: bool = False) -> str:
+    """TABLE_CHECKS for a schema with retries (009), or for an older one (every run attempt 1);
+    with ``tags`` (010) also the per-tag limit (I10)."""
+    checks = TABLE_CHECKS + (TAG_CHECK if tags else "")
+    return checks if retries else re.sub(r"\b[rpq]\.attempt\b", "1", checks)
 
 WHAT = {
     "I1": "two Running runs of one Skip/Queue job",
@@ -128,6 +147,7 @@ WHAT = {
     "I6": "job statistics differ from its finished runs",
     "I8": "a tick run of a Queue job started while a tick of it waited Queued",
     "I9": "a tick run started behind a later tick of its job that had a run already",
+    "I10": "more runs of a tag's jobs Running than the tag's limit",
 }
 
 

@@ -157,6 +157,9 @@ class Arena:
         self.retries = bool(self.rows(   # a schema with retries (009): attempts, retry_at
             "SELECT 1 AS x FROM information_schema.columns WHERE table_schema = 'mjsched' "
             "AND table_name = 'scheduled_job_run' AND column_name = 'attempt'"))
+        self.tags = bool(self.rows(      # a schema with tags and their limits (010): invariant I10
+            "SELECT 1 AS x FROM information_schema.tables WHERE table_schema = 'mjsched' "
+            "AND table_name = 'tag_limit'"))
 
     def close(self) -> None:
         for w in [self.admin, self.controller, *self.workers]:
@@ -186,8 +189,10 @@ class Arena:
         """Empty the tables and write the state, in one round trip (TRUNCATE now and then, so
         the DELETEs never scan much)."""
         self._installs += 1
-        wipe = ("TRUNCATE mjsched.scheduled_job_run, mjsched.scheduled_job" if self._installs % 500 == 0
-                else "DELETE FROM mjsched.scheduled_job_run; DELETE FROM mjsched.scheduled_job")
+        tagged = ", mjsched.job_tag, mjsched.job_pause, mjsched.tag_limit" if self.tags else ""
+        wipe = (f"TRUNCATE mjsched.scheduled_job_run{tagged}, mjsched.scheduled_job" if self._installs % 500 == 0
+                else "DELETE FROM mjsched.scheduled_job_run; DELETE FROM mjsched.scheduled_job"
+                     + ("; DELETE FROM mjsched.tag_limit" if self.tags else ""))
         with self.admin.conn.cursor() as cur:
             parts = [wipe]
             for table, columns, rows in (("scheduled_job", JOB_COLUMNS, job_rows(state, self.type_id)),
@@ -198,12 +203,29 @@ class Arena:
                     marks = "(" + ", ".join(["%s"] * len(columns)) + ")"
                     values = ", ".join(cur.mogrify(marks, r).decode() for r in rows)
                     parts.append(f"INSERT INTO mjsched.{table} ({', '.join(columns)}) VALUES {values}")
+            if self.tags:
+                parts += self._tag_limit(state)
             cur.execute(";\n".join(parts))
+
+    def _tag_limit(self, state: State) -> list[str]:
+        """I10's setting: every other job carries the tag 'limited', whose limit is its Running tick
+        runs now, or one more every other install: each round starts at or one below the limit,
+        so a claim of a tagged job must be refused, or exactly one of two racing claims admitted."""
+        ids = [j.id for n, j in enumerate(state.jobs) if n % 2 == 0]
+        if not ids:
+            return []
+        running = sum(1 for j in state.jobs if j.id in ids for r in j.runs
+                      if r.status == "Running" and r.scheduled_for is not None)
+        values = ", ".join(f"('{i}', 'limited')" for i in ids)
+        return [f"INSERT INTO mjsched.job_tag (scheduled_job_id, tag) VALUES {values}",
+                "INSERT INTO mjsched.tag_limit (tag, max_running, set_at, set_by) "
+                f"VALUES ('limited', {running + self._installs % 2}, now(), 'interleaving')"]
 
     # -- checks ------------------------------------------------------------------------------
     def check(self, state: State, calls: Sequence[Call], outcomes: Sequence[Outcome]) -> tuple[list[Violation], int]:
-        found = invariants.table_violations(self.rows(invariants.table_checks(self.retries)), state)
+        found = invariants.table_violations(self.rows(invariants.table_checks(self.retries, self.tags)), state)
         checks = len(invariants.TABLE_INVARIANTS) + 1   # + I7, read from the outcomes
+        checks += len(invariants.TAG_INVARIANTS) if self.tags else 0
         renewals = ("renew", "renew_skip")
         renewed = [str(r["lock_token"]) for c, o in zip(calls, outcomes) if c.op in renewals for r in o.rows]
         if any(c.op in renewals for c in calls):

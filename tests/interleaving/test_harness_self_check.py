@@ -130,3 +130,17 @@ def test_forced_pauses_catch_a_renewal_that_locks_runs_before_jobs(arena: Arena)
     caught = [v.inv for v in result.violations] + [o.sqlstate for o in result.outcomes if o.sqlstate == DEADLOCK]
     print(f"\ninverted renewal parked, unlock {result.note}: caught {caught}")
     assert result.note != "not reached" and caught, (result.note, result.violations, result.outcomes)
+
+
+def test_the_tag_limit_invariant_finds_a_tag_past_its_limit(arena: Arena) -> None:
+    """I10: two Running tick runs of jobs carrying a tag whose limit is 1."""
+    if not arena.tags:
+        pytest.skip("a schema without tags (010): no tag limits")
+    now = datetime.now(timezone.utc)
+    state = State(now, [_held(now), _held(now, "Queue"), _held(now)])   # jobs 0 and 2 carry the tag
+    arena.install(state)
+    found, _ = arena.check(state, [], [])
+    assert found == []                                   # installed at (or one below) the limit
+    arena.rows("UPDATE mjsched.tag_limit SET max_running = 1 RETURNING tag")
+    found, _ = arena.check(state, [], [])
+    assert {v.inv for v in found} == {"I10"}, found

@@ -184,7 +184,7 @@ def test_facts_from_either_dialects_row() -> None:
 
 
 def test_every_code_is_documented_and_the_reserved_ones_are_never_produced() -> None:
-    assert set(RESERVED_CODES) == {"tag_limit"} and not set(RESERVED_CODES) & set(REASON_CODES)
+    assert "tag_limit" in REASON_CODES and not set(RESERVED_CODES) & set(REASON_CODES)
     report = explain(facts())
     json.dumps(report.as_dict())
     assert all(code in REASON_CODES for code in report.codes)

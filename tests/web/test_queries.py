@@ -13,7 +13,7 @@ from mjsched.web.queries import MSSQL, POSTGRES
 
 sqlglot = pytest.importorskip("sqlglot")
 
-PARAMS = {"status": None, "search": None, "limit": 51, "offset": 0, "recent": 20,
+PARAMS = {"status": None, "search": None, "tag": None, "limit": 51, "offset": 0, "recent": 20,
           "job_id": "00000000-0000-0000-0000-000000000001"}
 
 
