@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from ..alerts import Alert, notification
 from ..backends.base import Backend
-from ..errors import SchedulerError
+from ..errors import CannotConnect, SchedulerError
 from ..models import JobRun, RunStatus
 from ..notify import Notifier, safe_notify
 from .options import EngineOptions
@@ -77,9 +77,10 @@ class AlertWatcher:
         try:
             rows = self._backend.evaluate_alerts(str(uuid.uuid4()), ALERTS_PER_CALL, now)
         except (SchedulerError, NotImplementedError) as exc:
-            if isinstance(exc, SchedulerError):
-                log.warning("alert evaluation failed (the next pass tries again): %s", exc,
-                            extra={"action": "alerts_failed"})
+            if isinstance(exc, SchedulerError):   # an unreachable database is the poll's line to say, once
+                log.log(logging.INFO if isinstance(exc, CannotConnect) else logging.WARNING,
+                        "alert evaluation failed (the next pass tries again): %s", exc,
+                        extra={"action": "alerts_failed"})
             return []
         alerts = [Alert.from_row(r) for r in rows]
         if alerts:

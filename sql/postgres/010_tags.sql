@@ -253,7 +253,7 @@ DECLARE
     v_tags varchar[];
     v_free integer[];
     v_mine integer[];
-    v_out uuid[] := '{}';
+    v_out uuid[] := '{}'::uuid[];
     v_id uuid;
     v_k integer;
 BEGIN
@@ -266,10 +266,10 @@ BEGIN
         PERFORM mjsched.test_pause('claim_due_jobs:tag_limits_locked');
         -- a statement of its own: it sees every run committed before the limits were ours
         SELECT coalesce(array_agg(l.tag ORDER BY l.tag), '{}'),
-               coalesce(array_agg(l.max_running - (SELECT count(*) FROM mjsched.job_tag g
-                                                     JOIN mjsched.scheduled_job_run r
-                                                       ON r.scheduled_job_id = g.scheduled_job_id
-                                                    WHERE g.tag = l.tag AND r.status = 'Running')
+               coalesce(array_agg((l.max_running - (SELECT count(*) FROM mjsched.job_tag g
+                                                      JOIN mjsched.scheduled_job_run r
+                                                        ON r.scheduled_job_id = g.scheduled_job_id
+                                                     WHERE g.tag = l.tag AND r.status = 'Running'))::integer
                                   ORDER BY l.tag), '{}')
           INTO v_tags, v_free
           FROM mjsched.tag_limit l;

@@ -86,7 +86,7 @@ def test_a_refused_connection_says_cannot_connect_not_which_routine_needed_it() 
 
 
 def test_a_refused_login_says_cannot_connect_and_why(pg_server: str) -> None:
-    dsn = pg_server.replace("postgres@", "mjsched_no_such_role@")
+    dsn = pg.with_user(pg_server, "mjsched_no_such_role")   # whatever user the tests' server has
     error, _ = _fails(dsn)
     assert isinstance(error, mjsched.CannotConnect)
     assert str(error).startswith("cannot connect to ") and 'role "mjsched_no_such_role" does not exist' in str(error)

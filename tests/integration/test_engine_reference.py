@@ -318,8 +318,11 @@ def test_h1_one_call_renews_every_lease(make_engine: Callable[..., Any], pg_db: 
     before = db.one("SELECT max(expected_completion_at) FROM mjsched.scheduled_job")
     CountingConnection.statements.clear()
     assert engine._keeper.renew() is True
-    assert [s for s in CountingConnection.statements if "renew_leases" in s] == \
-        CountingConnection.statements and len(CountingConnection.statements) == 1
+    # a connection the pool opens for it checks its session settings once (pooler detection,
+    # deployment.md): connection set-up, not the renewal; the housekeeping purge (runs, then the
+    # audit trail) may run on its own thread meanwhile
+    calls = [s for s in CountingConnection.statements if "pg_settings" not in s and "mjsched.purge_" not in s]
+    assert [s for s in calls if "renew_leases" in s] == calls and len(calls) == 1
     assert db.one("SELECT min(expected_completion_at) FROM mjsched.scheduled_job") > before
 
 

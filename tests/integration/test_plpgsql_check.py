@@ -26,8 +26,12 @@ def test_plpgsql_check_reports_no_error(sql: Any) -> None:
         SELECT p.oid::regprocedure::text AS fn, r.level, r.message, r.lineno
           FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace,
                LATERAL plpgsql_check_function_tb(p.oid,
-                   CASE WHEN p.prorettype = 'trigger'::regtype THEN 'mjsched.scheduled_job'::regclass
-                        ELSE 0::regclass END, extra_warnings => true) r
+                   CASE WHEN p.proname = 'tg_job_tag_audited' THEN 'mjsched.job_tag'::regclass
+                        WHEN p.prorettype = 'trigger'::regtype THEN 'mjsched.scheduled_job'::regclass
+                        ELSE 0::regclass END, extra_warnings => true,
+                   -- the tag trigger reads its statement's transition tables (013_audit.sql)
+                   newtable => CASE WHEN p.proname = 'tg_job_tag_audited' THEN 'added_tags' END,
+                   oldtable => CASE WHEN p.proname = 'tg_job_tag_audited' THEN 'removed_tags' END) r
          WHERE n.nspname = 'mjsched' AND p.prolang = (SELECT oid FROM pg_language WHERE lanname = 'plpgsql')""")
     checked = sql.one("""SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
                           WHERE n.nspname = 'mjsched'
