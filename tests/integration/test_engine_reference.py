@@ -9,6 +9,7 @@ test opens at the end.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 import uuid
@@ -318,11 +319,10 @@ def test_h1_one_call_renews_every_lease(make_engine: Callable[..., Any], pg_db: 
     before = db.one("SELECT max(expected_completion_at) FROM mjsched.scheduled_job")
     CountingConnection.statements.clear()
     assert engine._keeper.renew() is True
-    # a connection the pool opens for it checks its session settings once (pooler detection,
-    # deployment.md): connection set-up, not the renewal; the housekeeping purge (runs, then the
-    # audit trail) may run on its own thread meanwhile
-    calls = [s for s in CountingConnection.statements if "pg_settings" not in s and "mjsched.purge_" not in s]
-    assert [s for s in calls if "renew_leases" in s] == calls and len(calls) == 1
+    # one statement renewed the three leases; anything else here is another thread's (the
+    # housekeeping purge and alert pass) or a new pooled connection's settings check
+    leases = [s for s in CountingConnection.statements if re.search(r"renew|extend_job_leases|lease", s)]
+    assert len(leases) == 1 and "renew_leases" in leases[0], leases
     assert db.one("SELECT min(expected_completion_at) FROM mjsched.scheduled_job") > before
 
 
