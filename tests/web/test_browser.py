@@ -147,7 +147,8 @@ def test_jobs_page_then_pause_a_job_and_see_its_status_change(browser: Any, live
                                                               engine: mjsched.SchedulingEngine, sql: Sql) -> None:
     from selenium.webdriver.common.by import By
 
-    job_id = shell_job(engine, "nightly-report", cron="30 2 * * *", timezone="Europe/Berlin")
+    job_id = shell_job(engine, "nightly-report", cron="30 2 * * *", timezone="Europe/Berlin",
+                       alert_silent_after="26h")
     shell_job(engine, "every-five", cron="*/5 * * * *")
     engine.execute_job(job_id)
     history(engine, sql)
@@ -166,6 +167,10 @@ def test_jobs_page_then_pause_a_job_and_see_its_status_change(browser: Any, live
     assert text_of(browser, "#why-verdict").startswith("paused")
     assert "The job is Paused" in text_of(browser, "#why-reasons")
     shot(browser, "job-why")
+    # the audit trail has the pause made here, and the job's alert rule is listed (issue 36)
+    changes = text_of(browser, "#changes")
+    assert "status" in changes and "Paused" in changes and "dashboard" in changes
+    assert "26h" in text_of(browser, "#alerts") or "26 h" in text_of(browser, "#alerts")
     browser.get(url + "/jobs?status=Paused")
     assert "nightly-report" in text_of(browser, "#jobs") and "every-five" not in text_of(browser, "#jobs")
 
