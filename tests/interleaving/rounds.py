@@ -190,7 +190,9 @@ class Arena:
         the DELETEs never scan much)."""
         self._installs += 1
         tagged = ", mjsched.job_tag, mjsched.job_pause, mjsched.tag_limit" if self.tags else ""
-        wipe = (f"TRUNCATE mjsched.scheduled_job_run{tagged}, mjsched.scheduled_job" if self._installs % 500 == 0
+        # CASCADE: every table that refers to the jobs goes too (alert rules and alerts, and any
+        # added later), as the DELETEs remove them by their ON DELETE CASCADE
+        wipe = (f"TRUNCATE mjsched.scheduled_job_run{tagged}, mjsched.scheduled_job CASCADE" if self._installs % 500 == 0
                 else "DELETE FROM mjsched.scheduled_job_run; DELETE FROM mjsched.scheduled_job"
                      + ("; DELETE FROM mjsched.tag_limit" if self.tags else ""))
         with self.admin.conn.cursor() as cur:
