@@ -183,6 +183,10 @@ class OutsideLock:
                     else:
                         cur.execute(f"SELECT 1 FROM {schema}.{table} WHERE {where} {lock}", victim)
                     self.rows = cur.rowcount
+                    if self.rows == 0:
+                        cur.execute(f"SELECT NOT EXISTS (SELECT 1 FROM {schema}.{table})")
+                        if cur.fetchone()[0]:   # a table the scenario leaves empty (tags, alerts): no row
+                            self.refused = "no row to hold (the table is empty in this scenario)"
         except psycopg2.errors.ForeignKeyViolation as exc:
             self.conn.rollback()
             self.refused = f"refused ({exc.diag.constraint_name})"
