@@ -197,7 +197,8 @@ GO
 -- admit_by_tag_limits: of the candidate jobs a claim holds (@p_ids: a JSON array of {"id"} in claim
 -- order), those it may start now without taking a tag past its limit (ids: the same form, same
 -- order) and the lock tokens of their lapsed holders (old: [{"id": token}]). When a candidate
--- carries a limited tag, every tag_limit row is locked first, in tag order (the clustered key);
+-- carries a limited tag, every tag_limit row it can have without waiting is locked first
+-- (READPAST: a row another session holds is skipped and its tag admits nothing this claim);
 -- the Running runs of each limited tag are then counted from its jobs (job_tag by tag, then
 -- each job's runs), so the count reads only runs of limited jobs: a claim adding runs of those
 -- holds these very locks. The rows go to the caller's #mjsched_admitted when it created one.
@@ -228,9 +229,10 @@ BEGIN
     END;
     IF @v_limited = 1
     BEGIN
-        -- every limit, in tag order (the clustered key): one order for every claim
+        -- every limit this claim can have now, never waiting (READPAST): a limit row another
+        -- session holds is skipped, and its tag admits nothing this claim (not in @v_free)
         INSERT INTO @v_locked (tag)
-        SELECT l.tag FROM mjsched.tag_limit AS l WITH (UPDLOCK, ROWLOCK, READCOMMITTEDLOCK) ORDER BY l.tag;
+        SELECT l.tag FROM mjsched.tag_limit AS l WITH (UPDLOCK, ROWLOCK, READPAST, READCOMMITTEDLOCK) ORDER BY l.tag;
         EXEC mjsched.test_pause @p_point = N'claim_due_jobs:tag_limits_locked';
         INSERT INTO @v_free (tag, free)
         SELECT l.tag, l.max_running - (SELECT COUNT(*)
@@ -238,7 +240,8 @@ BEGIN
                                          JOIN mjsched.scheduled_job_run AS r WITH (READCOMMITTEDLOCK)
                                            ON r.scheduled_job_id = g.scheduled_job_id
                                         WHERE g.tag = l.tag AND r.status = N'Running')
-          FROM mjsched.tag_limit AS l WITH (READCOMMITTEDLOCK);
+          FROM @v_locked AS h
+          JOIN mjsched.tag_limit AS l WITH (READCOMMITTEDLOCK) ON l.tag = h.tag;
         WHILE 1 = 1
         BEGIN
             SELECT TOP (1) @v_seq = i.seq, @v_id = i.id FROM @v_ids AS i WHERE i.seq > @v_seq ORDER BY i.seq;
@@ -246,9 +249,12 @@ BEGIN
             BEGIN
                 BREAK;
             END;
+            -- held back: a limited tag without a free slot, or whose limit another session held
+            -- (not in @v_free; the limit's existence read without waiting for that session)
             IF NOT EXISTS (SELECT 1 FROM mjsched.job_tag AS g WITH (READCOMMITTEDLOCK)
-                             JOIN @v_free AS f ON f.tag = g.tag
-                            WHERE g.scheduled_job_id = @v_id AND f.free <= 0)
+                             JOIN mjsched.tag_limit AS l WITH (READUNCOMMITTED) ON l.tag = g.tag
+                             LEFT JOIN @v_free AS f ON f.tag = g.tag
+                            WHERE g.scheduled_job_id = @v_id AND (f.free IS NULL OR f.free <= 0))
             BEGIN
                 INSERT INTO @v_out (seq, id) VALUES (@v_seq, @v_id);
                 UPDATE f SET free = f.free - 1

@@ -173,14 +173,17 @@ $$;
 -- * tag_limit: one row per limited tag (set_tag_limit; no row: no limit). max_running 0 holds
 --   every scheduled run of the tag back.
 -- * The claims enforce it, under the same locks as one run per tick: once a claim has locked
---   its candidate jobs, when any of them carries a limited tag it locks EVERY tag_limit row, in
---   tag order (admit_by_tag_limits): one order for all claims, whatever tags each needs, so two
---   claims never wait for each other in a cycle; then, in a statement of its own (it sees every
---   run committed before it got the rows), it counts the Running runs of each limited tag and
---   admits its candidates in claim order while each of their limited tags has a free slot. A
---   claim that holds a limit's row is the only one that can add a Running run of that tag until
---   it commits, so no interleaving takes a tag past its limit. A candidate held back stays as it
---   was (its row lock ends with the claim).
+--   its candidate jobs, when any of them carries a limited tag it locks every tag_limit row it
+--   can without waiting (admit_by_tag_limits: SKIP LOCKED, so neither another claim nor an
+--   outsider's open transaction on a limit row ever stalls a claim, and no two claims wait for
+--   each other); then, in a statement of its own (it sees every run committed before it got
+--   the rows), it counts the Running runs of each limited tag and admits its candidates in
+--   claim order while each of their limited tags has a free slot. A limit row it could not lock
+--   counts as no free slot: the jobs of that tag wait for a later claim (a poll later when
+--   another claim held it; while an outsider holds it, until the outsider lets go), the other
+--   candidates are not held. A claim that holds a limit's row is the only one that can add a
+--   Running run of that tag until it commits, so no interleaving takes a tag past its limit. A
+--   candidate held back stays as it was (its row lock ends with the claim).
 -- * Before locking, a claim leaves out the jobs of tags already at their limit (tags_at_limit,
 --   read without locks), so jobs waiting for a slot never crowd a poll's batch; and claim_due_jobs
 --   claims again while a round claimed something and slots are left, since a round's candidates
@@ -251,6 +254,7 @@ LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
     v_tags varchar[];
+    v_held varchar[];    -- the limits this claim holds (a limit it could not lock admits nothing)
     v_free integer[];
     v_mine integer[];
     v_out uuid[] := '{}'::uuid[];
@@ -261,15 +265,19 @@ BEGIN
                     WHERE g.scheduled_job_id = ANY (p_ids)) THEN
         v_out := p_ids;
     ELSE
-        -- every limit, in tag order: one order for every claim, whichever tags it needs
-        PERFORM 1 FROM mjsched.tag_limit l ORDER BY l.tag FOR UPDATE;
+        -- every limit this claim can have now, never waiting: a limit row another session
+        -- holds (another claim for milliseconds, or an outsider's open transaction for as long
+        -- as it likes) is skipped, and its tag counts as full for this claim
+        v_held := ARRAY(SELECT l.tag FROM mjsched.tag_limit l ORDER BY l.tag FOR UPDATE SKIP LOCKED);
         PERFORM mjsched.test_pause('claim_due_jobs:tag_limits_locked');
         -- a statement of its own: it sees every run committed before the limits were ours
         SELECT coalesce(array_agg(l.tag ORDER BY l.tag), '{}'),
-               coalesce(array_agg((l.max_running - (SELECT count(*) FROM mjsched.job_tag g
-                                                      JOIN mjsched.scheduled_job_run r
-                                                        ON r.scheduled_job_id = g.scheduled_job_id
-                                                     WHERE g.tag = l.tag AND r.status = 'Running'))::integer
+               coalesce(array_agg(CASE WHEN l.tag = ANY (v_held)
+                                       THEN (l.max_running - (SELECT count(*) FROM mjsched.job_tag g
+                                                                JOIN mjsched.scheduled_job_run r
+                                                                  ON r.scheduled_job_id = g.scheduled_job_id
+                                                               WHERE g.tag = l.tag AND r.status = 'Running'))::integer
+                                       ELSE 0 END
                                   ORDER BY l.tag), '{}')
           INTO v_tags, v_free
           FROM mjsched.tag_limit l;

@@ -122,6 +122,9 @@ VICTIM_ROWS = {
     "scheduled_job": "id = %(job_id)s",
     "scheduled_job_run": "id = %(run_id)s",
     "scheduled_job_type": "id = (SELECT job_type_id FROM mjsched.scheduled_job WHERE id = %(job_id)s)",
+    "job_tag": "scheduled_job_id = %(job_id)s",
+    "job_alert_rule": "job_id = %(job_id)s",
+    "tag_limit": "tag = (SELECT min(g.tag) FROM mjsched.job_tag g WHERE g.scheduled_job_id = %(job_id)s)",
 }
 
 
@@ -138,16 +141,18 @@ def schema_tables(dsn: str, schema: str = "mjsched") -> list[str]:
 
 
 def non_key_column(cur: Any, table: str, schema: str = "mjsched") -> str:
-    """A column in no unique index and not generated: updating it takes FOR NO KEY UPDATE."""
+    """The column an outsider's UPDATE sets to itself: one in no unique index when the table has
+    one, else its first column (a table made only of its key, like ``job_tag``). PostgreSQL
+    compares the values, so setting a key column to itself takes FOR NO KEY UPDATE all the same."""
     cur.execute("""SELECT a.attname FROM pg_attribute a
                     WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped
                       AND a.attgenerated = ''
-                      AND NOT EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = a.attrelid AND i.indisunique
-                                         AND a.attnum = ANY (i.indkey))
-                    ORDER BY a.attnum LIMIT 1""", (f"{schema}.{table}",))
+                    ORDER BY EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = a.attrelid AND i.indisunique
+                                        AND a.attnum = ANY (i.indkey)), a.attnum
+                    LIMIT 1""", (f"{schema}.{table}",))
     row = cur.fetchone()
     if row is None:
-        raise AssertionError(f"{schema}.{table} has no non-key column to update")
+        raise AssertionError(f"{schema}.{table} has no column to update")
     return str(row[0])
 
 

@@ -106,11 +106,17 @@ class Cell:
 
 
 def _skip_jobs(crud: Any, workdir: str) -> dict[str, str]:
-    """Long Skip jobs of different lengths, so their runs drift apart and some run is always young."""
-    return {key: crud.create_job(name=key, driver="python", cron=EVERY_SECOND, isolation="process",
+    """Long Skip jobs of different lengths, so their runs drift apart and some run is always young.
+    They carry a tag with a cluster-wide limit that never binds (10 > 4) and an alert rule that
+    never fires, so the claim's tag-limit check and the alert pass read rows an outsider can lock
+    (``job_tag``, ``tag_limit``, ``job_alert_rule``), instead of tables this scenario leaves empty."""
+    jobs = {key: crud.create_job(name=key, driver="python", cron=EVERY_SECOND, isolation="process",
+                                 tags={"chaos"}, alert_too_long="1h",
                                  configuration={"callable": "tests.chaos.exclusion:spanned",
                                                 "kwargs": {"dir": workdir, "key": key, "seconds": seconds}})
             for key, seconds in SKIP_SECONDS.items()}
+    crud.set_tag_limit("chaos", 10)
+    return jobs
 
 
 def _victim(sql: Sql, skip: dict[str, str], left: float) -> dict[str, str] | None:

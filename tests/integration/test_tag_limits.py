@@ -162,3 +162,37 @@ def test_three_engines_never_run_more_than_the_limit(pg_db: Any, make_engine: Ca
     per_engine = db.rows("SELECT executed_by_instance AS e, count(*) AS n FROM mjsched.scheduled_job_run "
                          "WHERE status = 'Completed' GROUP BY executed_by_instance")
     assert sum(int(r["n"]) for r in per_engine) >= 12
+
+
+@pytest.mark.postgres
+def test_an_outsider_holding_a_limit_row_holds_back_only_that_tags_jobs(pg_db: Any,
+                                                                         make_engine: Callable[..., Any]) -> None:
+    """An operator's open transaction that locked the 'reports' limit row (``SELECT ... FOR KEY
+    SHARE``, as a foreign key check or a careless query would) stalls no claim: the claim skips
+    the row instead of waiting on it, holds back the jobs of that tag (their limit cannot be
+    checked), and starts the rest; once the outsider lets go, the held job starts."""
+    import psycopg2
+
+    db = pg_db
+    engine = make_engine(dsn=db.dsn, max_concurrent_jobs=5)
+    blocked(engine, "limited", "reports")
+    blocked(engine, "free", "billing")
+    engine.set_tag_limit("reports", 5)
+    engine.set_tag_limit("billing", 5)
+    make_due(db, "limited", "free")
+    outsider = psycopg2.connect(db.dsn, application_name="mjsched-test-outsider")
+    try:
+        with outsider.cursor() as cur:
+            cur.execute("SELECT 1 FROM mjsched.tag_limit WHERE tag = 'reports' FOR KEY SHARE")
+            assert cur.rowcount == 1
+        result = engine.dispatch_due_jobs()
+        assert result.dispatched == 1
+        assert {r["name"] for r in db.rows("SELECT j.name FROM mjsched.scheduled_job_run r JOIN mjsched.scheduled_job j "
+                                           "ON j.id = r.scheduled_job_id WHERE r.status = 'Running'")} == {"free"}
+    finally:
+        outsider.rollback()
+        outsider.close()
+    assert engine.dispatch_due_jobs().dispatched == 1
+    assert running_with_tag(db, "reports") == 1
+    for name in ("limited", "free"):
+        drivers.gate(name).set()
