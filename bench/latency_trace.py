@@ -49,8 +49,7 @@ def _wrap(obj: Any, name: str, before: Callable[..., None] | None = None,
 
 
 def instrument(engine: Any) -> None:
-    from mjsched.engine.run import Run
-    from mjsched.engine.runs import State
+    from mjsched.engine.run import Run, State
 
     _wrap(engine.backend, "claim_due_jobs", after=lambda t0, out, inst, n, *a, **k: _note(
         "claim", t0=t0, free=n, got=len(out.claims), due_left=getattr(out, "due_left", None),

@@ -16,9 +16,10 @@ What lives here, one concern a module:
   dispatch.py      Dispatcher: one poll (sweep cadence, schedule refresh, claim and replay with a
                    PendingClaim, starting claims, Queue-mode enqueue, the next delay), the stop gate
   run.py           Run: one run's life, its methods the transitions (start, finish, time out,
-                   cancel, lose the lease, hand back), its fields changed only by them
+                   cancel, lose the lease, hand back), its fields changed only by them; and
+                   RunRegistry, the runs in flight (the one lock runs change under)
   outcomes.py      what follows a run's written end: log line, listeners, retry notice, notification
-  runs.py          the registry of runs in flight (the one lock runs change under), the capped pool
+  worker_pool.py   WorkerPool: the capped daemon threads that execute runs
   leases.py        LeaseKeeper: one renewal call per beat for the runs that want it, max_runtime,
                    stalled completions
   completions.py   CompletionWriter: batched, retried completion writes

@@ -21,15 +21,14 @@ import logging
 import socket
 import time
 from datetime import datetime, timezone
-from typing import Callable
+from typing import Callable, Protocol, Sequence
 
 from .. import validation
 from ..backends.base import Backend, CancelOutcome, CancelRequest
 from ..drivers.registry import get_driver
 from ..errors import RunNotCancellable, RunNotFound, SchedulerError
 from ..execution import effective_isolation
-from ..models import Isolation
-from .runs import HeldRun, RunRegistry
+from ..models import Isolation, Job
 
 log = logging.getLogger("mjsched.engine")
 
@@ -63,11 +62,32 @@ def cancel_message(request: CancelRequest, detail: str | None = None) -> str:
     return f"{text}; {detail}" if detail else text
 
 
+class CancellableRun(Protocol):
+    """What delivery needs of a run (``engine.run.Run``): which one it is, and to be asked
+    to stop (the run notes the request and sets its own cancel event)."""
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def token(self) -> str: ...
+    @property
+    def job(self) -> Job: ...
+    @property
+    def cancel_request(self) -> CancelRequest | None: ...
+
+    def request_cancel(self, request: CancelRequest, deadline: float, grace: float) -> bool: ...
+
+
+class CancellableRuns(Protocol):
+    """The runs this engine holds (``engine.run.RunRegistry``), looked up as requests name them."""
+    def by_run_ids(self, run_ids: set[str]) -> Sequence[CancellableRun]: ...
+    def by_tokens(self, tokens: set[str]) -> Sequence[CancellableRun]: ...
+
+
 class Cancellation:
     """Requests (any run) and deliveries (this engine's runs); a run past its grace ends itself
     (``Run.cancel_overdue``, called by the lease keeper)."""
 
-    def __init__(self, backend: Backend, registry: RunRegistry, *, grace: float,
+    def __init__(self, backend: Backend, registry: CancellableRuns, *, grace: float,
                  on_overdue_soon: Callable[[], None]) -> None:
         self._backend = backend
         self._registry = registry
@@ -110,14 +130,12 @@ class Cancellation:
             if request is not None:
                 self.deliver(run, request)
 
-    def deliver(self, run: HeldRun, request: CancelRequest) -> bool:
-        """Set the run's cancel_event and its grace deadline, once, while it is still RUNNING."""
+    def deliver(self, run: CancellableRun, request: CancelRequest) -> bool:
+        """Ask the run to stop within the grace (``Run.request_cancel``): once, while it is
+        still RUNNING; True when it took the request."""
         deadline = time.monotonic() + self.grace + (ISOLATED_BACKSTOP if self._isolated(run) else 0.0)
-        if not run.deliver_cancel(request, deadline):
+        if not run.request_cancel(request, deadline, self.grace):
             return False
-        if run.context is not None:
-            run.context.cancel_grace = self.grace    # before the event: the child's supervisor reads it
-        run.cancel_event.set()
         self.delivered += 1
         log.warning("run %s of job %r: cancel requested by %s; cancel_event set, %gs to stop", run.run_id,
                     run.job.name, request.requested_by, self.grace, extra={"action": "run_cancel_delivered"})
@@ -125,7 +143,7 @@ class Cancellation:
         return True
 
     @staticmethod
-    def _isolated(run: HeldRun) -> bool:
+    def _isolated(run: CancellableRun) -> bool:
         try:
             driver_cls = get_driver(run.job.driver)
         except SchedulerError:

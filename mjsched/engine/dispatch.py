@@ -27,8 +27,7 @@ from .completions import CompletionWriter
 from .housekeeping import Housekeeping
 from .leases import LeaseKeeper
 from .options import EngineOptions
-from .run import Run, RunServices
-from .runs import RunRegistry
+from .run import Run, RunRegistry, RunServices
 
 log = logging.getLogger("mjsched.engine")
 

@@ -27,9 +27,7 @@ import logging
 import math
 import threading
 import time
-from typing import Iterable
-
-from .runs import RunRegistry, State
+from typing import Iterable, Protocol, Sequence
 
 log = logging.getLogger(__name__)
 
@@ -44,10 +42,28 @@ def fence_margin(lease_seconds: float) -> float:
     return min(lease_seconds / 4.0, max(MARGIN_FLOOR, min(lease_seconds / 8.0, MARGIN_CEILING)))
 
 
+class WatchedRun(Protocol):
+    """What the fence needs of a run (``engine.run.Run``): until when its lease holds, and to
+    be stopped (``fence``) or told its lease was renewed (``extend_lease``)."""
+    @property
+    def running(self) -> bool: ...
+    @property
+    def lease_until(self) -> float: ...
+
+    def fence(self, unrenewed_for: float) -> bool: ...
+    def extend_lease(self, until: float) -> None: ...
+
+
+class WatchedRuns(Protocol):
+    """The runs the fence watches (``engine.run.RunRegistry``)."""
+    def snapshot(self) -> Sequence[WatchedRun]: ...
+    def by_tokens(self, tokens: set[str]) -> Sequence[WatchedRun]: ...
+
+
 class LeaseFence:
     """Watches every running run's ``lease_until`` and fences the ones about to lapse."""
 
-    def __init__(self, registry: RunRegistry, *, lease_seconds: float, margin: float | None = None) -> None:
+    def __init__(self, registry: WatchedRuns, *, lease_seconds: float, margin: float | None = None) -> None:
         self._registry = registry
         self._lease = lease_seconds
         self.margin = fence_margin(lease_seconds) if margin is None else margin
@@ -136,7 +152,7 @@ class LeaseFence:
         now = time.monotonic()
         wait = IDLE_WAIT
         for entry in self._registry.snapshot():
-            if entry.state is not State.RUNNING:
+            if not entry.running:
                 continue
             fence_at = entry.lease_until - self.margin
             if fence_at <= now:

@@ -13,11 +13,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable
+from typing import Callable, Protocol, Sequence
 
 from ..backends.base import Backend
-from .fencing import LeaseFence
-from .runs import RunRegistry, State
+from ..models import Job
+from .fencing import LeaseFence, WatchedRun, WatchedRuns
 from ..errors import SchedulerError
 
 log = logging.getLogger(__name__)
@@ -25,8 +25,33 @@ log = logging.getLogger(__name__)
 CANCEL_CHECK_SECONDS = 5.0   # cancel requests are read at least this often (and as often as leases renew)
 
 
+class KeptRun(WatchedRun, Protocol):
+    """What the keeper needs of a run (``engine.run.Run``): its deadlines, and the ends it
+    may ask of it (timed out, cancel overdue, lease lost); and what its fence needs."""
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def job(self) -> Job: ...
+    @property
+    def deadline(self) -> float | None: ...
+    @property
+    def cancel_deadline(self) -> float | None: ...
+
+    def time_out(self) -> None: ...
+    def cancel_overdue(self) -> None: ...
+    def lose(self) -> None: ...
+
+
+class KeptRuns(WatchedRuns, Protocol):
+    """The runs whose leases the keeper keeps (``engine.run.RunRegistry``)."""
+    def snapshot(self) -> Sequence[KeptRun]: ...
+    def by_tokens(self, tokens: set[str]) -> Sequence[KeptRun]: ...
+    def tokens_to_renew(self, completion_window: float | None = None) -> list[str]: ...
+    def stalled_completions(self, completion_window: float) -> Sequence[KeptRun]: ...
+
+
 class LeaseKeeper:
-    def __init__(self, backend: Backend, registry: RunRegistry, *, instance: str, lease_seconds: float,
+    def __init__(self, backend: Backend, registry: KeptRuns, *, instance: str, lease_seconds: float,
                  interval: float | None = None, completion_window: float | None = None,
                  on_cancel_check: Callable[[list[str]], None] | None = None,
                  fence: LeaseFence | None = None) -> None:
@@ -92,7 +117,7 @@ class LeaseKeeper:
         next_check = time.monotonic() + self.cancel_check_interval
         while not stop.is_set():
             now = time.monotonic()
-            deadlines = [d for e in self._registry.snapshot() if e.state is State.RUNNING
+            deadlines = [d for e in self._registry.snapshot() if e.running
                          for d in (e.deadline, e.cancel_deadline) if d is not None]
             wake_at = min([next_beat, *deadlines] + ([next_check] if self._on_cancel_check is not None else []))
             self._wake.wait(max(0.0, wake_at - now))
@@ -146,9 +171,9 @@ class LeaseKeeper:
         """Runs past max_runtime time out; cancelled runs past their grace end Cancelled."""
         now = time.monotonic()
         for entry in self._registry.snapshot():
-            if entry.state is State.RUNNING and entry.deadline is not None and entry.deadline <= now:
+            if entry.running and entry.deadline is not None and entry.deadline <= now:
                 entry.time_out()
-            if entry.state is State.RUNNING and entry.cancel_deadline is not None and entry.cancel_deadline <= now:
+            if entry.running and entry.cancel_deadline is not None and entry.cancel_deadline <= now:
                 entry.cancel_overdue()
 
     def renew(self, tokens: list[str] | None = None) -> bool:
@@ -174,7 +199,7 @@ class LeaseKeeper:
             # A COMPLETING run's token may be gone because its completion just landed; if
             # it was really taken over, the completion's fencing says so. Only a RUNNING
             # run is cancelled here.
-            running = [e for e in self._registry.by_tokens(lost) if e.state is State.RUNNING]
+            running = [e for e in self._registry.by_tokens(lost) if e.running]
             deleted = self._deleted_jobs({e.job.id for e in running})
             for entry in running:
                 if entry.job.id in deleted:

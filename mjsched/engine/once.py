@@ -14,7 +14,7 @@ from ..backends.base import Backend
 from ..errors import ConfigurationError, SchedulerError
 from ..models import DispatchResult, JobRun
 from .background import BackgroundTasks
-from .runs import RunRegistry
+from .run import RunRegistry
 
 log = logging.getLogger("mjsched.engine")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from typing import Callable
+from typing import Any, Callable, Protocol
 
 from ..clock import DbClock
 from ..drivers.base import BaseScheduledJob, ExecutionContext, JobResult
@@ -18,9 +18,25 @@ from ..notify import Notifier, safe_notify
 from . import retrying
 from .background import BackgroundTasks
 from .listeners import Listeners
-from .runs import HeldRun
 
 log = logging.getLogger("mjsched.engine")
+
+
+class Flag(Protocol):
+    """Set once something the run owes is done (its notification)."""
+    def set(self) -> None: ...
+
+
+class FinishedRun(retrying.RetriedRun, Protocol):
+    """What the outcome of a run's written end reads of it (``engine.run.Run``)."""
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def started(self) -> float: ...      # time.monotonic() when it began
+    @property
+    def context(self) -> Any: ...        # its ExecutionContext (the notification's run record)
+    @property
+    def notified(self) -> Flag: ...
 
 
 class Outcomes:
@@ -32,7 +48,7 @@ class Outcomes:
         self._side_work = side_work
         self._notifier = notifier     # read at each notification: the facade's notifier may be replaced
 
-    def record(self, run: HeldRun, result: JobResult, driver: BaseScheduledJob | None, status: RunStatus,
+    def record(self, run: FinishedRun, result: JobResult, driver: BaseScheduledJob | None, status: RunStatus,
                outcome: bool | None) -> None:
         """``outcome``: True written, False refused (the lease was taken over: fenced), None
         not written at all (the writer gave up; its lease lapses)."""
@@ -56,14 +72,14 @@ class Outcomes:
         else:
             run.notified.set()
 
-    def _notify(self, run: HeldRun, result: JobResult, driver: BaseScheduledJob | None, status: RunStatus,
+    def _notify(self, run: FinishedRun, result: JobResult, driver: BaseScheduledJob | None, status: RunStatus,
                 elapsed_ms: int) -> None:
         try:
             self._send_notification(run, result, driver, status, elapsed_ms)
         finally:
             run.notified.set()
 
-    def _send_notification(self, run: HeldRun, result: JobResult, driver: BaseScheduledJob | None,
+    def _send_notification(self, run: FinishedRun, result: JobResult, driver: BaseScheduledJob | None,
                            status: RunStatus, elapsed_ms: int) -> None:
         context: ExecutionContext = run.context
         final = dataclasses.replace(context.run, status=status, success=result.success,

@@ -12,16 +12,31 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta
+from typing import Protocol
 
 from ..drivers.registry import get_driver
 from ..errors import SchedulerError
 from ..models import Job, RunStatus
 from ..retry import RetryPolicy
-from .runs import HeldRun
 
 log = logging.getLogger("mjsched.engine")
 
 RETRIED_STATUSES = (RunStatus.FAILED, RunStatus.TIMEOUT)
+
+
+class RetriedRun(Protocol):
+    """What retries read of a run (``engine.run.Run``): its tick and attempt, and the delay
+    its completion recorded."""
+    @property
+    def job(self) -> Job: ...
+    @property
+    def manual(self) -> bool: ...
+    @property
+    def scheduled_for(self) -> datetime | None: ...
+    @property
+    def attempt(self) -> int: ...
+    @property
+    def retry_in(self) -> float | None: ...
 
 
 def effective_policy(job: Job) -> RetryPolicy | None:
@@ -36,7 +51,7 @@ def effective_policy(job: Job) -> RetryPolicy | None:
     return default if isinstance(default, RetryPolicy) else None
 
 
-def retry_in(run: HeldRun, status: RunStatus) -> float | None:
+def retry_in(run: RetriedRun, status: RunStatus) -> float | None:
     """Seconds until the next attempt of ``run``'s tick, or None when none follows."""
     if status not in RETRIED_STATUSES or run.manual or run.scheduled_for is None:
         return None
@@ -46,7 +61,7 @@ def retry_in(run: HeldRun, status: RunStatus) -> float | None:
     return policy.delay(run.attempt)
 
 
-def announce(run: HeldRun, now: datetime) -> bool:
+def announce(run: RetriedRun, now: datetime) -> bool:
     """Log the retry that ``run``'s completion recorded; False when none was (then this was
     the tick's final attempt). A retry due at or after the job's end_at is recorded Skipped
     by the database, so it is not announced (the estimate uses the engine's database clock)."""

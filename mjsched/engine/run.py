@@ -15,9 +15,15 @@ Heartbeat: each run says whether its lease is still wanted (``wants_lease``) and
 losing it (``lose``); the lease keeper only gathers the runs that want one into a single
 ``renew_leases`` call per beat, so N runs cost one statement, not N. A driver may also
 renew its own run's lease at once (``heartbeat``, as ``ExecutionContext.heartbeat``).
+
+The registry of the runs in flight (``RunRegistry``) lives here too: it holds runs and its
+lock is the one their transitions take. The parts below a run (the lease keeper, the fence,
+cancellation, the outcomes, retries) never import this module: each states in a small
+Protocol of its own what it needs of a run, and a ``Run`` meets all of them.
 """
 from __future__ import annotations
 
+import enum
 import functools
 import logging
 import math
@@ -27,7 +33,7 @@ import weakref
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from .. import scheduling
 from ..backends.base import Backend, CancelRequest, Completion
@@ -43,12 +49,21 @@ from ..tracing import RunSpan, start_run
 from . import retrying
 from .cancellation import cancel_message
 from .completions import CompletionWriter
+from .conditions import WaitedCondition
 from .lazy_event import LazyEvent
 from .leases import LeaseKeeper
-from .outcomes import Outcomes
-from .runs import Flag, RunRegistry, State, WorkerPool
+from .outcomes import Flag, Outcomes
+from .worker_pool import WorkerPool
 
 log = logging.getLogger("mjsched.engine")
+
+
+class State(enum.Enum):
+    RUNNING = "running"        # the driver is executing: holds a slot, lease renewed
+    COMPLETING = "completing"  # driver returned, completion being written: lease renewed
+    TIMED_OUT = "timed_out"    # past max_runtime: completion written as Timeout
+    CANCELLED = "cancelled"    # an operator's cancel, not obeyed within the grace: written as Cancelled
+    LOST = "lost"              # lease taken over or abandoned, or handed back: nothing more to write
 
 
 class _NobodyWaits:
@@ -179,6 +194,12 @@ class Run:
         if self.deadline is not None and self.deadline - time.monotonic() < keeper.interval:
             keeper.poke()
 
+    @property
+    def running(self) -> bool:
+        """Its driver is executing (it holds a slot); read without the lock, as a filter: each
+        transition checks again under it."""
+        return self.state is State.RUNNING
+
     # -- its lease -------------------------------------------------------------------------
     def wants_lease(self, completing_since_at_least: float | None) -> bool:
         """Whether the next beat renews this run's lease: while it runs, and while its completion
@@ -281,10 +302,12 @@ class Run:
                         extra={"action": "run_timed_out"})
         self._write_end(RunStatus.TIMEOUT, JobResult(success=False, error_message=message), None)
 
-    def deliver_cancel(self, request: CancelRequest, deadline: float) -> bool:
-        """Note an operator's cancel while the run is still RUNNING and has none yet; True when
-        noted. Under the lock ``finish`` moves under: a run whose driver returned first keeps
-        its own outcome, one noted before that ends Cancelled."""
+    def request_cancel(self, request: CancelRequest, deadline: float, grace: float) -> bool:
+        """An operator's cancel (``Cancellation``'s call): noted once, while the run is still
+        RUNNING, then its driver is asked to stop within ``grace`` seconds; ``deadline``
+        (monotonic) is when the keeper ends it anyway (``cancel_overdue``). False when not
+        noted: the run had one already, or its driver returned first and keeps its own outcome
+        (noted under the lock ``finish`` moves under)."""
         registry = self.services.registry
         with registry.changed:
             if self.state is not State.RUNNING or self.cancel_request is not None or not registry.holds(self):
@@ -292,7 +315,10 @@ class Run:
             self.cancel_request = request
             self.cancel_deadline = deadline
             registry.changed.notify_all()
-            return True
+        if self.context is not None:
+            self.context.cancel_grace = grace    # before the event: the child's supervisor reads it
+        self.cancel_event.set()
+        return True
 
     def cancel_overdue(self) -> None:
         """An operator's cancel not obeyed within the grace (the keeper's call): RUNNING ->
@@ -431,6 +457,114 @@ class Run:
         except Exception as exc:  # noqa: BLE001 - the run's outcome is still recorded; its next claim sets it aside
             log.error("job %r: cannot compute its next run: %s: %s", self.job.name, type(exc).__name__, exc)
             return None
+
+
+class RunRegistry:
+    """Every run this engine is responsible for, keyed by run id, and the one lock their
+    fields change under (``changed``: a run's transitions take it, and waiters wait on it)."""
+
+    def __init__(self, on_slot_freed: Callable[[], None] = lambda: None) -> None:
+        self.changed = WaitedCondition(threading.Lock())
+        self._entries: dict[str, Run] = {}
+        self._leaked: set[str] = set()
+        self._on_slot_freed = on_slot_freed
+        self.leaked_total = 0
+
+    def add(self, entry: Run) -> None:
+        with self.changed:
+            self._entries[entry.run_id] = entry
+
+    def live_count(self) -> int:
+        """Runs holding a slot (manual runs are the caller's and do not count)."""
+        with self.changed:
+            return self._live()
+
+    def _live(self) -> int:
+        return sum(1 for e in self._entries.values() if e.state is State.RUNNING and not e.manual)
+
+    def snapshot(self) -> list[Run]:
+        with self.changed:
+            return list(self._entries.values())
+
+    def tokens_to_renew(self, completion_window: float | None = None) -> list[str]:
+        """Tokens of the runs that want their lease renewed: running ones, and completing ones
+        whose completion was handed over less than ``completion_window`` seconds ago (None:
+        all of them). Each run decides (``wants_lease``); the keeper renews them in one call."""
+        oldest = None if completion_window is None else time.monotonic() - completion_window
+        with self.changed:
+            return list({e.token for e in self._entries.values() if e.wants_lease(oldest)})
+
+    def stalled_completions(self, completion_window: float) -> list[Run]:
+        """Completing runs whose completion has not landed within ``completion_window`` seconds."""
+        oldest = time.monotonic() - completion_window
+        with self.changed:
+            return [e for e in self._entries.values() if e.state is State.COMPLETING
+                    and e.completing_since is not None and e.completing_since < oldest]
+
+    # -- for a run's transitions, which hold ``changed`` while they call these ---------------
+    def holds(self, entry: Run) -> bool:
+        """``entry`` is the registered run of its id (not one forgotten, nor an older one)."""
+        return self._entries.get(entry.run_id) is entry
+
+    def count_leak(self, entry: Run) -> None:
+        """``entry`` ended while its thread still runs: that thread is leaked until it returns."""
+        self._leaked.add(entry.run_id)
+        self.leaked_total += 1
+
+    def forget_leak(self, entry: Run) -> None:
+        self._leaked.discard(entry.run_id)
+
+    def slot_freed(self) -> None:
+        """A run left RUNNING (called after ``changed`` is released): the dispatcher may claim."""
+        self._on_slot_freed()
+
+    # -- lookups and waits ------------------------------------------------------------------
+    def by_run_ids(self, run_ids: set[str]) -> list[Run]:
+        with self.changed:
+            return [e for e in self._entries.values() if e.run_id.lower() in run_ids]
+
+    def remove(self, entry: Run) -> None:
+        """Forget ``entry`` (identity-checked: a newer entry under the same id stays)."""
+        with self.changed:
+            if self._entries.get(entry.run_id) is entry:
+                del self._entries[entry.run_id]
+            self.changed.notify_all()
+
+    def by_tokens(self, tokens: set[str]) -> list[Run]:
+        with self.changed:
+            return [e for e in self._entries.values() if e.token in tokens]
+
+    @property
+    def leaked(self) -> int:
+        with self.changed:
+            return len(self._leaked)
+
+    def wait_idle(self, timeout: float | None) -> bool:
+        """Wait until no run is executing or completing (None: no bound); False on timeout."""
+        with self.changed:
+            return self.changed.wait_for(
+                lambda: not any(e.state in (State.RUNNING, State.COMPLETING) for e in self._entries.values()),
+                timeout)
+
+    def wait_gone(self, entry: Run, timeout: float | None) -> bool:
+        """Wait until ``entry`` left the registry (its completion was written)."""
+        with self.changed:
+            return self.changed.wait_for(lambda: self._entries.get(entry.run_id) is not entry, timeout)
+
+    def wait_all_gone(self, run_ids: Iterable[str], timeout: float | None) -> bool:
+        """Wait until none of ``run_ids`` is in the registry (each completion written, or lost)."""
+        ids = set(run_ids)
+        with self.changed:
+            return self.changed.wait_for(lambda: not ids & self._entries.keys(), timeout)
+
+    def wait_free_slot(self, cap: int, timeout: float | None) -> bool:
+        """Wait until fewer than ``cap`` runs hold a slot; False on timeout."""
+        with self.changed:
+            return self.changed.wait_for(lambda: self._live() < cap, timeout)
+
+    def busy(self) -> list[Run]:
+        with self.changed:
+            return [e for e in self._entries.values() if e.state in (State.RUNNING, State.COMPLETING)]
 
 
 def _fencing_of(services: RunServices, run_id: str) -> Callable[[], int | None]:

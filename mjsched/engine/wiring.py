@@ -24,8 +24,8 @@ from .options import EngineOptions
 from .outcomes import Outcomes
 from .poller import Poller
 from .retention import RunPurger
-from .run import RunServices
-from .runs import RunRegistry, WorkerPool
+from .run import RunRegistry, RunServices
+from .worker_pool import WorkerPool
 
 
 def backend_defaults(opts: EngineOptions, backend_options: dict[str, Any]) -> dict[str, Any]:

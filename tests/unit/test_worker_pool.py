@@ -8,7 +8,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from mjsched.engine.runs import WorkerPool
+from mjsched.engine.worker_pool import WorkerPool
 
 
 @pytest.fixture
@@ -36,7 +36,7 @@ def test_prestart_keeps_the_workers_it_could_start_and_says_so(two_threads_at_mo
         ran[i].set()
         gate.wait(10)
     try:
-        with caplog.at_level(logging.WARNING, logger="mjsched.engine.runs"):
+        with caplog.at_level(logging.WARNING, logger="mjsched.engine.worker_pool"):
             pool.prestart()
         assert "started 2 of 4 worker threads ahead of runs" in caplog.text
         pool.submit(call, 0)
