@@ -59,6 +59,7 @@ log = logging.getLogger("mjsched.engine")
 
 
 class State(enum.Enum):
+    """Where a run is in its life; only ``Run._move`` changes it."""
     RUNNING = "running"        # the driver is executing: holds a slot, lease renewed
     COMPLETING = "completing"  # driver returned, completion being written: lease renewed
     TIMED_OUT = "timed_out"    # past max_runtime: completion written as Timeout
@@ -168,6 +169,12 @@ class Run:
                                        fencing_source=_fencing_of(services, run_id))
         return run
 
+    @property
+    def running(self) -> bool:
+        """Its driver is executing (it holds a slot); read without the lock, as a filter: each
+        transition checks again under it."""
+        return self.state is State.RUNNING
+
     # -- start -----------------------------------------------------------------------------
     def start(self) -> None:
         """A claimed, registered run: its lease and max_runtime are watched, then the capped
@@ -193,12 +200,6 @@ class Run:
         # it woken (every run has one now, most a day away: default_max_runtime).
         if self.deadline is not None and self.deadline - time.monotonic() < keeper.interval:
             keeper.poke()
-
-    @property
-    def running(self) -> bool:
-        """Its driver is executing (it holds a slot); read without the lock, as a filter: each
-        transition checks again under it."""
-        return self.state is State.RUNNING
 
     # -- its lease -------------------------------------------------------------------------
     def wants_lease(self, completing_since_at_least: float | None) -> bool:
