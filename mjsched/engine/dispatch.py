@@ -3,8 +3,10 @@
 A poll sweeps expired leases (at most once per ``sweep_interval`` from the background
 loop), gives unscheduled jobs a next run, claims up to the free slots, starts a run per
 claim, keeps Queue-mode ticks of running jobs as Queued runs, and returns how long the
-loop may sleep. A claim whose reply was lost is asked again under its id as a replay
-(``PendingClaim``), and what was already started from it is not started twice.
+loop may sleep. What becomes of each claim is decided by ``scheduling.plan_claim`` (a pure
+function, tested as a table); this module only carries the plan out. A claim whose reply was
+lost is asked again under its id as a replay (``PendingClaim``), and what was already started
+from it is not started twice.
 """
 from __future__ import annotations
 
