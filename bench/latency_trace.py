@@ -49,6 +49,7 @@ def _wrap(obj: Any, name: str, before: Callable[..., None] | None = None,
 
 
 def instrument(engine: Any) -> None:
+    from mjsched.engine.dispatch import PendingClaim
     from mjsched.engine.run import Run, State
 
     _wrap(engine.backend, "claim_due_jobs", after=lambda t0, out, inst, n, *a, **k: _note(
@@ -60,9 +61,13 @@ def instrument(engine: Any) -> None:
     _wrap(engine.backend, "sweep_expired_leases", after=lambda t0, out, *a, **k: _note("sweep", t0=t0))
     _wrap(engine._dispatcher, "dispatch", after=lambda t0, out, *a, **k: _note(
         "poll", t0=t0, delay=out[1], dispatched=out[0].dispatched))
-    _wrap(engine._dispatcher, "start_claim", before=lambda t0, job, claim, now, ready: _note(
-        "start_claim", run=claim.run_id), after=lambda t0, out, job, claim, now, ready: _note(
-        "start_claim_done", t0=t0))
+    # one claim on the dispatcher thread: from its turn (PendingClaim.first_time, the first step of
+    # each claim) to its run prepared (Run.begin), its definition check and plan between
+    turns: dict[str, float] = {}
+    _wrap(PendingClaim, "first_time", before=lambda t0, pending, claim: (
+        turns.__setitem__(claim.run_id, t0), _note("start_claim", run=claim.run_id)))
+    _wrap(Run, "begin", after=lambda t0, out, services, job, run_id, *a, **k: _note(
+        "start_claim_done", t0=turns.pop(run_id, t0)))
     _wrap(Run, "execute", before=lambda t0, run: _note("driver_thread", run=run.run_id))
     _wrap(Run, "_move", before=lambda t0, run, new, **k: _note(
         "slot_freed", run=run.run_id) if new is State.COMPLETING else None)

@@ -8,7 +8,8 @@
 ``mjsched_runs_in_flight``             gauge      runs executing in this engine now
 ``mjsched_max_concurrent_jobs``        gauge      the engine's hard cap
 ``mjsched_lock_contention_total``      counter    due jobs found locked by another engine (locked_out)
-``mjsched_skipped_at_capacity_total``  counter    due jobs left for later because every slot was busy
+``mjsched_skipped_at_capacity_total``  counter    due jobs left waiting because every slot was busy
+                                                  (``DispatchResult.due_left_waiting``)
 ``mjsched_polls_total``                counter    polls (each one sweeps, then claims)
 ``mjsched_poll_failures_total``        counter    polls that raised (logged; the poller keeps going)
 ``mjsched_swept_runs_total``           counter    runs whose lease lapsed, marked Abandoned by our sweeps
@@ -84,8 +85,9 @@ class EngineMetrics:
                  registry=r).set(engine.max_concurrent_jobs)
         self.locked_out = pc.Counter("mjsched_lock_contention", "Due jobs found locked by another engine",
                                      registry=r)
-        self.skipped = pc.Counter("mjsched_skipped_at_capacity", "Due jobs left for later: every slot was busy",
-                                  registry=r)
+        # the metric keeps its first name (dashboards read it); the poll's field is due_left_waiting
+        self.due_left_waiting = pc.Counter("mjsched_skipped_at_capacity",
+                                           "Due jobs left waiting: every slot was busy", registry=r)
         self.swept = pc.Counter("mjsched_swept_runs", "Runs whose lease lapsed, marked Abandoned by our sweeps",
                                 registry=r)
         self.polls = pc.Counter("mjsched_polls", "Polls (each sweeps, then claims)", registry=r)
@@ -104,7 +106,7 @@ class EngineMetrics:
     def on_poll(self, result: Any) -> None:
         self.polls.inc()
         self.locked_out.inc(getattr(result, "locked_out", 0) or 0)
-        self.skipped.inc(getattr(result, "skipped_at_capacity", 0) or 0)
+        self.due_left_waiting.inc(getattr(result, "due_left_waiting", 0) or 0)
         self.swept.inc(getattr(result, "swept", 0) or 0)
 
     def on_poll_failed(self) -> None:

@@ -394,14 +394,19 @@ _RUN_CONVERTERS: dict[str, Callable[[Any], Any]] = {
 
 @dataclass(frozen=True)
 class DispatchResult:
-    """What one poll did: runs swept, runs dispatched, due jobs held by others, due jobs left for want
-    of a slot, and the runs it started."""
+    """What one poll did: runs swept, runs dispatched, due jobs held by others, due jobs left
+    waiting because every slot was busy (they start as slots free), and the runs it started."""
 
     swept: int = 0
     dispatched: int = 0
     locked_out: int = 0
-    skipped_at_capacity: int = 0
+    due_left_waiting: int = 0
     run_ids: tuple[str, ...] = ()   # the runs this poll handed to the pool, in claim order
+
+    @property
+    def skipped_at_capacity(self) -> int:
+        """``due_left_waiting`` under its first name (SPEC), kept for code that reads it."""
+        return self.due_left_waiting
 
 
 @quick_init

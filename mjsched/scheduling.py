@@ -1,7 +1,9 @@
 """Schedule decisions as pure functions of the times they are given.
 
 The database decides who runs a tick; this module decides which tick comes
-next and what a late tick means (the missed-run policy). Nothing here reads a
+next, what a late tick means (the missed-run policy) and what becomes of one
+claimed row (``plan_claim``: run it, record it Skipped, or only move the
+schedule on; the dispatcher carries the plan out). Nothing here reads a
 clock: callers pass the database's time. Every instant in and out is an aware
 datetime (naive ones raise ``ConfigurationError`` naming the parameter).
 
@@ -37,6 +39,7 @@ The rules (README "Time semantics" is the user-facing copy):
 """
 from __future__ import annotations
 
+import enum
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -44,7 +47,7 @@ from typing import Any, Callable, Protocol, TypeVar
 
 from . import cron, schedules
 from .errors import ConfigurationError
-from .models import Job, MissedRunPolicy
+from .models import Claim, ConcurrencyMode, Job, MissedRunPolicy
 from .schedules import Schedule
 
 log = logging.getLogger(__name__)
@@ -236,6 +239,96 @@ def next_run_after(job: Job, scheduled_for: datetime | None, now: datetime, catc
         base = now if scheduled_for is None else max(now, _aware("scheduled_for", scheduled_for))
         nxt = schedule.next_after(base)
     return ENDED if nxt is None else nxt
+
+
+def schedule_moves_at_end(mode: ConcurrencyMode, *, manual: bool, attempt: int) -> bool:
+    """The end of a run moves its job's schedule on. Not a manual run's (it served no tick),
+    not a retry's (its tick's first attempt moved it already, and a tick that came due while
+    the retry ran is still due: a retry never costs a tick), not a Concurrent run's (its
+    claim moved it, ``plan_claim``)."""
+    return not manual and attempt <= 1 and mode is not ConcurrencyMode.CONCURRENT
+
+
+def keeps_ticks_queued(mode: ConcurrencyMode, *, manual: bool, catch_up: bool, attempt: int) -> bool:
+    """While this run runs, ticks of its job that come due are kept as Queued runs: Queue
+    mode, a tick's first attempt that is no RunAll catch-up (whose backlog is served tick by
+    tick) and no manual run. Ticks due during a retry stay due: served when it ends."""
+    return mode is ConcurrencyMode.QUEUE and not manual and not catch_up and attempt <= 1
+
+
+class ClaimAction(enum.Enum):
+    """What becomes of one claimed row (``ClaimPlan.action``)."""
+
+    RUN = "run"          # its run starts on this engine
+    SKIP = "skip"        # its run is recorded Skipped, never started
+    ADVANCE = "advance"  # a run-less claim: its tick was served already; the job only moves on
+
+
+@dataclass(frozen=True)
+class ClaimPlan:
+    """What the dispatcher does with one claimed row (``plan_claim``); it only carries it out.
+
+    ``seen_next_run_at``: the job's next_run_at as the claim saw it, the compare-and-set guard
+    of every write below (an edit since the claim stands). ``next_run_at``: where the job's
+    schedule goes: ADVANCE and SKIP write it with the claim's end (SKIP: None leaves it
+    alone); RUN writes it before the run starts only with ``release_job``, which also lets the
+    job lock go (Concurrent mode: the run keeps only its own lease). ``attempt``: the run's
+    attempt (a queued retry's, else 1). ``catch_up``: a RunAll backlog tick (the next tick to
+    serve is the one after it). ``queued_after``: Queue mode keeps as Queued runs the ticks
+    after this instant that come due while the run runs. ``error`` and ``details``: a Skipped
+    run's message and details. ``note``: a warning for the log, or None.
+    """
+
+    action: ClaimAction
+    seen_next_run_at: datetime | None
+    next_run_at: datetime | None = None
+    release_job: bool = False
+    attempt: int = 1
+    catch_up: bool = False
+    queued_after: datetime | None = None
+    error: str | None = None
+    details: dict[str, Any] | None = None
+    note: str | None = None
+
+
+def plan_claim(job: Job, claim: Claim, db_now: datetime, *, max_catch_up: int, refused: str | None = None,
+               attempt: int = 1) -> ClaimPlan:
+    """Decide what becomes of one claim made at ``db_now``.
+
+    ``refused``: why no run of ``job`` can succeed on this engine (its driver or configuration),
+    or None; each such tick is recorded Skipped. ``attempt``: a queued run's attempt number (a
+    tick's claim is always attempt 1). Raises ``UnusableSchedule`` when the job's schedule
+    cannot be computed (the caller sets the row aside).
+    """
+    tick = claim.scheduled_for
+    if claim.run_id is None:   # the tick was served (it, or a later tick, has a run): move on, run nothing
+        return ClaimPlan(ClaimAction.ADVANCE, seen_next_run_at=tick,
+                         next_run_at=computed(next_run_after, job, tick, db_now, catch_up=False))
+    # a due tick's claim serves it; a queued run's claim carries the job's row as the claim left it
+    seen = tick if claim.is_tick else job.next_run_at
+    if refused is not None:
+        nxt = None if claim.from_queue else computed(next_run_after, job, tick, db_now, catch_up=False)
+        return ClaimPlan(ClaimAction.SKIP, seen, next_run_at=nxt, error=refused)
+    policy = TickPlan(run=True, catch_up=False, missed=0)
+    if claim.is_tick:
+        policy = computed(plan_tick, job, tick, db_now, max_catch_up)
+    if not policy.run:
+        return ClaimPlan(ClaimAction.SKIP, seen, next_run_at=computed(next_run_after, job, tick, db_now,
+                                                                      catch_up=False),
+                         error=policy.note, details={"missed": policy.missed}, note=policy.note)
+    attempt = attempt if claim.from_queue else 1   # a queued claim may be a retry (README "Retries")
+    release, nxt = False, None
+    if job.concurrency_mode is ConcurrencyMode.CONCURRENT and not claim.from_queue:
+        release, nxt = True, computed(next_run_after, job, tick, db_now, catch_up=policy.catch_up)
+    elif job.concurrency_mode is ConcurrencyMode.CONCURRENT and attempt > 1:
+        # a Concurrent retry runs beside the ticks, as a tick run does: it keeps only its run
+        # lease, and the schedule stays as it is
+        release, nxt = True, job.next_run_at
+    # Only ticks that come due while this run runs are queued: those before the claim were
+    # missed (a tick's claim) or were queued or refused already (a queued run's claim).
+    return ClaimPlan(ClaimAction.RUN, seen, next_run_at=nxt, release_job=release, attempt=attempt,
+                     catch_up=policy.catch_up, queued_after=None if tick is None else max(tick, db_now),
+                     note=policy.note)
 
 
 def is_high_frequency(job: Job, now: datetime) -> timedelta | None:

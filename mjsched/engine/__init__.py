@@ -14,7 +14,8 @@ What lives here, one concern a module:
   refs.py          a job named by id or by name: the one rule the API and the CLI use
   declared.py      jobs declared in code: ensure_job, sync_jobs (create, or update to match)
   dispatch.py      Dispatcher: one poll (sweep cadence, schedule refresh, claim and replay with a
-                   PendingClaim, starting claims, Queue-mode enqueue, the next delay), the stop gate
+                   PendingClaim, carrying out each claim's plan (scheduling.plan_claim), Queue-mode
+                   enqueue, the next delay), the stop gate
   run.py           Run: one run's life, its methods the transitions (start, finish, time out,
                    cancel, lose the lease, hand back), its fields changed only by them; and
                    RunRegistry, the runs in flight (the one lock runs change under)
@@ -25,6 +26,8 @@ What lives here, one concern a module:
   completions.py   CompletionWriter: batched, retried completion writes
   housekeeping.py  start-up checks (schema, gone engines of this host), scheduling of unscheduled
                    jobs, the permission probe, the high-frequency warning
+  log_once.py      LogOnce, JobReports: errors about a job logged once (claims and the sweep share it)
+  set_aside.py     SetAside: claimed rows no engine can schedule or decode, cleared and remembered
   changes.py       ChangeFeed: the LISTEN thread that wakes the dispatcher
   listeners.py     EngineListener: the typed observer protocol
   poller.py        Poller: the thread that calls the dispatcher and sleeps

@@ -3,8 +3,10 @@
 A poll sweeps expired leases (at most once per ``sweep_interval`` from the background
 loop), gives unscheduled jobs a next run, claims up to the free slots, starts a run per
 claim, keeps Queue-mode ticks of running jobs as Queued runs, and returns how long the
-loop may sleep. A claim whose reply was lost is asked again under its id as a replay
-(``PendingClaim``), and what was already started from it is not started twice.
+loop may sleep. What becomes of each claim is decided by ``scheduling.plan_claim`` (a pure
+function, tested as a table); this module only carries the plan out. A claim whose reply was
+lost is asked again under its id as a replay (``PendingClaim``), and what was already started
+from it is not started twice.
 """
 from __future__ import annotations
 
@@ -17,17 +19,19 @@ from datetime import datetime
 from typing import Callable
 
 from .. import scheduling, validation
+from ..scheduling import ClaimAction, plan_claim
 from ..backends.base import Backend, Completion, SweepResult
 from ..clock import DbClock
 from ..drivers.celery_trust import refusal_for
 from ..errors import SchedulerError
-from ..models import Claim, ClaimBatch, ConcurrencyMode, DispatchResult, Job, RunStatus
+from ..models import Claim, ClaimBatch, DispatchResult, Job, RunStatus
 from .background import BackgroundTasks
 from .completions import CompletionWriter
 from .housekeeping import Housekeeping
 from .leases import LeaseKeeper
 from .options import EngineOptions
 from .run import Run, RunRegistry, RunServices
+from .set_aside import SetAside
 
 log = logging.getLogger("mjsched.engine")
 
@@ -78,6 +82,8 @@ class Dispatcher:
         self._writer = writer
         self._keeper = keeper
         self._housekeeping = housekeeping
+        self._reports = housekeeping.reports       # errors about a job, logged once (log_once.py)
+        self._set_aside: SetAside = housekeeping.set_aside   # rows no engine can schedule or read
         self._clock = clock
         self._side_work = side_work
         self._stats = stats
@@ -138,9 +144,9 @@ class Dispatcher:
                 # will replay a claim left unanswered, so this one hands it back
                 if not self._accepting:
                     self._hand_back_pending()
-        if (result.dispatched or result.swept or result.skipped_at_capacity) and log.isEnabledFor(logging.INFO):
-            log.info("poll: swept=%d, dispatched=%d, locked_out=%d, skipped_at_capacity=%d, inflight=%d/%d",
-                     result.swept, result.dispatched, result.locked_out, result.skipped_at_capacity,
+        if (result.dispatched or result.swept or result.due_left_waiting) and log.isEnabledFor(logging.INFO):
+            log.info("poll: swept=%d, dispatched=%d, locked_out=%d, due_left_waiting=%d, inflight=%d/%d",
+                     result.swept, result.dispatched, result.locked_out, result.due_left_waiting,
                      self._registry.live_count(), self._options.max_concurrent_jobs, extra={"action": "poll"})
         return result, delay
 
@@ -163,7 +169,7 @@ class Dispatcher:
             self._due_left = batch.due_left if len(batch.claims) >= free else 0
             self._next_due = next_due = batch.next_due_at
             result = DispatchResult(swept=swept.swept, dispatched=len(started), locked_out=batch.locked_out,
-                                    skipped_at_capacity=self._due_left, run_ids=tuple(started))
+                                    due_left_waiting=self._due_left, run_ids=tuple(started))
         self._housekeeping.purge_if_due()      # in the background: the claims never wait for it
         if next_due is not None:
             # from the clock now, not from the claim's db_now: this poll's own time since the
@@ -249,11 +255,12 @@ class Dispatcher:
                 registered = len(ready)
                 try:
                     if job.undecodable:   # a stored value no engine can read: before any run started
-                        self._set_aside_undecodable(job, claim.run_id, claim.lock_token)
-                    elif self.start_claim(job, claim, db_now, ready) and claim.run_id is not None:
+                        self._end_unstarted(self._set_aside.undecodable(job, claim.run_id, claim.lock_token))
+                    elif self._start_claim(job, claim, db_now, ready) and claim.run_id is not None:
                         started.append(claim.run_id)
                 except scheduling.UnusableSchedule as exc:   # the row itself: before any run started
-                    self._set_aside(job, claim.run_id, claim.lock_token, exc.cause)
+                    self._end_unstarted(self._set_aside.unusable_schedule(job, claim.run_id, claim.lock_token,
+                                                                          exc.cause))
                 except Exception as exc:  # noqa: BLE001 - between a committed claim and its start
                     if len(ready) == registered:
                         self._give_back(job, claim.run_id, claim.lock_token, exc)
@@ -292,68 +299,45 @@ class Dispatcher:
             if run_id is None:
                 self._backend.release_job_lock(job.id, token)
             else:
-                self._skip(Completion(run_id, token, RunStatus.SKIPPED.value,
-                                      f"not started: {type(exc).__name__}: {exc}"[:2000], None, None))
+                self._end_unstarted(Completion(run_id, token, RunStatus.SKIPPED.value,
+                                               f"not started: {type(exc).__name__}: {exc}"[:2000], None, None))
         except Exception as again:  # noqa: BLE001 - the database or the writer failed too: the lease lapses
             log.warning("job %r: could not hand its claim back (%s); its lease will lapse", job.name, again)
 
-    def start_claim(self, job: Job, claim: Claim, db_now: datetime, ready: list[Run]) -> int:
-        """Prepare and register the run of one claim, to be started with the claim's others
-        (``ready``) (1), or settle a claim that runs nothing (0)."""
-        run_id, token, scheduled_for = claim.run_id, claim.lock_token, claim.scheduled_for
-        if run_id is None:  # the tick was served (it, or a later tick, has a run): move on, run nothing
-            nxt = scheduling.computed(scheduling.next_run_after, job, scheduled_for, db_now, catch_up=False)
-            self._backend.advance_job(job.id, token, nxt, release=True, guard=True, expected_next_run_at=scheduled_for)
-            log.warning("job %r: tick %s already served (it or a later tick has a run); advanced to %s", job.name,
-                        scheduled_for, nxt, extra={"action": "tick_already_served"})
-            return 0
-        # What next_run_at was at the claim: a due tick's claim serves it; a queued run's claim
-        # carries the job's row as the claim left it.
-        seen = scheduled_for if claim.is_tick else job.next_run_at
-        refused = self._definition_refused(job)
-        if refused is not None:   # no run of it can succeed: each tick is Skipped, reported once
-            nxt = None if claim.from_queue else scheduling.computed(scheduling.next_run_after, job, scheduled_for,
-                                                                    db_now, catch_up=False)
-            self._skip(Completion(run_id, token, RunStatus.SKIPPED.value, refused, None, nxt,
-                                  guard=True, expected_next_run_at=seen))
-            return 0
-        plan = scheduling.TickPlan(run=True, catch_up=False, missed=0)
-        if claim.is_tick:
-            plan = scheduling.computed(scheduling.plan_tick, job, scheduled_for, db_now,
-                                       self._options.max_catch_up_runs)
+    def _start_claim(self, job: Job, claim: Claim, db_now: datetime, ready: list[Run]) -> bool:
+        """Carry out one claim's plan (``scheduling.plan_claim``): prepare and register its run,
+        to be started with the claim's others (``ready``) (True), or settle a claim that runs
+        nothing (False)."""
+        run_id, token = claim.run_id, claim.lock_token
+        refused = None if run_id is None else self._definition_refused(job)
+        attempt = self._attempt_of(run_id) if claim.from_queue and run_id is not None and refused is None else 1
+        plan = plan_claim(job, claim, db_now, max_catch_up=self._options.max_catch_up_runs, refused=refused,
+                          attempt=attempt)
         if plan.note:
             log.warning("job %r: %s", job.name, plan.note, extra={"action": "missed_runs"})
-        if not plan.run:
-            nxt = scheduling.computed(scheduling.next_run_after, job, scheduled_for, db_now, catch_up=False)
-            self._skip(Completion(run_id, token, RunStatus.SKIPPED.value, plan.note, {"missed": plan.missed},
-                                  nxt, guard=True, expected_next_run_at=seen))
-            return 0
-        # A queued claim may be a retry (attempt > 1) of an earlier tick (README "Retries").
-        attempt = self._attempt_of(run_id) if claim.from_queue else 1
-        if job.concurrency_mode is ConcurrencyMode.CONCURRENT and not claim.from_queue:
-            nxt = scheduling.computed(scheduling.next_run_after, job, scheduled_for, db_now,
-                                      catch_up=plan.catch_up)
-            self._backend.advance_job(job.id, token, nxt, release=True, guard=True, expected_next_run_at=seen)
-        elif job.concurrency_mode is ConcurrencyMode.CONCURRENT and attempt > 1:
-            # a Concurrent retry runs beside the ticks, as a tick run does: it keeps only its run
-            # lease, and the schedule stays as it is
-            self._backend.advance_job(job.id, token, job.next_run_at, release=True, guard=True,
-                                      expected_next_run_at=seen)
-        # Only ticks that come due while this run runs are queued: those before the claim were
-        # missed (a tick's claim) or were queued or refused already (a queued run's claim).
-        run = Run.begin(self._services, job, run_id, token, scheduled_for, manual=False, catch_up=plan.catch_up,
-                        seen_next_run_at=seen, attempt=attempt,
-                        last_enqueued=None if scheduled_for is None else max(scheduled_for, db_now),
-                        lease_from=self._lease_from(job, db_now))
+        if plan.action is ClaimAction.ADVANCE or plan.release_job:
+            self._backend.advance_job(job.id, token, plan.next_run_at, release=True, guard=True,
+                                      expected_next_run_at=plan.seen_next_run_at)
+        if plan.action is ClaimAction.ADVANCE or run_id is None:   # (only a run-less claim is ADVANCE)
+            log.warning("job %r: tick %s already served (it or a later tick has a run); advanced to %s", job.name,
+                        claim.scheduled_for, plan.next_run_at, extra={"action": "tick_already_served"})
+            return False
+        if plan.action is ClaimAction.SKIP:   # refused (reported once), or the missed-run policy Skip
+            self._end_unstarted(Completion(run_id, token, RunStatus.SKIPPED.value, plan.error, plan.details,
+                                           plan.next_run_at, guard=True, expected_next_run_at=plan.seen_next_run_at))
+            return False
+        run = Run.begin(self._services, job, run_id, token, claim.scheduled_for, manual=False,
+                        catch_up=plan.catch_up, seen_next_run_at=plan.seen_next_run_at, attempt=plan.attempt,
+                        last_enqueued=plan.queued_after, lease_from=self._lease_from(job, db_now))
         with self._accept_lock:
             accepted = self._accepting
             if accepted:
                 self._registry.add(run)
         if not accepted:   # stop_polling() began while this claim was in the database: hand it back
             self._hand_back(job.id, run_id, token, job.name)
-            return 0
+            return False
         ready.append(run)   # started (its lease watched) also when polled by hand (dispatch_due_jobs)
-        return 1
+        return True
 
     def _lease_from(self, job: Job, db_now: datetime) -> float:
         """time.monotonic() no later than the start of the transaction that claimed ``job``,
@@ -362,9 +346,6 @@ class Dispatcher:
         ``locked_at`` and ``db_now`` are both the database's clock)."""
         decoded = isinstance(job.locked_at, datetime) and isinstance(db_now, datetime)   # not an Undecodable
         earlier = max(0.0, (db_now - job.locked_at).total_seconds()) if decoded else 0.0
-        if self._claimed_at == float("-inf"):   # a claim made by a caller of start_claim: its age by the clock
-            age = max(0.0, (self._clock.now() - job.locked_at).total_seconds()) if decoded else 0.0
-            return time.monotonic() - age
         return self._claimed_at - earlier
 
     def _attempt_of(self, run_id: str) -> int:
@@ -372,51 +353,11 @@ class Dispatcher:
         found = self._backend.get_run(run_id)
         return found.attempt if found is not None else 1
 
-    def _skip(self, completion: Completion) -> None:
-        """A claimed run that will not execute: recorded Skipped, then the loop polls again."""
-        self._writer.submit(completion, lambda _ok: self._wake())
-
-    def _set_aside(self, job: Job, run_id: str | None, token: str, exc: BaseException) -> None:
-        """A claimed job whose schedule cannot be computed (a cron, a zone or an instant no
-        engine can use, written by plain SQL): its next_run_at is cleared, so no engine claims
-        it again until its definition changes (the start-up sweep passes it over, reported
-        once), and the claimed run ends Skipped with the reason. Logged once per job and reason."""
-        reason = f"{type(exc).__name__}: {exc}"
-        if self._clear_schedule(job, run_id, token, RunStatus.SKIPPED,
-                                f"set aside: its schedule cannot be computed ({reason}); fix the job's definition") \
-                and self._housekeeping.first_report(job):
-            log.error("job %r (%s) set aside: its schedule cannot be computed (%s); it will not run until its "
-                      "definition is fixed", job.name, job.id, reason,
-                      extra={"action": "job_set_aside", "job_id": job.id})
-
-    def _set_aside_undecodable(self, job: Job, run_id: str | None, token: str) -> None:
-        """A claimed job a stored value of which cannot be decoded (mjsched/decoding.py: JSON
-        nested deeper than the limit, a number Python will not read, an instant past year 9999,
-        written by plain SQL): set aside as ``_set_aside`` does, its run recorded Failed naming
-        the field, and passed over by the reschedule sweep until the row decodes again
-        (Housekeeping.note_set_aside). Logged once per job and reason."""
-        reason = "; ".join(f"{name}: {getattr(job, name).reason}" for name in job.undecodable)
-        self._housekeeping.note_set_aside(job)
-        if self._clear_schedule(job, run_id, token, RunStatus.FAILED,
-                                f"set aside: its row cannot be decoded ({reason}); fix the job's definition") \
-                and self._housekeeping.first_refusal(job, f"undecodable: {reason}"):
-            log.error("job %r (%s) set aside: its row cannot be decoded (%s); it will not run until its "
-                      "definition is fixed", job.name, job.id, reason,
-                      extra={"action": "job_set_aside", "job_id": job.id})
-
-    def _clear_schedule(self, job: Job, run_id: str | None, token: str, status: RunStatus, message: str) -> bool:
-        """The set-aside itself: next_run_at cleared, then the claimed run ended with ``status``
-        and ``message`` (which releases the lock), or a run-less claim's lock released."""
-        try:
-            # guarded: an edit since the claim (a fix, say) keeps its next run
-            self._backend.advance_job(job.id, token, None, release=run_id is None, guard=True,
-                                      expected_next_run_at=job.next_run_at)
-        except SchedulerError as db_exc:
-            log.warning("job %r: could not set it aside (%s); its lease will lapse", job.name, db_exc)
-            return False
-        if run_id is not None:
-            self._skip(Completion(run_id, token, status.value, message, None, None))
-        return True
+    def _end_unstarted(self, completion: Completion | None) -> None:
+        """A claimed run that will not execute: recorded (Skipped, or Failed when set aside as
+        undecodable), then the loop polls again."""
+        if completion is not None:
+            self._writer.submit(completion, lambda _ok: self._wake())
 
     def _definition_refused(self, job: Job) -> str | None:
         """Why no run of ``job`` can succeed on this engine (its driver is not installed here, or
@@ -430,7 +371,7 @@ class Dispatcher:
             return None
         except Exception as exc:  # noqa: BLE001 - a plugin may raise anything from its validation
             reason = f"not run: {type(exc).__name__}: {exc}; fix the job's driver or configuration"
-        if self._housekeeping.first_refusal(job, reason):
+        if self._reports.first_refusal(job, reason):
             log.error("job %r (%s): %s (each tick is recorded Skipped until then)", job.name, job.id, reason,
                       extra={"action": "job_refused", "job_id": job.id})
         return reason
@@ -446,15 +387,15 @@ class Dispatcher:
         """Keep ticks of our running Queue-mode jobs as Queued runs; return seconds to the next one."""
         wait = self._options.max_poll_interval
         for run in self._registry.busy():
-            if run.job.concurrency_mode is not ConcurrencyMode.QUEUE or run.manual or run.catch_up \
-                    or run.attempt > 1:   # ticks due during a retry stay due: served when it ends
+            if not scheduling.keeps_ticks_queued(run.job.concurrency_mode, manual=run.manual,
+                                                 catch_up=run.catch_up, attempt=run.attempt):
                 continue
             try:
                 schedule = scheduling.schedule_of(run.job)
                 base = run.last_enqueued or run.scheduled_for or db_now
                 tick = schedule.next_after(base)
             except Exception as exc:  # noqa: BLE001 - no tick to keep for this job; the others go on
-                if self._housekeeping.first_report(run.job):
+                if self._reports.first_unusable(run.job):
                     log.error("job %r: cannot compute the ticks to queue: %s: %s", run.job.name,
                               type(exc).__name__, exc, extra={"action": "bad_schedule"})
                 continue

@@ -18,6 +18,8 @@ from ..drivers.registry import get_driver
 from ..errors import SchedulerError, SchemaNotInstalled
 from ..models import Job, RunStatus
 from ..privileges import split_missing
+from .log_once import JobReports, LogOnce
+from .set_aside import SetAside
 
 if TYPE_CHECKING:
     from .alerting import AlertWatcher
@@ -73,13 +75,14 @@ class Housekeeping:
         self._alerts = alerts
         self._verdicts: dict[tuple[str, str, str], timedelta | None] = {}   # (cron, zone, driver) -> gap
         self._warned: set[tuple[str, str]] = set()   # (job id, schedule key) warned about by this process
-        self._said: set[str] = set()      # schedule keys this engine logged the warning for
+        self._said = LogOnce(limit=10_000)   # schedule keys this engine logged the warning for
         self._sweeping = False            # a reschedule sweep is under way, at ids after _cursor
         self._sweep_again = False         # jobs changed during it: sweep once more after it
         self._cursor: str | None = None
-        self._reported: set[tuple[str, str, str]] = set()   # (job id, cron, zone) logged as unusable
-        self._refused: set[tuple[str, str, str]] = set()    # (job id, driver, reason) logged as not runnable
-        self._undecodable: set[str] = set()   # ids of jobs set aside for a value no engine can decode
+        # what was reported about which job, and the jobs set aside: shared with the claim path
+        # (the dispatcher), so a job is reported once whichever meets it first
+        self.reports = JobReports()
+        self.set_aside = SetAside(backend, self.reports)
 
     def purge_if_due(self) -> None:
         """Run-history retention: start a purge pass (on its own thread) when its interval has
@@ -126,8 +129,8 @@ class Housekeeping:
 
     def _schedule_page(self, jobs: list[UnscheduledJob]) -> None:
         """One page: the first due instant once per distinct schedule, one call to set them."""
-        if self._undecodable:
-            held = self._still_undecodable([j.id for j in jobs if j.id in self._undecodable])
+        held = self.set_aside.still_undecodable([j.id for j in jobs])
+        if held:
             jobs = [j for j in jobs if j.id not in held]
             if not jobs:
                 return
@@ -156,59 +159,14 @@ class Housekeeping:
 
     def _report_unusable(self, jobs: list[UnscheduledJob], exc: BaseException) -> None:
         """Log jobs whose schedule cannot be computed, each once per (cron, timezone) it has."""
-        fresh = [j for j in jobs if (j.id, j.schedule_text, j.timezone) not in self._reported]
+        fresh = [j for j in jobs if self.reports.first_unusable(j)]
         if not fresh:
             log.debug("%d job(s) with schedule %r still have an unusable schedule", len(jobs), jobs[0].schedule_text)
             return
-        if len(self._reported) > 100_000:
-            self._reported.clear()
-        self._reported.update((j.id, j.schedule_text, j.timezone) for j in fresh)
         names = ", ".join(repr(j.name) for j in fresh[:5]) + (", ..." if len(fresh) > 5 else "")
         log.error("%d job(s) with schedule %r (%s) have an unusable schedule and will not run until it is fixed: "
                   "%s (%s)", len(fresh), jobs[0].schedule_text, jobs[0].timezone, exc, names,
                   extra={"action": "bad_schedule"})
-
-    def first_report(self, job: Job | UnscheduledJob) -> bool:
-        """True the first time ``job`` is reported unusable with its present cron and zone: the
-        claim path (which sets it aside) and this sweep share the record, so it is said once."""
-        key = (job.id, job.schedule_text, job.timezone)
-        if key in self._reported:
-            return False
-        if len(self._reported) > 100_000:
-            self._reported.clear()
-        self._reported.add(key)
-        return True
-
-    def note_set_aside(self, job: Job) -> None:
-        """``job`` was set aside because a stored value of it cannot be decoded: the sweep
-        passes it over (it would be claimed and set aside again at each tick) until its row
-        decodes, which ``_still_undecodable`` reads again at each sweep that meets it."""
-        if len(self._undecodable) > 100_000:
-            self._undecodable.clear()
-        self._undecodable.add(job.id)
-
-    def _still_undecodable(self, ids: list[str]) -> set[str]:
-        """Of the set-aside jobs ``ids``, those whose row still cannot be decoded; the others
-        (fixed or deleted) are forgotten, so the sweep schedules them again."""
-        if not ids:
-            return set()
-        try:
-            still = {j.id for j in self._backend.get_jobs(ids) if j.undecodable}
-        except SchedulerError as exc:
-            log.debug("could not read %d set-aside job(s) again: %s", len(ids), exc)
-            return set(ids)
-        self._undecodable.difference_update(set(ids) - still)
-        return still
-
-    def first_refusal(self, job: Job, reason: str) -> bool:
-        """True the first time ``job`` is refused for ``reason`` (its driver or configuration)."""
-        key = (job.id, job.driver, reason)
-        if key in self._refused:
-            return False
-        if len(self._refused) > 100_000:
-            self._refused.clear()
-        self._refused.add(key)
-        return True
 
     def probe_permissions(self) -> None:
         try:
@@ -292,10 +250,7 @@ class Housekeeping:
         if gap is None:
             return False
         said = frequency_key(cron, zone)
-        if said not in self._said:
-            if len(self._said) > 10_000:
-                self._said.clear()
-            self._said.add(said)
+        if self._said.first(said):
             others = f" (+{jobs - 1} more)" if jobs > 1 else ""
             log.warning("job %r%s fires every %s (%r, %s), under 5 min: see %s", example, others,
                         _seconds(gap), cron, zone, HIGH_FREQUENCY_DOC, extra={"action": "high_frequency"})

@@ -56,11 +56,11 @@ class DuePass:
             result = self._dispatch(sweep)
             sweep = False
             started += result.run_ids
-            if not result.skipped_at_capacity:
+            if not result.due_left_waiting:
                 break    # nothing due is left waiting for a slot
             if not self._registry.wait_free_slot(self._cap, left()):
                 log.warning("run_due_jobs: %d due run(s) still waiting for a slot at the timeout; not started",
-                            result.skipped_at_capacity, extra={"action": "due_left_at_timeout"})
+                            result.due_left_waiting, extra={"action": "due_left_at_timeout"})
                 break
         finished = self._wait_for(started, left)
         remaining = left()   # their notifications are out before a script exits (a hung notifier: bounded)

@@ -43,7 +43,7 @@ from ..drivers.celery_trust import CeleryAllowList
 from ..drivers.registry import get_driver
 from ..errors import SchedulerError
 from ..execution import RuntimeBound, failure, run_driver, runtime_bound
-from ..models import ConcurrencyMode, Job, JobRun, RunStatus
+from ..models import Job, JobRun, RunStatus
 from ..redaction import guard_logger
 from ..tracing import RunSpan, start_run
 from . import retrying
@@ -451,7 +451,7 @@ class Run:
         """Where the job's schedule goes when this run ends (None: leave it alone). A retry
         leaves it too: its tick's first attempt already moved it, and a tick that came due
         while the retry ran is still due, so a retry never costs a tick."""
-        if self.manual or self.attempt > 1 or self.job.concurrency_mode is ConcurrencyMode.CONCURRENT:
+        if not scheduling.schedule_moves_at_end(self.job.concurrency_mode, manual=self.manual, attempt=self.attempt):
             return None
         try:
             return scheduling.next_run_after(self.job, self.scheduled_for, self.services.clock.now(), self.catch_up)

@@ -140,21 +140,25 @@ def test_an_admin_write_of_one_schedule_kind_replaces_the_schedule(make_engine: 
 
 
 def test_a_schedule_edited_between_a_concurrent_claim_and_its_advance_keeps_the_edit(
-        make_engine: Callable[..., Any], sql: Any) -> None:
+        make_engine: Callable[..., Any], sql: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 32, suspect 1 (confirmed on 009e285: the edit's next run was overwritten with the
     old cron's). A Concurrent job's claim is followed by advance_job, which moves the schedule
     on and drops the job lock; an operator's edit committed in between must stand."""
     engine = make_engine()
     job = engine.create_job("concurrent-edited", "test-ok", "* * * * *", concurrency_mode="Concurrent")
     sql.run("UPDATE mjsched.scheduled_job SET next_run_at = date_trunc('minute', now()) WHERE id = %s", (job,))
-    batch = engine.backend.claim_due_jobs(engine.instance_name, 1, engine.lease_timeout)
-    (claim,) = batch.claims
-    edited = engine.update_job(job, cron="0 3 * * *").next_run_at      # committed after the claim
-    ready: list[Any] = []
-    assert engine._dispatcher.start_claim(batch.jobs[job], claim, batch.db_now, ready) == 1   # the advance
-    for run in ready:
-        run.start()
-    wait_for(lambda: sql.one("SELECT status FROM mjsched.scheduled_job_run WHERE id = %s", (claim.run_id,))
+    real_claim = engine.backend.claim_due_jobs
+    edited: list[Any] = []
+
+    def claim_then_edit(*args: Any, **kwargs: Any) -> Any:
+        batch = real_claim(*args, **kwargs)
+        if batch.claims and not edited:   # committed after the claim, before the dispatcher's advance
+            edited.append(engine.update_job(job, cron="0 3 * * *").next_run_at)
+        return batch
+    monkeypatch.setattr(engine.backend, "claim_due_jobs", claim_then_edit)
+    (run_id,) = engine.dispatch_due_jobs().run_ids     # the claim, the edit, then the advance
+    assert len(edited) == 1
+    wait_for(lambda: sql.one("SELECT status FROM mjsched.scheduled_job_run WHERE id = %s", (run_id,))
              == "Completed", message="the claimed run to complete")
     row = sql.rows("SELECT next_run_at, lock_token FROM mjsched.scheduled_job WHERE id = %s", (job,))[0]
-    assert row == {"next_run_at": edited, "lock_token": None}
+    assert row == {"next_run_at": edited[0], "lock_token": None}

@@ -15,6 +15,7 @@ from typing import Any, Callable
 import pytest
 
 import mjsched
+from mjsched.engine.dispatch import PendingClaim
 from tests.chaos.faults import FaultPlan
 from tests.support import drivers  # noqa: F401 - registers the test drivers
 from tests.support.pg import wait_for
@@ -65,20 +66,21 @@ def test_a_replay_never_starts_a_run_twice(make_engine: Callable[..., Any], sql:
     replays the claim and starts only the run not yet started."""
     engine = make_engine(max_concurrent_jobs=5)
     jobs = due_jobs(engine, sql, 2)
-    original = engine._dispatcher.start_claim
+    original = PendingClaim.first_time
     started: list[str] = []
 
     class PollDies(BaseException):
         """What no handler of the poll catches (an ordinary exception hands its claim back)."""
 
-    def start_then_die(job: Any, *args: Any) -> int:
-        started.append(job.id)
-        original(job, *args)
-        raise PollDies("the poll dies after starting one run")
-    monkeypatch.setattr(engine._dispatcher, "start_claim", start_then_die)
+    def die_at_the_second(pending: PendingClaim, claim: Any) -> bool:
+        if started:   # the first claim's run is prepared: the poll dies as it turns to the next claim
+            raise PollDies("the poll dies after starting one run")
+        started.append(claim.job_id)
+        return original(pending, claim)
+    monkeypatch.setattr(PendingClaim, "first_time", die_at_the_second)
     with pytest.raises(PollDies):
         engine.dispatch_due_jobs()
-    monkeypatch.setattr(engine._dispatcher, "start_claim", original)
+    monkeypatch.setattr(PendingClaim, "first_time", original)
     assert len(started) == 1
     assert engine.dispatch_due_jobs().dispatched == 1       # the other job only
     wait_for(lambda: completed(sql) == 2, message="both runs to complete")
