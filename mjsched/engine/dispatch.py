@@ -29,6 +29,7 @@ from .leases import LeaseKeeper
 from .options import EngineOptions
 from .run import Run, RunServices
 from .runs import RunRegistry
+from .stats import EngineStats
 
 log = logging.getLogger("mjsched.engine")
 
@@ -71,7 +72,7 @@ class Dispatcher:
     def __init__(self, *, backend: Backend, options: EngineOptions, registry: RunRegistry,
                  services: RunServices, writer: CompletionWriter, keeper: LeaseKeeper,
                  housekeeping: Housekeeping, clock: DbClock, side_work: BackgroundTasks,
-                 stats: dict[str, int], wake: Callable[[], None]) -> None:
+                 stats: EngineStats, wake: Callable[[], None]) -> None:
         self._backend = backend
         self._options = options
         self._registry = registry
@@ -279,7 +280,7 @@ class Dispatcher:
                 failed.add(run.run_id)
                 self._give_back(run.job, run.run_id, run.token, exc)
                 continue
-            self._stats["dispatched"] += 1
+            self._stats.bump("dispatched")
         return failed
 
     def _give_back(self, job: Job, run_id: str | None, token: str, exc: BaseException) -> None:
