@@ -23,7 +23,7 @@ from ..notify import Notifier, safe_notify
 from .options import EngineOptions
 from .stats import EngineStats
 
-log = logging.getLogger("mjsched.engine")
+log = logging.getLogger(__name__)
 
 ALERTS_PER_CALL = 100     # opened (and resolved) per kind and call at most; the next call takes the rest
 

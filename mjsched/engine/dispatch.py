@@ -31,7 +31,7 @@ from .run import Run, RunServices
 from .runs import RunRegistry
 from .stats import EngineStats
 
-log = logging.getLogger("mjsched.engine")
+log = logging.getLogger(__name__)
 
 SCHEDULE_REFRESH_SECONDS = 5.0   # unscheduled jobs are looked for at least this often
 SWEEP_INTERVAL_SECONDS = 1.0     # the background loop sweeps at most this often (or per quarter lease):

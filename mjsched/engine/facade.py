@@ -32,7 +32,7 @@ from .retention import prune
 from .stats import EngineStats
 from .wiring import backend_defaults, wire
 
-log = logging.getLogger("mjsched.engine")
+log = logging.getLogger(__name__)
 F = TypeVar("F", bound=Callable[..., Any])
 E = TypeVar("E", bound=type)
 

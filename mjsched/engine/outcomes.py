@@ -21,7 +21,7 @@ from .listeners import Listeners
 from .runs import HeldRun
 from .stats import EngineStats
 
-log = logging.getLogger("mjsched.engine")
+log = logging.getLogger(__name__)
 
 
 class Outcomes:

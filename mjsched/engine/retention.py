@@ -20,7 +20,7 @@ from ..errors import CannotConnect, ConfigurationError, PurgeBusy, SchedulerErro
 from .options import EngineOptions
 from .stats import EngineStats
 
-log = logging.getLogger("mjsched.engine")
+log = logging.getLogger(__name__)
 
 PASS_BATCHES = 20                 # calls per housekeeping pass at most (besides the time budget)
 PRUNE_BUSY_SECONDS = 30.0         # prune_runs waits this long at most while another purger holds the lock

@@ -19,7 +19,7 @@ from ..models import Job, RunStatus
 from ..retry import RetryPolicy
 from .runs import HeldRun
 
-log = logging.getLogger("mjsched.engine")
+log = logging.getLogger(__name__)
 
 RETRIED_STATUSES = (RunStatus.FAILED, RunStatus.TIMEOUT)
 

@@ -49,7 +49,7 @@ from .outcomes import Outcomes
 from .runs import Flag, RunRegistry, State, WorkerPool
 from .stats import EngineStats
 
-log = logging.getLogger("mjsched.engine")
+log = logging.getLogger(__name__)
 
 
 class _NobodyWaits:
