@@ -26,6 +26,7 @@ What lives here, one concern a module:
                    jobs, the permission probe, the high-frequency warning
   changes.py       ChangeFeed: the LISTEN thread that wakes the dispatcher
   listeners.py     EngineListener: the typed observer protocol
+  stats.py         EngineStats: engine.stats, counters any thread bumps under one lock
   poller.py        Poller: the thread that calls the dispatcher and sleeps
   background.py    BackgroundTasks: notifications off the completion writer's thread
 
