@@ -24,7 +24,7 @@ from .errors import ConfigurationError
 from .models import Job, JobRun, RunStatus
 from .redaction import redact, redact_text, secret_values
 
-log = logging.getLogger("mjsched.notify")
+log = logging.getLogger(__name__)
 
 _X_PRIORITY = {"High": "1 (Highest)", "Normal": "3 (Normal)", "Low": "5 (Lowest)"}
 

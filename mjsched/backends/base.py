@@ -657,6 +657,15 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def close(self) -> None: ...
 
+    def run_statement(self, what: str, statement: str,
+                      params: Sequence[Any] | Mapping[str, Any] = ()) -> list[dict[str, Any]]:
+        """The rows of one statement of this dialect that a caller keeps itself (the dashboard's
+        named SQL, mjsched/web/queries.py), run as every call here is: bounded, retried when the
+        error is transient, errors as mjsched's. ``params`` as the dialect's driver takes them
+        (PostgreSQL: a mapping for ``%(name)s``; SQL Server: a sequence for ``?``); ``what`` names
+        the statement in logs and errors. Never a statement built from values."""
+        raise NotImplementedError(f"{type(self).__name__} runs no caller's statements")
+
 
 def drivers_text(allowed_drivers: Iterable[str] | None) -> str | None:
     """An allow-list as engine_instance.allowed_drivers holds it: the names sorted, joined by

@@ -585,6 +585,12 @@ class MssqlBackend(Backend):
     def close(self) -> None:
         self._pool.close()
 
+    def run_statement(self, what: str, statement: str,
+                      params: Sequence[Any] | Mapping[str, Any] = ()) -> list[dict[str, Any]]:
+        if isinstance(params, Mapping):
+            raise TypeError("SQL Server statements take their values in order (? placeholders), not by name")
+        return self._rows(what, statement, params)
+
 
 def split_batches(text: str) -> list[str]:
     """The batches of a T-SQL script, split on ``GO`` lines (as sqlcmd and SSMS do)."""

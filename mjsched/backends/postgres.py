@@ -686,6 +686,10 @@ class PostgresBackend(Backend):
     def close(self) -> None:
         self._pool.close()
 
+    def run_statement(self, what: str, statement: str,
+                      params: Sequence[Any] | Mapping[str, Any] = ()) -> list[dict[str, Any]]:
+        return self._rows(what, statement, params)
+
 
 def _broken_after(conn: Any, exc: BaseException) -> bool:
     """psycopg2's rules: connection-level errors drop the connection; otherwise roll

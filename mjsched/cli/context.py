@@ -18,7 +18,7 @@ from ..errors import ConfigurationError, JobNotFound, SchedulerError
 from ..redaction import redact, redact_text
 from .terminal import EXIT_FAILED, GracefulStop, jsonable
 
-log = logging.getLogger("mjsched.cli")
+log = logging.getLogger(__name__)
 
 EMBEDDED_MOVED_EXIT_BOUND = 20.0   # seconds: `run` exits this soon after its embedded server moved
 

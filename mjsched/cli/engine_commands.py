@@ -17,7 +17,7 @@ from .context import Context, UsageError, resolve_job
 from .runs_commands import run_lines, runs_table
 from .terminal import EXIT_FAILED, EXIT_OK, GracefulStop, ago, clip, drain, table, ts
 
-log = logging.getLogger("mjsched.cli")
+log = logging.getLogger(__name__)
 
 SET_ASIDE_SHOWN = 100   # set-aside jobs `mjsched status` lists at most
 ALERTS_SHOWN = 100     # open alerts `mjsched status` lists at most (the newest)

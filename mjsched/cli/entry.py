@@ -29,7 +29,7 @@ from .context import Context
 from .parser import build_parser
 from .terminal import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
-log = logging.getLogger("mjsched.cli")
+log = logging.getLogger(__name__)
 
 # Commands whose output is their log (long-running): with --json it is one JSON object a line.
 LOGGING_COMMANDS = ("run", "dashboard")

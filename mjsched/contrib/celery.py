@@ -30,7 +30,7 @@ from typing import Any
 from celery import Task
 from celery.exceptions import Ignore
 
-log = logging.getLogger("mjsched.contrib.celery")
+log = logging.getLogger(__name__)
 
 GUARD_PREFIX = "mjsched:celery:executed:"
 DEFAULT_GUARD_TTL = 7 * 24 * 3600

@@ -21,7 +21,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-log = logging.getLogger("mjsched.drivers.celery")
+log = logging.getLogger(__name__)
 
 HELD, NOT_HELD, UNKNOWN, UNREGISTERED = "held", "not_held", "unknown", "unregistered"
 INSPECT_TIMEOUT = 1.0          # seconds one broadcast waits for answers

@@ -30,6 +30,7 @@ What lives here, one concern a module:
   set_aside.py     SetAside: claimed rows no engine can schedule or decode, cleared and remembered
   changes.py       ChangeFeed: the LISTEN thread that wakes the dispatcher
   listeners.py     EngineListener: the typed observer protocol
+  stats.py         EngineStats: engine.stats, counters any thread bumps under one lock
   poller.py        Poller: the thread that calls the dispatcher and sleeps
   background.py    BackgroundTasks: notifications off the completion writer's thread
 

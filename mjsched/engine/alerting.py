@@ -21,8 +21,9 @@ from ..errors import CannotConnect, SchedulerError
 from ..models import JobRun, RunStatus
 from ..notify import Notifier, safe_notify
 from .options import EngineOptions
+from .stats import EngineStats
 
-log = logging.getLogger("mjsched.engine")
+log = logging.getLogger(__name__)
 
 ALERTS_PER_CALL = 100     # opened (and resolved) per kind and call at most; the next call takes the rest
 
@@ -43,7 +44,7 @@ def stand_in_run(alert: Alert) -> JobRun:
 class AlertWatcher:
     """The alert evaluation of one engine. ``maybe_start()`` is called by every poll."""
 
-    def __init__(self, backend: Backend, options: EngineOptions, stats: dict[str, int],
+    def __init__(self, backend: Backend, options: EngineOptions, stats: EngineStats,
                  notifier: Callable[[], Notifier | None], clock: Callable[[], float] = time.monotonic) -> None:
         self._backend = backend
         self._options = options
@@ -96,7 +97,7 @@ class AlertWatcher:
         notifier = self._notifier()
         for alert in alerts:
             opened = alert.event == "opened"
-            self._stats["alerts_opened" if opened else "alerts_resolved"] += 1
+            self._stats.bump("alerts_opened" if opened else "alerts_resolved")
             log.log(logging.WARNING if opened else logging.INFO, "alert %s %s: job %r: %s%s",
                     alert.kind, "opened" if opened else "resolved", alert.job_name, alert.describe(),
                     "; the job was paused" if alert.paused and opened else "",

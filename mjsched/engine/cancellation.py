@@ -30,7 +30,7 @@ from ..errors import RunNotCancellable, RunNotFound, SchedulerError
 from ..execution import effective_isolation
 from ..models import Isolation, Job
 
-log = logging.getLogger("mjsched.engine")
+log = logging.getLogger(__name__)
 
 DEFAULT_CANCEL_GRACE = 30.0   # seconds between an operator's cancel and the kill (engine option cancel_grace)
 ISOLATED_BACKSTOP = 10.0      # a killed child is reaped and reported well within this after the grace

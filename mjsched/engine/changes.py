@@ -9,7 +9,7 @@ from typing import Callable
 from ..backends.base import Backend, Listener
 from ..errors import SchedulerError
 
-log = logging.getLogger("mjsched.engine")
+log = logging.getLogger(__name__)
 
 WAIT_SECONDS = 1.0            # one wait on the connection; stop() is seen within it
 FIRST_RETRY_SECONDS = 0.5     # reconnect backoff: from here, doubling ...

@@ -21,7 +21,7 @@ from ..forking import ProcessGuard, track
 from ..version import __version__
 from .run import hand_back_held
 
-log = logging.getLogger("mjsched.engine")
+log = logging.getLogger(__name__)
 
 CLOSE_GRACE_SECONDS = 5.0   # close(): how long cancelled runs may take to return and be recorded (one budget
                             # for the runs, their completions and notifications together)

@@ -26,7 +26,7 @@ from .. import alerts, validation
 from ..errors import ConfigurationError, JobNameTaken, JobNotFound, SchedulerError
 from ..models import FieldChange, Job, JobStatus, SyncResult
 
-log = logging.getLogger("mjsched.engine")
+log = logging.getLogger(__name__)
 
 REMOVE_MISSING = ("keep", "pause", "delete")
 ATTEMPTS = 3     # rounds of "create, or else update" while other callers create or delete the same name

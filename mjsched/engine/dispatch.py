@@ -32,8 +32,9 @@ from .leases import LeaseKeeper
 from .options import EngineOptions
 from .run import Run, RunRegistry, RunServices
 from .set_aside import SetAside
+from .stats import EngineStats
 
-log = logging.getLogger("mjsched.engine")
+log = logging.getLogger(__name__)
 
 SCHEDULE_REFRESH_SECONDS = 5.0   # unscheduled jobs are looked for at least this often
 SWEEP_INTERVAL_SECONDS = 1.0     # the background loop sweeps at most this often (or per quarter lease):
@@ -74,7 +75,7 @@ class Dispatcher:
     def __init__(self, *, backend: Backend, options: EngineOptions, registry: RunRegistry,
                  services: RunServices, writer: CompletionWriter, keeper: LeaseKeeper,
                  housekeeping: Housekeeping, clock: DbClock, side_work: BackgroundTasks,
-                 stats: dict[str, int], wake: Callable[[], None]) -> None:
+                 stats: EngineStats, wake: Callable[[], None]) -> None:
         self._backend = backend
         self._options = options
         self._registry = registry
@@ -285,7 +286,7 @@ class Dispatcher:
                 failed.add(run.run_id)
                 self._give_back(run.job, run.run_id, run.token, exc)
                 continue
-            self._stats["dispatched"] += 1
+            self._stats.bump("dispatched")
         return failed
 
     def _give_back(self, job: Job, run_id: str | None, token: str, exc: BaseException) -> None:

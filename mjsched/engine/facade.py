@@ -29,9 +29,10 @@ from .manual import ManualRuns
 from .once import check_timeout
 from .options import DEFAULT_MAX_RUNTIME, EngineOptions, options_from
 from .retention import prune
+from .stats import EngineStats
 from .wiring import backend_defaults, wire
 
-log = logging.getLogger("mjsched.engine")
+log = logging.getLogger(__name__)
 F = TypeVar("F", bound=Callable[..., Any])
 E = TypeVar("E", bound=type)
 
@@ -112,8 +113,8 @@ class SchedulingEngine:
         if backend is None and not dsn:
             raise ConfigurationError("dsn", dsn, "a database URL is required (postgresql://... or mssql://...)")
         self.backend: Backend = backend or open_backend(str(dsn), **backend_defaults(opts, backend_options))
-        self.stats = {"dispatched": 0, "timeouts": 0, "default_max_runtime_timeouts": 0, "leases_lost": 0,
-                      "leases_fenced": 0, "fenced_completions": 0, "runs_purged": 0}
+        self.stats = EngineStats({"dispatched": 0, "timeouts": 0, "default_max_runtime_timeouts": 0, "leases_lost": 0,
+                      "leases_fenced": 0, "fenced_completions": 0, "runs_purged": 0})
         wire(self, opts)
         self._control = EngineControl(self)
         self._manual = ManualRuns(self)

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from .alerting import AlertWatcher
     from .retention import RunPurger
 
-log = logging.getLogger("mjsched.engine")
+log = logging.getLogger(__name__)
 
 # Jobs per reschedule page: one fetch and one initialize_next_runs call. Below the 5,000 locks
 # at which SQL Server escalates a statement's row locks to a table lock (claims would wait).

@@ -13,7 +13,7 @@ from ..backends import Backend
 from ..drivers.registry import get_driver
 from ..models import Job, JobStatus
 
-log = logging.getLogger("mjsched.engine")
+log = logging.getLogger(__name__)
 
 # A change to one recomputes next_run_at (the schema's trigger clears it for other writers).
 RESCHEDULING_FIELDS = ("cron_expression", "interval_seconds", "run_at", "timezone", "start_at", "jitter_seconds")

@@ -13,7 +13,7 @@ from typing import Any, Callable, Protocol
 from ..errors import ConfigurationError
 from ..models import DispatchResult
 
-log = logging.getLogger("mjsched.engine")
+log = logging.getLogger(__name__)
 
 
 class EngineListener(Protocol):

@@ -21,7 +21,7 @@ from ..errors import ConfigurationError, JobNotActive, JobNotFound, LockNotAcqui
 from ..models import Job, JobRun
 from .run import Run
 
-log = logging.getLogger("mjsched.engine")
+log = logging.getLogger(__name__)
 
 MANUAL_NOTIFY_WAIT_SECONDS = 5.0    # execute_job waits at most this long for its run's notification
 MANUAL_START_BUSY_SECONDS = 2.0     # execute_job asks again this long while the job's row is only busy

@@ -16,7 +16,7 @@ from ..models import DispatchResult, JobRun
 from .background import BackgroundTasks
 from .run import RunRegistry
 
-log = logging.getLogger("mjsched.engine")
+log = logging.getLogger(__name__)
 
 NOTIFY_WAIT_SECONDS = 5.0   # after the runs, wait at most this long for their notifications to go out
 QUEUE_RETRY_SECONDS = 1.0   # after a failed attempt to keep Queue ticks, try again this much later

@@ -18,8 +18,9 @@ from ..notify import Notifier, safe_notify
 from . import retrying
 from .background import BackgroundTasks
 from .listeners import Listeners
+from .stats import EngineStats
 
-log = logging.getLogger("mjsched.engine")
+log = logging.getLogger(__name__)
 
 
 class Flag(Protocol):
@@ -40,7 +41,7 @@ class FinishedRun(retrying.RetriedRun, Protocol):
 
 
 class Outcomes:
-    def __init__(self, *, stats: dict[str, int], listeners: Listeners, clock: DbClock,
+    def __init__(self, *, stats: EngineStats, listeners: Listeners, clock: DbClock,
                  side_work: BackgroundTasks, notifier: Callable[[], Notifier]) -> None:
         self._stats = stats
         self._listeners = listeners
@@ -54,7 +55,7 @@ class Outcomes:
         not written at all (the writer gave up; its lease lapses)."""
         elapsed_ms = int((time.monotonic() - run.started) * 1000)
         if outcome is False:
-            self._stats["fenced_completions"] += 1
+            self._stats.bump("fenced_completions")
             log.warning("completion of run %s (job %r) was refused: its lease had been taken over or swept",
                         run.run_id, run.job.name, extra={"action": "completion_fenced"})
         if not outcome:

@@ -18,8 +18,9 @@ from .. import retention, validation
 from ..backends.base import Backend
 from ..errors import CannotConnect, ConfigurationError, PurgeBusy, SchedulerError
 from .options import EngineOptions
+from .stats import EngineStats
 
-log = logging.getLogger("mjsched.engine")
+log = logging.getLogger(__name__)
 
 PASS_BATCHES = 20                 # calls per housekeeping pass at most (besides the time budget)
 PRUNE_BUSY_SECONDS = 30.0         # prune_runs waits this long at most while another purger holds the lock
@@ -36,7 +37,7 @@ def default_rules(options: EngineOptions) -> tuple[float | None, int | None]:
 class RunPurger:
     """The housekeeping purge of one engine. ``maybe_start()`` is called by every poll."""
 
-    def __init__(self, backend: Backend, options: EngineOptions, stats: dict[str, int],
+    def __init__(self, backend: Backend, options: EngineOptions, stats: EngineStats,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._backend = backend
         self._options = options
@@ -88,7 +89,7 @@ class RunPurger:
         except NotImplementedError:
             return 0
         if purged:
-            self._stats["runs_purged"] = self._stats.get("runs_purged", 0) + purged
+            self._stats.bump("runs_purged", purged)
             log.info("purged %d finished run(s) in %.3fs (%d batch(es))%s", purged, time.monotonic() - started,
                      batches, "" if self._cursor == START else "; more next pass",
                      extra={"action": "runs_purged", "purged": purged})
@@ -98,7 +99,7 @@ class RunPurger:
         """The audit trail's rows past the same rule in days (013_audit.sql), one batch a pass."""
         gone = self._backend.purge_job_changes(keep_seconds, self._options.purge_batch_size)
         if gone:
-            self._stats["job_changes_purged"] = self._stats.get("job_changes_purged", 0) + gone
+            self._stats.bump("job_changes_purged", gone)
             log.info("purged %d audit trail row(s) older than the retention rule", gone,
                      extra={"action": "job_changes_purged", "purged": gone})
 
@@ -110,7 +111,7 @@ class RunPurger:
 
 def prune(backend: Backend, options: EngineOptions, *, older_than: Any = None, keep_last: Any = None,
           job_id: str | None = None, dry_run: bool = False, batch_size: int | None = None,
-          stats: dict[str, int] | None = None) -> int:
+          stats: EngineStats | None = None) -> int:
     """Delete (or, ``dry_run``, count) finished runs at once, batch after batch, until none is
     left; returns how many. With ``older_than`` and/or ``keep_last`` these apply to every job
     (or ``job_id``) whatever its own settings: runs older than ``older_than`` that are not among
@@ -147,7 +148,7 @@ def prune(backend: Backend, options: EngineOptions, *, older_than: Any = None, k
         busy_since, delay = None, 0.02
         total += batch.purged
         if not dry_run and stats is not None and batch.purged:
-            stats["runs_purged"] = stats.get("runs_purged", 0) + batch.purged
+            stats.bump("runs_purged", batch.purged)
         if batch.done:
             break
         cursor = (batch.next_job_id, batch.next_completed_at, batch.next_run_id)

@@ -19,7 +19,7 @@ from ..errors import SchedulerError
 from ..models import Job, RunStatus
 from ..retry import RetryPolicy
 
-log = logging.getLogger("mjsched.engine")
+log = logging.getLogger(__name__)
 
 RETRIED_STATUSES = (RunStatus.FAILED, RunStatus.TIMEOUT)
 

@@ -53,9 +53,10 @@ from .conditions import WaitedCondition
 from .lazy_event import LazyEvent
 from .leases import LeaseKeeper
 from .outcomes import Flag, Outcomes
+from .stats import EngineStats
 from .worker_pool import WorkerPool
 
-log = logging.getLogger("mjsched.engine")
+log = logging.getLogger(__name__)
 
 
 class State(enum.Enum):
@@ -91,7 +92,7 @@ class RunServices:
     keeper: Callable[[], LeaseKeeper]   # a callable: the keeper is built after this (it calls runs back)
     outcomes: Outcomes                  # what follows a written end: log, listeners, notification
     clock: DbClock
-    stats: dict[str, int]
+    stats: EngineStats
     instance: str
     lease_seconds: float                # what a claim or a renewal grants (Run.lease_until)
     allowed_drivers: frozenset[str] | None
@@ -287,12 +288,12 @@ class Run:
         if not self._end_early(State.TIMED_OUT, only_if=lambda: True):
             return
         self.cancel_event.set()
-        self.services.stats["timeouts"] += 1
+        self.services.stats.bump("timeouts")
         bound = self.bound or RuntimeBound(0.0, "max_runtime")
         message = f"exceeded {bound.source} of {bound.seconds:g}s; cancelled"
         if bound.engine_default:
             # no job or driver setting bounded it: the engine's backstop for hung runs did
-            self.services.stats["default_max_runtime_timeouts"] += 1
+            self.services.stats.bump("default_max_runtime_timeouts")
             message += " (the engine's bound for runs whose job sets no max_runtime; give the job one if it needs longer)"
             log.warning("run %s of job %r still running after default_max_runtime (%gs), the engine's bound for jobs "
                         "without max_runtime: recorded Timeout, its slot freed", self.run_id, self.job.name,
@@ -340,7 +341,7 @@ class Run:
         if not self._move(State.LOST, only_from=(State.RUNNING, State.COMPLETING)):
             return
         self.cancel_event.set()
-        self.services.stats["leases_lost"] += 1
+        self.services.stats.bump("leases_lost")
         self._end_span("Lost")
         if self.thread_alive and not self.manual:
             self.services.pool.absorb_leak()
@@ -360,7 +361,7 @@ class Run:
         if not self._move(State.LOST):
             return False
         self.cancel_event.set()
-        self.services.stats["leases_fenced"] += 1
+        self.services.stats.bump("leases_fenced")
         self._end_span("Fenced")
         if self.thread_alive and not self.manual:
             self.services.pool.absorb_leak()

@@ -36,7 +36,7 @@ from . import humanize, schedule_form, security
 from .pages import JOB_STATUSES, RUN_STATUSES, Reader
 from .queries import QUERIES
 
-log = logging.getLogger("mjsched.web")
+log = logging.getLogger(__name__)
 
 FLASH_COOKIE = "mjsched_flash"
 STATIC_FILES = frozenset({"dashboard.css", "dashboard.js"})

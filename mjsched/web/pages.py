@@ -123,9 +123,9 @@ class Reader:
 
     def _rows(self, name: str, **params: Any) -> list[dict[str, Any]]:
         if self.backend.dialect == "postgres":
-            return self.backend._rows(f"dashboard {name}", self.sql[name], params)  # type: ignore[attr-defined]
+            return self.backend.run_statement(f"dashboard {name}", self.sql[name], params)
         query, values = positional(self.sql[name], params)
-        return self.backend._rows(f"dashboard {name}", query, values)  # type: ignore[attr-defined]
+        return self.backend.run_statement(f"dashboard {name}", query, values)
 
     def summary(self) -> dict[str, Any]:
         return self._rows("summary")[0]

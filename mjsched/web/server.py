@@ -19,7 +19,7 @@ from werkzeug.serving import BaseWSGIServer, ThreadedWSGIServer, WSGIRequestHand
 from ..errors import ConfigurationError
 from . import security
 
-log = logging.getLogger("mjsched.web")
+log = logging.getLogger(__name__)
 
 MAX_CONNECTIONS = 16      # handler threads at once; browsers open up to 6 a host
 SOCKET_TIMEOUT = 15.0     # seconds a connection may wait on one read or write

@@ -7,6 +7,7 @@ import pytest
 
 from mjsched import retention, validation
 from mjsched.engine.options import EngineOptions
+from mjsched.engine.stats import EngineStats
 from mjsched.errors import ConfigurationError
 
 
@@ -84,7 +85,7 @@ def test_a_pass_is_bounded_resumes_from_its_cursor_and_skips_when_busy(monkeypat
     clock = [100.0]
     monkeypatch.setattr(purging.time, "monotonic", lambda: clock[0])
     options = EngineOptions(keep_runs_days=2, keep_runs_count=5, purge_interval=10, purge_pass_seconds=0.2)
-    stats: dict[str, int] = {}
+    stats = EngineStats()
     proc = _Procedure([], clock)
     purger = purging.RunPurger(proc, options, stats, clock=lambda: clock[0])  # type: ignore[arg-type]
     assert purger.run_pass() == 4000                     # 0.2 s of 0.06 s batches: 4 calls

@@ -16,7 +16,7 @@ from .conftest import Browserless, shell_job
 
 def audit_lines(caplog: pytest.LogCaptureFixture, action: str) -> list[str]:
     return [r.getMessage() for r in caplog.records
-            if r.name == "mjsched.web" and getattr(r, "action", None) == f"web_{action}"]
+            if r.name.startswith("mjsched.web.") and getattr(r, "action", None) == f"web_{action}"]
 
 
 def test_pause_and_resume_change_the_status_with_a_flash_and_an_audit_line(

@@ -132,7 +132,7 @@ def test_a_shared_engine_lends_the_dashboard_two_connections_at_most(engine: mjs
     app = create_app(engine)
     seen: list[int] = []
     backend = engine.backend
-    original = backend._rows  # type: ignore[attr-defined]
+    original = backend.run_statement
     inside = 0
     lock = threading.Lock()
 
@@ -148,7 +148,7 @@ def test_a_shared_engine_lends_the_dashboard_two_connections_at_most(engine: mjs
             with lock:
                 inside -= 1
 
-    backend._rows = counting  # type: ignore[attr-defined]
+    backend.run_statement = counting  # type: ignore[method-assign]
     try:
         results: list[int] = []
         threads = [threading.Thread(target=lambda: results.append(Browserless(app).get("/jobs").status_code))
@@ -158,7 +158,7 @@ def test_a_shared_engine_lends_the_dashboard_two_connections_at_most(engine: mjs
         for t in threads:
             t.join(30)
     finally:
-        backend._rows = original  # type: ignore[attr-defined]
+        backend.run_statement = original  # type: ignore[method-assign]
         app.close()
     assert results == [200] * 8 and max(seen) <= 2, (results, max(seen))
 
