@@ -33,8 +33,6 @@ from .runs import RunRegistry
 log = logging.getLogger("mjsched.engine")
 
 SCHEDULE_REFRESH_SECONDS = 5.0   # unscheduled jobs are looked for at least this often
-SWEEP_INTERVAL_SECONDS = 1.0     # the background loop sweeps at most this often (or per quarter lease):
-                                 # a busy engine polls many times a second and a sweep per poll is waste
 # A claim that only advanced ticks already served (run-less claims) leaves its slots free: claim
 # again in the same poll, at most this many times, so a backlog of served ticks never starves runs.
 MAX_CLAIM_ROUNDS = 4
@@ -100,7 +98,7 @@ class Dispatcher:
         """The background loop's poll: sweeps only when the sweep interval has passed, and
         not while jobs are due (their claims come first; the sweep follows at the next poll),
         unless a whole second interval has passed."""
-        interval = min(SWEEP_INTERVAL_SECONDS, self._options.lease_timeout / 4)
+        interval = self._options.lease_budget.sweep_interval
         since = time.monotonic() - self._last_sweep
         due = since >= interval and (since >= 2 * interval or not self._claims_due())
         return self.dispatch(sweep=due, claim_when_full=False)
