@@ -20,14 +20,12 @@ import time
 from typing import Callable
 
 from ..backends.base import Backend
-from ..lease_budget import CANCEL_CHECK_SECONDS, LeaseBudget
+from ..lease_budget import CANCEL_CHECK_SECONDS, LeaseBudget  # noqa: F401 - CANCEL_CHECK_SECONDS: its former home
 from .fencing import LeaseFence
 from .runs import RunRegistry, State
 from ..errors import SchedulerError
 
 log = logging.getLogger(__name__)
-
-__all__ = ["CANCEL_CHECK_SECONDS", "Heartbeat", "LeaseKeeper"]   # CANCEL_CHECK_SECONDS: the budget's, named here too
 
 
 class Heartbeat:
