@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Callable
+from typing import Any, Callable, cast
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mjsched.errors import ConfigurationError
+from mjsched.engine.leases import Heartbeat, LeaseKeeper
 from mjsched.engine.options import EngineOptions
+from mjsched.engine.wiring import backend_defaults
 from mjsched.lease_budget import (CANCEL_CHECK_SECONDS, FENCE_MARGIN_FLOOR, RENEWALS_PER_LEASE, SWEEP_INTERVAL_CEILING,
                                   LeaseBudget)
 
@@ -301,3 +303,21 @@ def test_given_inputs_win_and_the_retries_follow_a_given_call_bound() -> None:
     b = LeaseBudget.of(600.0, heartbeat_interval=7.0, statement_timeout=10.0, call_timeout=40.0)
     assert (b.heartbeat_interval, b.cancel_check_interval, b.call_timeout, b.retry_max_delay) == (7.0, 5.0, 40.0, 40.0)
     assert LeaseBudget.of(600.0, statement_timeout=10.0).call_timeout == 15.0
+
+
+# -- the parts read the budget -------------------------------------------------------------
+def test_the_heartbeat_and_its_fence_take_their_intervals_from_the_budget() -> None:
+    budget = LeaseBudget.of(40.0, heartbeat_interval=3.0)
+    beat = Heartbeat(cast(Any, None), cast(Any, None), instance="i", budget=budget)   # nothing called
+    assert (beat.interval, beat.cancel_check_interval, beat.completion_window) == (3.0, 3.0, 20.0)
+    assert beat.fence.margin == budget.fence_margin == 5.0
+    assert LeaseKeeper is Heartbeat     # the former name goes on working
+
+
+def test_the_backends_bounds_come_from_the_budget_and_a_given_one_wins() -> None:
+    opts = EngineOptions(lease_timeout=40.0, max_concurrent_jobs=3)
+    assert backend_defaults(opts, {}) == {"pool_size": 7, "call_timeout": 10.0, "retry_max_delay": 15.0,
+                                          "lock_timeout": 2.0}
+    assert backend_defaults(opts, {"statement_timeout": 3})["call_timeout"] == 8.0   # statement_timeout + 5
+    given = backend_defaults(opts, {"call_timeout": 30.0, "lock_timeout": 0.5})
+    assert (given["call_timeout"], given["retry_max_delay"], given["lock_timeout"]) == (30.0, 30.0, 0.5)
