@@ -20,29 +20,24 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from ..forking import ProcessGuard, track
+from ..lease_budget import CALL_OVER_STATEMENT, DEFAULT_STATEMENT_TIMEOUT, LeaseBudget
 
 log = logging.getLogger(__name__)
 
-DEFAULT_CALL_TIMEOUT = 65.0    # a backend made without a lease in mind: statement_timeout + 5 s
-MIN_CALL_TIMEOUT = 2.0         # below this a busy but healthy server would see calls abandoned
+# A backend made without a lease in mind: its default statement_timeout + 5 s (65 s).
+DEFAULT_CALL_TIMEOUT = DEFAULT_STATEMENT_TIMEOUT + CALL_OVER_STATEMENT
 IDLE_SECONDS = 30.0            # a watchdog with no call for this long ends its thread
 
 
-def call_timeout_for_lease(lease_seconds: float, statement_timeout: float = 60.0) -> float:
-    """The engine's per-call bound: a quarter of the lease (a call that cannot finish in
-    that time leaves too little of the lease to retry), at least 2 s, and no more than the
-    server's statement_timeout + 5 s."""
-    return max(MIN_CALL_TIMEOUT, min(lease_seconds / 4.0, statement_timeout + 5.0))
+# The two rules below are LeaseBudget's; these names stay for callers that have only a lease.
+def call_timeout_for_lease(lease_seconds: float, statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT) -> float:
+    """The engine's per-call bound for this lease (``LeaseBudget.call_timeout``: the rule and its why)."""
+    return LeaseBudget.of(lease_seconds, statement_timeout=statement_timeout).call_timeout
 
 
 def lock_timeout_for_lease(lease_seconds: float) -> float:
-    """How long the engine's statements wait for a row or table lock someone else holds: an
-    eighth of the lease, between 0.1 s and 2 s. Engines hold each other's rows for
-    milliseconds; a lock held longer is an outsider's (an operator's open transaction, a
-    report, a LOCK TABLE), and a statement that waited for it would stall the poll or the
-    renewal behind it. Past this bound the statement fails with a lock timeout, which is
-    transient: the call is retried, or the next poll or beat tries again."""
-    return max(0.1, min(lease_seconds / 8.0, 2.0))
+    """How long the engine's statements wait for a lock someone else holds (``LeaseBudget.lock_timeout``)."""
+    return LeaseBudget.of(lease_seconds).lock_timeout
 
 
 def shutdown_socket(fileno: int) -> None:

@@ -9,7 +9,8 @@ What lives here, one concern a module:
   cancellation.py  cancel_run: the request, and the engine's side of acting on it
   retention.py     RunPurger: run-history retention passes; prune_runs
   retrying.py      the next attempt of a failed tick, drawn from the retry policy
-  options.py       EngineOptions: the engine's tuning, validated once (the CLI builds it too)
+  options.py       EngineOptions: the engine's tuning, validated once (the CLI builds it too); its
+                   lease_budget holds every interval derived from the lease (mjsched/lease_budget.py)
   jobs.py          the row values of a job created or changed (validated, first due instant)
   refs.py          a job named by id or by name: the one rule the API and the CLI use
   declared.py      jobs declared in code: ensure_job, sync_jobs (create, or update to match)
@@ -21,8 +22,9 @@ What lives here, one concern a module:
                    RunRegistry, the runs in flight (the one lock runs change under)
   outcomes.py      what follows a run's written end: log line, listeners, retry notice, notification
   worker_pool.py   WorkerPool: the capped daemon threads that execute runs
-  leases.py        LeaseKeeper: one renewal call per beat for the runs that want it, max_runtime,
-                   stalled completions
+  leases.py        Heartbeat (formerly LeaseKeeper): each beat renews the leases of the runs that want
+                   them in one call, enforces run timeouts, reads cancel requests; stalled completions
+  fencing.py       LeaseFence: stops a run before its unrenewed lease can be taken over
   completions.py   CompletionWriter: batched, retried completion writes
   housekeeping.py  start-up checks (schema, gone engines of this host), scheduling of unscheduled
                    jobs, the permission probe, the high-frequency warning

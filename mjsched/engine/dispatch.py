@@ -28,7 +28,7 @@ from ..models import Claim, ClaimBatch, DispatchResult, Job, RunStatus
 from .background import BackgroundTasks
 from .completions import CompletionWriter
 from .housekeeping import Housekeeping
-from .leases import LeaseKeeper
+from .leases import Heartbeat
 from .options import EngineOptions
 from .run import Run, RunRegistry, RunServices
 from .set_aside import SetAside
@@ -37,8 +37,6 @@ from .stats import EngineStats
 log = logging.getLogger(__name__)
 
 SCHEDULE_REFRESH_SECONDS = 5.0   # unscheduled jobs are looked for at least this often
-SWEEP_INTERVAL_SECONDS = 1.0     # the background loop sweeps at most this often (or per quarter lease):
-                                 # a busy engine polls many times a second and a sweep per poll is waste
 # A claim that only advanced ticks already served (run-less claims) leaves its slots free: claim
 # again in the same poll, at most this many times, so a backlog of served ticks never starves runs.
 MAX_CLAIM_ROUNDS = 4
@@ -73,7 +71,7 @@ class PendingClaim:
 
 class Dispatcher:
     def __init__(self, *, backend: Backend, options: EngineOptions, registry: RunRegistry,
-                 services: RunServices, writer: CompletionWriter, keeper: LeaseKeeper,
+                 services: RunServices, writer: CompletionWriter, keeper: Heartbeat,
                  housekeeping: Housekeeping, clock: DbClock, side_work: BackgroundTasks,
                  stats: EngineStats, wake: Callable[[], None]) -> None:
         self._backend = backend
@@ -106,7 +104,7 @@ class Dispatcher:
         """The background loop's poll: sweeps only when the sweep interval has passed, and
         not while jobs are due (their claims come first; the sweep follows at the next poll),
         unless a whole second interval has passed."""
-        interval = min(SWEEP_INTERVAL_SECONDS, self._options.lease_timeout / 4)
+        interval = self._options.lease_budget.sweep_interval
         since = time.monotonic() - self._last_sweep
         due = since >= interval and (since >= 2 * interval or not self._claims_due())
         return self.dispatch(sweep=due, claim_when_full=False)

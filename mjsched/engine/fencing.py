@@ -8,11 +8,11 @@ guarantee does not depend on them. Each run knows until when its lease certainly
 (``Run.lease_until``): the start, on this engine's monotonic clock, of the last call that
 granted it (the claim, or a renewal that answered it renewed) plus the lease. The call's
 start comes before the database's ``now()`` in that call, so the database's expiry is never
-earlier than this. ``fence_margin`` seconds before it, this thread stops the run: the kill
-grace is zeroed and the cancel event set (a process-isolated child's tree and a shell job's
-process group are killed at once), the slot is freed, nothing more is written for it (its
-token is about to be taken over), and the dispatcher claims nothing until a renewal has
-succeeded again or a lease has passed.
+earlier than this. The budget's ``fence_margin`` seconds before it (mjsched/lease_budget.py),
+this thread stops the run: the kill grace is zeroed and the cancel event set (a
+process-isolated child's tree and a shell job's process group are killed at once), the slot
+is freed, nothing more is written for it (its token is about to be taken over), and the
+dispatcher claims nothing until a renewal has succeeded again or a lease has passed.
 
 What stays outside (docs/guide/protocol.md "Self-fencing"): a thread-isolated body that
 ignores its cancel event keeps running; a whole engine process paused (SIGSTOP, a VM
@@ -29,17 +29,11 @@ import threading
 import time
 from typing import Iterable, Protocol, Sequence
 
+from ..lease_budget import LeaseBudget
+
 log = logging.getLogger(__name__)
 
-MARGIN_FLOOR = 0.5      # seconds: a kill, a thread switch and a loaded machine fit in this
-MARGIN_CEILING = 5.0    # a long lease needs no more than this to stop a run
 IDLE_WAIT = 5.0         # with no run to watch, the thread looks again at least this often
-
-
-def fence_margin(lease_seconds: float) -> float:
-    """How long before its lease could lapse a run is stopped: an eighth of the lease,
-    between 0.5 s and 5 s, and never more than a quarter of it (the renewal period)."""
-    return min(lease_seconds / 4.0, max(MARGIN_FLOOR, min(lease_seconds / 8.0, MARGIN_CEILING)))
 
 
 class WatchedRun(Protocol):
@@ -63,10 +57,12 @@ class WatchedRuns(Protocol):
 class LeaseFence:
     """Watches every running run's ``lease_until`` and fences the ones about to lapse."""
 
-    def __init__(self, registry: WatchedRuns, *, lease_seconds: float, margin: float | None = None) -> None:
+    def __init__(self, registry: WatchedRuns, *, budget: LeaseBudget) -> None:
         self._registry = registry
-        self._lease = lease_seconds
-        self.margin = fence_margin(lease_seconds) if margin is None else margin
+        self._lease = budget.lease                    # what a renewal grants (Run.lease_until)
+        self._claim_pause = budget.fenced_claim_pause
+        self._fence_after = budget.fence_after        # how long a fenced run went unrenewed (its log line)
+        self.margin = budget.fence_margin
         self._wake = threading.Condition(threading.Lock())
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -124,7 +120,7 @@ class LeaseFence:
         fenced_at = self._fenced_at
         if fenced_at is None:
             return 0.0
-        left = fenced_at + self._lease - time.monotonic()
+        left = fenced_at + self._claim_pause - time.monotonic()
         if left <= 0:
             self._fenced_at = None
             return 0.0
@@ -156,7 +152,7 @@ class LeaseFence:
                 continue
             fence_at = entry.lease_until - self.margin
             if fence_at <= now:
-                if entry.fence(self._lease - self.margin):
+                if entry.fence(self._fence_after):
                     self.fenced += 1
                     self._fenced_at = time.monotonic()
             else:

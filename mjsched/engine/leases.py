@@ -1,12 +1,16 @@
-"""The lease keeper: renews every lease its runs want kept in one call, and enforces max_runtime.
+"""The engine's heartbeat: each beat renews, in one call, every lease its runs want kept,
+enforces the runs' timeouts (max_runtime, a cancel's grace) and reads their cancel requests.
 
-It runs on its own thread, at least four times per lease, from the engine's
-first run until the engine closes (so it keeps running while a stopping engine
-drains, and for manual runs whether or not the engine polls). A lease that was not renewed (taken over or
-abandoned) cancels its run and frees its slot; errors are logged, never raised.
-A run whose completion has not landed within ``completion_window`` (half a lease by
-default) is no longer renewed: its lease lapses and another engine takes the job,
-instead of a completion stuck on a dead connection holding it for ever.
+It runs on its own thread, every ``LeaseBudget.heartbeat_interval`` (a quarter of the lease
+unless given; at least three times per lease), from the engine's first run until the engine
+closes (so it keeps running while a stopping engine drains, and for manual runs whether or
+not the engine polls). A lease that was not renewed (taken over or abandoned) cancels its run
+and frees its slot; errors are logged, never raised. A run whose completion has not landed
+within the budget's ``completion_window`` (half a lease) is no longer renewed: its lease
+lapses and another engine takes the job, instead of a completion stuck on a dead connection
+holding it for ever. Its self-fencing thread (fencing.py) starts and stops with it.
+
+``LeaseKeeper`` is its former name, kept as an alias.
 """
 from __future__ import annotations
 
@@ -16,17 +20,16 @@ import time
 from typing import Callable, Protocol, Sequence
 
 from ..backends.base import Backend
+from ..errors import SchedulerError
+from ..lease_budget import CANCEL_CHECK_SECONDS, LeaseBudget  # noqa: F401 - CANCEL_CHECK_SECONDS: its former home
 from ..models import Job
 from .fencing import LeaseFence, WatchedRun, WatchedRuns
-from ..errors import SchedulerError
 
 log = logging.getLogger(__name__)
 
-CANCEL_CHECK_SECONDS = 5.0   # cancel requests are read at least this often (and as often as leases renew)
-
 
 class KeptRun(WatchedRun, Protocol):
-    """What the keeper needs of a run (``engine.run.Run``): its deadlines, and the ends it
+    """What the heartbeat needs of a run (``engine.run.Run``): its deadlines, and the ends it
     may ask of it (timed out, cancel overdue, lease lost); and what its fence needs."""
     @property
     def run_id(self) -> str: ...
@@ -43,32 +46,34 @@ class KeptRun(WatchedRun, Protocol):
 
 
 class KeptRuns(WatchedRuns, Protocol):
-    """The runs whose leases the keeper keeps (``engine.run.RunRegistry``)."""
+    """The runs whose leases the heartbeat keeps (``engine.run.RunRegistry``)."""
     def snapshot(self) -> Sequence[KeptRun]: ...
     def by_tokens(self, tokens: set[str]) -> Sequence[KeptRun]: ...
     def tokens_to_renew(self, completion_window: float | None = None) -> list[str]: ...
     def stalled_completions(self, completion_window: float) -> Sequence[KeptRun]: ...
 
 
-class LeaseKeeper:
-    def __init__(self, backend: Backend, registry: KeptRuns, *, instance: str, lease_seconds: float,
-                 interval: float | None = None, completion_window: float | None = None,
+class Heartbeat:
+    """Each beat renews the leases, enforces the runs' timeouts and checks their cancel requests."""
+
+    def __init__(self, backend: Backend, registry: KeptRuns, *, instance: str, budget: LeaseBudget,
                  on_cancel_check: Callable[[list[str]], None] | None = None,
                  fence: LeaseFence | None = None) -> None:
         self._backend = backend
         self._registry = registry
-        # stops a run whose lease it could not renew in time (fencing.py); started and stopped with the keeper
-        self.fence = fence if fence is not None else LeaseFence(registry, lease_seconds=lease_seconds)
+        # stops a run whose lease it could not renew in time (fencing.py); started and stopped with the heartbeat
+        self.fence = fence if fence is not None else LeaseFence(registry, budget=budget)
         self._instance = instance
-        self._lease = lease_seconds
-        self.interval = interval if interval is not None else max(0.005, lease_seconds / 4)
-        self.completion_window = completion_window if completion_window is not None else lease_seconds / 2
+        self.budget = budget
+        self._lease = budget.lease
+        self.interval = budget.heartbeat_interval
+        self.completion_window = budget.completion_window
         self._stalled: set[str] = set()  # runs already reported as a stalled completion
         self._on_cancel_check = on_cancel_check      # the held tokens' cancel requests (check_cancels)
         # Cancel requests are read in the keeper's pass, at least as often as it renews (a read of
         # the held tokens' rows, no write, its own call: the renewal stays one call), and at least
         # every CANCEL_CHECK_SECONDS: a 600 s lease renews every 150 s, too slow for an operator.
-        self.cancel_check_interval = min(self.interval, CANCEL_CHECK_SECONDS)
+        self.cancel_check_interval = budget.cancel_check_interval
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -222,3 +227,6 @@ class LeaseKeeper:
         except SchedulerError:
             return set()
         return {j for j in job_ids if str(j).lower() not in present}
+
+
+LeaseKeeper = Heartbeat   # the former name (it also runs timeouts and cancel checks)

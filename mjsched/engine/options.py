@@ -1,23 +1,25 @@
 """EngineOptions: the engine's tuning, validated once, frozen afterwards.
 
 ``SchedulingEngine(...)`` builds one from its keyword arguments; the CLI's config
-builds the same object from its layers (file, environment, flags), so a rule such as
-"the heartbeat renews at least three times per lease" is written here only.
+builds the same object from its layers (file, environment, flags), so every value is
+checked here only. The intervals derived from the lease are its ``lease_budget``
+(mjsched/lease_budget.py), where a rule such as "the heartbeat renews at least three times
+per lease" is written.
 """
 from __future__ import annotations
 
 import os
 import socket
 from dataclasses import dataclass, fields
+from functools import cached_property
 from typing import Any, Iterable
 
 from .. import retention, validation
 from ..drivers.celery_trust import CeleryAllowList, allowed_apps, allowed_brokers
 from ..drivers.registry import allowed_driver_names
 from ..errors import ConfigurationError
+from ..lease_budget import RENEWALS_PER_LEASE, LeaseBudget  # noqa: F401 - RENEWALS_PER_LEASE: its former home
 
-# A lease must survive two missed renewals: the heartbeat renews at least this often per lease.
-RENEWALS_PER_LEASE = 3
 MAX_CATCH_UP_RUNS_LIMIT = 100_000
 # The bound of a run whose job (max_runtime) and driver (default_max_runtime) set none: a
 # backstop for hung runs, which would otherwise hold their slot, and their job, for ever (the
@@ -76,7 +78,7 @@ class EngineOptions:
                                                           maximum=MAX_CATCH_UP_RUNS_LIMIT))
         if self.heartbeat_interval is not None:
             validation.positive_number("heartbeat_interval", self.heartbeat_interval, optional=False)
-            bound = self.lease_timeout / RENEWALS_PER_LEASE
+            bound = LeaseBudget.of(self.lease_timeout).longest_heartbeat_interval
             if self.heartbeat_interval > bound:
                 raise ConfigurationError("heartbeat_interval", self.heartbeat_interval,
                                          f"must renew at least three times per lease (<= {bound:g})")
@@ -104,6 +106,12 @@ class EngineOptions:
         keep("instance_name", validation.text("instance_name", self.instance_name, limit=255)
              or f"{socket.gethostname()}-{os.getpid()}")
 
+    @cached_property
+    def lease_budget(self) -> LeaseBudget:
+        """Every interval the engine derives from ``lease_timeout`` (and ``heartbeat_interval``).
+        Its database-call bounds assume the backends' default statement_timeout; the engine's
+        backend gets them from ``wiring.backend_defaults``, with the backend's own."""
+        return LeaseBudget.of(self.lease_timeout, heartbeat_interval=self.heartbeat_interval)
 
     @property
     def celery_allow(self) -> CeleryAllowList | None:

@@ -51,7 +51,7 @@ from .cancellation import cancel_message
 from .completions import CompletionWriter
 from .conditions import WaitedCondition
 from .lazy_event import LazyEvent
-from .leases import LeaseKeeper
+from .leases import Heartbeat
 from .outcomes import Flag, Outcomes
 from .stats import EngineStats
 from .worker_pool import WorkerPool
@@ -89,7 +89,7 @@ class RunServices:
     registry: RunRegistry
     pool: WorkerPool
     writer: CompletionWriter
-    keeper: Callable[[], LeaseKeeper]   # a callable: the keeper is built after this (it calls runs back)
+    keeper: Callable[[], Heartbeat]   # a callable: the keeper is built after this (it calls runs back)
     outcomes: Outcomes                  # what follows a written end: log, listeners, notification
     clock: DbClock
     stats: EngineStats

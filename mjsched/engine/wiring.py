@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..backends.watchdog import call_timeout_for_lease, lock_timeout_for_lease
 from ..clock import DbClock
+from ..lease_budget import DEFAULT_STATEMENT_TIMEOUT, LeaseBudget
 from .background import BackgroundTasks
 from .cancellation import Cancellation
 from .alerting import AlertWatcher
@@ -17,7 +17,7 @@ from .changes import ChangeFeed
 from .completions import CompletionWriter
 from .dispatch import Dispatcher
 from .housekeeping import Housekeeping
-from .leases import LeaseKeeper
+from .leases import Heartbeat
 from .listeners import Listeners
 from .once import DuePass
 from .options import EngineOptions
@@ -32,11 +32,13 @@ def backend_defaults(opts: EngineOptions, backend_options: dict[str, Any]) -> di
     """The connection pool sized to the cap, and every call and every lock wait bounded
     relative to the lease (README "Timeouts and half-open connections"); what the caller gave wins."""
     out = dict(backend_options)
+    budget = LeaseBudget.of(opts.lease_timeout, heartbeat_interval=opts.heartbeat_interval,
+                            statement_timeout=float(out.get("statement_timeout", DEFAULT_STATEMENT_TIMEOUT)),
+                            call_timeout=out.get("call_timeout"))    # a given call bound: the retries follow it
     out.setdefault("pool_size", opts.max_concurrent_jobs + 4)
-    out.setdefault("call_timeout", call_timeout_for_lease(opts.lease_timeout,
-                                                          float(out.get("statement_timeout", 60.0))))
-    out.setdefault("retry_max_delay", max(out["call_timeout"], min(15.0, opts.lease_timeout / 2)))
-    out.setdefault("lock_timeout", lock_timeout_for_lease(opts.lease_timeout))
+    out.setdefault("call_timeout", budget.call_timeout)
+    out.setdefault("retry_max_delay", budget.retry_max_delay)
+    out.setdefault("lock_timeout", budget.lock_timeout)
     return out
 
 
@@ -49,7 +51,7 @@ def wire(engine: Any, opts: EngineOptions) -> None:
     engine._pool = WorkerPool(engine.max_concurrent_jobs)
     engine._side_work = BackgroundTasks()    # notifications: never on the completion writer's thread
     engine._writer = CompletionWriter(engine.backend, batch_window=opts.completion_batch_window,
-                                      give_up_after=engine.lease_timeout + 60)
+                                      give_up_after=opts.lease_budget.writer_give_up)
     outcomes = Outcomes(stats=engine.stats, listeners=engine._listeners, clock=engine._clock,
                         side_work=engine._side_work, notifier=lambda: engine.notifier)
     engine._runs = RunServices(backend=engine.backend, registry=engine._registry, pool=engine._pool,
@@ -60,9 +62,8 @@ def wire(engine: Any, opts: EngineOptions) -> None:
                                default_max_runtime=opts.default_max_runtime, celery_allow=opts.celery_allow)
     engine._cancels = Cancellation(engine.backend, engine._registry, grace=opts.cancel_grace,
                                    on_overdue_soon=lambda: engine._keeper.poke())
-    engine._keeper = LeaseKeeper(engine.backend, engine._registry, instance=engine.instance_name,
-                                 lease_seconds=engine.lease_timeout, interval=opts.heartbeat_interval,
-                                 on_cancel_check=engine._cancels.check)
+    engine._keeper = Heartbeat(engine.backend, engine._registry, instance=engine.instance_name,
+                               budget=opts.lease_budget, on_cancel_check=engine._cancels.check)
     engine._purger = RunPurger(engine.backend, opts, engine.stats)
     engine._alerts = AlertWatcher(engine.backend, opts, engine.stats, notifier=lambda: engine.notifier)
     engine._housekeeping = Housekeeping(engine.backend, engine._clock, purger=engine._purger, alerts=engine._alerts)

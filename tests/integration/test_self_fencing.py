@@ -166,13 +166,3 @@ def test_an_engine_that_cannot_renew_stops_its_run_before_the_lease_can_pass(
     finally:
         stall.release.set()
 
-
-def test_the_fence_margin_and_its_bounds() -> None:
-    from mjsched.engine.fencing import fence_margin
-
-    assert fence_margin(2.0) == 0.5          # the floor
-    assert fence_margin(1.0) == 0.25         # never more than the renewal period (a quarter)
-    assert fence_margin(16.0) == 2.0         # an eighth
-    assert fence_margin(600.0) == 5.0        # the ceiling
-    for lease in (0.1, 0.5, 1, 2, 4, 30, 600, 86_400):
-        assert 0 < fence_margin(lease) <= lease / 4
