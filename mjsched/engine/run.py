@@ -67,12 +67,12 @@ ENDED_EARLY = (State.TIMED_OUT, State.CANCELLED, State.LOST)   # a thread still 
 @dataclass(frozen=True)
 class RunServices:
     """What every run of one engine shares: where it executes, who writes its end, who keeps
-    its lease, and who hears about it. Built once by ``wiring.wire``."""
+    its lease, and who hears about it. Built once by ``wiring.build_parts``."""
     backend: Backend
     registry: RunRegistry
     pool: WorkerPool
     writer: CompletionWriter
-    keeper: Callable[[], LeaseKeeper]   # a callable: the keeper is built after this (it calls runs back)
+    keeper: LeaseKeeper                 # built before this (it needs the registry, not the runs)
     outcomes: Outcomes                  # what follows a written end: log, listeners, notification
     clock: DbClock
     stats: dict[str, int]
@@ -171,7 +171,7 @@ class Run:
         threading.Thread(target=self.execute, name="mjsched-execute", daemon=True).start()
 
     def _watch(self) -> None:
-        keeper = self.services.keeper()
+        keeper = self.services.keeper
         keeper.start()
         keeper.fence.watch(self.lease_until)
         # The keeper re-reads deadlines at every beat: only a deadline before the next one needs
@@ -197,7 +197,7 @@ class Run:
         is no longer RUNNING or the renewal failed."""
         if self.state is not State.RUNNING:
             return False
-        return self.services.keeper().renew([self.token]) and self.state is State.RUNNING
+        return self.services.keeper.renew([self.token]) and self.state is State.RUNNING
 
     def extend_lease(self, until: float) -> None:
         """A renewal answered this run's token renewed: its lease holds until ``until`` (monotonic)."""
