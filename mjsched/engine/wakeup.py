@@ -25,6 +25,11 @@ class Wakeup:
         if not self._event.is_set():
             self._event.set()
 
+    def __call__(self) -> None:
+        """The parts are handed the Wakeup itself as their ``wake`` callable: each call looks
+        ``wake`` up, so an instrumented ``wake`` (bench/latency_trace.py) sees every wake."""
+        self.wake()
+
     def clear(self) -> None:
         """The loop is about to poll: what woke it is seen by this poll."""
         self._event.clear()

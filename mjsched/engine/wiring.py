@@ -80,7 +80,7 @@ def build_parts(backend: Backend, opts: EngineOptions, stats: dict[str, int], *,
     wakeup = Wakeup()
     listeners = Listeners()
     clock = DbClock(backend.db_now)
-    registry = RunRegistry(on_slot_freed=wakeup.wake)
+    registry = RunRegistry(on_slot_freed=wakeup)
     pool = WorkerPool(opts.max_concurrent_jobs)
     side_work = BackgroundTasks()
     writer = CompletionWriter(backend, batch_window=opts.completion_batch_window, give_up_after=lease + 60)
@@ -92,14 +92,14 @@ def build_parts(backend: Backend, opts: EngineOptions, stats: dict[str, int], *,
     poke_keeper.bind(keeper.poke)
     run_services = RunServices(backend=backend, registry=registry, pool=pool, writer=writer, keeper=keeper,
                                outcomes=outcomes, clock=clock, stats=stats, instance=instance, lease_seconds=lease,
-                               allowed_drivers=opts.allowed_drivers, wake=wakeup.wake,
+                               allowed_drivers=opts.allowed_drivers, wake=wakeup,
                                default_max_runtime=opts.default_max_runtime, celery_allow=opts.celery_allow)
     purger = RunPurger(backend, opts, stats)
     alerts = AlertWatcher(backend, opts, stats, notifier=notifier)
     housekeeping = Housekeeping(backend, clock, purger=purger, alerts=alerts)
     dispatcher = Dispatcher(backend=backend, options=opts, registry=registry, services=run_services, writer=writer,
                             keeper=keeper, housekeeping=housekeeping, clock=clock, side_work=side_work,
-                            stats=stats, wake=wakeup.wake)
+                            stats=stats, wake=wakeup)
     due_pass = DuePass(dispatch=lambda sweep: listeners.observe(lambda: dispatcher.dispatch(sweep))[0],
                        keep_queue_ticks=dispatcher.keep_queue_ticks, registry=registry, backend=backend,
                        side_work=side_work, cap=opts.max_concurrent_jobs)

@@ -151,7 +151,7 @@ def test_a_schedule_edited_between_a_concurrent_claim_and_its_advance_keeps_the_
     (claim,) = batch.claims
     edited = engine.update_job(job, cron="0 3 * * *").next_run_at      # committed after the claim
     ready: list[Any] = []
-    assert engine._dispatcher.start_claim(batch.jobs[job], claim, batch.db_now, ready) == 1   # the advance
+    assert engine.parts.dispatcher.start_claim(batch.jobs[job], claim, batch.db_now, ready) == 1   # the advance
     for run in ready:
         run.start()
     wait_for(lambda: sql.one("SELECT status FROM mjsched.scheduled_job_run WHERE id = %s", (claim.run_id,))

@@ -65,7 +65,7 @@ def test_a_replay_never_starts_a_run_twice(make_engine: Callable[..., Any], sql:
     replays the claim and starts only the run not yet started."""
     engine = make_engine(max_concurrent_jobs=5)
     jobs = due_jobs(engine, sql, 2)
-    original = engine._dispatcher.start_claim
+    original = engine.parts.dispatcher.start_claim
     started: list[str] = []
 
     class PollDies(BaseException):
@@ -75,10 +75,10 @@ def test_a_replay_never_starts_a_run_twice(make_engine: Callable[..., Any], sql:
         started.append(job.id)
         original(job, *args)
         raise PollDies("the poll dies after starting one run")
-    monkeypatch.setattr(engine._dispatcher, "start_claim", start_then_die)
+    monkeypatch.setattr(engine.parts.dispatcher, "start_claim", start_then_die)
     with pytest.raises(PollDies):
         engine.dispatch_due_jobs()
-    monkeypatch.setattr(engine._dispatcher, "start_claim", original)
+    monkeypatch.setattr(engine.parts.dispatcher, "start_claim", original)
     assert len(started) == 1
     assert engine.dispatch_due_jobs().dispatched == 1       # the other job only
     wait_for(lambda: completed(sql) == 2, message="both runs to complete")
@@ -159,7 +159,7 @@ def test_a_poll_that_finds_the_gate_closed_hands_back_the_claim_left_unanswered(
         engine.dispatch_due_jobs()                       # it committed: two jobs locked, no reply
     assert locks_held(sql) == 2
     gate = PollHoldsTheLock()
-    engine._dispatcher._lock = gate
+    engine.parts.dispatcher._lock = gate
     engine.start_polling()
     assert gate.held.wait(5), "the poller's first poll never took the lock"
     engine.stop_polling(wait=False)
@@ -484,7 +484,7 @@ def test_lost_reply_evaluate_alerts(make_engine: Callable[..., Any], sql: Any) -
     job = engine.create_job("late", "test-ok", NEVER, alert_late_start=60)
     sql.run("UPDATE mjsched.scheduled_job SET status = 'Active', next_run_at = now() - interval '5 minutes' "
             "WHERE id = %s", (job,))
-    assert [(a.kind, a.event) for a in engine._alerts.run_pass()] == [("late_start", "opened")]
+    assert [(a.kind, a.event) for a in engine.parts.alerts.run_pass()] == [("late_start", "opened")]
     was_lost(plan, "evaluate_alerts")
     assert sql.one("SELECT count(*) FROM mjsched.job_alert WHERE job_id = %s", (job,)) == 1
 

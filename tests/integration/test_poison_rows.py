@@ -725,13 +725,13 @@ def test_a_claim_that_fails_before_its_start_is_handed_back(make_engine: Any, sq
     engine = make_engine(max_concurrent_jobs=5, lease_timeout=30)
     failing, running = per_second_job(engine, "fails"), per_second_job(engine, "runs")
     sql.run("UPDATE mjsched.scheduled_job SET next_run_at = now() - interval '1 second'")
-    original = engine._dispatcher.start_claim
+    original = engine.parts.dispatcher.start_claim
 
     def fail_one(job: Any, *args: Any) -> int:
         if job.id == failing:
             raise RuntimeError("boom before the run")
         return original(job, *args)
-    monkeypatch.setattr(engine._dispatcher, "start_claim", fail_one)
+    monkeypatch.setattr(engine.parts.dispatcher, "start_claim", fail_one)
     assert engine.dispatch_due_jobs().dispatched == 1
     wait_for(lambda: engine.list_runs(running, status="Completed"), message="the other claim's run")
     wait_for(lambda: engine.list_runs(failing, status="Skipped"), message="the failed claim handed back")
