@@ -1,8 +1,9 @@
 """The public facade: job CRUD, start and stop polling, manual execution, close.
 
-The engine is thin on purpose: the procedures decide who runs what; this class
-wires the dispatcher (one poll), the poll loop, the capped pool, the lease keeper,
-the completion writer and the change feed together (see the package docstring).
+The engine is thin on purpose: the procedures decide who runs what; this class holds
+the parts ``wiring.build_parts`` builds (``engine.parts``: the dispatcher, the poll loop,
+the capped pool, the lease keeper, the completion writer, the change feed; see the package
+docstring) and delegates the order of start, stop and close to EngineControl.
 """
 from __future__ import annotations
 
