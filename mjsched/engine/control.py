@@ -41,7 +41,7 @@ def _close_open_engines() -> None:
         try:
             engine.close()
         except Exception as exc:  # noqa: BLE001 - exit must go on
-            log.warning("closing engine %s at exit failed: %s", enginself.instance_name, exc)
+            log.warning("closing engine %s at exit failed: %s", engine.instance_name, exc)
 
 
 class EngineControl:

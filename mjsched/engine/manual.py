@@ -62,8 +62,8 @@ class ManualRuns:
         if start.outcome != "started" or not start.run_id or not start.lock_token:
             raise LockNotAcquired(job.id)
         run_id, token = start.run_id, start.lock_token
-        held = Run.begin(self._p.run_services, job, run_id, token, None, manual=True, catch_up=False, parameters=params,
-                         lease_from=lease_from)
+        held = Run.begin(self._p.run_services, job, run_id, token, None, manual=True, catch_up=False,
+                         parameters=params, lease_from=lease_from)
         held.start_manual()
         # Done when the run's completion is written (on return, or at its timeout), and its
         # notification sent: a script that exits right after must not lose it (bounded wait:

@@ -9,7 +9,7 @@ other) goes through a ``LateCall`` bound before ``build_parts`` returns.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from ..backends.base import Backend
 from ..backends.watchdog import call_timeout_for_lease, lock_timeout_for_lease
@@ -77,6 +77,7 @@ def build_parts(backend: Backend, opts: EngineOptions, stats: dict[str, int], *,
     notification: the facade's notifier may be replaced while the engine runs."""
     lease = opts.lease_timeout
     instance = opts.instance_name or ""
+    allowed_drivers = cast("frozenset[str] | None", opts.allowed_drivers)   # as EngineOptions validated it
     wakeup = Wakeup()
     listeners = Listeners()
     clock = DbClock(backend.db_now)
@@ -92,7 +93,7 @@ def build_parts(backend: Backend, opts: EngineOptions, stats: dict[str, int], *,
     poke_keeper.bind(keeper.poke)
     run_services = RunServices(backend=backend, registry=registry, pool=pool, writer=writer, keeper=keeper,
                                outcomes=outcomes, clock=clock, stats=stats, instance=instance, lease_seconds=lease,
-                               allowed_drivers=opts.allowed_drivers, wake=wakeup,
+                               allowed_drivers=allowed_drivers, wake=wakeup,
                                default_max_runtime=opts.default_max_runtime, celery_allow=opts.celery_allow)
     purger = RunPurger(backend, opts, stats)
     alerts = AlertWatcher(backend, opts, stats, notifier=notifier)
