@@ -80,8 +80,8 @@ def probe(dsn: str, claim_rounds: int, list_calls: int) -> dict[str, list[float]
             t = time.perf_counter()
             engine.dispatch_due_jobs()
             claim.append((time.perf_counter() - t) * 1000)
-            engine._registry.wait_idle(30.0)     # the bench's own wait: runs done, completions written
-            engine._writer.flush(30.0)
+            engine.parts.registry.wait_idle(30.0)     # the bench's own wait: runs done, completions written
+            engine.parts.writer.flush(30.0)
         rng = random.Random(7)
         listing = []
         for _ in range(list_calls):

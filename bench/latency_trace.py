@@ -59,7 +59,7 @@ def instrument(engine: Any) -> None:
     _wrap(engine.backend, "complete_job_runs", after=lambda t0, out, items, *a, **k: _note(
         "complete", t0=t0, n=len(items)))
     _wrap(engine.backend, "sweep_expired_leases", after=lambda t0, out, *a, **k: _note("sweep", t0=t0))
-    _wrap(engine._dispatcher, "dispatch", after=lambda t0, out, *a, **k: _note(
+    _wrap(engine.parts.dispatcher, "dispatch", after=lambda t0, out, *a, **k: _note(
         "poll", t0=t0, delay=out[1], dispatched=out[0].dispatched))
     # one claim on the dispatcher thread: from its turn (PendingClaim.first_time, the first step of
     # each claim) to its run prepared (Run.begin), its definition check and plan between
@@ -71,7 +71,7 @@ def instrument(engine: Any) -> None:
     _wrap(Run, "execute", before=lambda t0, run: _note("driver_thread", run=run.run_id))
     _wrap(Run, "_move", before=lambda t0, run, new, **k: _note(
         "slot_freed", run=run.run_id) if new is State.COMPLETING else None)
-    _wrap(engine._poller, "wake", before=lambda t0: _note("wake"))
+    _wrap(engine.parts.wakeup, "wake", before=lambda t0: _note("wake"))
     _wrap(engine.backend, "renew_leases", after=lambda t0, out, *a, **k: _note("renew", t0=t0))
     _wrap(engine.backend, "purge_runs", after=lambda t0, out, *a, **k: _note("purge", t0=t0))
     gc.callbacks.append(_note_gc)

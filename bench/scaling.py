@@ -124,8 +124,8 @@ def worker(dsn: str, idle_polls: int, claim_rounds: int, start_polling: bool) ->
         result = engine.dispatch_due_jobs()
         claim.append((time.perf_counter() - t) * 1000)
         dispatched += result.dispatched
-        engine._registry.wait_idle(30.0)     # the bench's own wait: runs done, completions written
-        engine._writer.flush(30.0)
+        engine.parts.registry.wait_idle(30.0)     # the bench's own wait: runs done, completions written
+        engine.parts.writer.flush(30.0)
     conn.close()
     rss_polled = common.proc_status()
     startup_s = None

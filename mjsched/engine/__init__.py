@@ -5,7 +5,9 @@ What lives here, one concern a module:
   control.py       EngineControl: the order of the steps that start, stop and close an engine
   once.py          DuePass: run_due_jobs, one pass over what is due now for scripts
   manual.py        ManualRuns: execute_job (with run parameters) and unlock_job
-  wiring.py        how the parts are built and connected (wire), the backend's defaults
+  wiring.py        how the parts are built and connected (build_parts), the backend's defaults
+  parts.py         EngineParts: the engine's parts, typed and frozen (engine.parts)
+  wakeup.py        Wakeup: "poll again at once", made before the poller and the parts that wake it
   cancellation.py  cancel_run: the request, and the engine's side of acting on it
   retention.py     RunPurger: run-history retention passes; prune_runs
   retrying.py      the next attempt of a failed tick, drawn from the retry policy

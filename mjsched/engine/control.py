@@ -13,12 +13,12 @@ import socket
 import threading
 import time
 import weakref
-from typing import Any
 
 from ..drivers.registry import register_builtin_drivers
 from ..errors import ConfigurationError, EngineStopped
 from ..forking import ProcessGuard, track
 from ..version import __version__
+from .parts import EngineParts
 from .run import hand_back_held
 
 log = logging.getLogger(__name__)
@@ -30,8 +30,9 @@ CLOSE_GRACE_SECONDS = 5.0   # close(): how long cancelled runs may take to retur
 CLOSE_LAST_WRITE_SECONDS = 1.0
 
 
-# Engines not closed yet: at interpreter exit each is closed, so what it holds is handed back.
-_open_engines: "weakref.WeakSet[Any]" = weakref.WeakSet()
+# Engines not closed yet (their controls, which the engine holds): at interpreter exit each is
+# closed, so what it holds is handed back.
+_open_engines: "weakref.WeakSet[EngineControl]" = weakref.WeakSet()
 
 
 @atexit.register
@@ -46,22 +47,22 @@ def _close_open_engines() -> None:
 class EngineControl:
     """Whether the engine polls or is closed, and the steps that change it (under one lock)."""
 
-    def __init__(self, engine: Any) -> None:
-        """``engine``: the SchedulingEngine whose parts these steps use (typed Any: the facade
-        imports this module, so naming its class here would make an import cycle)."""
-        self._e = engine
+    def __init__(self, parts: EngineParts) -> None:
+        """``parts``: the engine's parts these steps start, stop and close."""
+        self._p = parts
+        self.instance_name: str = parts.options.instance_name or ""
         self._lock = threading.Lock()
         self.polling = False
         self.stopped = False    # stop() ended polling: the gate is closed until start() again
         self.closed = False
         self._process = ProcessGuard()
-        _open_engines.add(engine)
+        _open_engines.add(self)
         track(self)
 
     def after_fork_in_child(self) -> None:
         """A forked copy never runs (mjsched/forking.py): nor is it closed at this process's exit."""
         self._process.mark()
-        _open_engines.discard(self._e)
+        _open_engines.discard(self)
 
     @property
     def forked(self) -> bool:
@@ -78,7 +79,7 @@ class EngineControl:
         if not self.forked:
             return False
         log.debug("%s() on a forked copy of engine %s (made in process %d): nothing to do here",
-                  method, self._e.instance_name, self._process.pid)
+                  method, self.instance_name, self._process.pid)
         return True
 
     def check_dispatching(self, method: str) -> None:
@@ -91,36 +92,37 @@ class EngineControl:
 
     def start(self) -> None:
         """Run the start-up steps, then poll in the background; returns at once."""
-        e = self._e
+        p, opts = self._p, self._p.options
         with self._lock:
             if self.polling:
                 log.info("polling already started")
                 return
-            e._housekeeping.check_installed()
-            e._housekeeping.release_previous_engines(e.instance_name)
-            e.backend.register_engine(e.instance_name, socket.gethostname(), os.getpid(), __version__,
-                                      heartbeat_seconds=e.max_poll_interval,
-                                      max_concurrent_jobs=e.max_concurrent_jobs, allowed_drivers=e.allowed_drivers)
-            swept = e.backend.sweep_expired_leases()
+            p.housekeeping.check_installed()
+            p.housekeeping.release_previous_engines(self.instance_name)
+            p.backend.register_engine(self.instance_name, socket.gethostname(), os.getpid(), __version__,
+                                      heartbeat_seconds=opts.max_poll_interval,
+                                      max_concurrent_jobs=opts.max_concurrent_jobs,
+                                      allowed_drivers=opts.allowed_drivers)
+            swept = p.backend.sweep_expired_leases()
             if swept.swept or swept.locks_freed:
                 log.warning("start-up: cleared %d stale lock(s) and abandoned %d run(s) whose lease had expired",
                             swept.locks_freed, swept.swept, extra={"action": "stale_locks_cleared"})
-            e._dispatcher.schedule_unscheduled()
-            e._housekeeping.probe_permissions()
-            e._housekeeping.warn_high_frequency_at_start()
-            e._dispatcher.open_gate()
-            for run in e._registry.busy():
+            p.dispatcher.schedule_unscheduled()
+            p.housekeeping.probe_permissions()
+            p.housekeeping.warn_high_frequency_at_start()
+            p.dispatcher.open_gate()
+            for run in p.registry.busy():
                 run.keep_lease()   # runs a previous stop gave up on are ours again while they last
             register_builtin_drivers()
-            e._pool.prestart()
+            p.pool.prestart()
             self.polling = True
-            e._keeper.start()
+            p.keeper.start()
             self.stopped = False
-            e._poller.start()
-            e._changes.start()
-            log.info("polling started: instance %s, cap %d, lease %gs, drivers %s", e.instance_name,
-                     e.max_concurrent_jobs, e.lease_timeout,
-                     ",".join(sorted(e.allowed_drivers)) if e.allowed_drivers is not None else "all",
+            p.poller.start()
+            p.changes.start()
+            log.info("polling started: instance %s, cap %d, lease %gs, drivers %s", self.instance_name,
+                     opts.max_concurrent_jobs, opts.lease_timeout,
+                     ",".join(sorted(opts.allowed_drivers)) if opts.allowed_drivers is not None else "all",
                      extra={"action": "polling_started"})
 
     def stop(self, wait: bool, max_wait: float | None) -> None:
@@ -130,7 +132,7 @@ class EngineControl:
                 raise ConfigurationError("max_wait", max_wait, "must be a number of seconds >= 0, or None")
         if self._forked_noop("stop_polling"):
             return
-        e = self._e
+        p = self._p
         started = time.monotonic()
         budget_end = None if (wait and max_wait is None) else started + (float(max_wait or 0) if wait else 0.0)
 
@@ -142,37 +144,37 @@ class EngineControl:
                 return
             self.polling = False
             self.stopped = True
-            e._changes.stop()
-            e._poller.stop(timeout=0)       # the loop starts no poll after the one under way
-            e._dispatcher.close_gate(wait, left())
+            p.changes.stop()
+            p.poller.stop(timeout=0)       # the loop starts no poll after the one under way
+            p.dispatcher.close_gate(wait, left())
             if wait:
-                e._registry.wait_idle(left())
-                e._writer.flush(left())
-                e._side_work.flush(left())
-            still = [run for run in e._registry.busy() if not run.manual]
+                p.registry.wait_idle(left())
+                p.writer.flush(left())
+                p.side_work.flush(left())
+            still = [run for run in p.registry.busy() if not run.manual]
             for run in still:
                 run.cancel(keep_lease=False)      # its lease lapses, so another engine can take the job over
             if still:
                 log.warning("stopped with %d run(s) still executing (%s); they keep their leases until expiry",
                             len(still), ", ".join(f"{r.job.name}/{r.run_id}" for r in still),
                             extra={"action": "stopped_with_inflight"})
-            e._poller.join(left(at_least=0.5))
-            e._housekeeping.unregister(e.instance_name, left(at_least=0.5))
+            p.poller.join(left(at_least=0.5))
+            p.housekeeping.unregister(self.instance_name, left(at_least=0.5))
             log.info("polling stopped after %.2fs", time.monotonic() - started, extra={"action": "polling_stopped"})
 
     def close(self) -> bool:
         """See ``SchedulingEngine.close``; False when it was closed already (or is a forked copy)."""
         if self._forked_noop("close"):
             return False
-        e = self._e
+        p = self._p
         with self._lock:
             if self.closed:
                 return False
             self.closed = True
-        _open_engines.discard(e)
+        _open_engines.discard(self)
         if self.polling:
             self.stop(wait=False, max_wait=None)
-        e._changes.join(timeout=10.0)
+        p.changes.join(timeout=10.0)
         # One grace for everything close() waits on that the runs owe: their return, their
         # completions, the notifications that follow. Each wait had 5 s of its own, so one
         # completion that would not land (its job row held, the database failing) was waited
@@ -181,19 +183,19 @@ class EngineControl:
 
         def left(floor: float = 0.0) -> float:
             return max(floor, grace_end - time.monotonic())
-        going = e._registry.busy()
+        going = p.registry.busy()
         for run in going:
             run.cancel(keep_lease=True)     # ours until handed back below: no other engine takes it meanwhile
         if going:
-            e._registry.wait_idle(left())
-        e._writer.flush(left(CLOSE_LAST_WRITE_SECONDS))
-        e._purger.join(left())
-        e._alerts.join(left())
-        hand_back_held(e._runs)
-        e._keeper.stop()
-        e._writer.stop(timeout=left())   # flushed just above: what is left now would not land
-        e._side_work.flush(left(CLOSE_LAST_WRITE_SECONDS))
-        e._side_work.shutdown()
-        e._pool.shutdown()
-        e.backend.close()
+            p.registry.wait_idle(left())
+        p.writer.flush(left(CLOSE_LAST_WRITE_SECONDS))
+        p.purger.join(left())
+        p.alerts.join(left())
+        hand_back_held(p.run_services)
+        p.keeper.stop()
+        p.writer.stop(timeout=left())   # flushed just above: what is left now would not land
+        p.side_work.flush(left(CLOSE_LAST_WRITE_SECONDS))
+        p.side_work.shutdown()
+        p.pool.shutdown()
+        p.backend.close()
         return True

@@ -1,8 +1,9 @@
 """The public facade: job CRUD, start and stop polling, manual execution, close.
 
-The engine is thin on purpose: the procedures decide who runs what; this class
-wires the dispatcher (one poll), the poll loop, the capped pool, the lease keeper,
-the completion writer and the change feed together (see the package docstring).
+The engine is thin on purpose: the procedures decide who runs what; this class holds
+the parts ``wiring.build_parts`` builds (``engine.parts``: the dispatcher, the poll loop,
+the capped pool, the lease keeper, the completion writer, the change feed; see the package
+docstring) and delegates the order of start, stop and close to EngineControl.
 """
 from __future__ import annotations
 
@@ -27,10 +28,11 @@ from .jobs import changed_job_values, create_job, pause_until
 from .listeners import EngineListener
 from .manual import ManualRuns
 from .once import check_timeout
-from .options import DEFAULT_MAX_RUNTIME, EngineOptions, options_from
+from .options import EngineOptions, options_from
 from .retention import prune
+from .parts import EngineParts
 from .stats import EngineStats
-from .wiring import backend_defaults, wire
+from .wiring import announce_job_changed, backend_defaults, build_parts
 
 log = logging.getLogger(__name__)
 F = TypeVar("F", bound=Callable[..., Any])
@@ -68,19 +70,31 @@ class SchedulingEngine:
     ``max_concurrent_jobs`` is a hard cap on runs executing in this engine;
     ``lease_timeout`` (seconds) is how long a claimed run stays ours without a
     heartbeat. See README "Tuning the cap and the lease".
+
+    The tuning arguments' defaults are ``EngineOptions``'s (written there only).
+    ``parts`` (``EngineParts``): the engine's parts, for tests and operators; not a stable API.
     """
-    def __init__(self, dsn: str | None = None, max_concurrent_jobs: int = 5, lease_timeout: float = 600.0,
-                 instance_name: str | None = None, notifier: Notifier | None = None, *,
-                 min_poll_interval: float = 0.005, max_poll_interval: float = 10.0,
-                 max_catch_up_runs: int = 100, heartbeat_interval: float | None = None,
-                 completion_batch_window: float = 0.002, backend: Backend | None = None,
-                 allowed_drivers: Iterable[str] | str | None = None, options: EngineOptions | None = None,
-                 cancel_grace: float = 30.0, default_max_runtime: float | None = DEFAULT_MAX_RUNTIME,
-                 keep_runs_days: int | None = None, keep_runs_count: int | None = None,
-                 purge_interval: float | None = 10.0, purge_pass_seconds: float = 0.2, purge_batch_size: int = 1000,
-                 celery_allowed_apps: Iterable[str] | str | None = None,
-                 celery_allowed_brokers: Iterable[str] | str | None = None,
-                 alert_interval: float | None = 15.0,
+    def __init__(self, dsn: str | None = None, max_concurrent_jobs: int = EngineOptions.max_concurrent_jobs,
+                 lease_timeout: float = EngineOptions.lease_timeout,
+                 instance_name: str | None = EngineOptions.instance_name, notifier: Notifier | None = None, *,
+                 min_poll_interval: float = EngineOptions.min_poll_interval,
+                 max_poll_interval: float = EngineOptions.max_poll_interval,
+                 max_catch_up_runs: int = EngineOptions.max_catch_up_runs,
+                 heartbeat_interval: float | None = EngineOptions.heartbeat_interval,
+                 completion_batch_window: float = EngineOptions.completion_batch_window,
+                 backend: Backend | None = None,
+                 allowed_drivers: Iterable[str] | str | None = EngineOptions.allowed_drivers,
+                 options: EngineOptions | None = None,
+                 cancel_grace: float = EngineOptions.cancel_grace,
+                 default_max_runtime: float | None = EngineOptions.default_max_runtime,
+                 keep_runs_days: int | None = EngineOptions.keep_runs_days,
+                 keep_runs_count: int | None = EngineOptions.keep_runs_count,
+                 purge_interval: float | None = EngineOptions.purge_interval,
+                 purge_pass_seconds: float = EngineOptions.purge_pass_seconds,
+                 purge_batch_size: int = EngineOptions.purge_batch_size,
+                 celery_allowed_apps: Iterable[str] | str | None = EngineOptions.celery_allowed_apps,
+                 celery_allowed_brokers: Iterable[str] | str | None = EngineOptions.celery_allowed_brokers,
+                 alert_interval: float | None = EngineOptions.alert_interval,
                  **backend_options: Any) -> None:
         """``options`` (built by the CLI's config) replaces the tuning arguments when given (one
         given beside it as well is refused: ConfigurationError naming it).
@@ -114,10 +128,11 @@ class SchedulingEngine:
             raise ConfigurationError("dsn", dsn, "a database URL is required (postgresql://... or mssql://...)")
         self.backend: Backend = backend or open_backend(str(dsn), **backend_defaults(opts, backend_options))
         self.stats = EngineStats({"dispatched": 0, "timeouts": 0, "default_max_runtime_timeouts": 0, "leases_lost": 0,
-                      "leases_fenced": 0, "fenced_completions": 0, "runs_purged": 0})
-        wire(self, opts)
-        self._control = EngineControl(self)
-        self._manual = ManualRuns(self)
+                                  "leases_fenced": 0, "fenced_completions": 0, "runs_purged": 0})
+        # The engine's parts, for tests and operators (``engine.parts.registry``, ...): not a stable API.
+        self.parts: EngineParts = build_parts(self.backend, opts, self.stats, notifier=lambda: self.notifier)
+        self._control = EngineControl(self.parts)
+        self._manual = ManualRuns(self.parts)
         self._declared: set[str] = set()    # names this object's ensure_job/sync_jobs declared
 
     # -- schema ----------------------------------------------------------------------
@@ -128,7 +143,7 @@ class SchedulingEngine:
         if applied:
             log.info("installed mjsched schema scripts: %s", ", ".join(applied), extra={"action": "install"})
         if "001_schema" in applied or "005_job_names" in applied:
-            self._housekeeping.report_set_aside(started)
+            self.parts.housekeeping.report_set_aside(started)
         return applied
 
     # -- jobs --------------------------------------------------------------------------
@@ -386,30 +401,29 @@ class SchedulingEngine:
     @property
     def inflight(self) -> int:
         """Runs executing in this engine now (what the cap counts); 0 in a forked copy."""
-        return 0 if self._control.forked else self._registry.live_count()
+        return 0 if self._control.forked else self.parts.registry.live_count()
 
     @property
     def leaked(self) -> int:
         """Timed-out or lease-lost runs whose thread still runs (they hold no slot)."""
-        return 0 if self._control.forked else self._registry.leaked
+        return 0 if self._control.forked else self.parts.registry.leaked
 
     def add_listener(self, listener: EngineListener) -> None:
         """Observe the engine: ``listener`` implements any of ``on_poll(DispatchResult)``,
         ``on_poll_failed()`` and ``on_run_finished(status: str, seconds: float)``
         (``EngineListener``); another ``on_*`` method (a misspelled hook) is refused with
         ConfigurationError. Listener errors are logged and never reach the engine's threads."""
-        self._listeners.add(listener)
+        self.parts.listeners.add(listener)
 
     def on_job_changed(self) -> None:
         """Wake the poller: a job was added or edited (by this process or another)."""
-        self._dispatcher.job_changed()
-        self._poller.wake()
+        announce_job_changed(self.parts.dispatcher, self.parts.wakeup)
 
     def dispatch_due_jobs(self) -> DispatchResult:
         """One poll, by hand: sweep, claim up to the free slots, hand runs to the pool.
         EngineStopped after stop_polling() or close(): this engine starts no runs then."""
         self._control.check_dispatching("dispatch_due_jobs")
-        return self._listeners.observe(lambda: self._dispatcher.dispatch(True))[0]
+        return self.parts.listeners.observe(lambda: self.parts.dispatcher.dispatch(True))[0]
 
     def run_due_jobs(self, timeout: float | None = None) -> list[JobRun]:
         """Claim everything due now (pass after pass while slots free up), wait for those runs
@@ -420,7 +434,7 @@ class SchedulingEngine:
         self._control.check_dispatching("run_due_jobs")
         if self._control.polling:
             raise ConfigurationError("run_due_jobs", "while polling", "stop_polling() first, or let the loop run")
-        return self._due_pass.run(timeout)
+        return self.parts.due_pass.run(timeout)
 
     # -- manual execution ---------------------------------------------------------------
     def execute_job(self, job_id: str, parameters: dict[str, Any] | None = None, *, force: bool = False) -> JobRun:
@@ -445,7 +459,7 @@ class SchedulingEngine:
         this engine) goes into the run's error_message."""
         if validation.canonical_uuid(run_id) is None and isinstance(run_id, str):
             run_id = refs.resolve_run(self.backend, run_id).id
-        self._cancels.request(run_id, requested_by or default_requester(self.instance_name))
+        self.parts.cancellation.request(run_id, requested_by or default_requester(self.instance_name))
 
     def unlock_job(self, job_id: str) -> bool:
         """Operator override: free the job's lock whoever holds it. The run that held it ends

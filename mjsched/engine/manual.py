@@ -19,6 +19,8 @@ from ..drivers.celery_trust import refusal_for
 from ..drivers.registry import get_driver
 from ..errors import ConfigurationError, JobNotActive, JobNotFound, LockNotAcquired
 from ..models import Job, JobRun
+from . import refs
+from .parts import EngineParts
 from .run import Run
 
 log = logging.getLogger(__name__)
@@ -28,14 +30,15 @@ MANUAL_START_BUSY_SECONDS = 2.0     # execute_job asks again this long while the
 
 
 class ManualRuns:
-    def __init__(self, engine: Any) -> None:
-        """``engine``: the SchedulingEngine whose parts these use (typed Any: the facade
-        imports this module, so naming its class here would make an import cycle)."""
-        self._e = engine
+    def __init__(self, parts: EngineParts) -> None:
+        """``parts``: the engine's parts a manual run uses (its backend, the runs' registry and services)."""
+        self._p = parts
+        self._backend = parts.backend
+        self._instance = parts.options.instance_name or ""
 
     def execute(self, job_id: str, parameters: dict[str, Any] | None, force: bool) -> JobRun:
         """See ``SchedulingEngine.execute_job``."""
-        job = self._e.get_job(job_id)
+        job = refs.resolve_job(self._backend, job_id)
         if not isinstance(force, bool):
             raise ConfigurationError("force", force, "must be True or False")
         if isinstance(parameters, Mapping):   # a python job's function given by itself: its path
@@ -48,29 +51,29 @@ class ManualRuns:
             job = dataclasses.replace(job, configuration=run_parameters.merged_configuration(job, params))
         # What this process cannot run (an import path it lacks) is refused before a run is recorded;
         # a celery job outside the allow-list is not checked (that imports it): its run ends Failed.
-        if refusal_for(self._e.options.celery_allow, job.driver, job.configuration) is None:
+        if refusal_for(self._p.options.celery_allow, job.driver, job.configuration) is None:
             get_driver(job.driver)().check_can_run(job.configuration)
         lease_from = time.monotonic()   # before the call that grants the run its lease (Run.lease_until)
         start = self._start(job, force, params)
         if start.outcome == "not_found":
             raise JobNotFound(job.id)
         if start.outcome == "not_active":
-            raise JobNotActive(job.id, self._e.get_job(job.id).status.value)
+            raise JobNotActive(job.id, refs.resolve_job(self._backend, job.id).status.value)
         if start.outcome != "started" or not start.run_id or not start.lock_token:
             raise LockNotAcquired(job.id)
         run_id, token = start.run_id, start.lock_token
-        held = Run.begin(self._e._runs, job, run_id, token, None, manual=True, catch_up=False, parameters=params,
-                         lease_from=lease_from)
+        held = Run.begin(self._p.run_services, job, run_id, token, None, manual=True, catch_up=False,
+                         parameters=params, lease_from=lease_from)
         held.start_manual()
         # Done when the run's completion is written (on return, or at its timeout), and its
         # notification sent: a script that exits right after must not lose it (bounded wait:
         # a notifier that hangs only delays the return).
-        self._e._registry.wait_gone(held, timeout=None)
+        self._p.registry.wait_gone(held, timeout=None)
         assert isinstance(held.notified, threading.Event)   # a manual run's is real
         if not held.notified.wait(MANUAL_NOTIFY_WAIT_SECONDS):
             log.warning("job %r: its notification is still being sent; execute_job returns without it",
                         job.name, extra={"action": "notification_pending"})
-        run = self._e.backend.get_run(run_id)
+        run = self._backend.get_run(run_id)
         if run is None:
             raise JobNotFound(job.id)
         return run
@@ -84,11 +87,11 @@ class ManualRuns:
         deadline = time.monotonic() + MANUAL_START_BUSY_SECONDS
         delay = 0.01
         while True:
-            start = self._e.backend.start_manual_run(job.id, request, self._e.instance_name, self._e.lease_timeout,
-                                                  force=force, parameters=parameters)
+            start = self._backend.start_manual_run(job.id, request, self._instance, self._p.options.lease_timeout,
+                                                   force=force, parameters=parameters)
             if start.outcome != "locked" or time.monotonic() >= deadline:
                 return start
-            current = self._e.backend.get_job(job.id)
+            current = self._backend.get_job(job.id)
             if current is None or current.locked_by_instance is not None:
                 return start
             time.sleep(delay)
@@ -97,9 +100,9 @@ class ManualRuns:
 
     def unlock(self, job_id: str) -> bool:
         """See ``SchedulingEngine.unlock_job``."""
-        job = self._e.get_job(job_id)
-        freed = self._e.backend.force_unlock_job(job.id, f"Abandoned: an operator unlocked the job "
-                                                      f"(through engine {self._e.instance_name})")
+        job = refs.resolve_job(self._backend, job_id)
+        freed = self._backend.force_unlock_job(job.id, f"Abandoned: an operator unlocked the job "
+                                                      f"(through engine {self._instance})")
         if freed is None:
             log.info("job %r was not locked; nothing to unlock", job.name, extra={"action": "job_unlock_noop"})
             return False

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import DatabaseError
+from .wakeup import Wakeup
 
 log = logging.getLogger(__name__)
 
@@ -33,12 +34,13 @@ class _Failing:
 
 class Poller:
     def __init__(self, poll: Callable[[], float], *, min_interval: float, max_interval: float,
-                 name: str = "mjsched-poller") -> None:
+                 name: str = "mjsched-poller", wakeup: Wakeup | None = None) -> None:
+        """``wakeup``: the flag the loop sleeps on, made before the parts that wake it (None: one of its own)."""
         self._poll = poll
         self._min = min_interval
         self._max = max_interval
         self._name = name
-        self._wake = threading.Event()
+        self.wakeup = wakeup if wakeup is not None else Wakeup()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.polls = 0
@@ -51,17 +53,13 @@ class Poller:
         self._thread.start()
 
     def wake(self) -> None:
-        """Poll again at once. A run wakes it twice (its slot frees, its completion lands):
-        while the event is already set, that costs a flag read, not Event.set's Condition.
-        A wake() skipped because the event is set is never lost: the loop clears it only
-        just before a poll, and that poll starts after the change this wake announced."""
-        if not self._wake.is_set():
-            self._wake.set()
+        """Poll again at once (``Wakeup.wake``: a wake during a poll is never lost)."""
+        self.wakeup.wake()
 
     def stop(self, timeout: float = 5.0) -> None:
         """Ask the loop to end, then wait up to ``timeout`` seconds for it (0: do not wait)."""
         self._stop.set()
-        self._wake.set()
+        self.wakeup.wake()
         self.join(timeout)
 
     def join(self, timeout: float | None) -> bool:
@@ -78,7 +76,7 @@ class Poller:
         backoff = self._min
         failing: _Failing | None = None    # the failed polls since the last one that got through
         while not stop.is_set():
-            self._wake.clear()
+            self.wakeup.clear()
             try:
                 delay = self._poll()
                 backoff = self._min
@@ -98,4 +96,4 @@ class Poller:
             self.polls += 1
             if stop.is_set():
                 break
-            self._wake.wait(min(max(delay, self._min), self._max))
+            self.wakeup.wait(min(max(delay, self._min), self._max))

@@ -84,12 +84,12 @@ ENDED_EARLY = (State.TIMED_OUT, State.CANCELLED, State.LOST)   # a thread still 
 @dataclass(frozen=True)
 class RunServices:
     """What every run of one engine shares: where it executes, who writes its end, who keeps
-    its lease, and who hears about it. Built once by ``wiring.wire``."""
+    its lease, and who hears about it. Built once by ``wiring.build_parts``."""
     backend: Backend
     registry: RunRegistry
     pool: WorkerPool
     writer: CompletionWriter
-    keeper: Callable[[], Heartbeat]   # a callable: the keeper is built after this (it calls runs back)
+    keeper: Heartbeat                   # built before this (it needs the registry, not the runs)
     outcomes: Outcomes                  # what follows a written end: log, listeners, notification
     clock: DbClock
     stats: EngineStats
@@ -194,7 +194,7 @@ class Run:
         threading.Thread(target=self.execute, name="mjsched-execute", daemon=True).start()
 
     def _watch(self) -> None:
-        keeper = self.services.keeper()
+        keeper = self.services.keeper
         keeper.start()
         keeper.fence.watch(self.lease_until)
         # The keeper re-reads deadlines at every beat: only a deadline before the next one needs
@@ -220,7 +220,7 @@ class Run:
         is no longer RUNNING or the renewal failed."""
         if self.state is not State.RUNNING:
             return False
-        return self.services.keeper().renew([self.token]) and self.state is State.RUNNING
+        return self.services.keeper.renew([self.token]) and self.state is State.RUNNING
 
     def extend_lease(self, until: float) -> None:
         """A renewal answered this run's token renewed: its lease holds until ``until`` (monotonic)."""

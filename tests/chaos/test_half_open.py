@@ -117,7 +117,7 @@ def test_a_poller_stuck_on_a_dead_route_recovers_when_connections_work_again(
     wait_for(ran_again, timeout=15, interval=0.1, message="A running its jobs after the outage")
     recovered_in = round(time.monotonic() - started, 2)
     report("half_open_poller", lease=LEASE, seconds_until_every_job_ran_again=recovered_in,
-           failed_polls=a._poller.failures, calls_abandoned=a.backend._watchdog.abandoned)   # type: ignore[attr-defined]
-    assert a.is_polling and a._poller.alive
+           failed_polls=a.parts.poller.failures, calls_abandoned=a.backend._watchdog.abandoned)   # type: ignore[attr-defined]
+    assert a.is_polling and a.parts.poller.alive
     assert recovered_in <= 8.0
     assert "db_call_abandoned" in {getattr(r, "action", None) for r in caplog.records}

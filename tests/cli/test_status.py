@@ -84,7 +84,7 @@ def test_status_lists_open_alerts_and_jobs_add_edit_set_the_rules(cli: Cli, pg_d
                                             "alert_too_long": None, "alert_failing_streak": None,
                                             "pause_after_failing_streak": None}
     sql.run("UPDATE mjsched.scheduled_job SET created_at = now() - interval '2 days' WHERE id = %s", (job["id"],))
-    assert [a.kind for a in engine._alerts.run_pass()] == ["silent"]
+    assert [a.kind for a in engine.parts.alerts.run_pass()] == ["silent"]
     status = cli.json("status", "--dsn", pg_dsn)
     assert status["counts"]["alerts_open"] == 1
     assert [(a["job_name"], a["kind"]) for a in status["open_alerts"]] == [("nightly-backup", "silent")]

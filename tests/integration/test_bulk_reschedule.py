@@ -113,12 +113,12 @@ def test_unschedulable_jobs_block_nothing_and_are_reported_once(make_engine: Cal
     db.run("UPDATE mjsched.scheduled_job SET cron_expression = ? WHERE name LIKE ?", (NEW_CRON, "bulk%"))
     engine.on_job_changed()
     wait_for(lambda: unscheduled(db) == len(bad), timeout=10, message="the good jobs to be rescheduled")
-    polls = engine._poller.polls
+    polls = engine.parts.poller.polls
     # Several idle polls (and full passes) go by: the bad jobs are neither logged again nor spun on.
     for _ in range(3):
         engine.on_job_changed()
         time.sleep(0.5)   # a measurement window, not a synchronisation: nothing is awaited here
-    assert engine._poller.polls - polls < 30
+    assert engine.parts.poller.polls - polls < 30
     assert unscheduled(db) == len(bad)
     reported = [r for r in caplog.records if getattr(r, "action", None) == "bad_schedule"]
     named = " ".join(r.getMessage() for r in reported)

@@ -66,10 +66,10 @@ def backlog(make_engine: Callable[..., Any], db: Db, monkeypatch: pytest.MonkeyP
     engine = make_engine(max_concurrent_jobs=cap, lease_timeout=60.0)
     jobs = [add_job(engine, db, 1.0) for _ in range(due)]
     claims = count_calls(engine, "claim_due_jobs")
-    result, _ = engine._dispatcher.poll()
+    result, _ = engine.parts.dispatcher.poll()
     assert (claims[0], result.dispatched, result.skipped_at_capacity) == (1, cap, due - cap)
     running = [j for j in jobs if db.one("SELECT lock_token FROM mjsched.scheduled_job WHERE id = ?", (j,))]
-    return engine, engine._dispatcher, claims, running
+    return engine, engine.parts.dispatcher, claims, running
 
 
 def test_a_due_sweep_waits_while_due_jobs_wait_for_slots(make_engine: Callable[..., Any], db: Db) -> None:
@@ -78,7 +78,7 @@ def test_a_due_sweep_waits_while_due_jobs_wait_for_slots(make_engine: Callable[.
     for _ in range(2):
         add_job(engine, db, 1.0)
     sweeps = count_sweeps(engine)
-    dispatcher = engine._dispatcher
+    dispatcher = engine.parts.dispatcher
     result, _ = dispatcher.poll()            # never swept: sweeps, then claims one of the two
     assert (sweeps[0], result.dispatched, result.skipped_at_capacity) == (1, 1, 1)
     dispatcher._last_sweep = time.monotonic() - 1.5     # one sweep interval (1 s) passed
@@ -93,7 +93,7 @@ def test_a_sweep_runs_at_its_interval_when_nothing_is_due(make_engine: Callable[
     engine = make_engine(max_concurrent_jobs=1, lease_timeout=60.0)
     add_job(engine, db, -3600.0)             # due in an hour
     sweeps = count_sweeps(engine)
-    dispatcher = engine._dispatcher
+    dispatcher = engine.parts.dispatcher
     dispatcher.poll()
     dispatcher._last_sweep = time.monotonic() - 1.5
     dispatcher.poll()
@@ -105,13 +105,13 @@ def test_the_next_wake_up_counts_from_the_end_of_the_poll(make_engine: Callable[
     a slow housekeeping step, 0.4 s) made the next wake-up that much late."""
     engine = make_engine(max_concurrent_jobs=1, lease_timeout=60.0, max_poll_interval=10.0)
     job_id = add_job(engine, db, -2.0)       # due in 2 s
-    purge = engine._housekeeping.purge_if_due
+    purge = engine.parts.housekeeping.purge_if_due
 
     def slow_purge() -> None:
         time.sleep(0.4)                       # stands for work after the claim, not a synchronisation
         purge()
-    engine._housekeeping.purge_if_due = slow_purge   # type: ignore[method-assign]
-    _, delay = engine._dispatcher.dispatch(sweep=False)
+    engine.parts.housekeeping.purge_if_due = slow_purge   # type: ignore[method-assign]
+    _, delay = engine.parts.dispatcher.dispatch(sweep=False)
     left = (db.one("SELECT next_run_at FROM mjsched.scheduled_job WHERE id = ?", (job_id,))
             - db.one(f"SELECT {db.now}")).total_seconds()
     assert delay == pytest.approx(left, abs=0.15), (delay, left)
@@ -139,7 +139,7 @@ def test_a_full_engine_claims_again_when_a_slot_frees_not_at_every_wake(
     assert claims[0] == 3
 
     drivers.gate(engine.get_job(running[0]).name).set()   # the running one returns: its slot frees
-    assert engine._registry.wait_free_slot(1, 5.0)
+    assert engine.parts.registry.wait_free_slot(1, 5.0)
     result, _ = dispatcher.poll()
     assert (claims[0], result.dispatched) == (4, 1)
 
@@ -196,18 +196,18 @@ def test_a_backlog_is_claimed_in_batches_not_slot_by_slot(
                                                   cap=4, due=7)
 
     drivers.gate(engine.get_job(running[0]).name).set()   # one slot frees: 1 < min(2 = half, 3 left)
-    assert engine._registry.wait_free_slot(4, 5.0)
+    assert engine.parts.registry.wait_free_slot(4, 5.0)
     result, delay = dispatcher.poll()
     assert (claims[0], result.dispatched) == (1, 0), "one free slot of four waits for more"
     assert 0 < delay <= BOUND
 
     drivers.gate(engine.get_job(running[1]).name).set()   # two free: half the cap
-    assert engine._registry.wait_free_slot(3, 5.0)
+    assert engine.parts.registry.wait_free_slot(3, 5.0)
     result, _ = dispatcher.poll()
     assert (claims[0], result.dispatched) == (2, 2)       # two at once; one due job left
 
     drivers.gate(engine.get_job(running[2]).name).set()   # one free: as many as the jobs left
-    assert engine._registry.wait_free_slot(4, 5.0)
+    assert engine.parts.registry.wait_free_slot(4, 5.0)
     result, _ = dispatcher.poll()
     assert (claims[0], result.dispatched) == (3, 1)
 
@@ -222,7 +222,7 @@ def test_a_backlog_waits_for_more_slots_only_within_the_gather_window(
     engine, dispatcher, claims, running = backlog(make_engine, db, monkeypatch, bound="CLAIM_GATHER_SECONDS",
                                                   cap=4, due=9)
     drivers.gate(engine.get_job(running[0]).name).set()
-    assert engine._registry.wait_free_slot(4, 5.0)
+    assert engine.parts.registry.wait_free_slot(4, 5.0)
     dispatcher._claimed_at = time.monotonic() - (BOUND - 0.5)   # 0.5 s of the window left
     result, delay = dispatcher.poll()
     assert (claims[0], result.dispatched) == (1, 0)
@@ -232,12 +232,12 @@ def test_a_backlog_waits_for_more_slots_only_within_the_gather_window(
     assert (claims[0], result.dispatched) == (2, 1)
 
     drivers.gate(engine.get_job(running[1]).name).set()
-    assert engine._registry.wait_free_slot(4, 5.0)
+    assert engine.parts.registry.wait_free_slot(4, 5.0)
     assert engine.dispatch_due_jobs().dispatched == 1     # by hand: claims at once
     assert claims[0] == 3
 
     drivers.gate(engine.get_job(running[2]).name).set()
-    assert engine._registry.wait_free_slot(4, 5.0)
+    assert engine.parts.registry.wait_free_slot(4, 5.0)
     dispatcher._pending = PendingClaim()   # 1 free < min(2, 3 left), but a claim that raised: replayed at once
     dispatcher.poll()
     assert (claims[0], dispatcher._pending) == (4, None)

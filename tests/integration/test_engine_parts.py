@@ -74,3 +74,17 @@ def test_a_poll_reads_its_jobs_from_the_claim(make_engine: Callable[..., Any], s
     monkeypatch.setattr(engine.backend, "get_jobs", no_get_jobs)
     result = engine.dispatch_due_jobs()
     assert result.dispatched == 1, result
+
+
+def test_the_engines_parts_are_one_frozen_record_wired_to_each_other(make_engine: Callable[..., Any]) -> None:
+    """Issue 38: built once in dependency order; each part holds the others, not the facade."""
+    engine = make_engine()
+    parts = engine.parts
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        parts.keeper = None   # type: ignore[misc]
+    assert parts.poller.wakeup is parts.wakeup
+    assert parts.run_services.keeper is parts.keeper and parts.run_services.registry is parts.registry
+    assert parts.options is engine.options and parts.backend is engine.backend and parts.stats is engine.stats
+    assert not parts.wakeup.pending
+    engine.on_job_changed()                    # not polling: nothing clears the flag the poll loop would see
+    assert parts.wakeup.pending

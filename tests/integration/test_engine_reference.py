@@ -46,7 +46,7 @@ def add_due(engine: mjsched.SchedulingEngine, db: Db, name: str, driver: str = "
 def heartbeat_dies(engine: mjsched.SchedulingEngine) -> None:
     """The engine stops renewing its leases (a frozen process, a long GC pause) while
     its runs go on: they become zombies once their lease lapses."""
-    engine._keeper.stop()
+    engine.parts.keeper.stop()
 
 
 def unique(prefix: str) -> str:
@@ -80,7 +80,7 @@ def test_t2_t13_sweep_reclaims_an_expired_lease_and_abandons_the_run(make_engine
     run = engine.list_runs(job_id=job)[0]
     assert run.status is mjsched.RunStatus.ABANDONED and run.success is False
     assert "abandoned" in (run.error_message or "").lower()
-    assert engine._registry.live_count() == 0  # the slot was handed back at once
+    assert engine.parts.registry.live_count() == 0  # the slot was handed back at once
 
 
 def test_t3_release_checks_the_token(make_engine: Callable[..., Any], db: Db) -> None:
@@ -98,7 +98,7 @@ def test_t4_the_cap_is_hard_in_one_poll(make_engine: Callable[..., Any], db: Db)
         add_due(engine, db, unique(f"cap{i}"))
     result = engine.dispatch_due_jobs()
     assert (result.dispatched, result.skipped_at_capacity, result.locked_out) == (5, 15, 0)
-    assert engine._registry.live_count() == 5
+    assert engine.parts.registry.live_count() == 5
     assert db.count_runs("Running") == 5
 
 
@@ -128,7 +128,7 @@ def test_t5_jobs_locked_elsewhere_use_no_slot(make_engine: Callable[..., Any], d
         assert engine.backend.acquire_job_lock(job, str(uuid.uuid4()), "other-engine", 60)
     result = engine.dispatch_due_jobs()
     assert (result.dispatched, result.locked_out) == (5, 5)
-    assert engine._registry.live_count() == 5
+    assert engine.parts.registry.live_count() == 5
 
 
 def test_t6_stop_with_wait_drains_in_flight_runs(make_engine: Callable[..., Any], db: Db) -> None:
@@ -198,7 +198,7 @@ def test_t14_a_late_zombie_does_not_clobber_a_newer_run(make_engine: Callable[..
                            "AND status = 'Running'", (job,)))
     drivers.gate(name).set()   # both runs finish; the zombie's completion must be refused
     wait_for(lambda: db.run_status(fresh_run) == "Completed", message="the fresh run to complete")
-    wait_for(lambda: zombie_engine._registry.snapshot() == [], message="the zombie to finish")
+    wait_for(lambda: zombie_engine.parts.registry.snapshot() == [], message="the zombie to finish")
     statuses = sorted(db.run_statuses(job))
     assert statuses == ["Abandoned", "Completed"]
     assert zombie_engine.stats["fenced_completions"] + zombie_engine.stats["leases_lost"] >= 1
@@ -239,7 +239,7 @@ def test_t17_a_driver_that_fails_to_construct_leaves_nothing_behind(make_engine:
     job = db.insert_job(engine.backend.ensure_job_type("test-broken-init"), "t17", NEVER, due=True)
     assert engine.dispatch_due_jobs().dispatched == 1
     wait_for(lambda: db.run_statuses(job) == ["Failed"], message="the run to fail")
-    wait_for(lambda: engine._registry.snapshot() == [], message="the registry to empty")
+    wait_for(lambda: engine.parts.registry.snapshot() == [], message="the registry to empty")
     row = db.rows(f"SELECT lock_token, CASE WHEN next_run_at > {db.now} THEN 1 ELSE 0 END AS advanced, "
                   "failure_count FROM mjsched.scheduled_job WHERE id = ?", (job,))[0]
     assert row == {"lock_token": None, "advanced": 1, "failure_count": 1}
@@ -293,13 +293,13 @@ def test_t19_permission_probe_warns_and_never_throws(make_engine: Callable[..., 
                 f" boolean, timestamptz) FROM {role}")
         limited = make_engine(dsn=pg.with_user(pg_dsn, role))
         with caplog.at_level(logging.WARNING, logger="mjsched"):
-            limited._housekeeping.probe_permissions()
+            limited.parts.housekeeping.probe_permissions()
         assert any("lacks EXECUTE" in r.getMessage() and "acquire_job_lock" in r.getMessage()
                    for r in caplog.records)
         caplog.clear()
         sql.run("ALTER FUNCTION mjsched.probe_permissions() RENAME TO probe_permissions_gone")
         with caplog.at_level(logging.WARNING, logger="mjsched"):
-            limited._housekeeping.probe_permissions()  # must not raise
+            limited.parts.housekeeping.probe_permissions()  # must not raise
         assert any("permission probe failed" in r.getMessage() for r in caplog.records)
     finally:
         sql.run(f"DROP OWNED BY {role}")
@@ -318,7 +318,7 @@ def test_h1_one_call_renews_every_lease(make_engine: Callable[..., Any], pg_db: 
     assert engine.dispatch_due_jobs().dispatched == 3
     before = db.one("SELECT max(expected_completion_at) FROM mjsched.scheduled_job")
     CountingConnection.statements.clear()
-    assert engine._keeper.renew() is True
+    assert engine.parts.keeper.renew() is True
     # one statement renewed the three leases; anything else here is another thread's (the
     # housekeeping purge and alert pass) or a new pooled connection's settings check
     leases = [s for s in CountingConnection.statements if re.search(r"renew|extend_job_leases|lease", s)]
@@ -333,9 +333,9 @@ def test_h2_leases_are_renewed_at_least_three_times_per_lease(make_engine: Calla
     job = add_due(engine, db, name)
     engine.start_polling()
     assert drivers.started(name).wait(5)
-    first = engine._keeper.renewals
+    first = engine.parts.keeper.renewals
     time.sleep(3.0)   # three leases' worth of wall time: the measured quantity here, not a synchronisation
-    assert engine._keeper.renewals - first >= 7          # 4 per lease, allow jitter
+    assert engine.parts.keeper.renewals - first >= 7          # 4 per lease, allow jitter
     assert db.run_statuses(job) == ["Running"]            # never lapsed, never swept
     drivers.gate(name).set()
     wait_for(lambda: db.run_statuses(job) == ["Completed"], message="completion")
@@ -349,8 +349,8 @@ def test_h3_concurrent_runs_keep_their_own_leases(make_engine: Callable[..., Any
     db.make_due(job, 0.001)
     assert engine.dispatch_due_jobs().dispatched == 1   # overlaps the first run
     assert db.run_statuses(job) == ["Running", "Running"]
-    assert len(engine._keeper._registry.tokens_to_renew()) == 2
-    assert engine._keeper.renew() and engine._registry.live_count() == 2
+    assert len(engine.parts.registry.tokens_to_renew()) == 2
+    assert engine.parts.keeper.renew() and engine.parts.registry.live_count() == 2
 
 
 def test_h4_context_heartbeat_reports_whether_the_lease_holds(make_engine: Callable[..., Any],
@@ -364,7 +364,7 @@ def test_h4_context_heartbeat_reports_whether_the_lease_holds(make_engine: Calla
     db.expire_lease(job)
     assert engine.backend.acquire_job_lock(job, str(uuid.uuid4()), "thief", 30)
     drivers.gate(name).set()
-    wait_for(lambda: engine._registry.snapshot() == [], message="the run to finish")
+    wait_for(lambda: engine.parts.registry.snapshot() == [], message="the run to finish")
     details = db.one("SELECT details FROM mjsched.scheduled_job_run WHERE scheduled_job_id = ?", (job,))
     assert details is None  # the run was abandoned by the takeover; its result was refused
     assert db.run_statuses(job) == ["Abandoned"]
@@ -381,7 +381,7 @@ def test_h5_renewal_errors_are_logged_never_raised(make_engine: Callable[..., An
             "RENAME TO renew_leases_gone")
     try:
         with caplog.at_level(logging.ERROR, logger="mjsched"):
-            assert engine._keeper.renew() is False
+            assert engine.parts.keeper.renew() is False
         assert any("Lease renewal failed" in r.getMessage() for r in caplog.records)
     finally:
         sql.run("ALTER FUNCTION mjsched.renew_leases_gone(uuid[], double precision, varchar, timestamptz) "
@@ -395,14 +395,14 @@ def test_h6_token_mismatch_is_logged_and_the_run_cancelled(make_engine: Callable
     job = add_due(engine, db, name)
     engine.dispatch_due_jobs()
     assert drivers.started(name).wait(5)
-    (entry,) = engine._registry.snapshot()
+    (entry,) = engine.parts.registry.snapshot()
     db.run(f"UPDATE mjsched.scheduled_job_run SET status = 'Abandoned', completed_at = {db.now} "
            "WHERE scheduled_job_id = ?", (job,))
     db.run("UPDATE mjsched.scheduled_job SET lock_token = ? WHERE id = ?", (str(uuid.uuid4()), job))
     with caplog.at_level(logging.WARNING, logger="mjsched"):
-        assert engine._keeper.renew() is True
+        assert engine.parts.keeper.renew() is True
     assert any("slot has been handed off" in r.getMessage() for r in caplog.records)
-    assert entry.cancel_event.is_set() and engine._registry.live_count() == 0
+    assert entry.cancel_event.is_set() and engine.parts.registry.live_count() == 0
 
 
 def test_max_runtime_times_out_a_hung_run_and_frees_its_slot(make_engine: Callable[..., Any], db: Db) -> None:
@@ -411,7 +411,7 @@ def test_max_runtime_times_out_a_hung_run_and_frees_its_slot(make_engine: Callab
     job = add_due(engine, db, name, max_runtime=0.3, configuration={"gate": name, "ignore_cancel": True})
     engine.start_polling()
     wait_for(lambda: db.run_statuses(job) == ["Timeout"], message="the run to time out")
-    assert engine._registry.leaked == 1 and engine._registry.live_count() == 0
+    assert engine.parts.registry.leaked == 1 and engine.parts.registry.live_count() == 0
     ok = engine.create_job(unique("after"), "test-ok", "* * * * * *")
     wait_for(lambda: "Completed" in db.run_statuses(ok), message="healthy work to run despite the leak")
 
@@ -432,7 +432,7 @@ def test_a_failing_notifier_never_fails_the_run(make_engine: Callable[..., Any],
     job = add_due(engine, db, unique("notify"), driver="test-ok", configuration={}, notify_on_success=True)
     engine.dispatch_due_jobs()
     wait_for(lambda: db.run_statuses(job) == ["Completed"], message="completion")
-    wait_for(lambda: engine._registry.snapshot() == [], message="the notification attempt")
+    wait_for(lambda: engine.parts.registry.snapshot() == [], message="the notification attempt")
     assert db.run_statuses(job) == ["Completed"]
 
 

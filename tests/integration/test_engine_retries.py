@@ -106,7 +106,7 @@ def test_attempts_run_out_and_the_failure_notifies_once(make_engine: Callable[..
                             run_immediately_if_never_run=True)
     engine.start_polling()
     wait_for(finished(sql, job, 3), timeout=20, message="three attempts")
-    wait_for(lambda: engine._registry.snapshot() == [], timeout=10, message="the notification")
+    wait_for(lambda: engine.parts.registry.snapshot() == [], timeout=10, message="the notification")
     engine.stop_polling(wait=True, max_wait=10)
     assert [(r["attempt"], r["status"]) for r in attempts(sql, job)] == [(1, "Failed"), (2, "Failed"), (3, "Failed")]
     assert len(notifier.sent) == 1
@@ -159,9 +159,9 @@ def test_cancelled_abandoned_and_manual_runs_ask_for_no_retry(make_engine: Calla
     engine = make_engine()
     policy = mjsched.RetryPolicy(max_attempts=5, initial_delay=1.0, jitter=0.0)
     job = engine.get_job(engine.create_job(unique("r"), "test-flaky", DAILY, retry=policy))
-    tick = Run(engine._runs, job=job, run_id="r", token="t", scheduled_for=job.next_run_at)
-    manual = Run(engine._runs, job=job, run_id="m", token="t", scheduled_for=None, manual=True)
-    last = Run(engine._runs, job=job, run_id="l", token="t", scheduled_for=job.next_run_at, attempt=5)
+    tick = Run(engine.parts.run_services, job=job, run_id="r", token="t", scheduled_for=job.next_run_at)
+    manual = Run(engine.parts.run_services, job=job, run_id="m", token="t", scheduled_for=None, manual=True)
+    last = Run(engine.parts.run_services, job=job, run_id="l", token="t", scheduled_for=job.next_run_at, attempt=5)
     assert retrying.retry_in(tick, RunStatus.FAILED) == 1.0
     assert retrying.retry_in(tick, RunStatus.TIMEOUT) == 1.0
     for status in (RunStatus.CANCELLED, RunStatus.ABANDONED, RunStatus.COMPLETED, RunStatus.SKIPPED):

@@ -125,8 +125,8 @@ def test_restarted_polling_keeps_renewing_a_run_the_stop_left_running(make_engin
     assert drivers.started(name).wait(5)
     engine.stop_polling(wait=True, max_wait=0.1)      # gives up on the run: its lease is left to lapse
     engine.start_polling()                            # ...but it is ours again
-    first = engine._keeper.renewals
-    wait_for(lambda: engine._keeper.renewals >= first + 9, timeout=8, message="three leases of renewals")
+    first = engine.parts.keeper.renewals
+    wait_for(lambda: engine.parts.keeper.renewals >= first + 9, timeout=8, message="three leases of renewals")
     assert [r["status"] for r in runs(sql, job)] == ["Running"], "the engine swept its own live run"
     assert sql.one("SELECT count(*) FROM mjsched.scheduled_job_run WHERE scheduled_job_id = %s", (job,)) == 1
 
@@ -137,8 +137,8 @@ def test_runs_dispatched_by_hand_have_their_leases_renewed(make_engine: Callable
     job = due(engine, sql, name, "test-block")
     assert engine.dispatch_due_jobs().dispatched == 1           # no start_polling()
     assert drivers.started(name).wait(5)
-    first = engine._keeper.renewals
-    wait_for(lambda: engine._keeper.renewals >= first + 6, timeout=5, message="renewals")   # > 2 leases' worth
+    first = engine.parts.keeper.renewals
+    wait_for(lambda: engine.parts.keeper.renewals >= first + 6, timeout=5, message="renewals")   # > 2 leases' worth
     assert sql.one("SELECT expected_completion_at > now() FROM mjsched.scheduled_job WHERE id = %s", (job,))
     assert [r["status"] for r in runs(sql, job)] == ["Running"]
 
@@ -244,8 +244,8 @@ def test_a_run_that_outlives_close_does_not_restart_the_writer(make_engine: Call
     assert drivers.started(name).wait(5)
     engine.close()
     drivers.gate(name).set()                           # the run returns after the engine closed
-    wait_for(lambda: engine._registry.snapshot() == [], message="the late completion to be given up")
-    thread = engine._writer._thread
+    wait_for(lambda: engine.parts.registry.snapshot() == [], message="the late completion to be given up")
+    thread = engine.parts.writer._thread
     assert thread is None or not thread.is_alive(), "the completion writer was restarted after close()"
 
 
@@ -289,7 +289,7 @@ def test_a_schedule_edited_during_a_run_is_not_overwritten_when_it_ends(make_eng
     edited = engine.update_job(job, cron="0 12 * * *", timezone="UTC")    # while it runs
     drivers.gate(name).set()
     wait_for(lambda: [r["status"] for r in runs(sql, job)] == ["Completed"], message="the run to complete")
-    wait_for(lambda: engine._registry.snapshot() == [], message="the completion to be written")
+    wait_for(lambda: engine.parts.registry.snapshot() == [], message="the completion to be written")
     after = engine.get_job(job)
     assert after.next_run_at == edited.next_run_at and after.next_run_at.hour == 12
     assert after.lock_token is None and after.run_count == 1

@@ -69,7 +69,7 @@ def test_close_waits_one_grace_for_a_completion_that_does_not_land(
         with admin.cursor() as cur:
             cur.execute("SELECT id FROM mjsched.scheduled_job WHERE id = %s FOR UPDATE", (job,))
         drivers.gate(gate).set()            # the run returns; its completion meets the held row
-        wait_for(lambda: engine._writer.busy, timeout=10, message="the completion to find its job row held")
+        wait_for(lambda: engine.parts.writer.busy, timeout=10, message="the completion to find its job row held")
         started = time.monotonic()
         engine.close()
         took = time.monotonic() - started
@@ -80,4 +80,4 @@ def test_close_waits_one_grace_for_a_completion_that_does_not_land(
     # join (1 s at most) and the close of the pool
     assert took < 1.0 + 0.4 + 1.5, f"close() took {took:.1f}s with a 1 s grace"
     assert any("gave up writing the completion" in r.getMessage() for r in caplog.records)
-    assert not engine._writer.pending
+    assert not engine.parts.writer.pending

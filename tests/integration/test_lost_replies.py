@@ -161,7 +161,7 @@ def test_a_poll_that_finds_the_gate_closed_hands_back_the_claim_left_unanswered(
         engine.dispatch_due_jobs()                       # it committed: two jobs locked, no reply
     assert locks_held(sql) == 2
     gate = PollHoldsTheLock()
-    engine._dispatcher._lock = gate
+    engine.parts.dispatcher._lock = gate
     engine.start_polling()
     assert gate.held.wait(5), "the poller's first poll never took the lock"
     engine.stop_polling(wait=False)
@@ -486,7 +486,7 @@ def test_lost_reply_evaluate_alerts(make_engine: Callable[..., Any], sql: Any) -
     job = engine.create_job("late", "test-ok", NEVER, alert_late_start=60)
     sql.run("UPDATE mjsched.scheduled_job SET status = 'Active', next_run_at = now() - interval '5 minutes' "
             "WHERE id = %s", (job,))
-    assert [(a.kind, a.event) for a in engine._alerts.run_pass()] == [("late_start", "opened")]
+    assert [(a.kind, a.event) for a in engine.parts.alerts.run_pass()] == [("late_start", "opened")]
     was_lost(plan, "evaluate_alerts")
     assert sql.one("SELECT count(*) FROM mjsched.job_alert WHERE job_id = %s", (job,)) == 1
 

@@ -38,12 +38,12 @@ def collector_off() -> Iterator[None]:
 def watch_runs(engine: mjsched.SchedulingEngine) -> list[weakref.ReferenceType[Any]]:
     """Weak references to every run the engine registers."""
     refs: list[weakref.ReferenceType[Any]] = []
-    register = engine._registry.add
+    register = engine.parts.registry.add
 
     def add(run: Any) -> None:
         refs.append(weakref.ref(run))
         register(run)
-    engine._registry.add = add   # type: ignore[method-assign]
+    engine.parts.registry.add = add   # type: ignore[method-assign]
     return refs
 
 
@@ -56,7 +56,7 @@ def test_a_finished_run_is_freed_without_the_cycle_collector(make_engine: Callab
         db.make_due(job_id, 1.0)
     refs = watch_runs(engine)
     assert engine.dispatch_due_jobs().dispatched == 2
-    wait_for(lambda: not engine._registry.snapshot(), timeout=10.0)
+    wait_for(lambda: not engine.parts.registry.snapshot(), timeout=10.0)
     assert len(refs) == 2
     wait_for(lambda: all(r() is None for r in refs), timeout=5.0,
              message="finished runs still referenced: a reference cycle, or a thread keeping the last one")
@@ -72,7 +72,7 @@ def test_a_drivers_heartbeat_after_its_run_was_freed_says_the_lease_is_gone(
     refs = watch_runs(engine)
     drivers.KEPT_CONTEXTS.clear()
     assert engine.dispatch_due_jobs().dispatched == 1
-    wait_for(lambda: not engine._registry.snapshot(), timeout=10.0)
+    wait_for(lambda: not engine.parts.registry.snapshot(), timeout=10.0)
     wait_for(lambda: all(r() is None for r in refs), timeout=5.0)
     details = db.one("SELECT details FROM mjsched.scheduled_job_run WHERE scheduled_job_id = ?", (job_id,))
     details = details if isinstance(details, dict) else json.loads(details)

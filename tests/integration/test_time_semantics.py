@@ -546,7 +546,7 @@ def test_after_a_slow_claim_the_engine_clock_is_the_claims_end_never_ahead(make_
         sql.one("SELECT pg_advisory_unlock(%s)", (key,))
     poll.join(10)
     assert results and results[0].dispatched == 1
-    estimate = engine._clock.now()
+    estimate = engine.parts.clock.now()
     actual = db_now(sql)            # read after the estimate
     assert estimate <= actual, f"the estimate runs {(estimate - actual).total_seconds() * 1000:.1f} ms ahead"
     assert actual - estimate < timedelta(milliseconds=150), \

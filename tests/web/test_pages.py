@@ -197,7 +197,7 @@ def test_open_alerts_show_as_a_badge_on_the_jobs_list_and_a_section_of_the_job_p
                      pause_after_failing_streak=True)
     quiet = shell_job(engine, "quiet-job")
     sql.run("UPDATE mjsched.scheduled_job SET next_run_at = now() - interval '1 hour' WHERE id = %s", (late,))
-    assert [a.kind for a in engine._alerts.run_pass()] == ["late_start"]
+    assert [a.kind for a in engine.parts.alerts.run_pass()] == ["late_start"]
     html = client.html("/jobs")
     row = re.search(r'<tr data-job="%s">(.*?)</tr>' % late, html, re.S).group(1)
     assert "job-alert" in row and "alert: late_start" in row
