@@ -555,8 +555,26 @@ def _job_state(f: WhyFacts, add: Callable[..., None], out: list[Reason], future_
         _status(f, add)
         _engines(f, add, due=False)
         return
+    schedulable = _schedulable(f, add)                                # 2. the job: status, window, next run
+    due = schedulable and f.next_run_at is not None and f.next_run_at <= f.db_now and not future_tick
+    if schedulable and f.next_run_at is not None:
+        _next_run(f, add, due, future_tick)
+    if due:                                                           # 3. the claim of a due tick
+        _job_lock(f, add)
+        _waits_in_the_claim(f, add)
+    _other_retry(f, add)
+    live = _engines(f, add, due)                                      # 4. the engines
+    _what_the_claim_will_do(f, add, due)                              # 5. what the engine does with the claim
+    if due and not any(r.blocking for r in out):                      # 6. the verdict when nothing stands in the way
+        bound = min((e.heartbeat_seconds for e in live if e.heartbeat_seconds), default=None)
+        add("due", f"The tick {_t(f.next_run_at)} is due (for {_span(f.db_now - f.next_run_at)}) and will be "  # type: ignore[operator]
+                   "claimed at the next poll" + (f", within {bound:g} s" if bound else "") + ".", False,
+            tick=f.next_run_at, poll_bound_seconds=bound)
+
+
+def _schedulable(f: WhyFacts, add: Callable[..., None]) -> bool:
+    """The job's status, its start/end window and whether it has a next run: True when a tick can run."""
     now, tick = f.db_now, f.tick
-    # 2. the job: status, window, next run
     schedulable = _status(f, add)
     at = tick if tick is not None and tick > now else now
     if f.start_at is not None and f.start_at > now:
@@ -568,86 +586,106 @@ def _job_state(f: WhyFacts, add: Callable[..., None], out: list[Reason], future_
         add("after_window", f"The job's window closed at its end_at, {_t(f.end_at)}: the next claim makes it "
                             "Expired, and no tick runs.", True, end_at=f.end_at)
     if schedulable and f.next_run_at is None:
-        schedulable = False
-        error = _schedule_error(f)
-        last = f.last_run
-        if error is not None or (last is not None and (last.error or "").startswith(_SET_ASIDE)):
-            message = (f"its schedule cannot be computed ({error})" if error is not None
-                       else f"its last claimed run says: {last.error}")  # type: ignore[union-attr]
-            add("set_aside", f"The job is set aside: it is Active but has no next run, and {message}. No engine "
-                             "runs it until its definition is fixed (edit its schedule or row).", True,
-                error=error, run=_run_facts(last) if last is not None else None)
-        else:
-            add("unscheduled", "The job has no next run yet (it was just created, resumed or edited): a live engine "
-                               "computes it at its next poll.", not _live(f))
-    due = schedulable and f.next_run_at is not None and f.next_run_at <= now and not future_tick
-    if schedulable and f.next_run_at is not None:
-        if f.newest_served_tick is not None and f.next_run_at <= f.newest_served_tick:
-            add("already_served", f"The job's next run, {_t(f.next_run_at)}, is at or before a tick that already has "
-                                  f"a run ({_t(f.newest_served_tick)}): it counts as served; the claim runs nothing "
-                                  "and moves the schedule on to the next tick.", True,
-                next_run_at=f.next_run_at, newest_served_tick=f.newest_served_tick)
-        elif not due:
-            target = tick if future_tick and tick is not None else f.next_run_at
-            if future_tick and f.next_run_at is not None and target is not None and f.next_run_at < target:
-                detail = f" (the job's next run comes first, at {_t(f.next_run_at)})"
-            else:
-                detail = ""
-            add("scheduled", f"The tick {_t(target)} is not due yet: it comes in {_span(target - now)}, and will be "
-                             f"claimed then{detail}.", False, tick=target, next_run_at=f.next_run_at)
-    # 3. the claim of a due tick
+        _no_next_run(f, add)
+        return False
+    return schedulable
+
+
+def _no_next_run(f: WhyFacts, add: Callable[..., None]) -> None:
+    """An Active job without a next run: set aside (its schedule cannot be computed) or not yet computed."""
+    error = _schedule_error(f)
+    last = f.last_run
+    if error is not None or (last is not None and (last.error or "").startswith(_SET_ASIDE)):
+        message = (f"its schedule cannot be computed ({error})" if error is not None
+                   else f"its last claimed run says: {last.error}")  # type: ignore[union-attr]
+        add("set_aside", f"The job is set aside: it is Active but has no next run, and {message}. No engine "
+                         "runs it until its definition is fixed (edit its schedule or row).", True,
+            error=error, run=_run_facts(last) if last is not None else None)
+    else:
+        add("unscheduled", "The job has no next run yet (it was just created, resumed or edited): a live engine "
+                           "computes it at its next poll.", not _live(f))
+
+
+def _next_run(f: WhyFacts, add: Callable[..., None], due: bool, future_tick: bool) -> None:
+    """The job's next run: already served by a run, or not due yet."""
+    assert f.next_run_at is not None
+    tick, now = f.tick, f.db_now
+    if f.newest_served_tick is not None and f.next_run_at <= f.newest_served_tick:
+        add("already_served", f"The job's next run, {_t(f.next_run_at)}, is at or before a tick that already has "
+                              f"a run ({_t(f.newest_served_tick)}): it counts as served; the claim runs nothing "
+                              "and moves the schedule on to the next tick.", True,
+            next_run_at=f.next_run_at, newest_served_tick=f.newest_served_tick)
+    elif not due:
+        target = tick if future_tick and tick is not None else f.next_run_at
+        detail = (f" (the job's next run comes first, at {_t(f.next_run_at)})"
+                  if future_tick and f.next_run_at < target else "")
+        add("scheduled", f"The tick {_t(target)} is not due yet: it comes in {_span(target - now)}, and will be "
+                         f"claimed then{detail}.", False, tick=target, next_run_at=f.next_run_at)
+
+
+def _job_lock(f: WhyFacts, add: Callable[..., None]) -> None:
+    """A due job's lock: held by a live engine, by a gone one, or lapsed."""
+    now, lease, holder = f.db_now, f.expected_completion_at, f.holder_run
+    held = (f"; {holder.describe()} holds it, running since {_t(holder.started_at)}" if holder is not None else "")
+    if lease is None:
+        return
+    if lease < now:
+        add("lease_lapsed", f"The job's lock by engine {f.locked_by_instance} lapsed at {_t(lease)}{held}: the "
+                            "next claim takes it over (that run ends Abandoned).", False,
+            engine=f.locked_by_instance, lease_until=lease)
+        return
+    holder_engine = next((e for e in f.engines if e.instance == f.locked_by_instance), None)
+    after = {"Skip": " When it ends the job moves to its first tick after that: the ticks that came meanwhile "
+                     "are dropped (concurrency_mode Skip).",
+             "Queue": " Ticks that come meanwhile are kept as Queued runs (concurrency_mode Queue)."}
+    if holder_engine is not None and holder_engine.live:
+        add("locked", f"The job is locked by engine {f.locked_by_instance} since {_t(f.locked_at)}, lease "
+                      f"until {_t(lease)}{held}.{after.get(f.concurrency_mode, '')}", True,
+            engine=f.locked_by_instance, locked_at=f.locked_at, lease_until=lease,
+            run=_run_facts(holder) if holder else None)
+    else:
+        state = holder_engine.state if holder_engine is not None else "unknown to the registry"
+        add("locked_by_gone_engine", f"The job is locked by engine {f.locked_by_instance} ({state}) since "
+                                     f"{_t(f.locked_at)}{held}; its lease runs until {_t(lease)} (in "
+                                     f"{_span(lease - now)}), then the next claim takes the job over and "
+                                     "ends that run Abandoned (`mjsched jobs unlock` frees it now).", True,
+            engine=f.locked_by_instance, engine_state=state, lease_until=lease,
+            run=_run_facts(holder) if holder else None)
+
+
+def _waits_in_the_claim(f: WhyFacts, add: Callable[..., None]) -> None:
+    """What a due job waits for inside the claim: its own Queued ticks, a full tag (a per-tag
+    limit, 010_tags.sql: the claim takes only jobs whose tags all have a free slot), and the
+    due jobs ahead of it."""
+    if f.queued_ticks:
+        add("queue_ahead", f"{f.queued_ticks} Queued tick(s) of the job, the oldest {_t(f.oldest_queued_tick)}, "
+                           "are served first, one at a time (concurrency_mode Queue).", True,
+            queued_ticks=f.queued_ticks, oldest=f.oldest_queued_tick)
+    for limit in f.tag_limits:
+        if limit.running >= limit.max_running:
+            add("tag_limit", f"Every slot of its tag {limit.tag} is taken ({limit.running} of {limit.max_running} "
+                             "Running across the engines): it waits for one (`mjsched tags list`).", True,
+                tag=limit.tag, running=limit.running, max_running=limit.max_running)
     live = [e for e in f.engines if e.live]
-    if due:
-        lease = f.expected_completion_at
-        holder = f.holder_run
-        held = (f"; {holder.describe()} holds it, running since {_t(holder.started_at)}" if holder is not None else "")
-        if lease is not None and lease >= now:
-            holder_engine = next((e for e in f.engines if e.instance == f.locked_by_instance), None)
-            after = {"Skip": " When it ends the job moves to its first tick after that: the ticks that came meanwhile "
-                             "are dropped (concurrency_mode Skip).",
-                     "Queue": " Ticks that come meanwhile are kept as Queued runs (concurrency_mode Queue)."}
-            if holder_engine is not None and holder_engine.live:
-                add("locked", f"The job is locked by engine {f.locked_by_instance} since {_t(f.locked_at)}, lease "
-                              f"until {_t(lease)}{held}.{after.get(f.concurrency_mode, '')}", True,
-                    engine=f.locked_by_instance, locked_at=f.locked_at, lease_until=lease,
-                    run=_run_facts(holder) if holder else None)
-            else:
-                state = holder_engine.state if holder_engine is not None else "unknown to the registry"
-                add("locked_by_gone_engine", f"The job is locked by engine {f.locked_by_instance} ({state}) since "
-                                             f"{_t(f.locked_at)}{held}; its lease runs until {_t(lease)} (in "
-                                             f"{_span(lease - now)}), then the next claim takes the job over and "
-                                             "ends that run Abandoned (`mjsched jobs unlock` frees it now).", True,
-                    engine=f.locked_by_instance, engine_state=state, lease_until=lease,
-                    run=_run_facts(holder) if holder else None)
-        elif lease is not None:
-            add("lease_lapsed", f"The job's lock by engine {f.locked_by_instance} lapsed at {_t(lease)}{held}: the "
-                                "next claim takes it over (that run ends Abandoned).", False,
-                engine=f.locked_by_instance, lease_until=lease)
-        if f.queued_ticks:
-            add("queue_ahead", f"{f.queued_ticks} Queued tick(s) of the job, the oldest {_t(f.oldest_queued_tick)}, "
-                               "are served first, one at a time (concurrency_mode Queue).", True,
-                queued_ticks=f.queued_ticks, oldest=f.oldest_queued_tick)
-        # A per-tag concurrency limit (010_tags.sql), after the job's own lock and queue and before the
-        # due jobs ahead of it: the claim takes only jobs whose tags all have a free slot.
-        for limit in f.tag_limits:
-            if limit.running >= limit.max_running:
-                add("tag_limit", f"Every slot of its tag {limit.tag} is taken ({limit.running} of {limit.max_running} "
-                                 "Running across the engines): it waits for one (`mjsched tags list`).", True,
-                    tag=limit.tag, running=limit.running, max_running=limit.max_running)
-        free = sum(e.free or 0 for e in live) if live and all(e.free is not None for e in live) else None
-        if free is not None and f.due_ahead and f.due_ahead >= free > 0:
-            add("backlog", f"{f.due_ahead if f.due_ahead < 1000 else 'over 1,000'} due job(s) come before it in the "
-                           f"claim's order (oldest tick first) and the live engines have {free} free slot(s): it "
-                           "waits its turn.", True, due_ahead=f.due_ahead, free_slots=free)
-    retry = f.retry_run
+    free = sum(e.free or 0 for e in live) if live and all(e.free is not None for e in live) else None
+    if free is not None and f.due_ahead and f.due_ahead >= free > 0:
+        add("backlog", f"{f.due_ahead if f.due_ahead < 1000 else 'over 1,000'} due job(s) come before it in the "
+                       f"claim's order (oldest tick first) and the live engines have {free} free slot(s): it "
+                       "waits its turn.", True, due_ahead=f.due_ahead, free_slots=free)
+
+
+def _other_retry(f: WhyFacts, add: Callable[..., None]) -> None:
+    """A retry pending for another tick than the one asked about."""
+    retry, now = f.retry_run, f.db_now
     if retry is not None and (f.tick_run is None or retry.id != f.tick_run.id):
         waiting = retry.retry_at is not None and retry.retry_at > now
         add("retry_pending", f"Attempt {retry.attempt} of the tick {_t(retry.scheduled_for)} is pending: due at "
                              f"{_t(retry.retry_at)}" + (f" (in {_span(retry.retry_at - now)})." if waiting  # type: ignore[operator]
                                                         else " (due now)."), False, run=_run_facts(retry))
-    # 4. the engines
-    live = _engines(f, add, due)
-    # 5. what the engine will do with the claim
+
+
+def _what_the_claim_will_do(f: WhyFacts, add: Callable[..., None], due: bool) -> None:
+    """What the claiming engine will do: skip a missed tick, or refuse the job again."""
     if due and f.next_run_at is not None and f.missed_run_policy == "Skip":
         missed = _missed(f, f.next_run_at)
         if missed:
@@ -660,12 +698,6 @@ def _job_state(f: WhyFacts, add: Callable[..., None], out: list[Reason], future_
                        f"{(last.error or '')[len(_REFUSED):].strip()} Each tick that engine claims is recorded "
                        "Skipped until the driver is installed or the configuration fixed.", True,
             run=_run_facts(last), message=last.error)
-    # 6. the verdict when nothing stands in the way
-    if due and not any(r.blocking for r in out):
-        bound = min((e.heartbeat_seconds for e in live if e.heartbeat_seconds), default=None)
-        add("due", f"The tick {_t(f.next_run_at)} is due (for {_span(now - f.next_run_at)}) and will be claimed at the "  # type: ignore[operator]
-                   "next poll" + (f", within {bound:g} s" if bound else "") + ".", False,
-            tick=f.next_run_at, poll_bound_seconds=bound)
 
 
 def _status(f: WhyFacts, add: Callable[..., None]) -> bool:
