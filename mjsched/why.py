@@ -410,61 +410,16 @@ def _tick_record(f: WhyFacts, add: Callable[..., None]) -> str:
     run = f.tick_run
     assert run is not None and f.tick is not None
     err = run.error or ""
-    facts = _run_facts(run)
     if run.status == "Running":
-        add("running", f"The tick {_t(f.tick)} is running now: {run.describe()} started at {_t(run.started_at)} on "
-                       f"engine {run.engine}; its lease runs until {_t(run.lease)}.", False, run=facts)
-        runner = next((e for e in f.engines if e.instance == run.engine), None)
-        if runner is None or not runner.live:
-            state = runner.state if runner is not None else "unknown to the registry"
-            lease = run.lease or f.expected_completion_at
-            add("locked_by_gone_engine", f"Engine {run.engine}, which runs it, is {state}: the run is probably lost. "
-                                         f"Its lease runs until {_t(lease)}"
-                                         + (f" (in {_span(lease - f.db_now)})" if lease and lease > f.db_now else "")
-                                         + ", then the next claim takes the job over and ends that run Abandoned "
-                                           "(`mjsched jobs unlock` frees it now).", True,
-                engine=run.engine, engine_state=state, lease_until=lease, run=facts)
+        _running_tick(f, run, add)
         return "done"
-    if run.status == "Queued" and run.attempt > 1:
-        waiting = run.retry_at is not None and run.retry_at > f.db_now
-        add("retry_pending", f"Attempt {run.attempt} of the tick {_t(f.tick)} (a retry after attempt "
-                             f"{run.attempt - 1} ended Failed or Timeout) is due at {_t(run.retry_at)}"
-                             + (f", in {_span(run.retry_at - f.db_now)}." if waiting else
-                                "; it is due now."), waiting, run=facts)
-        return "pending"
     if run.status == "Queued":
-        holder = f.holder_run
-        held = f" behind {holder.describe()}, running on engine {holder.engine} since {_t(holder.started_at)}" \
-            if holder is not None else ""
-        add("queued", f"The tick {_t(f.tick)} was kept as a Queued run ({run.id}, queued at {_t(run.queued_at)}): "
-                      f"concurrency_mode Queue runs it when the run before it ends{held}.", True, run=facts,
-            holder=_run_facts(holder) if holder else None)
+        _queued_tick(f, run, add)
         return "pending"
     if run.status == "Skipped":
-        if run.missed is not None or err.startswith(_MISSED_SKIP):
-            add("skipped_missed", f"The tick {_t(f.tick)} was recorded Skipped at {_t(run.completed_at)} by engine "
-                                  f"{run.engine}: missed-run policy Skip, {run.missed if run.missed is not None else 'some'}"
-                                  f" later tick(s) had already come when it was claimed (no engine had run it in "
-                                  f"time), so the job moved on to its next future tick. {err}".rstrip(), True,
-                run=facts, missed=run.missed, policy=f.missed_run_policy)
-        elif err.startswith(_SET_ASIDE):
-            add("set_aside", f"The tick {_t(f.tick)} was not run: engine {run.engine} {err[:-1] if err.endswith('.') else err}"
-                             f" (recorded Skipped at {_t(run.completed_at)}).", True, run=facts, message=err)
-        elif err.startswith(_REFUSED):
-            add("refused", f"The tick {_t(f.tick)} was recorded Skipped at {_t(run.completed_at)} by engine "
-                           f"{run.engine}, which could not run it: {err[len(_REFUSED):].strip()}", True,
-                run=facts, message=err)
-        elif err.startswith(_RETRY_DROPPED):
-            add("retry_dropped", f"Attempt {run.attempt} of the tick {_t(f.tick)} was recorded Skipped at "
-                                 f"{_t(run.completed_at)}: {err}", True, run=facts, message=err)
-        elif err.startswith(_NOT_STARTED):
-            add("not_started", f"The tick {_t(f.tick)} was claimed by engine {run.engine} at {_t(run.started_at)} "
-                               f"but its run never started (recorded Skipped: {err}); the tick counts as served.",
-                True, run=facts, message=err)
-        else:
-            add("ran", f"The tick {_t(f.tick)} has {run.describe()}, recorded Skipped at {_t(run.completed_at)} by "
-                       f"engine {run.engine}: {err or 'no reason recorded'}.", True, run=facts)
+        _skipped_tick(f, run, err, add)
         return "done"
+    facts = _run_facts(run)
     if run.status == "Failed" and err.startswith(_SET_ASIDE):
         add("set_aside", f"The tick {_t(f.tick)} was not run: engine {run.engine} {err} (recorded Failed at "
                          f"{_t(run.completed_at)}).", True, run=facts, message=err)
@@ -482,6 +437,69 @@ def _tick_record(f: WhyFacts, add: Callable[..., None]) -> str:
         add("retry_pending", f"Attempt {retry.attempt} of this tick is due at {_t(retry.retry_at)}.",
             False, run=_run_facts(retry))
     return "done"
+
+
+def _running_tick(f: WhyFacts, run: RunFact, add: Callable[..., None]) -> None:
+    """A tick whose run is Running, and whether the engine running it is still alive."""
+    facts = _run_facts(run)
+    add("running", f"The tick {_t(f.tick)} is running now: {run.describe()} started at {_t(run.started_at)} on "
+                   f"engine {run.engine}; its lease runs until {_t(run.lease)}.", False, run=facts)
+    runner = next((e for e in f.engines if e.instance == run.engine), None)
+    if runner is None or not runner.live:
+        state = runner.state if runner is not None else "unknown to the registry"
+        lease = run.lease or f.expected_completion_at
+        add("locked_by_gone_engine", f"Engine {run.engine}, which runs it, is {state}: the run is probably lost. "
+                                     f"Its lease runs until {_t(lease)}"
+                                     + (f" (in {_span(lease - f.db_now)})" if lease and lease > f.db_now else "")
+                                     + ", then the next claim takes the job over and ends that run Abandoned "
+                                       "(`mjsched jobs unlock` frees it now).", True,
+            engine=run.engine, engine_state=state, lease_until=lease, run=facts)
+
+
+def _queued_tick(f: WhyFacts, run: RunFact, add: Callable[..., None]) -> None:
+    """A tick whose run is Queued: a retry waiting for its time, or a Queue-mode tick behind a run."""
+    facts = _run_facts(run)
+    if run.attempt > 1:
+        waiting = run.retry_at is not None and run.retry_at > f.db_now
+        add("retry_pending", f"Attempt {run.attempt} of the tick {_t(f.tick)} (a retry after attempt "
+                             f"{run.attempt - 1} ended Failed or Timeout) is due at {_t(run.retry_at)}"
+                             + (f", in {_span(run.retry_at - f.db_now)}." if waiting else  # type: ignore[operator]
+                                "; it is due now."), waiting, run=facts)
+        return
+    holder = f.holder_run
+    held = f" behind {holder.describe()}, running on engine {holder.engine} since {_t(holder.started_at)}" \
+        if holder is not None else ""
+    add("queued", f"The tick {_t(f.tick)} was kept as a Queued run ({run.id}, queued at {_t(run.queued_at)}): "
+                  f"concurrency_mode Queue runs it when the run before it ends{held}.", True, run=facts,
+        holder=_run_facts(holder) if holder else None)
+
+
+def _skipped_tick(f: WhyFacts, run: RunFact, err: str, add: Callable[..., None]) -> None:
+    """A tick recorded Skipped, by what its message says skipped it."""
+    facts = _run_facts(run)
+    if run.missed is not None or err.startswith(_MISSED_SKIP):
+        add("skipped_missed", f"The tick {_t(f.tick)} was recorded Skipped at {_t(run.completed_at)} by engine "
+                              f"{run.engine}: missed-run policy Skip, {run.missed if run.missed is not None else 'some'}"
+                              f" later tick(s) had already come when it was claimed (no engine had run it in "
+                              f"time), so the job moved on to its next future tick. {err}".rstrip(), True,
+            run=facts, missed=run.missed, policy=f.missed_run_policy)
+    elif err.startswith(_SET_ASIDE):
+        add("set_aside", f"The tick {_t(f.tick)} was not run: engine {run.engine} {err[:-1] if err.endswith('.') else err}"
+                         f" (recorded Skipped at {_t(run.completed_at)}).", True, run=facts, message=err)
+    elif err.startswith(_REFUSED):
+        add("refused", f"The tick {_t(f.tick)} was recorded Skipped at {_t(run.completed_at)} by engine "
+                       f"{run.engine}, which could not run it: {err[len(_REFUSED):].strip()}", True,
+            run=facts, message=err)
+    elif err.startswith(_RETRY_DROPPED):
+        add("retry_dropped", f"Attempt {run.attempt} of the tick {_t(f.tick)} was recorded Skipped at "
+                             f"{_t(run.completed_at)}: {err}", True, run=facts, message=err)
+    elif err.startswith(_NOT_STARTED):
+        add("not_started", f"The tick {_t(f.tick)} was claimed by engine {run.engine} at {_t(run.started_at)} "
+                           f"but its run never started (recorded Skipped: {err}); the tick counts as served.",
+            True, run=facts, message=err)
+    else:
+        add("ran", f"The tick {_t(f.tick)} has {run.describe()}, recorded Skipped at {_t(run.completed_at)} by "
+                   f"engine {run.engine}: {err or 'no reason recorded'}.", True, run=facts)
 
 
 def _passed_over(f: WhyFacts, add: Callable[..., None]) -> None:
