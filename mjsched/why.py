@@ -503,65 +503,87 @@ def _skipped_tick(f: WhyFacts, run: RunFact, err: str, add: Callable[..., None])
 
 
 def _passed_over(f: WhyFacts, add: Callable[..., None]) -> None:
-    """A past tick no run holds, that is not the job's next run: what passed it over."""
-    tick = f.tick
-    assert tick is not None
-    if f.created_at is not None and tick < f.created_at:
-        add("before_created", f"The tick {_t(tick)} is older than the job, created at {_t(f.created_at)}.", True,
-            created_at=f.created_at)
-        return
-    if f.start_at is not None and tick < f.start_at:
-        add("before_window", f"The tick {_t(tick)} is before the job's start_at ({_t(f.start_at)}): no tick before "
-                             "its window opens runs.", True, start_at=f.start_at)
-        return
-    if f.end_at is not None and tick >= f.end_at:
-        add("after_window", f"The tick {_t(tick)} is at or after the job's end_at ({_t(f.end_at)}): its window had "
-                            "closed.", True, end_at=f.end_at)
-        return
-    prior = f.prior_run
-    if prior is not None and prior.started_at is not None and prior.started_at <= tick \
-            and (prior.completed_at is None or prior.completed_at > tick) and prior.status != "Queued" \
-            and f.concurrency_mode != "Concurrent":
-        during = (f"{prior.describe()}, started at {_t(prior.started_at)} on engine {prior.engine}, "
-                  + (f"ended {prior.status} at {_t(prior.completed_at)}" if prior.completed_at else "still running"))
-        if f.concurrency_mode == "Queue":
-            add("queue_full", f"The tick {_t(tick)} came while {during}; concurrency_mode Queue keeps such ticks as "
-                              f"Queued runs, at most max_queued_runs ({f.max_queued_runs}) and only while a tick's "
-                              "run runs: this one was not kept.", True, run=_run_facts(prior),
-                max_queued_runs=f.max_queued_runs)
-        else:
-            add("skipped_overlap", f"The tick {_t(tick)} came while {during}: concurrency_mode Skip drops a tick "
-                                   "that comes during a run (the next run is the first tick after it ends).", True,
-                run=_run_facts(prior))
-        return
-    after = f.after_run
-    if after is not None and after.scheduled_for is not None and after.scheduled_for < tick:
-        if after.status == "Skipped" and (after.missed is not None or (after.error or "").startswith(_MISSED_SKIP)):
-            add("skipped_missed", f"The tick {_t(tick)} was missed: the claim at {_t(after.started_at)} by engine "
-                                  f"{after.engine} found the tick {_t(after.scheduled_for)} and "
-                                  f"{after.missed if after.missed is not None else 'more'} later tick(s), this one "
-                                  f"among them, already come; missed-run policy Skip recorded {after.describe()} "
-                                  "Skipped and moved on to the next future tick.", True, run=_run_facts(after),
-                missed=after.missed, policy="Skip")
-        else:
-            add("coalesced", f"The tick {_t(tick)} was missed: no engine claimed the job until "
-                             f"{_t(after.started_at)}, when engine {after.engine} ran the overdue tick "
-                             f"{_t(after.scheduled_for)} once ({after.describe()}, {after.status}) for all the ticks "
-                             f"missed since (missed-run policy {f.missed_run_policy}).", True,
-                run=_run_facts(after), policy=f.missed_run_policy)
-        return
-    if f.oldest_run_kept is not None and tick < f.oldest_run_kept and f.run_count > 0:
-        add("history_purged", f"No run of the tick {_t(tick)} is kept: the job's oldest run kept started at "
-                              f"{_t(f.oldest_run_kept)} (older runs were purged by the run-history retention), so "
-                              "whether it ran is no longer recorded.", True, oldest_run_kept=f.oldest_run_kept)
-        return
+    """A past tick no run holds, that is not the job's next run: what passed it over (the first
+    explanation that fits, in this order)."""
+    assert f.tick is not None
+    for explain in (_outside_the_job, _during_a_run, _missed_until_a_claim, _history_purged):
+        if explain(f, f.tick, add):
+            return
     moved_to = f.after_run.scheduled_for if f.after_run is not None and f.after_run.scheduled_for else f.next_run_at
-    add("rescheduled", f"No run holds the tick {_t(tick)}, and the job's schedule moved past it"
+    add("rescheduled", f"No run holds the tick {_t(f.tick)}, and the job's schedule moved past it"
                        + (f" (to {_t(moved_to)})" if moved_to else "")
                        + ": its next run was recomputed after the tick came (an edit of its schedule, status or "
                          "start_at, or a resume, sets the next run from that moment; the ticks in between are not "
                          f"run). The job's row was last written at {_t(f.updated_at)}.", True,
         next_run_at=f.next_run_at, moved_to=moved_to, updated_at=f.updated_at)
+
+
+def _outside_the_job(f: WhyFacts, tick: datetime, add: Callable[..., None]) -> bool:
+    """The tick is older than the job, or outside its start/end window."""
+    if f.created_at is not None and tick < f.created_at:
+        add("before_created", f"The tick {_t(tick)} is older than the job, created at {_t(f.created_at)}.", True,
+            created_at=f.created_at)
+    elif f.start_at is not None and tick < f.start_at:
+        add("before_window", f"The tick {_t(tick)} is before the job's start_at ({_t(f.start_at)}): no tick before "
+                             "its window opens runs.", True, start_at=f.start_at)
+    elif f.end_at is not None and tick >= f.end_at:
+        add("after_window", f"The tick {_t(tick)} is at or after the job's end_at ({_t(f.end_at)}): its window had "
+                            "closed.", True, end_at=f.end_at)
+    else:
+        return False
+    return True
+
+
+def _during_a_run(f: WhyFacts, tick: datetime, add: Callable[..., None]) -> bool:
+    """The tick came while a run of the job ran, and its concurrency mode dropped it."""
+    prior = f.prior_run
+    if prior is None or prior.started_at is None or prior.started_at > tick \
+            or (prior.completed_at is not None and prior.completed_at <= tick) or prior.status == "Queued" \
+            or f.concurrency_mode == "Concurrent":
+        return False
+    during = (f"{prior.describe()}, started at {_t(prior.started_at)} on engine {prior.engine}, "
+              + (f"ended {prior.status} at {_t(prior.completed_at)}" if prior.completed_at else "still running"))
+    if f.concurrency_mode == "Queue":
+        add("queue_full", f"The tick {_t(tick)} came while {during}; concurrency_mode Queue keeps such ticks as "
+                          f"Queued runs, at most max_queued_runs ({f.max_queued_runs}) and only while a tick's "
+                          "run runs: this one was not kept.", True, run=_run_facts(prior),
+            max_queued_runs=f.max_queued_runs)
+    else:
+        add("skipped_overlap", f"The tick {_t(tick)} came while {during}: concurrency_mode Skip drops a tick "
+                               "that comes during a run (the next run is the first tick after it ends).", True,
+            run=_run_facts(prior))
+    return True
+
+
+def _missed_until_a_claim(f: WhyFacts, tick: datetime, add: Callable[..., None]) -> bool:
+    """No engine claimed the job until after the tick: the claim skipped it or ran the overdue ticks once."""
+    after = f.after_run
+    if after is None or after.scheduled_for is None or after.scheduled_for >= tick:
+        return False
+    if after.status == "Skipped" and (after.missed is not None or (after.error or "").startswith(_MISSED_SKIP)):
+        add("skipped_missed", f"The tick {_t(tick)} was missed: the claim at {_t(after.started_at)} by engine "
+                              f"{after.engine} found the tick {_t(after.scheduled_for)} and "
+                              f"{after.missed if after.missed is not None else 'more'} later tick(s), this one "
+                              f"among them, already come; missed-run policy Skip recorded {after.describe()} "
+                              "Skipped and moved on to the next future tick.", True, run=_run_facts(after),
+            missed=after.missed, policy="Skip")
+    else:
+        add("coalesced", f"The tick {_t(tick)} was missed: no engine claimed the job until "
+                         f"{_t(after.started_at)}, when engine {after.engine} ran the overdue tick "
+                         f"{_t(after.scheduled_for)} once ({after.describe()}, {after.status}) for all the ticks "
+                         f"missed since (missed-run policy {f.missed_run_policy}).", True,
+            run=_run_facts(after), policy=f.missed_run_policy)
+    return True
+
+
+def _history_purged(f: WhyFacts, tick: datetime, add: Callable[..., None]) -> bool:
+    """The runs of that time were purged by the run-history retention."""
+    if f.oldest_run_kept is None or tick >= f.oldest_run_kept or f.run_count <= 0:
+        return False
+    add("history_purged", f"No run of the tick {_t(tick)} is kept: the job's oldest run kept started at "
+                          f"{_t(f.oldest_run_kept)} (older runs were purged by the run-history retention), so "
+                          "whether it ran is no longer recorded.", True, oldest_run_kept=f.oldest_run_kept)
+    return True
 
 
 def _job_state(f: WhyFacts, add: Callable[..., None], out: list[Reason], future_tick: bool,
