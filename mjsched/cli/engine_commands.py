@@ -54,13 +54,24 @@ def cmd_execute(ctx: Context) -> int:
     return EXIT_OK if run.status.value == "Completed" else EXIT_FAILED
 
 
-def cmd_status(ctx: Context) -> int:
-    engine = ctx.engine()
+@dataclasses.dataclass
+class _Status:
+    """What `mjsched status` reports, read once: the engines, the counts and the lists behind them."""
+    engines: list[dict[str, Any]]
+    counts: dict[str, Any]
+    orphaned: dict[str, int]          # Running runs of engines that are not live, by engine
+    aside: list[Any]                  # jobs set aside (a schedule no engine can compute)
+    waiting: list[Any]                # due jobs a tag's limit holds back (010_tags.sql)
+    open_alerts: list[Any]
+
+
+def _read_status(ctx: Context) -> _Status:
     from ..liveness import LIVE, engine_state, silent_seconds
 
-    summary = dict(engine.backend.status_summary())
-    engines = summary.pop("engines", [])
-    by_instance = summary.pop("running_by_instance", {}) or {}
+    engine = ctx.engine()
+    counts = dict(engine.backend.status_summary())
+    engines = counts.pop("engines", [])
+    by_instance = counts.pop("running_by_instance", {}) or {}
     for e in engines:
         e["silent_seconds"] = silent_seconds(e)
         e["state"] = engine_state(e, lease_seconds=ctx.settings["lease_timeout"])
@@ -68,49 +79,28 @@ def cmd_status(ctx: Context) -> int:
     live = {e["instance"] for e in engines if e["state"] == LIVE}
     # Running runs whose engine is not live: left to lapse (the sweep makes them Abandoned).
     orphaned = {instance: runs for instance, runs in by_instance.items() if instance not in live}
-    summary["orphaned_running"] = sum(orphaned.values())
-    aside = set_aside_jobs(engine.backend, limit=SET_ASIDE_SHOWN)
-    summary["set_aside"] = len(aside)
-    waiting = engine.waiting_for_tag()      # due jobs a tag's limit holds back (010_tags.sql)
-    summary["waiting_for_tag"] = len({w.job_id for w in waiting})
-    open_alerts = engine.open_alerts(limit=ALERTS_SHOWN)
-    summary["alerts_open"] = len(open_alerts)
+    status = _Status(engines, counts, orphaned, set_aside_jobs(engine.backend, limit=SET_ASIDE_SHOWN),
+                     engine.waiting_for_tag(), engine.open_alerts(limit=ALERTS_SHOWN))
+    counts["orphaned_running"] = sum(orphaned.values())
+    counts["set_aside"] = len(status.aside)
+    counts["waiting_for_tag"] = len({w.job_id for w in status.waiting})
+    counts["alerts_open"] = len(status.open_alerts)
+    return status
+
+
+def cmd_status(ctx: Context) -> int:
+    status = _read_status(ctx)
     if ctx.json:
-        ctx.emit_json({"database": ctx.describe_database(), "engines": engines, "counts": summary,
-                       "orphaned_running_by_instance": orphaned,
-                       "set_aside_jobs": [dataclasses.asdict(job) for job in aside],
-                       "waiting_for_tag": [dataclasses.asdict(w) for w in waiting],
-                       "open_alerts": [dataclasses.asdict(a) for a in open_alerts]})
+        ctx.emit_json({"database": ctx.describe_database(), "engines": status.engines, "counts": status.counts,
+                       "orphaned_running_by_instance": status.orphaned,
+                       "set_aside_jobs": [dataclasses.asdict(job) for job in status.aside],
+                       "waiting_for_tag": [dataclasses.asdict(w) for w in status.waiting],
+                       "open_alerts": [dataclasses.asdict(a) for a in status.open_alerts]})
         return EXIT_OK
     ctx.emit(f"database: {ctx.describe_database()}")
     ctx.emit("")
-    if engines:
-        ctx.emit(f"engines ({sum(e['state'] == LIVE for e in engines)} live of {len(engines)} registered)")
-        ctx.emit(table(["INSTANCE", "HOST", "PID", "VERSION", "STARTED (UTC)", "LAST SEEN", "STATE", "RUNNING", "CAP"],
-                       [[e["instance"], e["host"], e["pid"], e["version"], ts(e["started_at"]),
-                         ago(e["silent_seconds"]), e["state"], e.get("running", "-"),
-                         e.get("max_concurrent_jobs") or "-"] for e in engines]))
-    else:
-        ctx.emit("engines: none running (start one with `mjsched run`)")
-    if orphaned:
-        ctx.emit("")
-        ctx.emit(f"orphaned: {summary['orphaned_running']} Running run(s) of engines that are not live "
-                 f"({', '.join(f'{i} ({n})' for i, n in sorted(orphaned.items(), key=lambda kv: str(kv[0])))}); "
-                 "they end Abandoned when their lease lapses, or now with `mjsched jobs unlock JOB`")
-    if aside:
-        ctx.emit("")
-        more = f" (the first {SET_ASIDE_SHOWN})" if len(aside) >= SET_ASIDE_SHOWN else ""
-        ctx.emit(f"set aside: {len(aside)} job(s){more} will not run until their definition is fixed "
-                 "(a schedule no engine can compute; `mjsched jobs edit JOB --cron ...`)")
-        ctx.emit(table(["JOB", "SCHEDULE", "TIMEZONE", "REASON"],
-                       [[clip(j.name, 60), clip(j.schedule, 40), j.timezone, clip(j.reason, 100)] for j in aside]))
-    if open_alerts:
-        ctx.emit("")
-        more = f" (the newest {ALERTS_SHOWN})" if len(open_alerts) >= ALERTS_SHOWN else ""
-        ctx.emit(f"open alerts: {len(open_alerts)}{more} (docs/guide/operations.md, \"Deadline alerts\")")
-        ctx.emit(table(["JOB", "ALERT", "SINCE (UTC)", "OPENED (UTC)", "WHAT"],
-                       [[clip(a.job_name, 40), a.rule, ts(a.since), ts(a.opened_at),
-                         clip(a.describe() + ("; job PAUSED" if a.paused else ""), 100)] for a in open_alerts]))
+    _emit_engines(ctx, status.engines)
+    _emit_problems(ctx, status)
     ctx.emit("")
     labels = [("active_jobs", "active jobs"), ("due", "due now"), ("running", "running"), ("queued", "queued"),
               ("failing", "failing (last run not Completed)"), ("abandoned_24h", "abandoned (24 h)"),
@@ -119,9 +109,46 @@ def cmd_status(ctx: Context) -> int:
               ("waiting_for_tag", "waiting for a tag's slot (tags list)"), ("alerts_open", "open alerts")]
     width = max(len(label) for _, label in labels)
     for key, label in labels:
-        if key in summary:
-            ctx.emit(f"{label.ljust(width)}  {summary[key]}")
+        if key in status.counts:
+            ctx.emit(f"{label.ljust(width)}  {status.counts[key]}")
     return EXIT_OK
+
+
+def _emit_engines(ctx: Context, engines: list[dict[str, Any]]) -> None:
+    from ..liveness import LIVE
+
+    if not engines:
+        ctx.emit("engines: none running (start one with `mjsched run`)")
+        return
+    ctx.emit(f"engines ({sum(e['state'] == LIVE for e in engines)} live of {len(engines)} registered)")
+    ctx.emit(table(["INSTANCE", "HOST", "PID", "VERSION", "STARTED (UTC)", "LAST SEEN", "STATE", "RUNNING", "CAP"],
+                   [[e["instance"], e["host"], e["pid"], e["version"], ts(e["started_at"]),
+                     ago(e["silent_seconds"]), e["state"], e.get("running", "-"),
+                     e.get("max_concurrent_jobs") or "-"] for e in engines]))
+
+
+def _emit_problems(ctx: Context, status: _Status) -> None:
+    """Orphaned runs, jobs set aside and open alerts: each a paragraph when there is any."""
+    if status.orphaned:
+        ctx.emit("")
+        ctx.emit(f"orphaned: {status.counts['orphaned_running']} Running run(s) of engines that are not live "
+                 f"({', '.join(f'{i} ({n})' for i, n in sorted(status.orphaned.items(), key=lambda kv: str(kv[0])))}); "
+                 "they end Abandoned when their lease lapses, or now with `mjsched jobs unlock JOB`")
+    if status.aside:
+        ctx.emit("")
+        more = f" (the first {SET_ASIDE_SHOWN})" if len(status.aside) >= SET_ASIDE_SHOWN else ""
+        ctx.emit(f"set aside: {len(status.aside)} job(s){more} will not run until their definition is fixed "
+                 "(a schedule no engine can compute; `mjsched jobs edit JOB --cron ...`)")
+        ctx.emit(table(["JOB", "SCHEDULE", "TIMEZONE", "REASON"],
+                       [[clip(j.name, 60), clip(j.schedule, 40), j.timezone, clip(j.reason, 100)]
+                        for j in status.aside]))
+    if status.open_alerts:
+        ctx.emit("")
+        more = f" (the newest {ALERTS_SHOWN})" if len(status.open_alerts) >= ALERTS_SHOWN else ""
+        ctx.emit(f"open alerts: {len(status.open_alerts)}{more} (docs/guide/operations.md, \"Deadline alerts\")")
+        ctx.emit(table(["JOB", "ALERT", "SINCE (UTC)", "OPENED (UTC)", "WHAT"],
+                       [[clip(a.job_name, 40), a.rule, ts(a.since), ts(a.opened_at),
+                         clip(a.describe() + ("; job PAUSED" if a.paused else ""), 100)] for a in status.open_alerts]))
 
 
 def cmd_config(ctx: Context) -> int:
