@@ -132,30 +132,9 @@ class SqlJob(BaseScheduledJob):
             return JobResult(False, _scrub(f"could not connect: {type(exc).__name__}: {exc}".strip(), dsn), None)
 
         done = threading.Event()
-
-        def cancel_on_request() -> None:
-            while not done.is_set():
-                if context.cancel_event.wait(0.1):
-                    if not done.is_set():
-                        try:
-                            conn.cancel()
-                        except Exception:  # the statement may just have finished
-                            pass
-                    return
-
-        watcher = threading.Thread(target=cancel_on_request, name="mjsched-sql-cancel", daemon=True)
-        watcher.start()
+        watcher = _cancel_on_request(conn, context.cancel_event, done)
         try:
-            with conn:  # commits on success, rolls back on error
-                with conn.cursor() as cur:
-                    cur.execute(statement, parameters)
-                    details: dict[str, Any] = {"rowcount": cur.rowcount}
-                    if cur.description is not None:
-                        details["columns"] = [col.name for col in cur.description]
-                        details["rows"] = _json_safe([list(row) for row in cur.fetchmany(MAX_ROWS)])
-                    if _fences(cur, fence, context):
-                        details["fencing_token"] = _check_fence(cur, context)
-            return JobResult(True, None, details)
+            return JobResult(True, None, _run_statement(conn, statement, parameters, fence, context))
         except Exception as exc:
             message = f"{type(exc).__name__}: {str(exc).strip()}"
             if context.cancel_event.is_set():
@@ -165,6 +144,40 @@ class SqlJob(BaseScheduledJob):
             done.set()
             conn.close()
             watcher.join(1.0)
+
+
+def _cancel_on_request(conn: Any, cancel_event: threading.Event, done: threading.Event) -> threading.Thread:
+    """A thread that cancels the running statement on the server when the run is cancelled
+    (``conn.cancel()``: the statement ends with an error, the transaction rolls back)."""
+    def watch() -> None:
+        while not done.is_set():
+            if cancel_event.wait(0.1):
+                if not done.is_set():
+                    try:
+                        conn.cancel()
+                    except Exception:  # the statement may just have finished
+                        pass
+                return
+
+    watcher = threading.Thread(target=watch, name="mjsched-sql-cancel", daemon=True)
+    watcher.start()
+    return watcher
+
+
+def _run_statement(conn: Any, statement: str, parameters: Any, fence: bool | None,
+                   context: ExecutionContext) -> dict[str, Any]:
+    """The job's statement in one transaction (committed on success, rolled back on error),
+    fenced when asked; the details its run records."""
+    with conn:
+        with conn.cursor() as cur:
+            cur.execute(statement, parameters)
+            details: dict[str, Any] = {"rowcount": cur.rowcount}
+            if cur.description is not None:
+                details["columns"] = [col.name for col in cur.description]
+                details["rows"] = _json_safe([list(row) for row in cur.fetchmany(MAX_ROWS)])
+            if _fences(cur, fence, context):
+                details["fencing_token"] = _check_fence(cur, context)
+    return details
 
 
 def _with_run_parameters(parameters: dict[str, Any], statement: str, context: ExecutionContext) -> dict[str, Any]:
