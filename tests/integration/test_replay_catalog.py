@@ -172,8 +172,8 @@ def tsql_bodies() -> dict[str, str]:
     """Each routine created in sql/mssql/*.sql: its batch, comments removed."""
     bodies: dict[str, str] = {}
     create = re.compile(r"CREATE\s+(?:OR\s+ALTER\s+)?(?:PROCEDURE|FUNCTION)\s+mjsched\.(\w+)", re.IGNORECASE)
-    for path in sorted((ROOT / "sql" / "mssql").glob("[0-9][0-9][0-9]_*.sql")):
-        for batch in re.split(r"(?im)^[ \t]*GO[ \t]*$", path.read_text(encoding="utf-8")):
+    for script in sqlparity.versioned_scripts(ROOT / "sql" / "mssql"):
+        for batch in re.split(r"(?im)^[ \t]*GO[ \t]*$", script.text):
             text = re.sub(r"--[^\n]*", "", batch)
             found = create.search(text)
             if found:
