@@ -426,8 +426,8 @@ def test_every_versioned_script_opens_with_the_session_options_batch(script: sql
                           "SET NUMERIC_ROUNDABORT OFF"]
 
 
-@pytest.mark.parametrize("routine, rechecks, reread", [("claim_queued", 1, "READCOMMITTEDLOCK"),
-                                                       ("claim_ticks", 1, "READUNCOMMITTED")])
+@pytest.mark.parametrize("routine, rechecks, reread", [("claim_queued", 0, "READCOMMITTEDLOCK"),
+                                                       ("claim_ticks", 0, "READUNCOMMITTED")])
 def test_the_claims_queued_run_checks_skip_locked_runs(routine: str, rechecks: int, reread: str) -> None:
     """Under locking read committed the checks that choose the candidates would wait on (or
     deadlock with) other engines' runs; skipping is safe, as every writer of a job's Queued
@@ -444,7 +444,15 @@ def test_the_claims_queued_run_checks_skip_locked_runs(routine: str, rechecks: i
     assert {"READCOMMITTEDLOCK", "READPAST"} <= _hints(checks[0], "mjsched.scheduled_job_run"), checks[0]
     later = [c for s in statements[statements.index(choosing[0]) + 1:] for c in _exists_subqueries(s)
              if "mjsched.scheduled_job_run" in c and "N'Queued'" in c]
-    assert len(later) == rechecks
+    assert len(later) == rechecks       # the re-checks under the job locks are take_jobs's (one takeover)
+    later = [c for s in _statements(_routine("take_jobs")) for c in _exists_subqueries(s)
+             if "mjsched.scheduled_job_run" in c and "N'Queued'" in c]
+    assert len(later) == 2
+    for check in later:
+        hints = _hints(check, "mjsched.scheduled_job_run")
+        assert hints & {"READCOMMITTEDLOCK", "READUNCOMMITTED"} and "READPAST" not in hints, check
+    later = [c for c in later if reread in _hints(c, "mjsched.scheduled_job_run")]
+    assert len(later) == 1
     for check in later:
         hints = _hints(check, "mjsched.scheduled_job_run")
         assert reread in hints and "READPAST" not in hints, check
@@ -498,7 +506,7 @@ def _touches_runs(statement: str) -> bool:
     return bool(re.search(r"(?i)\bINSERT INTO mjsched\.scheduled_job_run\b", statement)
                 or (update and re.search(rf"(?i)\bmjsched\.scheduled_job_run AS {update.group(1)}\b", statement))
                 or any("UPDLOCK" in h.upper() for h in _RUN_HINTS.findall(statement))
-                or re.search(r"(?i)\bEXEC (?:@\w+ = )?mjsched\.(?:abandon_runs|take_over)\b", statement))
+                or re.search(r"(?i)\bEXEC (?:@\w+ = )?mjsched\.(?:abandon_runs|take_over|take_jobs)\b", statement))
 
 
 @pytest.mark.parametrize("routine", [
@@ -539,7 +547,7 @@ def test_no_readpast_on_a_run_row_a_procedure_locks_or_must_see() -> None:
     not lock is dropped whole, before any takeover, so its lock is never freed over it."""
     # claim_queued: two candidate checks (the due Queued runs, and a Skip-mode job's attempt-1
     # runs while its own tick is due) and the lapsed runs it takes over
-    allowed = {"claim_queued": 3, "claim_ticks": 2, "next_due_at": 2, "sweep_expired_leases": 2,
+    allowed = {"claim_queued": 2, "claim_ticks": 1, "take_jobs": 1, "next_due_at": 2, "sweep_expired_leases": 2,
                "start_manual_run": 1}
     for batch in split_batches(PROCEDURES):
         head = re.search(r"(?i)CREATE\s+OR\s+ALTER\s+(?:PROCEDURE|FUNCTION)\s+mjsched\.(\w+)", batch)
@@ -547,8 +555,7 @@ def test_no_readpast_on_a_run_row_a_procedure_locks_or_must_see() -> None:
             continue
         skipping = [h for h in _RUN_HINTS.findall(_code(batch)) if "READPAST" in h.upper()]
         assert len(skipping) == allowed.get(head.group(1), 0), (head.group(1), skipping)
-    for name, table, takeover in (("claim_queued", "@v_candidates", "take_over"),
-                                  ("claim_ticks", "@v_candidates", "take_over"),
+    for name, table, takeover in (("take_jobs", "@v_candidates", "take_over"),
                                   ("sweep_expired_leases", "@v_lapsed", "abandon_runs")):
         code = " ".join(_code(_routine(name)).split())
         locked = code.index("INSERT INTO @v_run_locks (id) SELECT r.id")
@@ -573,8 +580,10 @@ def test_every_takeover_goes_through_abandon_runs() -> None:
         if head and re.search(r"(?i)\bstatus\s*=\s*N'Abandoned'", _code(batch)):
             writers.append(head.group(1))
     assert writers == ["abandon_runs"]
-    for name in ("claim_queued", "claim_ticks", "acquire_job_lock", "start_manual_run"):
+    for name in ("take_jobs", "acquire_job_lock", "start_manual_run"):
         assert re.search(r"(?i)\bEXEC (?:@\w+ = )?mjsched\.take_over\b", _routine(name)), name
+    for name in ("claim_queued", "claim_ticks"):         # the claims' one takeover
+        assert re.search(r"(?i)\bEXEC mjsched\.take_jobs\b", _routine(name)), name
     for name in ("take_over", "sweep_expired_leases", "release_engine_locks", "force_unlock_job"):
         assert re.search(r"(?i)\bEXEC (?:@\w+ = )?mjsched\.abandon_runs\b", _routine(name)), name
 

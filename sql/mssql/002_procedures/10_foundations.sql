@@ -135,6 +135,22 @@ BEGIN
 END;
 GO
 
+-- lease_until: when a lease taken at @p_now ends. The one computation of the lease every lock
+-- is taken with (take_jobs, acquire_job_lock, start_manual_run); renewal only lengthens it
+-- (renew_tokens). DATEADD takes an int: whole seconds, then the milliseconds.
+CREATE OR ALTER FUNCTION mjsched.lease_until(@p_now datetimeoffset, @p_lease_seconds float,
+                                             @p_max_runtime_seconds float)
+RETURNS datetimeoffset
+WITH SCHEMABINDING
+AS
+BEGIN
+    DECLARE @v_seconds float = mjsched.lease_interval(@p_lease_seconds, @p_max_runtime_seconds);
+    DECLARE @v_until datetimeoffset = DATEADD(millisecond, CAST((@v_seconds - FLOOR(@v_seconds)) * 1000 AS int),
+                                              DATEADD(second, CAST(FLOOR(@v_seconds) AS int), @p_now));
+    RETURN @v_until;
+END;
+GO
+
 CREATE OR ALTER PROCEDURE mjsched.check_lease
     @p_lease_seconds float
 AS

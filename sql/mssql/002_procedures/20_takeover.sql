@@ -81,6 +81,95 @@ BEGIN
 END;
 GO
 
+-- take_jobs: a claim's takeover, written once (claim_queued, claim_ticks). The claim holds
+-- the rows of @p_ids, its candidates (locked with READPAST), and @p_old are their lapsed
+-- tokens (JSON arrays of {"id": ...} objects). A lapsed run another session holds (an
+-- operator's open transaction) is not waited for: the runs of the lapsed tokens are locked
+-- here with READPAST (their job rows are ours, so only an outsider can hold them), and a
+-- candidate with a run that could not be locked is dropped, left as it is for a later claim.
+-- Which runs exist is read without honouring locks (a held run would block a plain read).
+-- claim_ticks (@p_from_queue = 0) also checks "no Queued tick" again, now that the job rows
+-- are ours: the candidates' runs may have been read before their job rows were locked (the
+-- plan decides), and a lapsed holder's enqueue_job_run may have committed a Queued tick in
+-- between. Such a job is dropped, left for claim_queued, which serves the queue first. Only
+-- a job with a lapsed lock can have gained one (an enqueue needs a run holding the lock); a
+-- later enqueue waits for our row lock. claim_queued (@p_from_queue = 1) takes only a job
+-- that still holds a Queued run. The old holders' Running runs end Abandoned (take_over),
+-- then each job's lock is taken: a new token (claim_token), one lease (lease_until), and
+-- the next fencing token. The ids of the jobs taken go to #mjsched_taken when the caller
+-- created one, else they are the result set.
+CREATE OR ALTER PROCEDURE mjsched.take_jobs
+    @p_ids nvarchar(max),
+    @p_old nvarchar(max),
+    @p_instance nvarchar(255),
+    @p_lease_seconds float,
+    @p_now datetimeoffset,
+    @p_claim_id uniqueidentifier,
+    @p_from_queue bit
+AS
+BEGIN
+    SET NOCOUNT ON;
+    SET XACT_ABORT ON;
+    DECLARE @v_old nvarchar(max);
+    DECLARE @v_candidates TABLE (id uniqueidentifier NOT NULL PRIMARY KEY, lock_token uniqueidentifier NULL);
+    DECLARE @v_run_locks TABLE (id uniqueidentifier NOT NULL PRIMARY KEY);
+    DECLARE @v_taken TABLE (job_id uniqueidentifier NOT NULL PRIMARY KEY);
+    IF @@TRANCOUNT = 0
+    BEGIN
+        THROW 50022, N'take_jobs runs inside the transaction that holds the candidates'' job rows', 1;
+    END;
+    -- the candidates' tokens, read under the row locks the claim holds
+    INSERT INTO @v_candidates (id, lock_token)
+    SELECT j.id, j.lock_token
+      FROM (SELECT DISTINCT e.id FROM OPENJSON(@p_ids) WITH (id uniqueidentifier '$.id') AS e) AS c
+      JOIN mjsched.scheduled_job AS j WITH (READCOMMITTEDLOCK) ON j.id = c.id;
+    IF @p_old IS NOT NULL
+    BEGIN
+        INSERT INTO @v_run_locks (id)
+        SELECT r.id
+          FROM @v_candidates AS c
+          JOIN mjsched.scheduled_job_run AS r WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+            ON r.lock_token = c.lock_token
+         WHERE r.status = N'Running';
+        DELETE c
+          FROM @v_candidates AS c
+         WHERE EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS h WITH (READUNCOMMITTED)
+                        WHERE h.lock_token = c.lock_token AND h.status = N'Running'
+                          AND NOT EXISTS (SELECT 1 FROM @v_run_locks AS k WHERE k.id = h.id))
+            OR (@p_from_queue = 0 AND c.lock_token IS NOT NULL
+                AND EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS q WITH (READUNCOMMITTED)
+                             WHERE q.scheduled_job_id = c.id AND q.status = N'Queued' AND q.attempt = 1));
+        SET @v_old = (SELECT c.lock_token AS id FROM @v_candidates AS c WHERE c.lock_token IS NOT NULL
+                         FOR JSON PATH);
+        IF @v_old IS NOT NULL
+        BEGIN
+            EXEC mjsched.take_over @p_old_tokens = @v_old, @p_now = @p_now;
+        END;
+    END;
+    UPDATE j
+       SET lock_token = COALESCE(t.claim_token, NEWID()),
+           locked_at = @p_now,
+           locked_by_instance = @p_instance,
+           expected_completion_at = mjsched.lease_until(@p_now, @p_lease_seconds, j.max_runtime_seconds),
+           updated_at = SYSDATETIMEOFFSET(),  -- set here: the row trigger passes it over (001_schema.sql)
+           fence_seq = CASE WHEN j.fence_seq < 9223372036854775807 THEN j.fence_seq + 1
+                            ELSE j.fence_seq END   -- saturates: a row set to the maximum never fails a claim
+    OUTPUT inserted.id INTO @v_taken
+      FROM mjsched.scheduled_job AS j WITH (ROWLOCK)
+      JOIN @v_candidates AS c ON c.id = j.id
+     CROSS APPLY mjsched.claim_token(@p_claim_id, j.id) AS t
+     WHERE @p_from_queue = 0
+        OR EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS q WITH (READCOMMITTEDLOCK)
+                    WHERE q.scheduled_job_id = j.id AND q.status = N'Queued');
+    IF OBJECT_ID(N'tempdb..#mjsched_taken') IS NOT NULL
+    BEGIN
+        INSERT INTO #mjsched_taken (job_id) SELECT t.job_id FROM @v_taken AS t;
+        RETURN;
+    END;
+    SELECT t.job_id FROM @v_taken AS t;
+END;
+GO
+
 -- expire_ended_jobs: Active jobs past end_at become Expired (a filtered-index seek, so
 -- every claim can afford it); their pending retries end Skipped (the window closed). Rows
 -- other callers hold are skipped. Returns how many (the return code).

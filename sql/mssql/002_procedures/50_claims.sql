@@ -38,7 +38,6 @@ BEGIN
     DECLARE @v_old nvarchar(max);
     DECLARE @v_candidates TABLE (id uniqueidentifier NOT NULL PRIMARY KEY, lock_token uniqueidentifier NULL,
                                  due datetimeoffset NULL);
-    DECLARE @v_run_locks TABLE (id uniqueidentifier NOT NULL PRIMARY KEY);
     -- tags at their limit (010_tags.sql), when a tag has one: their jobs are left out
     DECLARE @v_limited bit = 0;
     DECLARE @v_full TABLE (tag nvarchar(64) NOT NULL PRIMARY KEY);
@@ -95,45 +94,19 @@ BEGIN
                                       FROM #mjsched_admitted AS a CROSS APPLY OPENJSON(a.ids) AS e);
                 DROP TABLE #mjsched_admitted;
             END;
-            -- A lapsed run another session holds (an operator's open transaction) is not
-            -- waited for: the runs of the lapsed tokens are locked here with READPAST (their job
-            -- rows are ours, so only an outsider can hold them), and a candidate with a run that
-            -- could not be locked is dropped, left as it is for a later claim. Which runs exist
-            -- is read without honouring locks (a held run would block a plain read).
-            INSERT INTO @v_run_locks (id)
-            SELECT r.id
-              FROM @v_candidates AS c
-              JOIN mjsched.scheduled_job_run AS r WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
-                ON r.lock_token = c.lock_token
-             WHERE r.status = N'Running';
-            DELETE c
-              FROM @v_candidates AS c
-             WHERE EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS h WITH (READUNCOMMITTED)
-                            WHERE h.lock_token = c.lock_token AND h.status = N'Running'
-                              AND NOT EXISTS (SELECT 1 FROM @v_run_locks AS k WHERE k.id = h.id));
+            -- the takeover (take_jobs): lapsed runs locked or the job left, old runs Abandoned, locks taken
+            SET @v_json = (SELECT c.id FROM @v_candidates AS c FOR JSON PATH);
             SET @v_old = (SELECT c.lock_token AS id FROM @v_candidates AS c WHERE c.lock_token IS NOT NULL
                              FOR JSON PATH);
-            IF @v_old IS NOT NULL
-            BEGIN
-                EXEC mjsched.take_over @p_old_tokens = @v_old, @p_now = @p_now;
-            END;
-            UPDATE j
-               SET lock_token = COALESCE(t.claim_token, NEWID()),
-                   locked_at = @p_now,
-                   locked_by_instance = @p_instance,
-                   expected_completion_at = DATEADD(millisecond, CAST((x.lease_s - FLOOR(x.lease_s)) * 1000 AS int),
-                                                    DATEADD(second, CAST(FLOOR(x.lease_s) AS int), @p_now)),
-                   updated_at = SYSDATETIMEOFFSET(),  -- set here: the row trigger passes it over (001_schema.sql)
-                   fence_seq = CASE WHEN j.fence_seq < 9223372036854775807 THEN j.fence_seq + 1
-                                    ELSE j.fence_seq END   -- saturates: a row set to the maximum never fails a claim
-            OUTPUT inserted.id, inserted.lock_token, inserted.expected_completion_at, inserted.last_run_at,
-                   inserted.fence_seq, inserted.version INTO @v_taken
-              FROM mjsched.scheduled_job AS j WITH (ROWLOCK)
-              JOIN @v_candidates AS c ON c.id = j.id
-             CROSS APPLY mjsched.claim_token(@p_claim_id, j.id) AS t
-             CROSS APPLY (SELECT mjsched.lease_interval(@p_lease_seconds, j.max_runtime_seconds) AS lease_s) AS x
-             WHERE EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS q WITH (READCOMMITTEDLOCK)
-                            WHERE q.scheduled_job_id = j.id AND q.status = N'Queued');
+            CREATE TABLE #mjsched_taken (job_id uniqueidentifier NOT NULL PRIMARY KEY);
+            EXEC mjsched.take_jobs @p_ids = @v_json, @p_old = @v_old, @p_instance = @p_instance,
+                 @p_lease_seconds = @p_lease_seconds, @p_now = @p_now, @p_claim_id = @p_claim_id,
+                 @p_from_queue = 1;
+            INSERT INTO @v_taken (job_id, lock_token, lease_until, last_run_at, fence_seq, version)
+            SELECT j.id, j.lock_token, j.expected_completion_at, j.last_run_at, j.fence_seq, j.version
+              FROM #mjsched_taken AS k
+              JOIN mjsched.scheduled_job AS j WITH (READCOMMITTEDLOCK) ON j.id = k.job_id;
+            DROP TABLE #mjsched_taken;
             UPDATE r
                SET status = N'Running',
                    started_at = CASE WHEN t.last_run_at > @p_now THEN t.last_run_at ELSE @p_now END,   -- "Recorded spans"
@@ -202,7 +175,6 @@ BEGIN
     DECLARE @v_old nvarchar(max);
     DECLARE @v_candidates TABLE (id uniqueidentifier NOT NULL PRIMARY KEY, lock_token uniqueidentifier NULL,
                                  due datetimeoffset NULL);
-    DECLARE @v_run_locks TABLE (id uniqueidentifier NOT NULL PRIMARY KEY);
     -- tags at their limit (010_tags.sql), when a tag has one: their jobs are left out
     DECLARE @v_limited bit = 0;
     DECLARE @v_full TABLE (tag nvarchar(64) NOT NULL PRIMARY KEY);
@@ -265,53 +237,19 @@ BEGIN
                                       FROM #mjsched_admitted AS a CROSS APPLY OPENJSON(a.ids) AS e);
                 DROP TABLE #mjsched_admitted;
             END;
-            -- A lapsed run another session holds (an operator's open transaction) is not
-            -- waited for: the runs of the lapsed tokens are locked here with READPAST (their job
-            -- rows are ours, so only an outsider can hold them), and a candidate with a run that
-            -- could not be locked is dropped, left as it is for a later claim. Which runs exist
-            -- is read without honouring locks (a held run would block a plain read).
-            -- "No Queued tick", again, now that the job rows are ours: the candidates' runs may
-            -- have been read before their job rows were locked (the plan decides), and a lapsed
-            -- holder's enqueue_job_run may have committed a Queued tick in between. Such a job
-            -- is dropped, left for claim_queued, which serves the queue first. Only a job with a
-            -- lapsed lock can have gained one (an enqueue needs a run holding the lock); a later
-            -- enqueue waits for our row lock.
-            INSERT INTO @v_run_locks (id)
-            SELECT r.id
-              FROM @v_candidates AS c
-              JOIN mjsched.scheduled_job_run AS r WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
-                ON r.lock_token = c.lock_token
-             WHERE r.status = N'Running';
-            DELETE c
-              FROM @v_candidates AS c
-             WHERE EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS h WITH (READUNCOMMITTED)
-                            WHERE h.lock_token = c.lock_token AND h.status = N'Running'
-                              AND NOT EXISTS (SELECT 1 FROM @v_run_locks AS k WHERE k.id = h.id))
-                OR (c.lock_token IS NOT NULL
-                    AND EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS q WITH (READUNCOMMITTED)
-                                 WHERE q.scheduled_job_id = c.id AND q.status = N'Queued' AND q.attempt = 1));
+            -- the takeover (take_jobs): lapsed runs locked or the job left, old runs Abandoned, locks taken
+            SET @v_json = (SELECT c.id FROM @v_candidates AS c FOR JSON PATH);
             SET @v_old = (SELECT c.lock_token AS id FROM @v_candidates AS c WHERE c.lock_token IS NOT NULL
                              FOR JSON PATH);
-            IF @v_old IS NOT NULL
-            BEGIN
-                EXEC mjsched.take_over @p_old_tokens = @v_old, @p_now = @p_now;
-            END;
-            UPDATE j
-               SET lock_token = COALESCE(t.claim_token, NEWID()),
-                   locked_at = @p_now,
-                   locked_by_instance = @p_instance,
-                   expected_completion_at = DATEADD(millisecond, CAST((x.lease_s - FLOOR(x.lease_s)) * 1000 AS int),
-                                                    DATEADD(second, CAST(FLOOR(x.lease_s) AS int), @p_now)),
-                   updated_at = SYSDATETIMEOFFSET(),  -- set here: the row trigger passes it over (001_schema.sql)
-                   fence_seq = CASE WHEN j.fence_seq < 9223372036854775807 THEN j.fence_seq + 1
-                                    ELSE j.fence_seq END   -- saturates: a row set to the maximum never fails a claim
-            OUTPUT inserted.id, inserted.lock_token, inserted.next_run_at, inserted.expected_completion_at,
-                   inserted.last_run_at, inserted.fence_seq, inserted.version
-              INTO @v_taken
-              FROM mjsched.scheduled_job AS j WITH (ROWLOCK)
-              JOIN @v_candidates AS c ON c.id = j.id
-             CROSS APPLY mjsched.claim_token(@p_claim_id, j.id) AS t
-             CROSS APPLY (SELECT mjsched.lease_interval(@p_lease_seconds, j.max_runtime_seconds) AS lease_s) AS x;
+            CREATE TABLE #mjsched_taken (job_id uniqueidentifier NOT NULL PRIMARY KEY);
+            EXEC mjsched.take_jobs @p_ids = @v_json, @p_old = @v_old, @p_instance = @p_instance,
+                 @p_lease_seconds = @p_lease_seconds, @p_now = @p_now, @p_claim_id = @p_claim_id,
+                 @p_from_queue = 0;
+            INSERT INTO @v_taken (job_id, lock_token, next_run_at, lease_until, last_run_at, fence_seq, version)
+            SELECT j.id, j.lock_token, j.next_run_at, j.expected_completion_at, j.last_run_at, j.fence_seq, j.version
+              FROM #mjsched_taken AS k
+              JOIN mjsched.scheduled_job AS j WITH (READCOMMITTEDLOCK) ON j.id = k.job_id;
+            DROP TABLE #mjsched_taken;
             UPDATE q
                SET status = N'Skipped', success = 0, completed_at = @p_now, duration_ms = 0,
                    error_message = CONCAT(N'retry not run: the next tick (', CONVERT(nvarchar(40), t.next_run_at, 127),

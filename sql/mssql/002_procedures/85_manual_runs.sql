@@ -110,14 +110,12 @@ BEGIN
                SET lock_token = @v_token,
                    locked_at = @v_now,
                    locked_by_instance = @p_instance,
-                   expected_completion_at = DATEADD(millisecond, CAST((x.lease_s - FLOOR(x.lease_s)) * 1000 AS int),
-                                                    DATEADD(second, CAST(FLOOR(x.lease_s) AS int), @v_now)),
+                   expected_completion_at = mjsched.lease_until(@v_now, @p_lease_seconds, j.max_runtime_seconds),
                    fence_seq = CASE WHEN j.fence_seq < 9223372036854775807 THEN j.fence_seq + 1
                                     ELSE j.fence_seq END   -- saturates: a row set to the maximum never fails a claim
             OUTPUT inserted.expected_completion_at, inserted.last_run_at, inserted.fence_seq, inserted.version
               INTO @v_taken
               FROM mjsched.scheduled_job AS j WITH (ROWLOCK)
-             CROSS APPLY (SELECT mjsched.lease_interval(@p_lease_seconds, j.max_runtime_seconds) AS lease_s) AS x
              WHERE j.id = @p_job_id;
             INSERT INTO mjsched.scheduled_job_run
                    (scheduled_job_id, scheduled_for, status, started_at, executed_by_instance,

@@ -33,7 +33,8 @@ RETURN
                    (N'complete_items'), (N'take_over'), (N'expire_ended_jobs'), (N'claim_replay'), (N'claim_queued'), (N'claim_ticks'),
                    (N'next_due_at'), (N'claim_counters'), (N'purge_candidates'), (N'note_engine_seen'),
                    (N'json_nesting_exceeds'), (N'tag_problem'), (N'check_tag'),
-                   (N'resume_paused_jobs'), (N'tags_at_limit'), (N'admit_by_tag_limits'), (N'alerts_of_call')) AS r (internal_routines);
+                   (N'resume_paused_jobs'), (N'tags_at_limit'), (N'admit_by_tag_limits'), (N'alerts_of_call'),
+                   (N'take_jobs'), (N'lease_until')) AS r (internal_routines);
 GO
 
 -- probe_permissions: which mjsched routines the current user may execute, the internal
@@ -60,13 +61,13 @@ BEGIN
                    (N'complete_job_runs'), (N'complete_runs'), (N'delete_job'), (N'engines_holding_locks'), (N'enqueue_job_run'), (N'ensure_job_type'),
                    (N'evaluate_alerts'), (N'expire_ended_jobs'), (N'extend_job_leases'), (N'force_unlock_job'),
                    (N'initialize_next_run'), (N'initialize_next_runs'), (N'insert_job'), (N'internal_routines'),
-                   (N'json_nesting_exceeds'), (N'lease_interval'), (N'next_due_at'), (N'note_engine_seen'), (N'note_frequency_warned'),
+                   (N'json_nesting_exceeds'), (N'lease_interval'), (N'lease_until'), (N'next_due_at'), (N'note_engine_seen'), (N'note_frequency_warned'),
                    (N'pause_jobs'), (N'probe_permissions'),
                    (N'purge_candidates'), (N'purge_job_changes'), (N'purge_runs'), (N'register_engine'),
                    (N'release_engine_locks'), (N'release_job_lock'), (N'renew_leases'), (N'renew_tokens'),
                    (N'resume_jobs'), (N'resume_paused_jobs'), (N'set_job_alerts'), (N'set_tag_limit'),
                    (N'start_manual_run'), (N'sweep_expired_leases'), (N'tag_problem'), (N'tags_at_limit'),
-                   (N'take_over'), (N'test_pause'),
+                   (N'take_jobs'), (N'take_over'), (N'test_pause'),
                    (N'unregister_engine'), (N'update_job')) AS r (name)
      WHERE NOT EXISTS (SELECT 1 FROM mjsched.internal_routines() AS i WHERE i.internal_routines = r.name)
      ORDER BY r.name;

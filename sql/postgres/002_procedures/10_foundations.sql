@@ -64,6 +64,15 @@ RETURNS interval LANGUAGE sql IMMUTABLE AS $$
     -- capped at one year: a max_runtime no interval can hold (1e13, NaN) never fails a claim
     SELECT make_interval(secs => least(greatest(p_lease_seconds, coalesce(p_max_runtime_seconds, 0)), 31536000))
 $$;
+
+-- lease_until: when a lease taken at p_now ends. The one computation of the lease every lock is
+-- taken with (take_jobs, acquire_job_lock, start_manual_run); renewal only lengthens it
+-- (renew_tokens). Plain SQL, inlined by the planner.
+CREATE OR REPLACE FUNCTION mjsched.lease_until(p_now timestamptz, p_lease_seconds double precision,
+                                               p_max_runtime_seconds double precision)
+RETURNS timestamptz LANGUAGE sql STABLE AS $$
+    SELECT p_now + mjsched.lease_interval(p_lease_seconds, p_max_runtime_seconds)
+$$;
 CREATE OR REPLACE FUNCTION mjsched.check_lease(p_lease_seconds double precision) RETURNS void
 LANGUAGE plpgsql IMMUTABLE AS $$
 #variable_conflict use_column

@@ -48,6 +48,64 @@ LANGUAGE sql AS $$
                          'Abandoned: the lease expired and another holder took the lock over') END
 $$;
 
+-- take_jobs: a claim's takeover, written once (claim_queued, claim_ticks). The claim holds
+-- the rows of p_ids, its candidates (locked SKIP LOCKED); p_old are their lapsed tokens. A
+-- lapsed run another session holds (an operator's open transaction) is not waited for: the
+-- runs of the lapsed tokens are locked here, SKIP LOCKED (only an outsider can hold them:
+-- their job rows are ours), and a job with a run that could not be locked is left as it is
+-- for a later claim. claim_ticks (p_from_queue false) also checks "no Queued tick" again, now
+-- that the job rows are ours: the candidates were read in a snapshot taken before their rows
+-- were locked, and a lapsed holder's enqueue_job_run may have committed a Queued tick in
+-- between (it only locked the row: no new row version, so nothing was re-checked). Such a
+-- job is left for claim_queued, which serves the queue first. Only a job with a lapsed lock
+-- can have gained one (an enqueue needs a run holding the lock), hence only here; a later
+-- enqueue waits for our row lock. claim_queued (p_from_queue true) takes only a job that
+-- still holds a Queued run. The old holders' Running runs end Abandoned (take_over), then
+-- each job's lock is taken: a new token (claim_token), one lease (lease_until), and the
+-- next fencing token. Returns the ids of the jobs taken.
+CREATE OR REPLACE FUNCTION mjsched.take_jobs(
+    p_ids uuid[], p_old uuid[], p_instance varchar, p_lease_seconds double precision, p_now timestamptz,
+    p_claim_id uuid, p_from_queue boolean)
+RETURNS TABLE (job_id uuid)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_locked uuid[];
+BEGIN
+    IF cardinality(p_old) > 0 THEN
+        v_locked := ARRAY(SELECT r.id FROM mjsched.scheduled_job_run r
+                           WHERE r.lock_token = ANY (p_old) AND r.status = 'Running'
+                             FOR NO KEY UPDATE SKIP LOCKED);
+        SELECT coalesce(array_agg(j.id), '{}'), coalesce(array_agg(j.lock_token) FILTER (WHERE j.lock_token IS NOT NULL), '{}')
+          INTO p_ids, p_old
+          FROM mjsched.scheduled_job j
+         WHERE j.id = ANY (p_ids)
+           AND NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run h
+                            WHERE h.scheduled_job_id = j.id AND h.lock_token = j.lock_token
+                              AND h.status = 'Running' AND NOT (h.id = ANY (v_locked)))
+           AND (p_from_queue OR NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run q
+                                             WHERE q.scheduled_job_id = j.id AND q.status = 'Queued'
+                                               AND q.attempt = 1));
+        IF cardinality(p_ids) = 0 THEN
+            RETURN;
+        END IF;
+    END IF;
+    PERFORM mjsched.take_over(p_old, p_now);
+    RETURN QUERY
+    UPDATE mjsched.scheduled_job j
+       SET lock_token = mjsched.claim_token(p_claim_id, j.id),
+           locked_at = p_now, locked_by_instance = p_instance,
+           expected_completion_at = mjsched.lease_until(p_now, p_lease_seconds, j.max_runtime_seconds),
+           updated_at = now(),    -- set here, the row trigger passes it over (001_schema.sql)
+           fence_seq = CASE WHEN j.fence_seq < 9223372036854775807 THEN j.fence_seq + 1
+                            ELSE j.fence_seq END   -- saturates: a row set to the maximum never fails a claim
+     WHERE j.id = ANY (p_ids)
+       AND (NOT p_from_queue OR EXISTS (SELECT 1 FROM mjsched.scheduled_job_run q
+                                         WHERE q.scheduled_job_id = j.id AND q.status = 'Queued'))
+    RETURNING j.id;
+END;
+$$;
+
 -- expire_ended_jobs: Active jobs past end_at become Expired (a partial-index scan, so
 -- every claim can afford it); their pending retries end Skipped (the window closed).
 CREATE OR REPLACE FUNCTION mjsched.expire_ended_jobs(p_now timestamptz) RETURNS integer

@@ -208,7 +208,6 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_ids uuid[];
     v_old uuid[];
-    v_locked uuid[];
     v_full varchar[];    -- tags at their limit (010_tags.sql): NULL when no tag has a limit
 BEGIN
     IF EXISTS (SELECT 1 FROM mjsched.tag_limit) THEN
@@ -246,40 +245,14 @@ BEGIN
             RETURN;
         END IF;
     END IF;
-    -- A lapsed run another session holds (an operator's open transaction) is not waited
-    -- for: the runs of the lapsed tokens are locked here, SKIP LOCKED (only an outsider can
-    -- hold them: their job rows are ours), and a job with a run that could not be locked is
-    -- left as it is for a later claim.
-    IF cardinality(v_old) > 0 THEN
-        v_locked := ARRAY(SELECT r.id FROM mjsched.scheduled_job_run r
-                           WHERE r.lock_token = ANY (v_old) AND r.status = 'Running'
-                             FOR NO KEY UPDATE SKIP LOCKED);
-        SELECT coalesce(array_agg(j.id), '{}'), coalesce(array_agg(j.lock_token) FILTER (WHERE j.lock_token IS NOT NULL), '{}')
-          INTO v_ids, v_old
-          FROM mjsched.scheduled_job j
-         WHERE j.id = ANY (v_ids)
-           AND NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run h
-                            WHERE h.scheduled_job_id = j.id AND h.lock_token = j.lock_token
-                              AND h.status = 'Running' AND NOT (h.id = ANY (v_locked)));
-        IF cardinality(v_ids) = 0 THEN
-            RETURN;
-        END IF;
-    END IF;
-    PERFORM mjsched.take_over(v_old, p_now);
+    v_ids := ARRAY(SELECT t.job_id
+                     FROM mjsched.take_jobs(v_ids, v_old, p_instance, p_lease_seconds, p_now, p_claim_id, true) t);
     RETURN QUERY
     WITH taken AS (
-        UPDATE mjsched.scheduled_job j
-           SET lock_token = mjsched.claim_token(p_claim_id, j.id),
-               locked_at = p_now, locked_by_instance = p_instance,
-               expected_completion_at = p_now + mjsched.lease_interval(p_lease_seconds, j.max_runtime_seconds),
-               updated_at = now(),    -- set here, the row trigger passes it over (001_schema.sql)
-               fence_seq = CASE WHEN j.fence_seq < 9223372036854775807 THEN j.fence_seq + 1
-                                ELSE j.fence_seq END   -- saturates: a row set to the maximum never fails a claim
-         WHERE j.id = ANY (v_ids)
-           AND EXISTS (SELECT 1 FROM mjsched.scheduled_job_run q
-                        WHERE q.scheduled_job_id = j.id AND q.status = 'Queued')
-     RETURNING j.id, j.lock_token, j.expected_completion_at AS lease_until, j.concurrency_mode, j.next_run_at,
+        SELECT j.id, j.lock_token, j.expected_completion_at AS lease_until, j.concurrency_mode, j.next_run_at,
                j.last_run_at, j.fence_seq, j.version
+          FROM mjsched.scheduled_job j
+         WHERE j.id = ANY (v_ids)
     ), picked AS (
         SELECT DISTINCT ON (q.scheduled_job_id) q.id, t.lock_token, t.lease_until, t.last_run_at, t.fence_seq,
                t.version
@@ -318,7 +291,6 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_ids uuid[];
     v_old uuid[];
-    v_locked uuid[];
     v_backlog boolean;
     v_full varchar[];    -- tags at their limit (010_tags.sql): NULL when no tag has a limit
 BEGIN
@@ -375,46 +347,14 @@ BEGIN
             RETURN;
         END IF;
     END IF;
-    -- A lapsed run another session holds (an operator's open transaction) is not waited
-    -- for: the runs of the lapsed tokens are locked here, SKIP LOCKED (only an outsider can
-    -- hold them: their job rows are ours), and a job with a run that could not be locked is
-    -- left as it is for a later claim.
-    -- "No Queued tick", again, now that the job rows are ours: the candidates were read in a
-    -- snapshot taken before their rows were locked, and a lapsed holder's enqueue_job_run may
-    -- have committed a Queued tick in between (it only locked the row: no new row version, so
-    -- nothing was re-checked). Such a job is left for claim_queued, which serves the queue
-    -- first. Only a job with a lapsed lock can have gained one (an enqueue needs a run holding
-    -- the lock), hence only here; a later enqueue waits for our row lock.
-    IF cardinality(v_old) > 0 THEN
-        v_locked := ARRAY(SELECT r.id FROM mjsched.scheduled_job_run r
-                           WHERE r.lock_token = ANY (v_old) AND r.status = 'Running'
-                             FOR NO KEY UPDATE SKIP LOCKED);
-        SELECT coalesce(array_agg(j.id), '{}'), coalesce(array_agg(j.lock_token) FILTER (WHERE j.lock_token IS NOT NULL), '{}')
-          INTO v_ids, v_old
-          FROM mjsched.scheduled_job j
-         WHERE j.id = ANY (v_ids)
-           AND NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run h
-                            WHERE h.scheduled_job_id = j.id AND h.lock_token = j.lock_token
-                              AND h.status = 'Running' AND NOT (h.id = ANY (v_locked)))
-           AND NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run q
-                            WHERE q.scheduled_job_id = j.id AND q.status = 'Queued' AND q.attempt = 1);
-        IF cardinality(v_ids) = 0 THEN
-            RETURN;
-        END IF;
-    END IF;
-    PERFORM mjsched.take_over(v_old, p_now);
+    v_ids := ARRAY(SELECT t.job_id
+                     FROM mjsched.take_jobs(v_ids, v_old, p_instance, p_lease_seconds, p_now, p_claim_id, false) t);
     RETURN QUERY
     WITH taken AS (
-        UPDATE mjsched.scheduled_job j
-           SET lock_token = mjsched.claim_token(p_claim_id, j.id),
-               locked_at = p_now, locked_by_instance = p_instance,
-               expected_completion_at = p_now + mjsched.lease_interval(p_lease_seconds, j.max_runtime_seconds),
-               updated_at = now(),    -- set here, the row trigger passes it over (001_schema.sql)
-               fence_seq = CASE WHEN j.fence_seq < 9223372036854775807 THEN j.fence_seq + 1
-                                ELSE j.fence_seq END   -- saturates: a row set to the maximum never fails a claim
-         WHERE j.id = ANY (v_ids)
-     RETURNING j.id, j.lock_token, j.next_run_at, j.expected_completion_at AS lease_until, j.concurrency_mode,
+        SELECT j.id, j.lock_token, j.next_run_at, j.expected_completion_at AS lease_until, j.concurrency_mode,
                j.last_run_at, j.fence_seq, j.version
+          FROM mjsched.scheduled_job j
+         WHERE j.id = ANY (v_ids)
     ), superseded AS (
         UPDATE mjsched.scheduled_job_run q
            SET status = 'Skipped', success = false, completed_at = p_now, duration_ms = 0,

@@ -77,7 +77,7 @@ BEGIN
     END IF;
     UPDATE mjsched.scheduled_job j
        SET lock_token = v_token, locked_at = v_now, locked_by_instance = p_instance,
-           expected_completion_at = v_now + mjsched.lease_interval(p_lease_seconds, j.max_runtime_seconds),
+           expected_completion_at = mjsched.lease_until(v_now, p_lease_seconds, j.max_runtime_seconds),
            fence_seq = CASE WHEN j.fence_seq < 9223372036854775807 THEN j.fence_seq + 1
                             ELSE j.fence_seq END   -- saturates: a row set to the maximum never fails a claim
      WHERE j.id = p_job_id;
