@@ -40,6 +40,7 @@ INTERNAL: dict[str, str] = {
     "take_over": "abandon_runs for the tokens a claim, manual start or acquire takes over",
     "take_jobs": "the takeover of claim_queued and claim_ticks: locks the lapsed runs, abandons them, takes the locks",
     "lease_until": "STABLE: when a lease taken now ends (take_jobs, acquire_job_lock, start_manual_run)",
+    "due": "IMMUTABLE predicate of the claims: claimable and its next run has come",
     "renew_tokens": "the body of renew_leases and extend_job_leases",
     "complete_items": "the body of complete_runs, complete_job_runs and complete_job_run",
     "runs_of_tokens": "read-only helper of the renewals",

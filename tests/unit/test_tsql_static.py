@@ -709,7 +709,7 @@ def test_inline_functions_are_probed_and_granted_with_select() -> None:
     SELECT on the one an engine may read (internal_routines), and grants.sql grants it there,
     or start-up would report it missing. The others are internal: neither probed nor granted."""
     inline = _inline_functions()
-    assert inline == {"claimable", "claim_token", "claim_replay", "claim_counters", "internal_routines",
+    assert inline == {"claimable", "due", "claim_token", "claim_replay", "claim_counters", "internal_routines",
                       "purge_candidates", "tags_at_limit", "alerts_of_call"}
     probe = " ".join(_routine("probe_permissions").split())
     selected = re.search(r"(?i)CASE WHEN r\.name = N'(\w+)' THEN N'SELECT' ELSE N'EXECUTE' END", probe)

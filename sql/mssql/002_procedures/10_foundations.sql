@@ -235,6 +235,22 @@ RETURN
        AND (@p_lock_token IS NULL OR @p_lease_until < @p_now);
 GO
 
+-- due: the one definition of a job whose tick a claim may take now: claimable, and its next
+-- run has come. One row (due = 1) when it is, none otherwise, for CROSS APPLY; inline like
+-- claimable, so the optimizer expands it into the claim's statement and seeks the due index
+-- (status, next_run_at).
+CREATE OR ALTER FUNCTION mjsched.due(
+    @p_status nvarchar(20), @p_next_run_at datetimeoffset, @p_start_at datetimeoffset,
+    @p_end_at datetimeoffset, @p_lock_token uniqueidentifier, @p_lease_until datetimeoffset,
+    @p_now datetimeoffset)
+RETURNS TABLE
+AS
+RETURN
+    SELECT 1 AS due
+      FROM mjsched.claimable(@p_status, @p_start_at, @p_end_at, @p_lock_token, @p_lease_until, @p_now) AS c
+     WHERE @p_next_run_at <= @p_now;
+GO
+
 -- claim_token: the lock token of a named claim, derived from (claim id, job id) so that a
 -- replay can find it; NULL when the claim is not named, and the caller then takes
 -- NEWID() (PostgreSQL returns the random token itself; a T-SQL function may not call

@@ -198,9 +198,8 @@ BEGIN
         SELECT @v_backlog = CASE WHEN COUNT(*) > @p_max_jobs THEN 1 ELSE 0 END
           FROM (SELECT TOP (@p_max_jobs + 1) d.id
                   FROM mjsched.scheduled_job AS d WITH (READCOMMITTEDLOCK, READPAST)
-                 CROSS APPLY mjsched.claimable(d.status, d.start_at, d.end_at, d.lock_token,
-                                               d.expected_completion_at, @p_now) AS c
-                 WHERE d.status = N'Active' AND d.next_run_at <= @p_now
+                 CROSS APPLY mjsched.due(d.status, d.next_run_at, d.start_at, d.end_at, d.lock_token,
+                                         d.expected_completion_at, @p_now) AS c
                  ORDER BY d.next_run_at) AS b;     -- the due index's head
         IF EXISTS (SELECT 1 FROM mjsched.tag_limit AS l WITH (READCOMMITTEDLOCK, READPAST))
         BEGIN
@@ -211,10 +210,9 @@ BEGIN
         SELECT TOP (@p_max_jobs) j.id, j.lock_token,     -- due: the claim's order (admit_by_tag_limits keeps it)
                CASE WHEN @v_backlog = 1 THEN j.claim_at ELSE j.next_run_at END
           FROM mjsched.scheduled_job AS j WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
-         CROSS APPLY mjsched.claimable(j.status, j.start_at, j.end_at, j.lock_token,
-                                       j.expected_completion_at, @p_now) AS c
-         WHERE j.status = N'Active' AND j.next_run_at <= @p_now
-           AND (@v_backlog = 0 OR j.claim_at <= DATEADD(minute, 100, @p_now))
+         CROSS APPLY mjsched.due(j.status, j.next_run_at, j.start_at, j.end_at, j.lock_token,
+                                 j.expected_completion_at, @p_now) AS c
+         WHERE (@v_backlog = 0 OR j.claim_at <= DATEADD(minute, 100, @p_now))
            AND NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run AS q WITH (READCOMMITTEDLOCK, READPAST)
                             WHERE q.scheduled_job_id = j.id AND q.status = N'Queued' AND q.attempt = 1)
            AND (@v_limited = 0
@@ -358,9 +356,9 @@ RETURN
     SELECT (SELECT COUNT(*) FROM (
                 SELECT TOP (1000) j.id
                   FROM mjsched.scheduled_job AS j WITH (READCOMMITTEDLOCK, READPAST)
-                 CROSS APPLY mjsched.claimable(j.status, j.start_at, j.end_at, j.lock_token,
-                                               j.expected_completion_at, @p_now) AS c
-                 WHERE @p_batch_full = 1 AND j.status = N'Active' AND j.next_run_at <= @p_now
+                 CROSS APPLY mjsched.due(j.status, j.next_run_at, j.start_at, j.end_at, j.lock_token,
+                                         j.expected_completion_at, @p_now) AS c
+                 WHERE @p_batch_full = 1
                  ORDER BY j.next_run_at) AS d) AS due_left,     -- the due index's head, not a scan past served jobs
            (SELECT COUNT(*) FROM (
                 SELECT TOP (1000) j.id

@@ -34,7 +34,7 @@ RETURN
                    (N'next_due_at'), (N'claim_counters'), (N'purge_candidates'), (N'note_engine_seen'),
                    (N'json_nesting_exceeds'), (N'tag_problem'), (N'check_tag'),
                    (N'resume_paused_jobs'), (N'tags_at_limit'), (N'admit_by_tag_limits'), (N'alerts_of_call'),
-                   (N'take_jobs'), (N'lease_until')) AS r (internal_routines);
+                   (N'take_jobs'), (N'lease_until'), (N'due')) AS r (internal_routines);
 GO
 
 -- probe_permissions: which mjsched routines the current user may execute, the internal
@@ -58,7 +58,7 @@ BEGIN
                    (N'cancel_requests'), (N'cancel_run'), (N'check_fence'), (N'check_job_fields'), (N'check_lease'), (N'check_tag'), (N'check_test_clock'), (N'claim_counters'),
                    (N'claim_due_jobs'), (N'claim_queued'), (N'claim_replay'), (N'claim_ticks'),
                    (N'claim_token'), (N'claimable'), (N'complete_items'), (N'complete_job_run'),
-                   (N'complete_job_runs'), (N'complete_runs'), (N'delete_job'), (N'engines_holding_locks'), (N'enqueue_job_run'), (N'ensure_job_type'),
+                   (N'complete_job_runs'), (N'complete_runs'), (N'delete_job'), (N'due'), (N'engines_holding_locks'), (N'enqueue_job_run'), (N'ensure_job_type'),
                    (N'evaluate_alerts'), (N'expire_ended_jobs'), (N'extend_job_leases'), (N'force_unlock_job'),
                    (N'initialize_next_run'), (N'initialize_next_runs'), (N'insert_job'), (N'internal_routines'),
                    (N'json_nesting_exceeds'), (N'lease_interval'), (N'lease_until'), (N'next_due_at'), (N'note_engine_seen'), (N'note_frequency_warned'),

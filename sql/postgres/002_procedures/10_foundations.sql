@@ -128,3 +128,14 @@ RETURNS boolean LANGUAGE sql IMMUTABLE AS $$
        AND (p_lock_token IS NULL OR p_lease_until < p_now)
 $$;
 
+-- due: the one definition of a job whose tick a claim may take now: claimable, and its next
+-- run has come. Inlined like claimable (plain SQL, no SECURITY DEFINER), so a scan of it is
+-- an index range scan of the due index (status, next_run_at).
+CREATE OR REPLACE FUNCTION mjsched.due(
+    p_status varchar, p_next_run_at timestamptz, p_start_at timestamptz, p_end_at timestamptz,
+    p_lock_token uuid, p_lease_until timestamptz, p_now timestamptz)
+RETURNS boolean LANGUAGE sql IMMUTABLE AS $$
+    SELECT p_next_run_at <= p_now
+       AND mjsched.claimable(p_status, p_start_at, p_end_at, p_lock_token, p_lease_until, p_now)
+$$;
+

@@ -305,8 +305,8 @@ BEGIN
     -- whose claim_at is before the batch's last.
     SELECT count(*) > p_max_jobs INTO v_backlog
       FROM (SELECT 1 FROM mjsched.scheduled_job j
-             WHERE j.status = 'Active' AND j.next_run_at <= p_now
-               AND mjsched.claimable(j.status, j.start_at, j.end_at, j.lock_token, j.expected_completion_at, p_now)
+             WHERE mjsched.due(j.status, j.next_run_at, j.start_at, j.end_at, j.lock_token, j.expected_completion_at,
+                               p_now)
              ORDER BY j.next_run_at     -- the due index's head, never a scan past jobs not due (a kept plan)
              LIMIT p_max_jobs + 1) d;
     IF v_backlog THEN
@@ -314,8 +314,8 @@ BEGIN
           INTO v_ids, v_old
           FROM (SELECT j.id, j.lock_token FROM mjsched.scheduled_job j
                  WHERE j.status = 'Active' AND mjsched.claim_at(j.next_run_at, j.priority) <= p_now + interval '100 minutes'
-                   AND j.next_run_at <= p_now
-                   AND mjsched.claimable(j.status, j.start_at, j.end_at, j.lock_token, j.expected_completion_at, p_now)
+                   AND mjsched.due(j.status, j.next_run_at, j.start_at, j.end_at, j.lock_token, j.expected_completion_at,
+                                   p_now)
                    AND NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run q
                                     WHERE q.scheduled_job_id = j.id AND q.status = 'Queued' AND q.attempt = 1)
                    AND (v_full IS NULL OR NOT EXISTS (SELECT 1 FROM mjsched.job_tag g
@@ -327,8 +327,8 @@ BEGIN
     SELECT coalesce(array_agg(c.id), '{}'), coalesce(array_agg(c.lock_token) FILTER (WHERE c.lock_token IS NOT NULL), '{}')
       INTO v_ids, v_old
       FROM (SELECT j.id, j.lock_token FROM mjsched.scheduled_job j
-             WHERE j.status = 'Active' AND j.next_run_at <= p_now
-               AND mjsched.claimable(j.status, j.start_at, j.end_at, j.lock_token, j.expected_completion_at, p_now)
+             WHERE mjsched.due(j.status, j.next_run_at, j.start_at, j.end_at, j.lock_token, j.expected_completion_at,
+                               p_now)
                AND NOT EXISTS (SELECT 1 FROM mjsched.scheduled_job_run q
                                 WHERE q.scheduled_job_id = j.id AND q.status = 'Queued' AND q.attempt = 1)
                AND (v_full IS NULL OR NOT EXISTS (SELECT 1 FROM mjsched.job_tag g
@@ -426,9 +426,8 @@ LANGUAGE sql STABLE AS $$
     SELECT CASE WHEN p_batch_full THEN (
                SELECT count(*)::integer FROM (
                    SELECT 1 FROM mjsched.scheduled_job j
-                    WHERE j.status = 'Active' AND j.next_run_at <= p_now
-                      AND mjsched.claimable(j.status, j.start_at, j.end_at, j.lock_token,
-                                            j.expected_completion_at, p_now)
+                    WHERE mjsched.due(j.status, j.next_run_at, j.start_at, j.end_at, j.lock_token,
+                                      j.expected_completion_at, p_now)
                     ORDER BY j.next_run_at      -- the due index's head, not a scan past served jobs
                     LIMIT 1000) d)
            ELSE 0 END,

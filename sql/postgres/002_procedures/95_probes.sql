@@ -19,7 +19,7 @@ LANGUAGE sql IMMUTABLE AS $$
                  'runs_of_tokens', 'take_over', 'expire_ended_jobs', 'claim_replay', 'claim_queued',
                  'claim_ticks', 'next_due_at', 'claim_counters', 'purge_candidates', 'note_engine_seen',
                  'json_nesting_exceeds', 'tag_problem', 'check_tag', 'resume_paused_jobs', 'tags_at_limit',
-                 'admit_by_tag_limits', 'alerts_of_call', 'claim_at', 'take_jobs', 'lease_until']
+                 'admit_by_tag_limits', 'alerts_of_call', 'claim_at', 'take_jobs', 'lease_until', 'due']
 $$;
 
 -- probe_permissions: which mjsched procedures the current role may not execute.
