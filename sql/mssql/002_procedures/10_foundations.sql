@@ -1,86 +1,44 @@
--- mjsched lock and lease procedures, version 3 (T-SQL).
+-- mjsched lock and lease procedures: the versioned script 002_procedures, T-SQL.
 -- The same routines, parameter names (p_x -> @p_x, same order) and result columns as
--- sql/postgres/002_procedures.sql; tests/unit/test_sql_parity.py holds the two to it.
+-- sql/postgres/002_procedures/ (the same files, one concern each; its 10_foundations.sql lists
+-- them); tests/unit/test_sql_parity.py holds the two to it. The lock protocol (version 3) they
+-- follow is written once, in docs/guide/protocol.md ("Where each rule lives": each rule's
+-- routine and file).
 -- Every lock decision is made here, on the database clock (SYSDATETIMEOFFSET()).
 -- @p_now exists only so tests can move time on a real server; production passes NULL.
 -- Errors raised on purpose use error number 50022 (PostgreSQL's SQLSTATE 22023,
 -- invalid_parameter_value) and name the parameter.
 --
--- THE LOCK PROTOCOL (v3)
+-- How T-SQL keeps the protocol's lock order: job rows are locked with UPDLOCK, ROWLOCK
+-- (update locks held to the end of the transaction, which exclude other lockers and writers
+-- but not plain readers -- the counterpart of FOR NO KEY UPDATE; a run insert's foreign-key
+-- check reads the job row with a shared lock, which an update lock admits); READPAST is
+-- PostgreSQL's SKIP LOCKED (renew_leases answers the tokens it skipped busy, complete_runs its
+-- items). Several job rows locked without READPAST are locked in id order: their ids are
+-- collected first, then locked by one statement that seeks them from a table variable keyed
+-- on id (OPTION (FORCE ORDER, LOOP JOIN)). SQL Server takes row locks in the order its plan
+-- reads the rows and offers no statement that guarantees an order; that plan reads them in
+-- key order (uniqueidentifier order, the same for every session), and a deadlock, should one
+-- still occur, is detected and rolled back by the server (error 1205, which the backend
+-- retries). The test hook takes and releases an exclusive session applock named by
+-- SESSION_CONTEXT N'mjsched.pause_key' (sp_set_session_context).
 --
--- Lease truth. A job's lock (scheduled_job.lock_token, expected_completion_at) and the
--- Running run that holds it (scheduled_job_run.lock_token, lease_expires_at) carry ONE
--- lease: every procedure that sets one sets the other to the same instant, in the same
--- transaction (claim, start_manual_run, begin_job_run, renew_tokens). A Concurrent
--- job's tick run lets the job lock go right after its claim (advance_job) and keeps only
--- its run lease; it is the one kind of Running run whose job is not locked by its token.
--- A lease is never shortened: renewal sets the greatest of the current lease and
--- now + lease, so a lease the claim lengthened to cover max_runtime survives the first
--- heartbeat.
---
--- Lock order. Job rows before run rows, always. A procedure that changes runs first
--- locks the rows of their jobs (UPDLOCK, ROWLOCK: update locks held to the end of the
--- transaction, which exclude other lockers and writers but not plain readers -- the
--- counterpart of FOR NO KEY UPDATE; a run insert's foreign-key check reads the job row
--- with a shared lock, which an update lock admits), then touches the runs. READPAST
--- (SKIP LOCKED) is used only on the first rows a statement locks (candidate jobs of a
--- claim or a sweep, the held jobs of renew_leases and complete_runs): a row skipped there
--- is handled by a later call (renew_leases answers its tokens busy, complete_runs its items
--- busy), and no READPAST on a second row can hide an inversion. The one second-row
--- READPAST: a claim or a sweep locks the lapsed runs it takes over with READPAST after
--- their jobs, and a job with a run it could not lock (an outsider's open transaction) is
--- left wholly unchanged, so the skip can never leave a run under a freed lock; a lapsed
--- Concurrent tick run (no job lock) is skipped alone. Several job rows locked without READPAST are
--- locked in id order: their ids are collected first, then locked by one statement that
--- seeks them from a table variable keyed on id (OPTION (FORCE ORDER, LOOP JOIN)). SQL
--- Server takes row locks in the order its plan reads the rows and offers no statement
--- that guarantees an order; that plan reads them in key order (uniqueidentifier order,
--- the same for every session), and a deadlock, should one still occur, is detected and
--- rolled back by the server (error 1205, which the backend retries).
---
--- Takeover. Whoever frees or takes a lapsed lock (claim, acquire_job_lock,
--- start_manual_run, sweep, release_engine_locks, force_unlock_job) abandons the Running
--- runs of the old token in the same transaction, through abandon_runs, which also counts
--- them in the job's statistics (run_count, failure_count): a run ends Abandoned exactly
--- once, and is counted exactly once, whoever ends it.
---
--- Replay safety. Calls that change state either are idempotent (renewal, sweep,
--- release, advance, enqueue, initialize, completion: replaying a committed call changes
--- nothing more and reports consistently), or take a caller-chosen id from which their
--- lock token derives (claim_due_jobs @p_claim_id, start_manual_run @p_request_id, both
--- through claim_token) so a replay answers what the lost call did. README "Replay
--- safety" lists every procedure and how the backend retries it.
---
--- Recorded spans. A run taken from a freed lock starts no earlier than the job's last_run_at
--- (claim_queued, claim_ticks, start_manual_run). @v_now is read once when the call begins,
--- but the call may find the job freed by a completion that began after it (one that held
--- the job's row while the claim waited, or under READ_COMMITTED_SNAPSHOT one that committed
--- before its statement ran); the completion that frees a job writes last_run_at (its own
--- time) in the same transaction, so the new run never seems to start before the last ended.
---
--- Test hook. test_pause(@p_point) between the statements of multi-statement procedures
--- parks the caller at that point when the schema owner asked for it on this session
--- (sp_set_session_context N'mjsched.pause_at' and N'mjsched.pause_key'): it takes and
--- releases an exclusive session applock named by the key, so a controller holding that
--- applock keeps the caller waiting there. tests/interleaving forces every interleaving
--- of statement boundaries with it. For anyone else it returns at once.
---
--- House rules for this file:
+-- House rules for these files:
 -- * every procedure: SET NOCOUNT ON, SET XACT_ABORT ON, at most ONE result set, and it
 --   is the procedure's last statement;
 -- * several statements that must hold together run in one explicit transaction inside
 --   TRY/CATCH (rollback, then THROW the original error). claim_queued and claim_ticks
 --   open one only when called outside a transaction (claim_due_jobs calls them inside
---   its own); abandon_runs and take_over refuse to run outside one, as they rely on the
---   caller holding the runs' job rows;
+--   its own); abandon_runs, take_over and take_jobs refuse to run outside one, as they rely
+--   on the caller holding the runs' job rows;
 -- * PostgreSQL's helper functions map to T-SQL by what they do. Those that change data
 --   are procedures (T-SQL functions may not): a count (abandon_runs, take_over,
 --   expire_ended_jobs) is the procedure's return code, read with EXEC @n = ...; rows
 --   (claim_queued, claim_ticks) go to the temporary table #mjsched_claimed when the
---   caller created one, as complete_job_runs writes to #mjsched_completed and
---   admit_by_tag_limits to #mjsched_admitted (INSERT ...
+--   caller created one, as complete_job_runs writes to #mjsched_completed,
+--   admit_by_tag_limits to #mjsched_admitted and take_jobs to #mjsched_taken (INSERT ...
 --   EXEC would forbid the callee a ROLLBACK and cannot nest). The pure ones the planner
---   inlines (claimable, claim_token, claim_replay, claim_counters) are inline
+--   inlines (claimable, due, claim_token, claim_replay, claim_counters) are inline
 --   table-valued functions used with CROSS APPLY, which the optimizer expands into the
 --   calling statement where a scalar UDF would run once per row (and may not call
 --   NEWID()); a scalar result is their one column, named after the function;

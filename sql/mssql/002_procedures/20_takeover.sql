@@ -1,3 +1,6 @@
+-- 002_procedures, takeover: whoever frees or takes a lapsed lock ends its holder's runs Abandoned,
+-- counted once (docs/guide/protocol.md).
+
 -- abandon_runs: end the given runs Abandoned (those still Running) and count them in
 -- their jobs' statistics; returns how many (the return code). @p_run_ids: a JSON array of
 -- {"id": run id} objects. The caller already holds their job rows (lock order), so this

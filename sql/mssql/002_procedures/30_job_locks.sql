@@ -1,3 +1,5 @@
+-- 002_procedures, job locks: an operator's or a previous release's lock and release of one job.
+
 -- acquire_job_lock: take the job's lock iff it is free or its lease expired (and,
 -- with @p_require_due, only while the job is Active and due). Taking over an expired
 -- lease abandons the old holder's Running runs, so its late completion changes nothing.

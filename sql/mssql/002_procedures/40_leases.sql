@@ -1,3 +1,5 @@
+-- 002_procedures, leases: the engine's liveness write and the renewal of every lease it holds.
+
 -- note_engine_seen: the engine's liveness write (last_seen_at), made only when it can be made
 -- now. The engine's own registry row is a row an outsider can hold (an operator's open
 -- transaction, a HOLDLOCK report): a renewal or a claim that waited for it let the engine's

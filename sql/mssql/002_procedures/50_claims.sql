@@ -1,3 +1,5 @@
+-- 002_procedures, claims: one poll's claim (queued runs first, then due ticks), its replay and counters.
+
 -- claim_replay: what a committed claim with this id took and still holds (claim_due_jobs
 -- with @p_replay = 1).
 CREATE OR ALTER FUNCTION mjsched.claim_replay(

@@ -1,3 +1,5 @@
+-- 002_procedures, sweep: lapsed leases end, their runs Abandoned.
+
 -- sweep_expired_leases: lapsed job locks are freed and the Running runs that held them
 -- abandoned, in one step (jobs first); then lapsed runs that hold no job lock
 -- (Concurrent tick runs) are abandoned, their jobs locked first; then Active jobs past

@@ -1,3 +1,5 @@
+-- 002_procedures, manual runs: execute_job's run under the job's lock, and the sql driver's fence.
+
 -- start_manual_run: take the job's lock and start a manual run in one replay-safe call.
 -- The lock token derives from (@p_request_id, job id) as a named claim's does
 -- (claim_token): a retry with @p_replay = 1 after a lost reply answers the run the lost

@@ -1,3 +1,5 @@
+-- 002_procedures, probes and helpers: JSON depth, the internal list, the permission probe.
+
 -- engines_holding_locks: the engines of a host that still hold a job lock or a Running
 -- run, with their pid and whether they stopped cleanly. A starting engine releases what
 -- such an engine holds when its process is gone (release_engine_locks).

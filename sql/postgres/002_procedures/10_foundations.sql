@@ -1,55 +1,20 @@
--- mjsched lock and lease procedures, version 3.
--- Every lock decision is made here, on the database clock. p_now exists only so
--- tests can move time on a real server; production callers pass NULL.
--- Errors raised on purpose use SQLSTATE 22023 (invalid_parameter_value) and name the parameter.
---
--- THE LOCK PROTOCOL (v3)
---
--- Lease truth. A job's lock (scheduled_job.lock_token, expected_completion_at) and the
--- Running run that holds it (scheduled_job_run.lock_token, lease_expires_at) carry ONE
--- lease: every statement that sets one sets the other to the same instant (claim,
--- start_manual_run, begin_job_run, extend_job_leases). A Concurrent job's tick run lets
--- the job lock go right after its claim (advance_job) and keeps only its run lease; it
--- is the one kind of Running run whose job is not locked by its token.
--- A lease is never shortened: renewal sets greatest(current lease, now + lease), so a
--- lease the claim lengthened to cover max_runtime survives the first heartbeat.
---
--- Lock order. Job rows before run rows, always. A procedure that changes runs first
--- locks the rows of their jobs (FOR NO KEY UPDATE: run inserts, whose foreign-key
--- check takes KEY SHARE, are not blocked), then touches the runs. SKIP LOCKED is used
--- only on the first rows a statement locks (candidate jobs of a claim or a sweep, the
--- held jobs of renew_leases and complete_runs): a row skipped there is handled by a later
--- call, and no SKIP LOCKED on a second row can hide an inversion. The one second-row SKIP
--- LOCKED: a claim or a sweep locks the lapsed runs it takes over SKIP LOCKED after their
--- jobs, and a job with a run it could not lock (an outsider's open transaction) is left
--- wholly unchanged, so the skip can never leave a run under a freed lock; a lapsed
--- Concurrent tick run (no job lock) is skipped alone. Several job rows locked without
--- SKIP LOCKED are locked in id order.
---
--- Takeover. Whoever frees or takes a lapsed lock (claim, acquire, start_manual_run,
--- sweep, release_engine_locks, force_unlock_job) abandons the Running runs of the old
--- token in the same transaction, through abandon_runs, which also counts them in the
--- job's statistics (run_count, failure_count): a run ends Abandoned exactly once, and
--- is counted exactly once, whoever ends it.
---
--- Replay safety. Calls that change state either are idempotent (renewal, sweep,
--- release, advance, enqueue, initialize, completion: replaying a committed call
--- changes nothing more and reports consistently), or take a caller-chosen id from
--- which their lock token derives (claim_due_jobs p_claim_id, start_manual_run
--- p_request_id) so a replay answers what the lost call did. README "Replay safety"
--- lists every procedure and how the backend retries it.
---
--- Recorded spans. A run taken from a freed lock starts no earlier than the job's last_run_at
--- (claim_queued, claim_ticks, start_manual_run: greatest(now, last_run_at)). The call's clock
--- is fixed when its transaction begins, but each statement sees what committed before it: a
--- claim held up on the way (a lock, a slow server) could find the job freed by a completion
--- that began after it, and would record its run as started before the previous one ended.
--- The completion that frees a job writes last_run_at (its own time) in the same transaction.
---
--- Test hook. test_pause(point) between the statements of multi-statement procedures
--- parks the caller at that point when the schema owner asked for it on this session
--- (SET mjsched.pause_at / mjsched.pause_key): tests/interleaving forces every
--- interleaving of statement boundaries with it. For anyone else it returns at once.
+-- mjsched lock and lease procedures: the versioned script 002_procedures, PostgreSQL.
+-- The lock protocol (version 3) these routines follow -- one lease, jobs before runs, whoever
+-- ends a lease abandons its runs, replay safety, recorded spans, the conventions (p_now, error
+-- codes, the test_pause hook) -- is written once, in docs/guide/protocol.md; its table "Where
+-- each rule lives" names the routine and the file of each rule. The files of this directory
+-- are applied in name order as one script (mjsched/sqlfiles.py), one concern each:
+--   10_foundations  the shared rules: lease_interval, lease_until, claimable, due, checks, test hook
+--   20_takeover     abandon_runs, take_over, take_jobs (a claim's takeover), expire_ended_jobs
+--   30_job_locks    acquire_job_lock, release_job_lock
+--   40_leases       note_engine_seen, renew_tokens (renew_leases, extend_job_leases)
+--   50_claims       claim_due_jobs and its steps
+--   60_completion   complete_items (complete_runs, complete_job_runs, complete_job_run)
+--   70_sweep        sweep_expired_leases
+--   80_queue_and_advance  enqueue_job_run, advance_job, begin_job_run
+--   85_manual_runs  start_manual_run, check_fence
+--   90_engines_and_operators  release_engine_locks, force_unlock_job, initialize_next_run, unregister_engine
+--   95_probes       json_nesting_exceeds, internal_routines, probe_permissions, engines_holding_locks
 
 -- Signatures retired by earlier releases (no engine of the previous release calls them).
 DROP FUNCTION IF EXISTS mjsched.claim_due_jobs(varchar, integer, double precision, timestamptz);

@@ -1,3 +1,6 @@
+-- 002_procedures, takeover: whoever frees or takes a lapsed lock ends its holder's runs Abandoned,
+-- counted once (docs/guide/protocol.md).
+
 -- abandon_runs: end the given runs Abandoned (those still Running) and count them in
 -- their jobs' statistics. The caller already holds their job rows (lock order).
 -- {engine} in p_reason becomes the instance that executed the run.

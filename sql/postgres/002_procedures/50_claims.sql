@@ -1,3 +1,5 @@
+-- 002_procedures, claims: one poll's claim (queued runs first, then due ticks), its replay and counters.
+
 -- claim_due_jobs: in one transaction, lock up to p_max_jobs claimable jobs (jobs
 -- with a Queued run first, then due ticks oldest first), skipping rows other engines
 -- are claiming, and start their runs. A tick that already has a run (a zombie's,

@@ -1,3 +1,5 @@
+-- 002_procedures, completion: finish runs fenced by token, statistics, next run, retries.
+
 -- complete_items: the completion complete_runs and complete_job_runs share (its one
 -- definition). Finish many runs in one transaction (batched completion).
 -- p_items: JSON array of {run_id, token, status, error_message, details, next_run_at,

@@ -1,3 +1,5 @@
+-- 002_procedures, queue and advance: Queue mode's kept ticks, moving the schedule on, begin_job_run.
+
 -- enqueue_job_run (Queue mode): keep a tick that came due while the job runs as one
 -- Queued run: at most one per tick (the UNIQUE index), at most max_queued_runs, and
 -- only a tick later than the start of the Running run that holds the job's lock and

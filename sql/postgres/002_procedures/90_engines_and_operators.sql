@@ -1,3 +1,5 @@
+-- 002_procedures, engines and operators: start-up hand-back, jobs unlock, initialize, unregister.
+
 -- release_engine_locks: hand back everything an engine instance holds -- its job locks
 -- and its Running runs (Abandoned with p_reason, counted) -- fenced, so the holder's
 -- late completion changes nothing. Called by an engine for itself at close/exit, and

@@ -1,3 +1,5 @@
+-- 002_procedures, probes and helpers: JSON depth, the internal list, the permission probe.
+
 -- json_nesting_exceeds: whether a JSON value's objects and arrays nest deeper than p_limit
 -- levels ({} is one level): a container p_limit levels below the root is one level too many.
 -- The walk stops at that level, however deep the value goes. (The table rules of
