@@ -68,6 +68,10 @@ DECLARE
     v_tokens uuid[] := '{}'::uuid[];
     v_for timestamptz[] := '{}'::timestamptz[];
     v_queued boolean[] := '{}'::boolean[];
+    -- the tail row's values
+    v_next timestamptz;
+    v_due_left integer;
+    v_locked_out integer;
 BEGIN
     PERFORM mjsched.check_test_clock(p_now);
     PERFORM mjsched.check_lease(p_lease_seconds);
@@ -119,10 +123,18 @@ BEGIN
         END LOOP;
         v_left := p_max_jobs - cardinality(v_job_ids);
     END IF;
+    -- The tail row's values: db_now is v_now; the earliest instant something may become
+    -- claimable, the counters, and replied_at below.
+    SELECT mjsched.next_due_at(v_now), t.due_left, t.locked_out INTO v_next, v_due_left, v_locked_out
+      FROM mjsched.claim_counters(p_instance, v_left <= 0, v_now) t;
     -- A statement of its own: it sees the rows the claims above wrote (and holds their locks).
+    -- One column list for every row: the claims in order, then the tail row, whose job_id is
+    -- NULL, so no job joins it and every job column is NULL.
     RETURN QUERY
-    SELECT c.job_id, c.run_id, c.lock_token, c.scheduled_for, c.from_queue, v_now, NULL::timestamptz,
-           NULL::integer, NULL::integer, NULL::timestamptz,
+    SELECT c.job_id, c.run_id, c.lock_token, c.scheduled_for, c.from_queue, v_now,
+           CASE WHEN c.job_id IS NULL THEN v_next END, CASE WHEN c.job_id IS NULL THEN v_due_left END,
+           CASE WHEN c.job_id IS NULL THEN v_locked_out END,
+           CASE WHEN c.job_id IS NULL THEN CASE WHEN p_now IS NULL THEN clock_timestamp() ELSE v_now END END,
            j.job_type_id, t.driver_class, j.name, j.description, j.cron_expression,
            j.timezone, j.start_at, j.end_at, j.status, j.configuration,
            j.owner, j.concurrency_mode, j.missed_run_policy,
@@ -139,30 +151,14 @@ BEGIN
            (SELECT string_agg(g.tag, ',' ORDER BY g.tag) FROM mjsched.job_tag g WHERE g.scheduled_job_id = j.id)::varchar,
            NULL::timestamptz, NULL::varchar, NULL::varchar, NULL::varchar, NULL::timestamptz,   -- a claimed job is not Paused
            j.jitter_seconds, j.priority
-      FROM unnest(v_job_ids, v_run_ids, v_tokens, v_for, v_queued) WITH ORDINALITY
-           AS c(job_id, run_id, lock_token, scheduled_for, from_queue, n)
-      JOIN mjsched.scheduled_job j ON j.id = c.job_id
-      JOIN mjsched.scheduled_job_type t ON t.id = j.job_type_id
+      FROM (SELECT u.job_id, u.run_id, u.lock_token, u.scheduled_for, u.from_queue, u.n
+              FROM unnest(v_job_ids, v_run_ids, v_tokens, v_for, v_queued) WITH ORDINALITY
+                   AS u(job_id, run_id, lock_token, scheduled_for, from_queue, n)
+            UNION ALL
+            SELECT NULL::uuid, NULL::uuid, NULL::uuid, NULL::timestamptz, false, cardinality(v_job_ids) + 1) c
+      LEFT JOIN mjsched.scheduled_job j ON j.id = c.job_id
+      LEFT JOIN mjsched.scheduled_job_type t ON t.id = j.job_type_id
      ORDER BY c.n;
-    RETURN QUERY SELECT NULL::uuid, NULL::uuid, NULL::uuid, NULL::timestamptz, false, v_now,
-                        mjsched.next_due_at(v_now), t.due_left, t.locked_out,
-                        CASE WHEN p_now IS NULL THEN clock_timestamp() ELSE v_now END,
-                        NULL::uuid, NULL::varchar, NULL::varchar, NULL::text, NULL::varchar,
-                        NULL::varchar, NULL::timestamptz, NULL::timestamptz, NULL::varchar, NULL::jsonb,
-                        NULL::varchar, NULL::varchar, NULL::varchar,
-                        NULL::boolean, NULL::double precision, NULL::varchar,
-                        NULL::integer, NULL::boolean, NULL::boolean, NULL::varchar,
-                        NULL::timestamptz, NULL::timestamptz, NULL::timestamptz, NULL::integer,
-                        NULL::integer, NULL::integer, NULL::bigint, NULL::bigint,
-                        NULL::timestamptz, NULL::varchar, NULL::timestamptz,
-                        NULL::timestamptz, NULL::timestamptz, NULL::boolean, NULL::varchar,
-                        NULL::integer, NULL::integer, NULL::integer, NULL::timestamptz,
-                        NULL::integer, NULL::double precision, NULL::double precision,
-                        NULL::double precision, NULL::double precision,
-                        NULL::boolean, NULL::integer, NULL::varchar,
-                        NULL::timestamptz, NULL::varchar, NULL::varchar, NULL::varchar, NULL::timestamptz,
-                        NULL::integer, NULL::integer
-                   FROM mjsched.claim_counters(p_instance, v_left <= 0, v_now) t;
 END;
 $$;
 DO $$
