@@ -56,7 +56,7 @@ def instrument(engine: Any) -> None:
         "claim", t0=t0, free=n, got=len(out.claims), due_left=getattr(out, "due_left", None),
         thread=threading.current_thread().name))
     _wrap(engine.backend, "get_jobs", after=lambda t0, out, ids: _note("get_jobs", t0=t0, n=len(ids)))
-    _wrap(engine.backend, "complete_job_runs", after=lambda t0, out, items, *a, **k: _note(
+    _wrap(engine.backend, "complete_runs", after=lambda t0, out, items, *a, **k: _note(
         "complete", t0=t0, n=len(items)))
     _wrap(engine.backend, "sweep_expired_leases", after=lambda t0, out, *a, **k: _note("sweep", t0=t0))
     _wrap(engine.parts.dispatcher, "dispatch", after=lambda t0, out, *a, **k: _note(

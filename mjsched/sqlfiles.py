@@ -47,10 +47,32 @@ def sql_dir(dialect: str) -> Path:
 
 
 def scripts(dialect: str) -> list[SqlScript]:
-    """Versioned scripts (``NNN_name.sql``) in apply order; other files (grants) are not versions."""
-    folder = sql_dir(dialect)
-    found = sorted(p for p in folder.glob("[0-9][0-9][0-9]_*.sql"))
-    return [SqlScript(p.stem, p.read_text(encoding="utf-8")) for p in found]
+    """Versioned scripts in apply order; other files (grants, queries) are not versions."""
+    return scripts_in(sql_dir(dialect))
+
+
+def scripts_in(folder: Path) -> list[SqlScript]:
+    """The versioned scripts of ``folder``, in apply order: each ``NNN_name.sql`` file, and each
+    ``NNN_name/`` directory, whose ``*.sql`` parts (by concern, e.g. ``50_claims.sql``) make
+    one script ``NNN_name``, concatenated in name order: it is applied, checksummed and
+    recorded in ``schema_version`` as one, exactly as a single file holding that text."""
+    found: list[SqlScript] = []
+    for path in sorted(folder.glob("[0-9][0-9][0-9]_*")):
+        if path.is_dir():
+            found.append(SqlScript(path.name, "".join(part.read_text(encoding="utf-8") for part in parts_of(path))))
+        elif path.suffix == ".sql":
+            found.append(SqlScript(path.stem, path.read_text(encoding="utf-8")))
+    return found
+
+
+def parts_of(script_dir: Path) -> list[Path]:
+    """The files of a script split by concern, in the order they are applied."""
+    return sorted(script_dir.glob("*.sql"))
+
+
+def versioned(dialect: str, name: str) -> SqlScript:
+    """The versioned script ``name`` (e.g. ``"002_procedures"``) of ``dialect``, whole."""
+    return next(s for s in scripts(dialect) if s.name == name)
 
 
 def script(dialect: str, name: str) -> str:

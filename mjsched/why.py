@@ -15,7 +15,7 @@ Two steps, so each can be tested alone:
   flight. ``facts_from_row`` turns that row into ``WhyFacts``; whether each engine is alive
   (``mjsched.liveness``, which probes a pid on this host) is decided there too.
 * **Reasons** (``explain``): a pure function of the facts. It walks the claim rule in its
-  order (``claimable()`` and ``claim_ticks`` in ``sql/postgres/002_procedures.sql``, then
+  order (``claimable()`` and ``claim_ticks`` in ``sql/postgres/002_procedures/``, then
   what the engine does with a claim, ``mjsched/engine/dispatch.py``):
 
   1. what became of the tick, when a run holds it (``ran``, ``running``, ``queued``,

@@ -41,7 +41,7 @@ def with_new_job_id(fields: Mapping[str, Any]) -> dict[str, Any]:
 @quick_init
 @dataclass(frozen=True)
 class Completion:
-    """How one run ended, for ``complete_job_runs``."""
+    """How one run ended, for ``complete_runs``."""
 
     run_id: str
     token: str
@@ -59,7 +59,7 @@ class Completion:
 
 
 def completions_json(items: Iterable[Completion], instant: Callable[[datetime], Any]) -> str:
-    """``complete_job_runs``'s p_items, with instants written by the dialect's ``instant``."""
+    """``complete_runs``' p_items, with instants written by the dialect's ``instant``."""
     return json.dumps([{
         "run_id": i.run_id, "token": i.token, "status": i.status,
         "error_message": i.error_message, "details": i.details,
@@ -71,7 +71,7 @@ def completions_json(items: Iterable[Completion], instant: Callable[[datetime], 
 
 
 def completion_outcomes(rows: Iterable[Mapping[str, Any]]) -> dict[str, bool | None]:
-    """``complete_runs``' rows (run_id, completed, busy) as complete_job_runs answers them."""
+    """``complete_runs``' rows (run_id, completed, busy) as the backend's complete_runs answers them."""
     return {str(r["run_id"]): (None if r["busy"] and not r["completed"] else bool(r["completed"]))
             for r in rows}
 
@@ -397,8 +397,8 @@ class Backend(abc.ABC):
         calls again with the ``claim_id`` of a claim that raised."""
 
     @abc.abstractmethod
-    def complete_job_runs(self, items: Sequence[Completion],
-                          now: datetime | None = None) -> dict[str, bool | None]:
+    def complete_runs(self, items: Sequence[Completion],
+                      now: datetime | None = None) -> dict[str, bool | None]:
         """Finish runs, fenced per run by token; update statistics; set next_run_at and
         release the job lock where the same token still holds it. One transaction, which
         never waits on a job row another session holds (procedure ``complete_runs``).
@@ -406,11 +406,17 @@ class Backend(abc.ABC):
         None busy -- its job row is held by another session (an open transaction) and
         nothing of it was written: call again later."""
 
+    def complete_job_runs(self, items: Sequence[Completion],
+                          now: datetime | None = None) -> dict[str, bool | None]:
+        """``complete_runs`` under its name before issue 38 (the method is named after the
+        procedure it calls); kept for callers of that name."""
+        return self.complete_runs(items, now=now)
+
     def complete_job_run(self, run_id: str, token: str, status: str, error_message: str | None,
                          details: Mapping[str, Any] | None, next_run_at: datetime | None,
                          now: datetime | None = None) -> bool:
         item = Completion(run_id, token, status, error_message, details, next_run_at)
-        return bool(self.complete_job_runs([item], now=now).get(run_id, False))
+        return bool(self.complete_runs([item], now=now).get(run_id, False))
 
     @abc.abstractmethod
     def sweep_expired_leases(self, now: datetime | None = None) -> SweepResult:

@@ -324,8 +324,8 @@ class MssqlBackend(Backend):
             return _rows_of(cur)
         return claim_batch(self._run("claim_due_jobs", replayed_attempts(replay, attempt)))
 
-    def complete_job_runs(self, items: Sequence[Completion],
-                          now: datetime | None = None) -> dict[str, bool | None]:
+    def complete_runs(self, items: Sequence[Completion],
+                      now: datetime | None = None) -> dict[str, bool | None]:
         if not items:
             return {}
         payload = completions_json(items, to_param)

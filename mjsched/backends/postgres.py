@@ -412,12 +412,12 @@ class PostgresBackend(Backend):
             return list(cur.fetchall())
         return claim_batch(self._run("claim_due_jobs", replayed_attempts(replay, attempt)))
 
-    def complete_job_runs(self, items: Sequence[Completion],
-                          now: datetime | None = None) -> dict[str, bool | None]:
+    def complete_runs(self, items: Sequence[Completion],
+                      now: datetime | None = None) -> dict[str, bool | None]:
         if not items:
             return {}
         payload = completions_json(items, datetime.isoformat)
-        rows = self._rows("complete_job_runs",
+        rows = self._rows("complete_runs",
                           "SELECT run_id, completed, busy FROM mjsched.complete_runs(%s::jsonb, %s)",
                           (payload, now))
         return completion_outcomes(rows)

@@ -199,7 +199,7 @@ class CompletionWriter:
         """One call for ``batch``; on failure each item goes to ``retry`` with its own backoff
         (or is given up), so new completions keep flowing past an item the database refuses."""
         try:
-            results = self._backend.complete_job_runs([i.completion for i in batch])
+            results = self._backend.complete_runs([i.completion for i in batch])
         except SchedulerError as exc:
             now = time.monotonic()
             for item in batch:

@@ -612,7 +612,7 @@ def hand_back_held(services: RunServices) -> None:
     if not items:
         return
     try:
-        done = services.backend.complete_job_runs(items)
+        done = services.backend.complete_runs(items)
     except SchedulerError as exc:
         log.error("close: could not hand back %d run(s) (%s); their leases will lapse", len(items), exc,
                   extra={"action": "hand_back_failed"})

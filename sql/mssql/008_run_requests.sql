@@ -30,7 +30,7 @@ GO
 -- (a Running run whose cancel was asked before: the first request is kept and answered) |
 -- cancelled (a Queued run: ended Cancelled now, never run) | not_cancellable (any other
 -- status: the run already ended; its status is answered) | not_found. The job row is locked
--- first (the lock order of 002_procedures.sql), so a claim of a Queued run and its cancel
+-- first (the lock order: docs/guide/protocol.md), so a claim of a Queued run and its cancel
 -- never both win: the claim passes over the locked job (READPAST), or the cancel finds the
 -- run Running.
 -- Replay: @p_request_id (the caller's id of this request) is recorded on the run with the

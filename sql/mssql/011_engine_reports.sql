@@ -4,7 +4,7 @@
 --
 -- * engine_instance.allowed_drivers: the drivers the engine may run, their names sorted and
 --   joined by commas; NULL when it runs every driver, and for an engine of an earlier release.
--- * register_engine (moved here from 002_procedures.sql) takes it as @p_allowed_drivers, last
+-- * register_engine (moved here from 002_procedures) takes it as @p_allowed_drivers, last
 --   and optional: the previous release's call names the parameters it knows, and CREATE OR
 --   ALTER keeps the procedure's permissions.
 -- The column is added in its own batch, before the procedure that writes it: SQL Server

@@ -372,7 +372,7 @@ BEGIN
 END;
 $$;
 
--- initialize_next_runs: the set-based initialize_next_run (002_procedures.sql, which engines of
+-- initialize_next_runs: the set-based initialize_next_run (002_procedures, which engines of
 -- the previous release still call). p_items is a JSON array of {"job_id", "next_run_at"};
 -- each job is set only while it is Active and has no next_run_at (compare-and-set, so several
 -- engines may reschedule the same page at once: each job is set once). Returns how many were

@@ -9,7 +9,7 @@
 --   earlier release, which reports nothing (why counts such an engine as allowing every driver:
 --   it cannot say otherwise). A job whose driver no live engine allows is still claimed, and
 --   each of its runs ends Failed (mjsched/execution.py run_driver): why names the engines.
--- * register_engine (moved here from 002_procedures.sql) takes it as p_allowed_drivers, last
+-- * register_engine (moved here from 002_procedures) takes it as p_allowed_drivers, last
 --   and optional: the previous release's call, with six arguments, is answered by this one
 --   (the six-parameter form is dropped: it would make that call ambiguous), and whoever could
 --   execute that form (grants.sql's engine role) may execute this one, so engines of the

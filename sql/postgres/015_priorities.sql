@@ -1,5 +1,5 @@
 -- mjsched priorities, version 15: when more is due than an engine has free slots, the claim
--- (claim_ticks, 002_procedures.sql) takes the due jobs in the order of
+-- (claim_ticks, 002_procedures/50_claims.sql) takes the due jobs in the order of
 -- claim_at(next_run_at, priority) = next_run_at - priority minutes, ties by next_run_at: a
 -- higher priority first, among ticks that fell due within a few minutes of each other, and
 -- aging beyond that: a tick of priority p is behind a tick of priority q only while that tick

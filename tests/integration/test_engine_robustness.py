@@ -81,7 +81,7 @@ def test_a_completion_the_database_refuses_never_holds_back_the_others(pg_dsn: s
     outcomes: dict[str, Any] = {}
     landed = threading.Event()
     failed_once = threading.Event()
-    real = backend.complete_job_runs
+    real = backend.complete_runs
 
     def watched(items: Any, now: Any = None) -> Any:
         try:
@@ -89,7 +89,7 @@ def test_a_completion_the_database_refuses_never_holds_back_the_others(pg_dsn: s
         except mjsched.DatabaseError:
             failed_once.set()
             raise
-    backend.complete_job_runs = watched        # type: ignore[method-assign]
+    backend.complete_runs = watched        # type: ignore[method-assign]
     try:
         writer.submit(Completion(poisoned_run, poisoned_token, "Failed", None, {"x": "a\x00b"}),   # jsonb refuses
                       lambda ok: outcomes.__setitem__("poisoned", ok))

@@ -228,7 +228,7 @@ def test_install_refuses_a_database_below_compatibility_level_130_before_touchin
 
 
 def test_the_backend_splits_scripts_as_the_parity_reader_does() -> None:
-    for path in sorted((Path(__file__).resolve().parents[2] / "sql" / "mssql").glob("*.sql")):
+    for path in sorted((Path(__file__).resolve().parents[2] / "sql" / "mssql").rglob("*.sql")):
         text = path.read_text(encoding="utf-8")
         assert split_batches(text) == sqlparity.split_batches(text)
         assert all("\nGO" not in batch.upper() for batch in split_batches(text))
@@ -270,7 +270,7 @@ def past(seconds: float = 60) -> datetime:
 @pytest.mark.mssql
 def test_install_is_idempotent_and_versioned_like_postgres(backend: MssqlBackend) -> None:
     assert backend.install() == []
-    assert backend.installed_versions() == [p.stem for p in sqlparity.versioned_scripts(
+    assert backend.installed_versions() == [s.name for s in sqlparity.versioned_scripts(
         Path(__file__).resolve().parents[2] / "sql" / "mssql")]
 
 

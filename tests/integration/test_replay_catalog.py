@@ -38,6 +38,9 @@ INTERNAL: dict[str, str] = {
     "claim_token": "derives a claim's lock token from its claim id (so a replay finds it); called by the claims",
     "abandon_runs": "ends a lapsed holder's runs Abandoned inside the procedure that frees or takes its lock",
     "take_over": "abandon_runs for the tokens a claim, manual start or acquire takes over",
+    "take_jobs": "the takeover of claim_queued and claim_ticks: locks the lapsed runs, abandons them, takes the locks",
+    "lease_until": "STABLE: when a lease taken now ends (take_jobs, acquire_job_lock, start_manual_run)",
+    "due": "IMMUTABLE predicate of the claims: claimable and its next run has come",
     "renew_tokens": "the body of renew_leases and extend_job_leases",
     "complete_items": "the body of complete_runs, complete_job_runs and complete_job_run",
     "runs_of_tokens": "read-only helper of the renewals",
@@ -172,8 +175,8 @@ def tsql_bodies() -> dict[str, str]:
     """Each routine created in sql/mssql/*.sql: its batch, comments removed."""
     bodies: dict[str, str] = {}
     create = re.compile(r"CREATE\s+(?:OR\s+ALTER\s+)?(?:PROCEDURE|FUNCTION)\s+mjsched\.(\w+)", re.IGNORECASE)
-    for path in sorted((ROOT / "sql" / "mssql").glob("[0-9][0-9][0-9]_*.sql")):
-        for batch in re.split(r"(?im)^[ \t]*GO[ \t]*$", path.read_text(encoding="utf-8")):
+    for script in sqlparity.versioned_scripts(ROOT / "sql" / "mssql"):
+        for batch in re.split(r"(?im)^[ \t]*GO[ \t]*$", script.text):
             text = re.sub(r"--[^\n]*", "", batch)
             found = create.search(text)
             if found:

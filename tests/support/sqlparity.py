@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
+from mjsched.sqlfiles import SqlScript, scripts_in
+
 # -- tokens -------------------------------------------------------------------------------
 
 _TOKEN_PATTERN = r"""
@@ -559,8 +561,9 @@ def _tsql_column(part: list[Tok]) -> Column:
 
 # -- loading and comparing -------------------------------------------------------------------------
 
-def versioned_scripts(folder: Path) -> list[Path]:
-    return sorted(folder.glob("[0-9][0-9][0-9]_*.sql"))
+def versioned_scripts(folder: Path) -> list[SqlScript]:
+    """The versioned scripts as install() applies them (a script split by concern is one)."""
+    return scripts_in(folder)
 
 
 # Routines of one dialect that have no twin in the other, each for a reason the dialects
@@ -581,8 +584,8 @@ DIALECT_INTERNAL: dict[str, dict[str, str]] = {
 def load(folder: Path, dialect: str) -> SqlTree:
     tree = SqlTree(dialect)
     parse = parse_postgres if dialect == "postgres" else parse_mssql
-    for path in versioned_scripts(folder):
-        parse(path.read_text(encoding="utf-8"), tree)
+    for script in versioned_scripts(folder):
+        parse(script.text, tree)
     for name in DIALECT_INTERNAL.get(dialect, {}):
         if tree.routines.pop(name, None) is None:
             tree.problems.append(f"{name}: listed in DIALECT_INTERNAL but not defined")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from mjsched import sqlfiles
 from mjsched.privileges import ADMIN_ROUTINES, ENGINE_ROUTINES, split_missing
 
 SQL = Path(__file__).resolve().parents[2] / "sql"
@@ -28,7 +29,7 @@ def _mssql_engine_list() -> set[str]:
 
 
 def _internal() -> set[str]:
-    text = (SQL / "postgres" / "002_procedures.sql").read_text(encoding="utf-8")
+    text = sqlfiles.versioned("postgres", "002_procedures").text
     found = re.search(r"(?is)FUNCTION mjsched\.internal_routines\(\)\s+RETURNS text\[\].*?ARRAY\[(.*?)\]", text)
     assert found
     return set(re.findall(r"'(\w+)'", found.group(1)))
@@ -42,8 +43,8 @@ def test_one_engine_list_in_both_dialects_and_python() -> None:
 
 def test_every_postgres_routine_is_classified() -> None:
     defined = set()
-    for path in sorted((SQL / "postgres").glob("0*.sql")):
-        text = path.read_text(encoding="utf-8")
+    for script in sqlfiles.scripts("postgres"):
+        text = script.text
         for name, returns in re.findall(r"(?is)CREATE OR REPLACE FUNCTION mjsched\.(\w+)\(.*?RETURNS\s+(\w+)", text):
             if returns.lower() != "trigger":
                 defined.add(name)

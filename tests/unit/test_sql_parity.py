@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from mjsched import sqlfiles
 from mjsched.models import Job
 from tests.support import sqlparity
 from tests.support.sqlparity import Allowed
@@ -130,7 +131,7 @@ def test_every_allowed_difference_is_still_real() -> None:
 
 
 def test_the_mssql_permission_probe_lists_every_routine() -> None:
-    text = (ROOT / "sql" / "mssql" / "002_procedures.sql").read_text(encoding="utf-8")
+    text = sqlfiles.versioned("mssql", "002_procedures").text
     probe = next(b for b in sqlparity.split_batches(text) if "PROCEDURE mjsched.probe_permissions" in b)
     listed = re.findall(r"\(N'(\w+)'\)", probe)
     assert sorted(listed) == listed, "keep the probe's list sorted"
@@ -172,20 +173,20 @@ def test_the_drifted_fixture_is_caught() -> None:
 ])
 def test_an_edit_of_the_real_procedures_is_caught(edit: tuple[str, str], expected: str) -> None:
     old, new = edit
-    text = (ROOT / "sql" / "mssql" / "002_procedures.sql").read_text(encoding="utf-8")
+    text = sqlfiles.versioned("mssql", "002_procedures").text
     assert text.count(old) == 1, old
     tree = sqlparity.SqlTree("mssql")
-    for path in sqlparity.versioned_scripts(ROOT / "sql" / "mssql"):
-        source = path.read_text(encoding="utf-8")
-        sqlparity.parse_mssql(source.replace(old, new) if path.name == "002_procedures.sql" else source, tree)
+    for script in sqlparity.versioned_scripts(ROOT / "sql" / "mssql"):
+        source = script.text
+        sqlparity.parse_mssql(source.replace(old, new) if script.name == "002_procedures" else source, tree)
     assert expected in sqlparity.compare(PG, tree)
 
 
 def test_an_edit_of_the_real_schema_is_caught() -> None:
     tree = sqlparity.SqlTree("mssql")
-    for path in sqlparity.versioned_scripts(ROOT / "sql" / "mssql"):
-        source = path.read_text(encoding="utf-8")
-        if path.name == "001_schema.sql":
+    for script in sqlparity.versioned_scripts(ROOT / "sql" / "mssql"):
+        source = script.text
+        if script.name == "001_schema":
             source = source.replace("        notify_to                    nvarchar(1000) NULL,\n", "", 1)
         sqlparity.parse_mssql(source, tree)
     assert "table scheduled_job: column notify_to missing in mssql" in sqlparity.compare(PG, tree)

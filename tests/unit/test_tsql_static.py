@@ -35,12 +35,20 @@ import sqlglot
 from sqlfluff.api.simple import APIParsingError
 from sqlfluff.core import FluffConfig
 
+from mjsched import sqlfiles
 from mjsched.backends import queries as read_queries
 from tests.support import sqlparity
 from tests.support.sqlparity import Tok, split_batches, tokenize
 
 SQL_DIR = Path(__file__).resolve().parents[2] / "sql" / "mssql"
-FILES = sorted(SQL_DIR.glob("*.sql"))
+FILES = sorted(SQL_DIR.rglob("*.sql"))      # every file as written, the parts of a split script too
+VERSIONED = sqlfiles.scripts_in(SQL_DIR)     # the versioned scripts as install() applies them
+PROCEDURES = sqlfiles.versioned("mssql", "002_procedures").text
+PG_PROCEDURES = sqlfiles.versioned("postgres", "002_procedures").text
+
+
+def _id(path: Path) -> str:
+    return path.relative_to(SQL_DIR).as_posix()
 _FLUFF = FluffConfig(overrides={"dialect": "tsql", "large_file_skip_byte_limit": 0})
 
 # Statements sqlglot does not model and parses as an opaque Command (checked by sqlfluff).
@@ -112,8 +120,9 @@ def sqlglot_errors(text: str) -> list[str]:
 # -- the real files -------------------------------------------------------------------------------
 
 def test_there_are_tsql_files() -> None:
-    names = {p.name for p in FILES}
-    assert {"001_schema.sql", "002_procedures.sql", "grants.sql"} <= names
+    names = {_id(p) for p in FILES}
+    assert {"001_schema.sql", "002_procedures/10_foundations.sql", "002_procedures/50_claims.sql",
+            "grants.sql"} <= names
 
 
 def as_sent(path: Path) -> str:
@@ -126,17 +135,17 @@ def as_sent(path: Path) -> str:
         for name in read_queries.named("mssql"))
 
 
-@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", FILES, ids=_id)
 def test_file_parses_with_sqlfluff(path: Path) -> None:
     assert sqlfluff_errors(as_sent(path)) == []
 
 
-@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", FILES, ids=_id)
 def test_file_parses_with_sqlglot(path: Path) -> None:
     assert sqlglot_errors(as_sent(path)) == []
 
 
-@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", FILES, ids=_id)
 def test_batches_are_separated_by_go_lines_only(path: Path) -> None:
     text = path.read_text(encoding="utf-8")
     # a GO that is not alone on its line would be sent to the server as T-SQL
@@ -145,7 +154,7 @@ def test_batches_are_separated_by_go_lines_only(path: Path) -> None:
 
 
 def test_every_routine_batch_sets_nocount_and_xact_abort() -> None:
-    for batch in split_batches((SQL_DIR / "002_procedures.sql").read_text(encoding="utf-8")):
+    for batch in split_batches(PROCEDURES):
         head = re.search(r"(?i)CREATE\s+OR\s+ALTER\s+PROCEDURE\s+(\S+)", batch)
         if head:
             assert re.search(r"(?i)SET\s+NOCOUNT\s+ON", batch), head.group(1)
@@ -256,10 +265,10 @@ def test_the_documented_minimum_is_the_one_checked() -> None:
     """The list above is for MINIMUM: a change of the documented minimum revisits it."""
     docs = (Path(__file__).resolve().parents[2] / "docs" / "guide" / "sqlserver.md").read_text(encoding="utf-8")
     assert f"{MINIMUM} or later" in docs
-    assert f"Requires {MINIMUM} or later" in (SQL_DIR / "002_procedures.sql").read_text(encoding="utf-8")
+    assert f"Requires {MINIMUM} or later" in PROCEDURES
 
 
-@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", FILES, ids=_id)
 def test_nothing_newer_than_the_documented_minimum(path: Path) -> None:
     assert newer_than_minimum(path.read_text(encoding="utf-8")) == [], f"{path.name} needs more than {MINIMUM}"
 
@@ -405,20 +414,20 @@ def test_the_test_clock_check_fails_closed() -> None:
         assert all(c.upper() == "ISNULL(" for c in calls), f"{path.name}: a membership test without ISNULL"
 
 
-@pytest.mark.parametrize("path", [p for p in FILES if p.name[:3].isdigit()], ids=lambda p: p.name)
-def test_every_versioned_script_opens_with_the_session_options_batch(path: Path) -> None:
+@pytest.mark.parametrize("script", VERSIONED, ids=lambda s: s.name)
+def test_every_versioned_script_opens_with_the_session_options_batch(script: sqlfiles.SqlScript) -> None:
     """A procedure keeps the SET options it was created with; created under QUOTED_IDENTIFIER
     OFF (sqlcmd's default when a file is applied by hand), every write it makes to
     scheduled_job, which has filtered indexes, fails with error 1934."""
-    first = _code(split_batches(path.read_text(encoding="utf-8"))[0])
+    first = _code(split_batches(script.text)[0])
     statements = [" ".join(s.split()).upper() for s in first.split(";") if s.strip()]
     assert statements == ["SET ANSI_NULLS ON", "SET QUOTED_IDENTIFIER ON", "SET ANSI_PADDING ON",
                           "SET ANSI_WARNINGS ON", "SET ARITHABORT ON", "SET CONCAT_NULL_YIELDS_NULL ON",
                           "SET NUMERIC_ROUNDABORT OFF"]
 
 
-@pytest.mark.parametrize("routine, rechecks, reread", [("claim_queued", 1, "READCOMMITTEDLOCK"),
-                                                       ("claim_ticks", 1, "READUNCOMMITTED")])
+@pytest.mark.parametrize("routine, rechecks, reread", [("claim_queued", 0, "READCOMMITTEDLOCK"),
+                                                       ("claim_ticks", 0, "READUNCOMMITTED")])
 def test_the_claims_queued_run_checks_skip_locked_runs(routine: str, rechecks: int, reread: str) -> None:
     """Under locking read committed the checks that choose the candidates would wait on (or
     deadlock with) other engines' runs; skipping is safe, as every writer of a job's Queued
@@ -435,7 +444,15 @@ def test_the_claims_queued_run_checks_skip_locked_runs(routine: str, rechecks: i
     assert {"READCOMMITTEDLOCK", "READPAST"} <= _hints(checks[0], "mjsched.scheduled_job_run"), checks[0]
     later = [c for s in statements[statements.index(choosing[0]) + 1:] for c in _exists_subqueries(s)
              if "mjsched.scheduled_job_run" in c and "N'Queued'" in c]
-    assert len(later) == rechecks
+    assert len(later) == rechecks       # the re-checks under the job locks are take_jobs's (one takeover)
+    later = [c for s in _statements(_routine("take_jobs")) for c in _exists_subqueries(s)
+             if "mjsched.scheduled_job_run" in c and "N'Queued'" in c]
+    assert len(later) == 2
+    for check in later:
+        hints = _hints(check, "mjsched.scheduled_job_run")
+        assert hints & {"READCOMMITTEDLOCK", "READUNCOMMITTED"} and "READPAST" not in hints, check
+    later = [c for c in later if reread in _hints(c, "mjsched.scheduled_job_run")]
+    assert len(later) == 1
     for check in later:
         hints = _hints(check, "mjsched.scheduled_job_run")
         assert reread in hints and "READPAST" not in hints, check
@@ -467,7 +484,7 @@ def test_job_field_names_are_compared_case_sensitively() -> None:
 
 
 def test_the_sweep_documents_that_rowlock_does_not_prevent_escalation() -> None:
-    text = (SQL_DIR / "002_procedures.sql").read_text(encoding="utf-8")
+    text = PROCEDURES
     head = text[:text.index("CREATE OR ALTER PROCEDURE mjsched.sweep_expired_leases")]
     comment = head[head.rindex("\nGO\n"):]
     assert "ROWLOCK" in comment and "escalat" in comment
@@ -475,7 +492,6 @@ def test_the_sweep_documents_that_rowlock_does_not_prevent_escalation() -> None:
 
 # -- the lock protocol (v3): jobs before runs, one takeover, no skipped second rows ---------------
 
-_PROCEDURES = SQL_DIR / "002_procedures.sql"
 _JOB_HINTS = re.compile(r"(?i)\bmjsched\.scheduled_job AS \w+ WITH \(([^)]*)\)")
 _RUN_HINTS = re.compile(r"(?i)\bmjsched\.scheduled_job_run AS \w+ WITH \(([^)]*)\)")
 
@@ -490,7 +506,7 @@ def _touches_runs(statement: str) -> bool:
     return bool(re.search(r"(?i)\bINSERT INTO mjsched\.scheduled_job_run\b", statement)
                 or (update and re.search(rf"(?i)\bmjsched\.scheduled_job_run AS {update.group(1)}\b", statement))
                 or any("UPDLOCK" in h.upper() for h in _RUN_HINTS.findall(statement))
-                or re.search(r"(?i)\bEXEC (?:@\w+ = )?mjsched\.(?:abandon_runs|take_over)\b", statement))
+                or re.search(r"(?i)\bEXEC (?:@\w+ = )?mjsched\.(?:abandon_runs|take_over|take_jobs)\b", statement))
 
 
 @pytest.mark.parametrize("routine", [
@@ -512,7 +528,7 @@ def test_several_job_rows_are_locked_in_id_order() -> None:
     must take them in one order, or two of them deadlock: the ids are collected first and the
     rows are locked by seeks driven by the id-keyed table variable."""
     ordered = 0
-    for statement in _statements(_code(_PROCEDURES.read_text(encoding="utf-8"))):
+    for statement in _statements(_code(PROCEDURES)):
         hints = [h.upper() for h in _JOB_HINTS.findall(statement)]
         if not any("UPDLOCK" in h and "READPAST" not in h for h in hints) or "= @p_job_id" in statement:
             continue
@@ -531,16 +547,15 @@ def test_no_readpast_on_a_run_row_a_procedure_locks_or_must_see() -> None:
     not lock is dropped whole, before any takeover, so its lock is never freed over it."""
     # claim_queued: two candidate checks (the due Queued runs, and a Skip-mode job's attempt-1
     # runs while its own tick is due) and the lapsed runs it takes over
-    allowed = {"claim_queued": 3, "claim_ticks": 2, "next_due_at": 2, "sweep_expired_leases": 2,
+    allowed = {"claim_queued": 2, "claim_ticks": 1, "take_jobs": 1, "next_due_at": 2, "sweep_expired_leases": 2,
                "start_manual_run": 1}
-    for batch in split_batches(_PROCEDURES.read_text(encoding="utf-8")):
+    for batch in split_batches(PROCEDURES):
         head = re.search(r"(?i)CREATE\s+OR\s+ALTER\s+(?:PROCEDURE|FUNCTION)\s+mjsched\.(\w+)", batch)
         if not head:
             continue
         skipping = [h for h in _RUN_HINTS.findall(_code(batch)) if "READPAST" in h.upper()]
         assert len(skipping) == allowed.get(head.group(1), 0), (head.group(1), skipping)
-    for name, table, takeover in (("claim_queued", "@v_candidates", "take_over"),
-                                  ("claim_ticks", "@v_candidates", "take_over"),
+    for name, table, takeover in (("take_jobs", "@v_candidates", "take_over"),
                                   ("sweep_expired_leases", "@v_lapsed", "abandon_runs")):
         code = " ".join(_code(_routine(name)).split())
         locked = code.index("INSERT INTO @v_run_locks (id) SELECT r.id")
@@ -560,13 +575,15 @@ def test_every_takeover_goes_through_abandon_runs() -> None:
     job's statistics, one abandoned by the sweep was. One procedure ends runs Abandoned and
     counts them; every path that frees or takes a lapsed lock calls it (or take_over)."""
     writers = []
-    for batch in split_batches(_PROCEDURES.read_text(encoding="utf-8")):
+    for batch in split_batches(PROCEDURES):
         head = re.search(r"(?i)CREATE\s+OR\s+ALTER\s+(?:PROCEDURE|FUNCTION)\s+mjsched\.(\w+)", batch)
         if head and re.search(r"(?i)\bstatus\s*=\s*N'Abandoned'", _code(batch)):
             writers.append(head.group(1))
     assert writers == ["abandon_runs"]
-    for name in ("claim_queued", "claim_ticks", "acquire_job_lock", "start_manual_run"):
+    for name in ("take_jobs", "acquire_job_lock", "start_manual_run"):
         assert re.search(r"(?i)\bEXEC (?:@\w+ = )?mjsched\.take_over\b", _routine(name)), name
+    for name in ("claim_queued", "claim_ticks"):         # the claims' one takeover
+        assert re.search(r"(?i)\bEXEC mjsched\.take_jobs\b", _routine(name)), name
     for name in ("take_over", "sweep_expired_leases", "release_engine_locks", "force_unlock_job"):
         assert re.search(r"(?i)\bEXEC (?:@\w+ = )?mjsched\.abandon_runs\b", _routine(name)), name
 
@@ -640,9 +657,9 @@ def test_renew_leases_skips_busy_job_rows_and_answers_their_tokens() -> None:
 def test_the_pause_points_are_the_postgresql_ones() -> None:
     """The interleaving harness names the same statement boundaries in both dialects."""
     pg = set(re.findall(r"test_pause\('([^']+)'\)",
-                        (SQL_DIR.parent / "postgres" / "002_procedures.sql").read_text(encoding="utf-8")))
+                        PG_PROCEDURES))
     ms = set(re.findall(r"(?i)EXEC mjsched\.test_pause @p_point = N'([^']+)'",
-                        _code(_PROCEDURES.read_text(encoding="utf-8"))))
+                        _code(PROCEDURES)))
     assert len(pg) >= 12 and ms == pg
 
 
@@ -692,7 +709,7 @@ def test_inline_functions_are_probed_and_granted_with_select() -> None:
     SELECT on the one an engine may read (internal_routines), and grants.sql grants it there,
     or start-up would report it missing. The others are internal: neither probed nor granted."""
     inline = _inline_functions()
-    assert inline == {"claimable", "claim_token", "claim_replay", "claim_counters", "internal_routines",
+    assert inline == {"claimable", "due", "claim_token", "claim_replay", "claim_counters", "internal_routines",
                       "purge_candidates", "tags_at_limit", "alerts_of_call"}
     probe = " ".join(_routine("probe_permissions").split())
     selected = re.search(r"(?i)CASE WHEN r\.name = N'(\w+)' THEN N'SELECT' ELSE N'EXECUTE' END", probe)
@@ -736,9 +753,9 @@ def test_a_release_is_refused_while_any_run_but_a_concurrent_tick_run_holds_the_
 def test_the_internal_routines_are_the_postgresql_ones_but_its_dialect_only_helpers() -> None:
     """One list per dialect, the same names in the same order, except PostgreSQL helpers that
     have no T-SQL twin (sqlparity.DIALECT_INTERNAL, e.g. runs_of_tokens)."""
-    pg_text = (SQL_DIR.parent / "postgres" / "002_procedures.sql").read_text(encoding="utf-8")
+    pg_text = PG_PROCEDURES
     pg = re.search(r"(?is)FUNCTION mjsched\.internal_routines\(\)\s+RETURNS text\[\].*?ARRAY\[(.*?)\]", pg_text)
-    assert pg, "no mjsched.internal_routines() in sql/postgres/002_procedures.sql"
+    assert pg, "no mjsched.internal_routines() in sql/postgres/002_procedures/"
     pg_names = re.findall(r"'(\w+)'", pg.group(1))
     assert len(pg_names) >= 12 and "runs_of_tokens" in pg_names
     pg_only = set(sqlparity.DIALECT_INTERNAL["postgres"])
@@ -805,10 +822,8 @@ def test_the_probe_skips_the_internal_routines() -> None:
 # -- broken copies ---------------------------------------------------------------------------------
 
 def _batches() -> Iterator[tuple[str, str]]:
-    for path in FILES:
-        if not path.name[:3].isdigit():
-            continue
-        for batch in split_batches(path.read_text(encoding="utf-8")):
+    for script in VERSIONED:
+        for batch in split_batches(script.text):
             head = re.search(r"(?i)CREATE\s+(?:OR\s+ALTER\s+)?(?:PROCEDURE|FUNCTION|TRIGGER|TABLE)\s+([\w.]+)",
                              batch)
             if head:

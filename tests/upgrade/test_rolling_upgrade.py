@@ -30,6 +30,7 @@ from typing import Any, Iterator, Sequence
 
 import pytest
 
+from mjsched import sqlfiles
 from tests.support import pg
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
@@ -228,8 +229,8 @@ def _bad_log_lines(child: Child) -> list[str]:
 
 
 def _scripts(tree: Path) -> dict[str, str]:
-    folder = tree / "sql" / "postgres"
-    return {p.stem: p.read_text(encoding="utf-8") for p in sorted(folder.glob("[0-9][0-9][0-9]_*.sql"))}
+    """The tree's versioned scripts by name (a script split by concern in one piece, as applied)."""
+    return {s.name: s.text for s in sqlfiles.scripts_in(tree / "sql" / "postgres")}
 
 
 @pytest.fixture
