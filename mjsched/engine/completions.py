@@ -1,7 +1,7 @@
 """Writes run completions in batches, and keeps retrying them through outages.
 
 Completions gathered within a few milliseconds go to the database in one
-``complete_job_runs`` call (still fenced per run). When a call fails, each of
+``complete_runs`` call (still fenced per run). When a call fails, each of
 its items is retried on its own, with its own backoff, until it lands or its
 give-up time passes, while new completions keep being written: an item the
 database refuses for good holds back no other. If the engine dies first, the

@@ -1,6 +1,6 @@
 """A completion whose reply is lost is retried; the retry must be acknowledged.
 
-Found by chaos (5): when ``complete_job_runs`` commits but its reply is lost, the
+Found by chaos (5): when ``complete_runs`` commits but its reply is lost, the
 gateway retries it, the run is no longer Running, and the procedure answers
 ``completed = 0``. The database is right (one Completed run, counted once), but the
 engine takes the 0 for "fenced out": it counts a fenced completion, logs that the
@@ -36,8 +36,8 @@ def test_first_completion_lands_once(make_engine: Any, sql: Any) -> None:
     assert engine.backend.acquire_job_lock(job_id, token, "t", 30)
     run_id = engine.backend.begin_job_run(job_id, token, "t")
     item = Completion(run_id, token, "Completed", None, {"n": 1}, None)
-    assert engine.backend.complete_job_runs([item]) == {run_id: True}
-    engine.backend.complete_job_runs([item])
+    assert engine.backend.complete_runs([item]) == {run_id: True}
+    engine.backend.complete_runs([item])
     job = engine.get_job(job_id)
     assert (job.run_count, job.success_count, job.lock_token) == (1, 1, None)
     assert sql.one("SELECT status FROM mjsched.scheduled_job_run WHERE id = %s", (run_id,)) == "Completed"
@@ -51,8 +51,8 @@ def test_replayed_completion_is_acknowledged(make_engine: Any) -> None:
     assert engine.backend.acquire_job_lock(job_id, token, "t", 30)
     run_id = engine.backend.begin_job_run(job_id, token, "t")
     item = Completion(run_id, token, "Completed", None, None, None)
-    assert engine.backend.complete_job_runs([item]) == {run_id: True}
-    assert engine.backend.complete_job_runs([item]) == {run_id: True}
+    assert engine.backend.complete_runs([item]) == {run_id: True}
+    assert engine.backend.complete_runs([item]) == {run_id: True}
 
 
 def test_lost_reply_of_a_completion_keeps_its_notification(make_engine: Any, sql: Any) -> None:

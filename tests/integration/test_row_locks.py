@@ -61,7 +61,7 @@ def test_a_row_lock_held_longer_than_the_lease_delays_only_its_own_job(
     """Five per-second jobs; an admin session holds one job's row for 2.5 leases while that
     job's run finishes. The other four keep running once a second, none of their runs is
     Abandoned, and the held job's completion lands once the lock is released. On 1539633
-    complete_job_runs waited on the held row with every other completion of its batch,
+    complete_runs waited on the held row with every other completion of its batch,
     and the writer thread with it."""
     caplog.set_level(logging.WARNING, logger="mjsched")
     tag = uuid.uuid4().hex[:8]
@@ -120,7 +120,7 @@ def test_complete_runs_skips_a_held_job_row_and_completes_the_rest(
     lock = AdminLock(pg_dsn, jobs[1])
     try:
         started = time.monotonic()
-        out = backend.complete_job_runs(items)
+        out = backend.complete_runs(items)
         assert time.monotonic() - started < 2.0                      # not waited on the held row
         assert out == {claims[jobs[0]].run_id: True, claims[jobs[1]].run_id: None, claims[jobs[2]].run_id: True}
         assert sql.one("SELECT status FROM mjsched.scheduled_job_run WHERE id = %s",
@@ -131,7 +131,7 @@ def test_complete_runs_skips_a_held_job_row_and_completes_the_rest(
         assert time.monotonic() - started < 2.0
     finally:
         lock.release()
-    assert backend.complete_job_runs(items) == {claims[j].run_id: True for j in jobs}   # replays answer True
+    assert backend.complete_runs(items) == {claims[j].run_id: True for j in jobs}   # replays answer True
     assert sql.one("SELECT count(*) FROM mjsched.scheduled_job WHERE lock_token IS NULL") == 3
 
 
@@ -154,7 +154,7 @@ def test_racing_completions_of_shared_jobs_finish_each_run_once(backend: Postgre
         answers: dict[str, Any] = {}
         left = batches[i]
         for _ in range(50):
-            out = backend.complete_job_runs(left)
+            out = backend.complete_runs(left)
             answers.update({k: v for k, v in out.items() if v is not None})
             left = [it for it in left if out.get(it.run_id) is None]
             if not left:
