@@ -60,7 +60,8 @@ class LeaseBudget:
     fence_after: float                # lease - fence_margin: how long a run goes unrenewed before it is stopped
     fenced_claim_pause: float         # lease: after a fence, claims wait for a good renewal or this long
     sweep_interval: float             # min(1 s, lease / 4): expired leases are found well within a lease
-    writer_give_up: float             # lease + 60 s: a completion is retried until its lease surely lapsed
+    writer_give_up: float             # 1.5 leases + 60 s: a completion is retried until its lease surely
+                                      # lapsed (renewed for completion_window, then one lease more)
     call_timeout: float               # per database call: lease / 4 in [2 s, statement_timeout + 5 s], unless given
     retry_max_delay: float            # all retries of one call: half a lease, at least one call, at most 15 s
     lock_timeout: float               # a statement's wait for a lock someone else holds: lease / 8 in [0.1 s, 2 s]
@@ -88,7 +89,7 @@ class LeaseBudget:
             fence_after=lease - margin,
             fenced_claim_pause=lease,
             sweep_interval=min(SWEEP_INTERVAL_CEILING, lease / 4),
-            writer_give_up=lease + WRITER_GRACE,
+            writer_give_up=lease / 2 + lease + WRITER_GRACE,   # completion_window + lease + grace
             call_timeout=call,
             retry_max_delay=max(call, min(RETRY_CEILING, lease / 2)),
             lock_timeout=max(LOCK_TIMEOUT_FLOOR, min(lease / 8.0, LOCK_TIMEOUT_CEILING)),
