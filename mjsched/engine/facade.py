@@ -410,8 +410,9 @@ class SchedulingEngine:
 
     def add_listener(self, listener: EngineListener) -> None:
         """Observe the engine: ``listener`` implements any of ``on_poll(DispatchResult)``,
-        ``on_poll_failed()`` and ``on_run_finished(status: str, seconds: float)``
-        (``EngineListener``); another ``on_*`` method (a misspelled hook) is refused with
+        ``on_poll_failed()``, ``on_run_finished(status: str, seconds: float)`` and
+        ``on_count(name: str, n: int)`` (each move of a counter of ``engine.stats``: the
+        counters and the listeners are one channel) (``EngineListener``); another ``on_*`` method (a misspelled hook) is refused with
         ConfigurationError. Listener errors are logged and never reach the engine's threads."""
         self.parts.listeners.add(listener)
 

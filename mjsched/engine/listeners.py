@@ -23,8 +23,10 @@ class EngineListener(Protocol):
 
     def on_run_finished(self, status: str, seconds: float) -> None: ...
 
+    def on_count(self, name: str, n: int) -> None: ...
 
-HOOKS = ("on_poll", "on_poll_failed", "on_run_finished")
+
+HOOKS = ("on_poll", "on_poll_failed", "on_run_finished", "on_count")
 
 
 class Listeners:
@@ -65,6 +67,11 @@ class Listeners:
 
     def run_finished(self, status: str, seconds: float) -> None:
         self._call("on_run_finished", status, seconds)
+
+    def counted(self, name: str, n: int) -> None:
+        """A counter of ``engine.stats`` moved (EngineStats.bump): the same event, heard here."""
+        if self._hooks["on_count"]:
+            self._call("on_count", name, n)
 
     def _call(self, hook: str, *args: Any) -> None:
         for listener, handler in self._hooks[hook]:

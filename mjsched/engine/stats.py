@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
+from typing import Callable
 
 
 class EngineStats(dict[str, int]):
@@ -13,16 +14,27 @@ class EngineStats(dict[str, int]):
     does the three under one lock. Readers are unchanged: it is a plain ``dict`` to them
     (``engine.stats["dispatched"]``, ``dict(engine.stats)``, ``json.dumps``), and a copy taken
     with ``dict(...)`` or ``snapshot()`` is a consistent one.
+
+    It is also the one channel every counted event passes: ``tell(callback)`` hands each bump
+    on (the engine tells its listeners' ``on_count``), outside the lock, so a counter and
+    what observers hear of it can never disagree.
     """
 
     def __init__(self, counters: Mapping[str, int] | None = None) -> None:
         super().__init__(counters or {})
         self._lock = threading.Lock()
+        self._tell: Callable[[str, int], None] | None = None
+
+    def tell(self, callback: Callable[[str, int], None]) -> None:
+        """Hand every bump to ``callback(name, n)`` from now on (it must not raise)."""
+        self._tell = callback
 
     def bump(self, name: str, n: int = 1) -> None:
-        """Add ``n`` to the counter ``name`` (created at 0 if new), atomically."""
+        """Add ``n`` to the counter ``name`` (created at 0 if new), atomically; then tell."""
         with self._lock:
             self[name] = self.get(name, 0) + n
+        if self._tell is not None:
+            self._tell(name, n)
 
     def snapshot(self) -> dict[str, int]:
         """A copy of every counter, taken while no bump is half done."""

@@ -83,6 +83,7 @@ def build_parts(backend: Backend, opts: EngineOptions, stats: EngineStats, *,
     allowed_drivers = cast("frozenset[str] | None", opts.allowed_drivers)   # as EngineOptions validated it
     wakeup = Wakeup()
     listeners = Listeners()
+    stats.tell(listeners.counted)       # every counter's move is also a listener event (on_count)
     clock = DbClock(backend.db_now)
     registry = RunRegistry(on_slot_freed=wakeup)
     pool = WorkerPool(opts.max_concurrent_jobs)

@@ -3,6 +3,7 @@ listener protocol that refuses a misspelled hook, the dispatcher's PendingClaim.
 from __future__ import annotations
 
 import dataclasses
+from datetime import datetime, timezone
 from typing import Any, Callable
 
 import pytest
@@ -11,6 +12,8 @@ from mjsched.engine import EngineOptions
 from mjsched.engine.dispatch import PendingClaim
 from mjsched.errors import ConfigurationError
 from mjsched.models import Claim, DispatchResult
+from tests.support import drivers  # noqa: F401 - registers test-ok
+from tests.support.pg import wait_for
 
 
 def test_a_misspelled_listener_hook_is_refused_at_add_listener(make_engine: Callable[..., Any]) -> None:
@@ -88,3 +91,21 @@ def test_the_engines_parts_are_one_frozen_record_wired_to_each_other(make_engine
     assert not parts.wakeup.pending
     engine.on_job_changed()                    # not polling: nothing clears the flag the poll loop would see
     assert parts.wakeup.pending
+
+
+def test_the_counters_and_the_listeners_are_one_channel(make_engine: Callable[..., Any]) -> None:
+    """Every move of a counter of ``engine.stats`` is heard as ``on_count``: after a run, what a
+    listener heard adds up to the counters, name by name (no second store to drift apart)."""
+    engine = make_engine()
+    heard: dict[str, int] = {}
+
+    class Counts:
+        def on_count(self, name: str, n: int) -> None:
+            heard[name] = heard.get(name, 0) + n
+
+    engine.add_listener(Counts())
+    engine.create_job("counted", "test-ok", run_at=datetime.now(timezone.utc))
+    wait_for(lambda: engine.dispatch_due_jobs().dispatched == 1, timeout=20)
+    wait_for(lambda: engine.inflight == 0, timeout=20)
+    assert heard.get("dispatched") == 1
+    assert heard == {name: n for name, n in engine.stats.items() if n}
