@@ -455,7 +455,7 @@ def start_py_spy(pid: int, out_path: str) -> subprocess.Popen[bytes] | None:
     """Sample ``pid`` with py-spy (raw collapsed stacks, per thread) until stop_py_spy()."""
     import shutil
 
-    exe = shutil.which("py-spy")
+    exe = shutil.which("py-spy") or shutil.which("py-spy", path=os.path.dirname(sys.executable))   # a venv's, unactivated
     if exe is None:
         log_progress("py-spy not installed: no profile")
         return None
