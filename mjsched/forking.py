@@ -21,11 +21,12 @@ is caught at the next call instead: each such object remembers its process id
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
 import weakref
-from typing import Any, Protocol
+from typing import Any, Iterator, Protocol
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +47,66 @@ def track(obj: ForkAware) -> None:
         _tracked.add(obj)
 
 
+# How long a fork waits for the connections being opened to be recorded by their owners.
+FORK_WAIT_SECONDS = 2.0
+
+
+class _OpeningGate:
+    """The database connections being opened in this process, and whether a fork is under way.
+
+    A connection is opened by one call (``psycopg2.connect``) and recorded by its owner (a
+    pool, the LISTEN feed) just after: a fork in between hands the child a socket no owner
+    has recorded, so no after-fork hook abandons it, and the child holds the parent's session
+    (found by tests/integration/test_gunicorn.py: gunicorn forks its workers while a preloaded
+    engine's threads are opening their connections). So an owner opens and records inside
+    ``opening()``, a fork first waits for those in progress (at most FORK_WAIT_SECONDS: a
+    connect to an unreachable server is not waited for longer), and no new one starts until
+    the fork is done."""
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self._cond = threading.Condition()
+        self._opening = 0
+        self._forking = False
+
+    @contextlib.contextmanager
+    def opening(self) -> Iterator[None]:
+        with self._cond:
+            while self._forking:
+                self._cond.wait()
+            self._opening += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._opening -= 1
+                self._cond.notify_all()
+
+    def before_fork(self) -> None:
+        with self._cond:
+            self._forking = True
+            if not self._cond.wait_for(lambda: self._opening == 0, timeout=FORK_WAIT_SECONDS):
+                log.debug("forking while %d database connection(s) are being opened", self._opening)
+
+    def after_fork_in_parent(self) -> None:
+        with self._cond:
+            self._forking = False
+            self._cond.notify_all()
+
+    def after_fork_in_child(self) -> None:
+        self._reset()   # the parent's threads, and the opens they were making, are not here
+
+
+_gate = _OpeningGate()
+opening = _gate.opening
+
+
 def _after_fork_in_child() -> None:
     global _tracked_lock
     _tracked_lock = threading.Lock()   # a parent's thread may have held it at the fork
+    _gate.after_fork_in_child()
     for obj in list(_tracked):
         try:
             obj.after_fork_in_child()
@@ -57,7 +115,8 @@ def _after_fork_in_child() -> None:
 
 
 if hasattr(os, "register_at_fork"):   # POSIX; Windows has no fork
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+    os.register_at_fork(before=_gate.before_fork, after_in_parent=_gate.after_fork_in_parent,
+                        after_in_child=_after_fork_in_child)
 
 
 class ProcessGuard:

@@ -14,7 +14,7 @@ import time
 from typing import Callable, Generic, Iterator, TypeVar
 
 from ..errors import DatabaseError
-from ..forking import ProcessGuard, track
+from ..forking import ProcessGuard, opening, track
 
 C = TypeVar("C")
 
@@ -113,16 +113,17 @@ class ConnectionPool(Generic[C]):
                     raise PoolTimeout(f"no database connection free within {self._acquire_timeout:.0f}s "
                                       f"(pool size {self._max_size})")
                 self._cond.wait(left)
-        try:
-            conn = self._connect()
-        except BaseException as exc:
-            mark_connecting(exc)
+        with opening():   # a fork never falls between the connect and its record (forking.py)
+            try:
+                conn = self._connect()
+            except BaseException as exc:
+                mark_connecting(exc)
+                with self._cond:
+                    self._open -= 1
+                    self._cond.notify()
+                raise
             with self._cond:
-                self._open -= 1
-                self._cond.notify()
-            raise
-        with self._cond:
-            self._mine[id(conn)] = conn
+                self._mine[id(conn)] = conn
         return conn
 
     def _give_back(self, conn: C, broken: bool) -> None:

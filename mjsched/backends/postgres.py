@@ -22,7 +22,7 @@ from ..decoding import safe_caster
 from ..redaction import redact_dsn
 from ..errors import CannotConnect, ConfigurationError, DatabaseError, JobNameTaken, SchemaNotInstalled
 from .. import audit
-from ..forking import track
+from ..forking import opening, track
 from ..models import ClaimBatch, Job, JobChange, JobRun
 from .base import (NAME_CONSTRAINT, NEW_JOB_ID, Backend, CancelOutcome, CancelRequest, Completion, Listener,
                    ManualStart, SweepResult, cancel_outcome, cancel_requests, claim_batch, completion_outcomes,
@@ -751,7 +751,8 @@ class PgListener(Listener):
         with self._lock:
             try:
                 if self._conn is None or self._conn.closed:
-                    self._conn = self._connect()
+                    with opening():   # recorded before any fork (forking.py)
+                        self._conn = self._connect()
                 conn = self._conn
                 if not conn.notifies and not self._wakeup.is_set():
                     ready, _, _ = select.select([conn, self._pipe_r], [], [], timeout)

@@ -123,3 +123,62 @@ def test_a_child_that_drops_its_copy_never_ends_the_parents_sessions(make_engine
         assert engine.list_jobs() == []
     finally:
         sql.close()
+
+
+def _sockets_to(port: int) -> set[int]:
+    """Inodes of this process's TCP sockets connected to ``port`` (from /proc)."""
+    inodes: set[int] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as rows:
+            inodes |= {int(f[9]) for f in (row.split() for row in list(rows)[1:]) if f[2].endswith(f":{port:04X}")}
+    held: set[int] = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            held.add(int(target[8:-1]))
+    return held & inodes
+
+
+def test_a_fork_while_a_connection_is_being_opened_waits_until_it_is_recorded(pg_dsn: str) -> None:
+    """A fork that falls between a connect and the pool's record of it (gunicorn forking its
+    workers while a preloaded engine's threads open their connections) would hand the child a
+    socket no after-fork hook knows: the fork waits until the connection is recorded, so the
+    child abandons it like every other (its descriptor points at /dev/null there)."""
+    import threading
+    from urllib.parse import urlsplit
+
+    import psycopg2
+
+    from mjsched.backends.pool import ConnectionPool
+    from mjsched.backends.postgres import abandon_inherited
+
+    opened, release = threading.Event(), threading.Event()
+
+    def slow_connect() -> Any:
+        conn = psycopg2.connect(pg_dsn)   # the socket is open here, not yet the pool's
+        opened.set()
+        release.wait(10)
+        return conn
+
+    pool = ConnectionPool(slow_connect, lambda conn, exc: True, max_size=1, abandon=abandon_inherited)
+    lent: list[Any] = []
+
+    def borrow() -> None:
+        with pool.connection() as conn:
+            lent.append(conn)
+
+    borrower = threading.Thread(target=borrow, daemon=True)
+    borrower.start()
+    assert opened.wait(10)
+    threading.Timer(0.3, release.set).start()    # the connect returns while the fork waits for it
+    started = time.monotonic()
+    port = urlsplit(pg_dsn).port or 5432
+    child = in_child(os.fork, lambda: {"sockets": sorted(_sockets_to(port))})
+    waited = time.monotonic() - started
+    borrower.join(10)
+    assert lent and child["sockets"] == [], child
+    assert waited >= 0.2, f"the fork did not wait for the connection being opened ({waited:.2f}s)"
+    lent[0].close()
