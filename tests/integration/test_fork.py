@@ -22,6 +22,7 @@ import mjsched
 from mjsched.engine import control
 from mjsched.engine.facade import ANSWERED_AFTER_FORK
 from tests.support.forks import FORKS, in_child
+from tests.support.sockets import database_sockets
 from tests.support.pg import Sql, wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(90)]
@@ -125,30 +126,12 @@ def test_a_child_that_drops_its_copy_never_ends_the_parents_sessions(make_engine
         sql.close()
 
 
-def _sockets_to(port: int) -> set[int]:
-    """Inodes of this process's TCP sockets connected to ``port`` (from /proc)."""
-    inodes: set[int] = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with open(table) as rows:
-            inodes |= {int(f[9]) for f in (row.split() for row in list(rows)[1:]) if f[2].endswith(f":{port:04X}")}
-    held: set[int] = set()
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            held.add(int(target[8:-1]))
-    return held & inodes
-
-
 def test_a_fork_while_a_connection_is_being_opened_waits_until_it_is_recorded(pg_dsn: str) -> None:
     """A fork that falls between a connect and the pool's record of it (gunicorn forking its
     workers while a preloaded engine's threads open their connections) would hand the child a
     socket no after-fork hook knows: the fork waits until the connection is recorded, so the
     child abandons it like every other (its descriptor points at /dev/null there)."""
     import threading
-    from urllib.parse import urlsplit
 
     import psycopg2
 
@@ -175,8 +158,7 @@ def test_a_fork_while_a_connection_is_being_opened_waits_until_it_is_recorded(pg
     assert opened.wait(10)
     threading.Timer(0.3, release.set).start()    # the connect returns while the fork waits for it
     started = time.monotonic()
-    port = urlsplit(pg_dsn).port or 5432
-    child = in_child(os.fork, lambda: {"sockets": sorted(_sockets_to(port))})
+    child = in_child(os.fork, lambda: {"sockets": sorted(database_sockets(os.getpid(), pg_dsn))})
     waited = time.monotonic() - started
     borrower.join(10)
     assert lent and child["sockets"] == [], child

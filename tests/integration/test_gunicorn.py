@@ -23,11 +23,11 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any, Iterator
-from urllib.parse import urlsplit
 
 import pytest
 
 from tests.support.pg import wait_for
+from tests.support.sockets import database_sockets
 
 pytest.importorskip("gunicorn", reason="gunicorn is not installed (pip install -e '.[test]' installs it)")
 
@@ -117,28 +117,6 @@ def gunicorn(pg_dsn: str, sql: Any, tmp_path: Path) -> Iterator[Any]:
 
 def worker_pids(log: str) -> set[int]:
     return {int(line.rsplit("pid: ", 1)[1].split()[0]) for line in log.splitlines() if "Booting worker with pid" in line}
-
-
-def database_sockets(pid: int, dsn: str) -> set[int]:
-    """Inodes of the TCP sockets process ``pid`` holds that are connected to PostgreSQL's port."""
-    port = urlsplit(dsn).port or 5432
-    remote = f":{port:04X}"
-    inodes: set[int] = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with open(table) as rows:
-            for row in list(rows)[1:]:
-                fields = row.split()
-                if fields[2].endswith(remote):
-                    inodes.add(int(fields[9]))
-    held: set[int] = set()
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            held.add(int(target[8:-1]))
-    return held & inodes
 
 
 def completed(sql: Any) -> int:
