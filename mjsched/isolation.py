@@ -55,6 +55,7 @@ from . import proctree, tracing
 from .drivers import callables
 from .drivers.base import BaseScheduledJob, ExecutionContext, JobResult
 from .errors import ConfigurationError
+from .signal_relay import SignalRelay
 
 log = logging.getLogger(__name__)
 
@@ -354,7 +355,9 @@ def _child_main(fd: int) -> None:
     payload = conn.recv()
     callables.enter_isolated_child(payload["script"])   # the engine's script is not imported here
     line = _ParentLine(conn, float(payload["grace"]), payload.get("mark"))
-    signal.signal(signal.SIGTERM, lambda *_: line.cancel.set())
+    # not in the handler itself: a second SIGTERM inside Event.set() deadlocked the main thread
+    # (mjsched/signal_relay.py); no wakeup fd: an asyncio job may take it for itself
+    SignalRelay(lambda _signum: line.cancel.set(), name="mjsched-isolation-signals").install(signal.SIGTERM)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=line.read, name="mjsched-isolation-reader", daemon=True).start()
     root = logging.getLogger()

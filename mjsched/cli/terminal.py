@@ -14,6 +14,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from ..signal_relay import SignalRelay
+
 log = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -77,57 +79,40 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
 class GracefulStop:
     """SIGINT/SIGTERM: the first sets an event (drain, then exit); the second exits at once, code 1.
 
-    The second signal is acted on by a watcher thread fed by ``signal.set_wakeup_fd``: the
-    C-level handler writes the signal number to a pipe the moment it arrives, so the exit
-    does not wait for the main thread (which may be in a database call or joining the
-    drain). Once a first signal came, the handlers stay installed until the process ends:
-    a second signal during the close (or the embedded server's stop) still exits with 1,
-    never with death by the default handler (143).
+    Both are acted on by a relay thread fed by ``signal.set_wakeup_fd`` (mjsched/signal_relay.py):
+    the C-level handler writes the signal number to a pipe the moment it arrives, so the exit
+    does not wait for the main thread (which may be in a database call or joining the drain),
+    and no lock is taken inside a signal handler (a second signal inside the first handler's
+    ``Event.set`` would wait on itself). Once a first signal came, the handlers stay installed
+    until the process ends: a second signal during the close (or the embedded server's stop)
+    still exits with 1, never with death by the default handler (143).
     """
 
     def __init__(self) -> None:
         self.event = threading.Event()
         self.forced = threading.Event()
         self.signal_name = "?"
-        self._previous: dict[int, Any] = {}
         self._seen = 0
         self._seen_lock = threading.Lock()
-        self._pipe: tuple[int, int] | None = None
-        self._previous_wakeup_fd = -1
+        self._relay: SignalRelay | None = None
 
     def request(self, reason: str) -> None:
         """A stop that is no signal (the embedded server moved): it counts as the first signal."""
+        self._count(reason)
+
+    def _count(self, reason: str, signum: int | None = None) -> None:
         with self._seen_lock:
             self._seen += 1
+            second = self._seen >= 2
+        if second and signum is not None:
+            self.force_exit(signum)
         if not self.event.is_set():
             self.signal_name = reason
             self.event.set()
 
-    def _count(self, signum: int) -> None:
-        with self._seen_lock:
-            self._seen += 1
-            second = self._seen >= 2
-        if second:
-            self.force_exit(signum)
-
-    def _handle(self, signum: int, _frame: Any) -> None:
-        if self._pipe is None:          # no watcher (not the main thread): count here
-            self._count(signum)
-        if not self.event.is_set():
-            self.signal_name = signal.Signals(signum).name
-            self.event.set()
-
-    def _watch(self, read_fd: int) -> None:
-        while True:
-            try:
-                data = os.read(read_fd, 64)
-            except OSError:
-                return
-            if not data:
-                return
-            for signum in data:
-                if signum in (signal.SIGINT, signal.SIGTERM):
-                    self._count(signum)
+    def _on_signal(self, signum: int) -> None:
+        """On the relay thread, never in a signal handler."""
+        self._count(signal.Signals(signum).name, signum)
 
     def force_exit(self, signum: int) -> None:
         """The second signal: say so and end the process now (running jobs keep their leases)."""
@@ -146,29 +131,16 @@ class GracefulStop:
 
         class _Installed:
             def __enter__(self) -> GracefulStop:
-                for sig in (signal.SIGINT, signal.SIGTERM):
-                    stop._previous[sig] = signal.signal(sig, stop._handle)
-                try:
-                    read_fd, write_fd = os.pipe()
-                    os.set_blocking(write_fd, False)
-                    stop._previous_wakeup_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
-                    stop._pipe = (read_fd, write_fd)
-                    threading.Thread(target=stop._watch, args=(read_fd,), name="mjsched-signals",
-                                     daemon=True).start()
-                except (OSError, ValueError):   # ValueError: not the main thread; _handle counts instead
-                    stop._pipe = None
+                stop._relay = SignalRelay(stop._on_signal, name="mjsched-signals", wakeup=True)
+                stop._relay.install(signal.SIGINT, signal.SIGTERM)
                 return stop
 
             def __exit__(self, *exc: Any) -> None:
                 if stop.event.is_set():
                     return      # stopping: a second signal must still exit at once until the very end
-                for sig, handler in stop._previous.items():
-                    signal.signal(sig, handler)
-                if stop._pipe is not None:
-                    signal.set_wakeup_fd(stop._previous_wakeup_fd)
-                    for fd in (stop._pipe[1], stop._pipe[0]):
-                        os.close(fd)
-                    stop._pipe = None
+                if stop._relay is not None:
+                    stop._relay.restore()
+                    stop._relay = None
         return _Installed()
 
     def wait(self, timeout: float | None = None) -> bool:
