@@ -25,6 +25,7 @@ from mjsched.execution import run_driver
 from tests.chaos import isolated_drivers  # noqa: F401  (registers the iso-* drivers)
 from tests.support.pg import wait_for
 from tests.support.procs import process_alive
+from tests.support.startup import past_start
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(60)]
 
@@ -104,12 +105,20 @@ def test_child_log_records_reach_the_parent_loggers(engine: Any, caplog: Any) ->
 
 
 def test_timeout_kills_a_child_that_ignores_cancellation(engine: Any, tmp_path: Any) -> None:
-    job_id = _job(engine, "iso-hang", max_runtime=1.0, configuration={"dir": str(tmp_path)})
-    started = time.monotonic()
-    run = engine.execute_job(job_id)
+    def attempt(max_runtime: float) -> tuple[tuple[Any, float, str], bool]:
+        directory = tmp_path / f"{max_runtime:g}"
+        directory.mkdir()
+        job_id = engine.create_job(name=f"job-iso-hang-{max_runtime:g}", driver="iso-hang", cron=YEARLY,
+                                   isolation="process", max_runtime=max_runtime,
+                                   configuration={"dir": str(directory)})
+        started = time.monotonic()
+        run = engine.execute_job(job_id)
+        return (run, time.monotonic() - started, str(directory)), (directory / "child.pid").exists()
+
+    (run, took, directory), max_runtime = past_start(attempt)
     assert run.status is mjsched.RunStatus.TIMEOUT and "max_runtime" in run.error_message
-    assert time.monotonic() - started < 1.0 + 2.0   # the Timeout is written at once, not after the kill
-    pid = _read_pid(tmp_path, "child.pid")
+    assert took < max_runtime + 2.0   # the Timeout is written at once, not after the kill
+    pid = _read_pid(directory, "child.pid")
     wait_for(lambda: not process_alive(pid), timeout=isolation.GRACE + 2, message=f"child {pid} killed")
     wait_for(lambda: isolation.live_children() == {}, timeout=2, message="the child to be reaped")
 
@@ -128,6 +137,30 @@ def test_cooperative_child_stops_on_sigterm_before_the_kill(tmp_path: Any) -> No
     assert done == [mjsched.JobResult(False, "stopped on request", {"cancelled": True})]
     assert elapsed < isolation.GRACE - 1.0, elapsed   # it returned; nobody had to SIGKILL it
     assert not process_alive(child)
+
+
+def test_a_burst_of_sigterms_cancels_the_child_and_never_hangs_it(tmp_path: Any) -> None:
+    """The parent signals the child and its group, an operator may add a kill of their own: SIGTERMs
+    come close together. The child's handler only hands them to a thread (mjsched/signal_relay.py);
+    its old one, an Event.set() in the handler, hung the child when a second SIGTERM came inside it."""
+    for attempt in range(5):
+        directory = tmp_path / str(attempt)
+        directory.mkdir()
+        context = _context("iso-polite", {"dir": str(directory)})
+        done: list[Any] = []
+        thread = threading.Thread(target=lambda: done.append(isolation.run_in_process(
+            isolated_drivers.PoliteDriver, context, grace=60)))
+        thread.start()
+        child = _read_pid(directory, "child.pid")
+        for _ in range(300):            # the parent's cancel_event stays clear: only the signals cancel
+            try:
+                os.kill(child, signal.SIGTERM)
+            except ProcessLookupError:
+                break
+        thread.join(20)                 # far inside the 60 s grace: nobody SIGKILLs a hung child for us
+        if thread.is_alive():           # hung: end it, or the test process waits for it at exit
+            os.kill(child, signal.SIGKILL)
+        assert done == [mjsched.JobResult(False, "stopped on request", {"cancelled": True})], (attempt, done)
 
 
 def test_cancel_kills_grandchildren_in_their_own_session(tmp_path: Any) -> None:
