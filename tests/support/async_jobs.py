@@ -20,7 +20,8 @@ async def fail_async(message: str) -> None:
 
 
 async def sleep_then_mark(path: str, seconds: float) -> None:
-    """Sleeps; a cancel is marked in ``path`` ("cancelled"), a full sleep too ("slept")."""
+    """Sleeps; its start is marked in ``path`` ("sleeping"), a cancel ("cancelled"), a full sleep ("slept")."""
+    Path(path).write_text("sleeping")
     try:
         await asyncio.sleep(seconds)
     except asyncio.CancelledError:
