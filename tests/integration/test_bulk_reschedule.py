@@ -52,14 +52,18 @@ def unscheduled(db: Db) -> int:
 
 def reschedule_after_bulk_edit(make_engine: Callable[..., Any], db: Db, count: int,
                                timeout: float) -> tuple[float, Any]:
-    """Seconds from one plain UPDATE of ``count`` jobs' cron until all have a next_run_at
-    again, with an engine polling at its default idle interval; and the engine."""
+    """Seconds from the commit of one plain UPDATE of ``count`` jobs' cron until all have a
+    next_run_at again, with an engine polling at its default idle interval; and the engine.
+    From the commit: that is when the jobs stop being scheduled; the UPDATE's own time (the
+    audit trail's trigger writes a change row per job, ~0.3 ms each) is printed, not bounded."""
     engine = make_engine(max_poll_interval=10.0)   # the engine's default idle poll
     insert_scheduled_jobs(db, engine.backend.ensure_job_type("python"), count)
     engine.start_polling()
     edited_at = db.one(f"SELECT {db.now}")
-    started = time.monotonic()
+    editing = time.monotonic()
     assert db.run("UPDATE mjsched.scheduled_job SET cron_expression = ?", (NEW_CRON,)) == count
+    started = time.monotonic()
+    print(f"\nthe UPDATE of {count:,} jobs (with its triggers) took {started - editing:.2f}s", end="")
     engine.on_job_changed()   # SQL Server has no change feed; PostgreSQL's NOTIFY wakes it too
     try:
         wait_for(lambda: unscheduled(db) == 0, timeout=timeout, interval=0.05,
@@ -76,13 +80,15 @@ def reschedule_after_bulk_edit(make_engine: Callable[..., Any], db: Db, count: i
 def load_factor() -> float:
     """How many times over the machine's cores are busy (1 when idle): the bounds below are
     for a machine of its own, and the test command also runs beside other work (at a load of
-    20 on 2 cores, 50,000 jobs took 32 s). Printed with each measurement."""
+    20 on 2 cores, 50,000 jobs took 32 s). Read before and after the run, the larger kept: the
+    one-minute average lags behind load that starts with the run. Printed with each measurement."""
     return max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
 
 
 def test_a_bulk_edit_of_5000_jobs_is_rescheduled_within_seconds(make_engine: Callable[..., Any], db: Db) -> None:
     load = load_factor()
     elapsed, _ = reschedule_after_bulk_edit(make_engine, db, 5_000, timeout=15.0 * load)
+    load = max(load, load_factor())   # the load average lags: the one at the end covers the run
     print(f"\n5,000 jobs edited by one UPDATE: rescheduled in {elapsed:.2f}s (load factor {load:.1f})")
     assert elapsed < 5.0 * load, (elapsed, load)
 
@@ -91,6 +97,7 @@ def test_a_bulk_edit_of_5000_jobs_is_rescheduled_within_seconds(make_engine: Cal
 def test_a_bulk_edit_of_50000_jobs_is_rescheduled_within_seconds(make_engine: Callable[..., Any], db: Db) -> None:
     load = load_factor()
     elapsed, _ = reschedule_after_bulk_edit(make_engine, db, 50_000, timeout=30.0 * load)
+    load = max(load, load_factor())   # the load average lags: the one at the end covers the run
     print(f"\n50,000 jobs edited by one UPDATE: rescheduled in {elapsed:.2f}s (load factor {load:.1f})")
     assert elapsed < 15.0 * load, (elapsed, load)
 
