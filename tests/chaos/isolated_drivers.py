@@ -94,6 +94,22 @@ class PoliteDriver(mjsched.BaseScheduledJob):
         return None
 
 
+@mjsched.register_driver("iso-busy")
+class BusyDriver(mjsched.BaseScheduledJob):
+    """Runs Python code for ``seconds`` whatever happens (signals are handled between its
+    bytecodes), then answers whether its cancel_event was set."""
+
+    def execute(self, context: Any) -> Any:
+        _note(context, "child.pid", os.getpid())
+        until = time.monotonic() + float(context.job.configuration.get("seconds", 1.5))
+        spins = 0
+        while time.monotonic() < until:
+            spins += 1
+        if context.cancel_event.is_set():
+            return mjsched.JobResult(False, "stopped on request", {"cancelled": True})
+        return {"spins": spins}
+
+
 @mjsched.register_driver("iso-grandchild")
 class GrandchildDriver(mjsched.BaseScheduledJob):
     """Starts ``sleep`` in a session of its own (as the shell driver does), then hangs or returns."""

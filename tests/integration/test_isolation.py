@@ -139,26 +139,31 @@ def test_cooperative_child_stops_on_sigterm_before_the_kill(tmp_path: Any) -> No
     assert not process_alive(child)
 
 
-def test_a_burst_of_sigterms_cancels_the_child_and_never_hangs_it(tmp_path: Any) -> None:
+def test_sigterms_in_a_stream_cancel_the_child_and_never_hang_it(tmp_path: Any) -> None:
     """The parent signals the child and its group, an operator may add a kill of their own: SIGTERMs
-    come close together. The child's handler only hands them to a thread (mjsched/signal_relay.py);
-    its old one, an Event.set() in the handler, hung the child when a second SIGTERM came inside it."""
-    for attempt in range(5):
+    come close together. Here they stream in while the child's main thread runs Python code (where
+    a handler runs between any two bytecodes, so one signal lands inside another's handler). The
+    child's handler only hands them to a thread (mjsched/signal_relay.py); its old one, an
+    Event.set() in the handler, hung the child when a SIGTERM came inside it."""
+    for attempt in range(3):
         directory = tmp_path / str(attempt)
         directory.mkdir()
-        context = _context("iso-polite", {"dir": str(directory)})
+        context = _context("iso-busy", {"dir": str(directory), "seconds": 1.5})
         done: list[Any] = []
         thread = threading.Thread(target=lambda: done.append(isolation.run_in_process(
-            isolated_drivers.PoliteDriver, context, grace=60)))
+            isolated_drivers.BusyDriver, context, grace=60)), daemon=True)
         thread.start()
         child = _read_pid(directory, "child.pid")
-        for _ in range(300):            # the parent's cancel_event stays clear: only the signals cancel
-            try:
-                os.kill(child, signal.SIGTERM)
+        deadline = time.monotonic() + 20   # far inside the 60 s grace: nobody SIGKILLs a hung child for us
+        while thread.is_alive() and time.monotonic() < deadline:
+            try:                           # the parent's cancel_event stays clear: only the signals cancel
+                for _ in range(8):         # back to back, as the parent's to the child and to its group
+                    os.kill(child, signal.SIGTERM)
             except ProcessLookupError:
                 break
-        thread.join(20)                 # far inside the 60 s grace: nobody SIGKILLs a hung child for us
-        if thread.is_alive():           # hung: end it, or the test process waits for it at exit
+            time.sleep(0.001)
+        thread.join(5)
+        if thread.is_alive():              # hung: end it, or the test process waits for it at exit
             os.kill(child, signal.SIGKILL)
         assert done == [mjsched.JobResult(False, "stopped on request", {"cancelled": True})], (attempt, done)
 

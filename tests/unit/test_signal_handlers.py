@@ -48,11 +48,13 @@ def _end_relays() -> Any:
         _relays.pop().restore()   # its pipe closed, its thread ends
 
 
+HARMLESS = signal.SIGUSR2   # what the relay is installed for here: nothing else in the test process uses it
+
+
 def _relay_handler() -> tuple[Handler, Callable[[], bool]]:
     delivered = threading.Event()
-    relay = SignalRelay(lambda _signum: delivered.set(), name="test-relay")
+    relay = SignalRelay(lambda _signum: delivered.set(), name="test-relay").install(HARMLESS)
     _relays.append(relay)
-    relay._signals = frozenset({signal.SIGTERM})   # as install() would, without taking the process's signals
     return relay.handler, lambda: delivered.wait(RETURN_BOUND)
 
 
@@ -65,7 +67,7 @@ CASES: dict[tuple[str, str], Callable[[], tuple[Handler, Callable[[], bool]]] | 
     ("signal_relay.py", "self.handler"): _relay_handler,
     ("cli/entry.py", "_raise_interrupt"): _raise_interrupt_handler,
     # giving a signal back to what it had, or ignoring it, installs no handler of ours
-    ("signal_relay.py", "previous"): None,
+    ("signal_relay.py", "signal.SIG_DFL if handler is None else handler"): None,
     ("cli/entry.py", "previous_term"): None,
     ("isolation.py", "signal.SIG_IGN"): None,
 }
@@ -131,10 +133,10 @@ def test_a_handler_reentered_at_any_line_returns(where: tuple[str, str]) -> None
     make = CASES[where]
     assert make is not None
     handler, _ = make()
-    lines = _line_events(handler, signal.SIGTERM)
+    lines = _line_events(handler, HARMLESS)
     for line in range(1, lines + 1):
         handler, effect = make()
-        assert returns_when_reentered_at(handler, signal.SIGTERM, line), (
+        assert returns_when_reentered_at(handler, HARMLESS, line), (
             f"{where} did not return when re-entered at its line event {line} of {lines}")
         assert effect(), f"{where} re-entered at line {line}: the signal was not acted on"
 
@@ -149,3 +151,48 @@ def test_the_harness_catches_a_handler_that_takes_a_lock() -> None:
         if not returns_when_reentered_at(lambda *_: event.set(), signal.SIGTERM, line):
             return   # stuck, as it was in the child
     pytest.fail(f"re-entering Event.set() at each of its {lines} lines never got stuck: the harness shows nothing")
+
+
+def test_a_forked_child_gives_the_signals_back_and_hands_nothing_to_its_parent() -> None:
+    """A job's forked worker (multiprocessing's default start on Linux) inherits the handler but
+    not the relay thread: its SIGTERM would be written into the parent's pipe and act there."""
+    import os
+
+    seen: list[int] = []
+    relay = SignalRelay(seen.append, name="test-fork-relay").install(HARMLESS)
+    _relays.append(relay)
+    pid = os.fork()
+    if pid == 0:   # the child: its handler is the default again, so the signal ends it
+        try:
+            os.kill(os.getpid(), HARMLESS)
+        finally:
+            os._exit(3)   # reached only if the signal was caught
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == HARMLESS, status
+    assert signal.getsignal(HARMLESS) == relay.handler   # the parent keeps its relay
+    os.kill(os.getpid(), HARMLESS)
+    deadline = threading.Event()
+    for _ in range(100):
+        if seen:
+            break
+        deadline.wait(0.02)
+    assert seen == [HARMLESS]   # the parent's own signal, once; nothing came from the child
+
+
+def test_restore_twice_and_install_off_the_main_thread_are_safe() -> None:
+    relay = SignalRelay(lambda _signum: None, name="test-restore").install(HARMLESS)
+    relay.restore()
+    relay.restore()                                   # no second close of a descriptor reused since
+    assert signal.getsignal(HARMLESS) == signal.SIG_DFL
+    failed: list[BaseException] = []
+    thread = threading.Thread(target=lambda: _try_install(failed))
+    thread.start()
+    thread.join(5)
+    assert failed and isinstance(failed[0], ValueError)
+
+
+def _try_install(failed: list[BaseException]) -> None:
+    try:
+        SignalRelay(lambda _signum: None, name="test-off-main").install(HARMLESS)
+    except BaseException as exc:  # noqa: BLE001 - recorded for the test
+        failed.append(exc)
