@@ -73,12 +73,16 @@ CASES: dict[tuple[str, str], Callable[[], tuple[Handler, Callable[[], bool]]] | 
 }
 
 
-def _line_events(handler: Handler, signum: int) -> int:
-    count = 0
+def _traced(handler: Handler, signum: int, at_line: Callable[[int], Any]) -> int:
+    """Run ``handler`` under a tracer that calls ``at_line(n)`` at its n-th line event (the
+    tracer runs untraced, as a nested signal's handler would); answers how many it ran."""
+    seen = 0
 
     def tracer(frame: Any, event: str, arg: Any) -> Any:
-        nonlocal count
-        count += event == "line"
+        nonlocal seen
+        if event == "line":
+            seen += 1
+            at_line(seen)
         return tracer
 
     sys.settrace(tracer)
@@ -88,32 +92,26 @@ def _line_events(handler: Handler, signum: int) -> int:
         pass
     finally:
         sys.settrace(None)
-    return count
+    return seen
+
+
+def _line_events(handler: Handler, signum: int) -> int:
+    return _traced(handler, signum, lambda _n: None)
 
 
 def returns_when_reentered_at(handler: Handler, signum: int, line: int) -> bool:
-    """Run ``handler`` on a thread, calling it again (untraced, as a nested signal would) at its
-    ``line``-th line event; whether the whole returned (or raised) within RETURN_BOUND."""
+    """Run ``handler`` on a thread, calling it again at its ``line``-th line event; whether the
+    whole returned (or raised) within RETURN_BOUND."""
     done = threading.Event()
 
-    def run() -> None:
-        seen = 0
-
-        def tracer(frame: Any, event: str, arg: Any) -> Any:
-            nonlocal seen
-            if event == "line":
-                seen += 1
-                if seen == line:
-                    handler(signum, None)   # the tracer runs untraced: this is the nested call
-            return tracer
-
-        sys.settrace(tracer)
-        try:
+    def reenter(n: int) -> None:
+        if n == line:
             handler(signum, None)
-        except KeyboardInterrupt:
-            pass
+
+    def run() -> None:
+        try:
+            _traced(handler, signum, reenter)
         finally:
-            sys.settrace(None)
             done.set()
 
     threading.Thread(target=run, name=f"reentry-{line}", daemon=True).start()
