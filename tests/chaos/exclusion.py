@@ -18,6 +18,8 @@ from typing import Any, Iterable
 import psycopg2
 import psycopg2.errors
 
+from tests.support.sockets import socket_inodes
+
 BEAT = 0.05
 
 
@@ -209,16 +211,8 @@ class OutsideLock:
 def client_ports(pid: int) -> set[int]:
     """Local TCP ports of process ``pid``'s sockets (from /proc): ``pg_stat_activity.client_port``
     of its database connections, so a test can tell one engine's backends from another's."""
-    inodes = set()
-    try:
-        for fd in os.listdir(f"/proc/{pid}/fd"):
-            try:
-                target = os.readlink(f"/proc/{pid}/fd/{fd}")
-            except OSError:
-                continue
-            if target.startswith("socket:["):
-                inodes.add(target[8:-1])
-    except OSError:
+    inodes = {str(inode) for inode in socket_inodes(pid)}
+    if not inodes:
         return set()
     ports = set()
     for table in ("tcp", "tcp6"):

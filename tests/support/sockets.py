@@ -1,5 +1,5 @@
-"""Which database sockets a process holds (from /proc): how the fork tests tell a parent's
-session from a child's."""
+"""Which sockets a process holds (from /proc): how the fork tests tell a parent's session from a
+child's, and the chaos tests one engine's backends from another's."""
 from __future__ import annotations
 
 import os
@@ -17,12 +17,21 @@ def database_sockets(pid: int, dsn: str) -> set[int]:
                 fields = row.split()
                 if fields[2].endswith(remote):
                     inodes.add(int(fields[9]))
+    return socket_inodes(pid) & inodes
+
+
+def socket_inodes(pid: int) -> set[int]:
+    """Inodes of every socket process ``pid`` holds (its /proc fd links); none once it is gone."""
     held: set[int] = set()
-    for fd in os.listdir(f"/proc/{pid}/fd"):
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return held
+    for fd in fds:
         try:
             target = os.readlink(f"/proc/{pid}/fd/{fd}")
         except OSError:
             continue
         if target.startswith("socket:["):
             held.add(int(target[8:-1]))
-    return held & inodes
+    return held
