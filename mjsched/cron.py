@@ -354,7 +354,8 @@ class CronSchedule:
         for an expression that holds an H)."""
         if isinstance(expression, str) and isinstance(timezone, str) and isinstance(field, str) \
                 and (seed is None or isinstance(seed, str)):
-            return _parse_cached(expression, timezone, field, seed if uses_hash(expression) else None)
+            hashed = ("h" in expression or "H" in expression) and uses_hash(expression)   # (asked per run)
+            return _parse_cached(expression, timezone, field, seed if hashed else None)
         return cls._parse(expression, timezone, field, seed)
 
     @classmethod

@@ -123,6 +123,8 @@ def safe_caster(cast: Callable[..., Any], name: str) -> Callable[..., Any]:
     value the driver cannot convert (a timestamp past year 9999) must not fail the fetch of
     every row beside it."""
     def cast_or_mark(value: Any, *cursor: Any) -> Any:
+        if value is None:   # SQL NULL, which every caster reads as None: most columns of a claimed row
+            return None
         try:
             return cast(value, *cursor)
         except Exception as exc:  # noqa: BLE001 - any value a caster refuses: marked, never raised

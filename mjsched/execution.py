@@ -13,6 +13,7 @@ from typing import Any
 from .drivers.base import BaseScheduledJob, ExecutionContext, JobResult
 from .drivers.celery_trust import CeleryAllowList, refusal_for
 from .drivers.registry import get_driver, refusal
+from .frozen import quick_init
 from .models import Isolation, Job
 from .redaction import redact, redact_text
 from .results import MAX_ERROR_CHARS, mask_job_secrets, normalise, safe_text, scrub  # noqa: F401  (re-exported)
@@ -31,6 +32,7 @@ def effective_isolation(job: Job, driver_cls: type[BaseScheduledJob] | None) -> 
 ENGINE_DEFAULT = "default_max_runtime"   # RuntimeBound.source of the engine's bound
 
 
+@quick_init
 @dataclass(frozen=True)
 class RuntimeBound:
     """How long a run may execute, and whose setting says so: ``source`` is "max_runtime" (the

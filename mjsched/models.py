@@ -243,7 +243,7 @@ class Job:
             values["notify_final_attempt_only"] = values["notify_final_attempt_only"] is None \
                 or bool(values["notify_final_attempt_only"])
             values["retry_count"] = int(values["retry_count"] or 0)
-            values["tags"] = _tags(values["tags"])
+            values["tags"] = _tags(values["tags"]) if values["tags"] else ()
             for key in ("retry_initial_delay", "retry_factor", "retry_max_delay", "retry_jitter"):
                 if values[key] is not None:
                     values[key] = float(values[key])

@@ -47,6 +47,7 @@ from typing import Any, Callable, Protocol, TypeVar
 
 from . import cron, schedules
 from .errors import ConfigurationError
+from .frozen import quick_init
 from .models import Claim, ConcurrencyMode, Job, MissedRunPolicy
 from .schedules import Schedule
 
@@ -167,6 +168,7 @@ def first_due(schedule: Schedule, now: datetime, *, start_at: datetime | None,
     return schedule.next_after(after)  # type: ignore[return-value]  # only a one-off has an end
 
 
+@quick_init
 @dataclass(frozen=True)
 class TickPlan:
     """What to do with a claimed tick.
@@ -264,6 +266,7 @@ class ClaimAction(enum.Enum):
     ADVANCE = "advance"  # a run-less claim: its tick was served already; the job only moves on
 
 
+@quick_init
 @dataclass(frozen=True)
 class ClaimPlan:
     """What the dispatcher does with one claimed row (``plan_claim``); it only carries it out.

@@ -18,13 +18,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Callable
 
-from .. import scheduling, validation
+from .. import scheduling, tracing, validation
 from ..scheduling import ClaimAction, plan_claim
 from ..backends.base import Backend, Completion, SweepResult
 from ..clock import DbClock
 from ..drivers.celery_trust import refusal_for
 from ..errors import SchedulerError
-from ..models import Claim, ClaimBatch, DispatchResult, Job, RunStatus
+from ..models import Claim, ClaimBatch, ConcurrencyMode, DispatchResult, Job, RunStatus
 from .background import BackgroundTasks
 from .completions import CompletionWriter
 from .housekeeping import Housekeeping
@@ -246,6 +246,7 @@ class Dispatcher:
             log.debug("high-frequency check of a claim skipped: %s", exc)
         started: list[str] = []
         ready: list[Run] = []
+        traced = tracing.wanted()   # once per claim: a span per run only where one is received
         try:
             for claim in batch.claims:
                 job = batch.jobs[claim.job_id]
@@ -255,7 +256,7 @@ class Dispatcher:
                 try:
                     if job.undecodable:   # a stored value no engine can read: before any run started
                         self._end_unstarted(self._set_aside.undecodable(job, claim.run_id, claim.lock_token))
-                    elif self._start_claim(job, claim, db_now, ready) and claim.run_id is not None:
+                    elif self._start_claim(job, claim, db_now, ready, traced) and claim.run_id is not None:
                         started.append(claim.run_id)
                 except scheduling.UnusableSchedule as exc:   # the row itself: before any run started
                     self._end_unstarted(self._set_aside.unusable_schedule(job, claim.run_id, claim.lock_token,
@@ -303,7 +304,7 @@ class Dispatcher:
         except Exception as again:  # noqa: BLE001 - the database or the writer failed too: the lease lapses
             log.warning("job %r: could not hand its claim back (%s); its lease will lapse", job.name, again)
 
-    def _start_claim(self, job: Job, claim: Claim, db_now: datetime, ready: list[Run]) -> bool:
+    def _start_claim(self, job: Job, claim: Claim, db_now: datetime, ready: list[Run], traced: bool = True) -> bool:
         """Carry out one claim's plan (``scheduling.plan_claim``): prepare and register its run,
         to be started with the claim's others (``ready``) (True), or settle a claim that runs
         nothing (False)."""
@@ -327,7 +328,7 @@ class Dispatcher:
             return False
         run = Run.begin(self._services, job, run_id, token, claim.scheduled_for, manual=False,
                         catch_up=plan.catch_up, seen_next_run_at=plan.seen_next_run_at, attempt=plan.attempt,
-                        last_enqueued=plan.queued_after, lease_from=self._lease_from(job, db_now))
+                        last_enqueued=plan.queued_after, lease_from=self._lease_from(job, db_now), traced=traced)
         with self._accept_lock:
             accepted = self._accepting
             if accepted:
@@ -386,6 +387,8 @@ class Dispatcher:
         """Keep ticks of our running Queue-mode jobs as Queued runs; return seconds to the next one."""
         wait = self._options.max_poll_interval
         for run in self._registry.busy():
+            if run.job.concurrency_mode is not ConcurrencyMode.QUEUE:   # most runs: no call per run and poll
+                continue
             if not scheduling.keeps_ticks_queued(run.job.concurrency_mode, manual=run.manual,
                                                  catch_up=run.catch_up, attempt=run.attempt):
                 continue

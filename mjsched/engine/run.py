@@ -141,12 +141,13 @@ class Run:
     def begin(cls, services: RunServices, job: Job, run_id: str, token: str, scheduled_for: datetime | None, *,
               manual: bool, catch_up: bool, seen_next_run_at: datetime | None = None,
               parameters: dict[str, Any] | None = None, attempt: int = 1,
-              last_enqueued: datetime | None = None, lease_from: float | None = None) -> Run:
+              last_enqueued: datetime | None = None, lease_from: float | None = None, traced: bool = True) -> Run:
         """A run just claimed, with the context its driver will see. ``job`` is what the driver
         sees (a manual run's ``parameters`` already merged into its configuration).
         ``last_enqueued``: Queue mode's newest tick already served or kept (``note_enqueued``),
         set here while no other thread can see the run. ``lease_from``: time.monotonic() when
-        the call that claimed it began (its first attempt; default now), which its lease runs from."""
+        the call that claimed it began (its first attempt; default now), which its lease runs from.
+        ``traced`` False: no span (``tracing.wanted()`` said so for the whole claim)."""
         try:
             driver_cls: type[BaseScheduledJob] | None = get_driver(job.driver)
         except SchedulerError:
@@ -158,7 +159,8 @@ class Run:
                   notified=threading.Event() if manual else NOBODY_WAITS,
                   lease_until=(time.monotonic() if lease_from is None else lease_from) + services.lease_seconds,
                   span=start_run(job_id=job.id, job_name=job.name, driver=job.driver, run_id=run_id,
-                                 tick=scheduled_for, attempt=attempt, manual=manual, instance=services.instance))
+                                 tick=scheduled_for, attempt=attempt, manual=manual, instance=services.instance)
+                  if traced else None)
         record = JobRun(id=run_id, scheduled_job_id=job.id, scheduled_for=scheduled_for, status=RunStatus.RUNNING,
                         success=None, error_message=None, details=None, queued_at=None,
                         started_at=services.clock.now(), completed_at=None, duration_ms=None,

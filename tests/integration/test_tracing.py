@@ -148,3 +148,29 @@ def test_without_opentelemetry_nothing_is_traced_and_runs_still_run() -> None:
             "print('untraced')\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "untraced", out.stderr
+
+
+def test_without_a_tracer_provider_a_run_has_no_span_unless_a_trace_is_current_and_a_provider_set_later_counts() -> None:
+    # a process of its own: the other tests set the process's one tracer provider
+    code = ("from opentelemetry import trace\n"
+            "from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags\n"
+            "import mjsched.tracing as t\n"
+            "kw = dict(job_id='j', job_name='n', driver='d', run_id='r', tick=None, attempt=1, manual=True,"
+            " instance='i')\n"
+            "assert t.available() and not t.wanted() and t.start_run(**kw) is None\n"
+            "parent = SpanContext(0x1234, 0x5678, is_remote=True, trace_flags=TraceFlags(1))\n"
+            "with trace.use_span(NonRecordingSpan(parent)):\n"
+            "    assert t.wanted()\n"
+            "    span = t.start_run(**kw)\n"
+            "assert span is not None\n"
+            "with span.current():\n"
+            "    carrier = {}; t.inject(carrier)\n"
+            "span.end('Completed')\n"
+            "from opentelemetry.sdk.trace import TracerProvider\n"
+            "trace.set_tracer_provider(TracerProvider())\n"
+            "assert t.wanted() and t.start_run(**kw) is not None   # a provider set later counts\n"
+            "print(carrier['traceparent'])\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    # the caller's trace is handed on through the run although nothing records it
+    assert out.stdout.strip() == f"00-{0x1234:032x}-{0x5678:016x}-01"

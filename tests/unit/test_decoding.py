@@ -96,6 +96,8 @@ def test_safe_caster_marks_instead_of_raising() -> None:
     marked = cast("10000", None)
     assert isinstance(marked, Undecodable) and "year 10000 is out of range" in marked
     assert isinstance(safe_caster(year, "datetimeoffset")("x"), Undecodable)   # pyodbc's one-argument form
+    # NULL is None without a call of the driver's caster (year(None) would raise)
+    assert cast(None, None) is None and safe_caster(year, "datetimeoffset")(None) is None
 
 
 def test_bounded_json_keeps_what_fits_and_says_what_it_dropped() -> None:
