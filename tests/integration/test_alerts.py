@@ -126,36 +126,44 @@ def test_a_failing_streak_pauses_its_job_through_the_audited_path(make_engine: C
 
 def test_alerts_fire_when_the_engine_that_should_run_the_job_was_killed(make_engine: Callable[..., Any],
                                                                         sql: Any, pg_dsn: str) -> None:
-    """A subprocess engine, the only one that runs shell jobs, runs 'ticker' every 3 s and holds
-    'backup' (a long run), and is killed -9: the run it held runs too long and the ticker's next
-    tick starts late; the three engines left (which do not run shell jobs) open each alert once."""
+    """A subprocess engine, the only one that runs shell jobs (and one that evaluates no alerts),
+    holds 'backup' (a long run), runs 'ticker' every 3 s and 'flaky' (which fails) every 2 s,
+    and is killed -9. What it left behind is in the tables only, and the three engines left
+    (which do not run shell jobs) open each kind once: the held run runs too long, the ticker's
+    next tick starts late and it goes silent, and flaky's two failures are a failing streak."""
     engines = [(make_engine(notifier=n, alert_interval=None, allowed_drivers=["test-ok"]), n)
                for n in (RecordingNotifier(), RecordingNotifier(), RecordingNotifier())]
     admin = engines[0][0]
     backup = admin.create_job("backup", "shell", every="1h", configuration={"command": "sleep 120"},
                               alert_too_long=2, status="Active", run_immediately_if_never_run=True)
     ticker = admin.create_job("ticker", "shell", every="3s", configuration={"command": "true"},
-                              alert_late_start=2, status="Active", high_frequency_ok=True)
+                              alert_late_start=2, alert_silent_after=6, status="Active", high_frequency_ok=True)
+    flaky = admin.create_job("flaky", "shell", every="2s", configuration={"command": "false"},
+                             alert_failing_streak=2, status="Active", high_frequency_ok=True)
+
+    def count(job: str, status: str) -> int:
+        return sql.one("SELECT count(*) FROM mjsched.scheduled_job_run WHERE scheduled_job_id = %s AND status = %s",
+                       (job, status))
+
     proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "integration" / "engine_process.py"), pg_dsn,
-                             "120", "doomed"], env={**os.environ, "PYTHONPATH": str(ROOT)})
+                             "120", "doomed", "no-alerts"], env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
-        wait_for(lambda: sql.one("SELECT count(*) FROM mjsched.scheduled_job_run WHERE scheduled_job_id = %s "
-                                 "AND status = 'Running'", (backup,)) == 1
-                 and sql.one("SELECT count(*) FROM mjsched.scheduled_job_run WHERE scheduled_job_id = %s "
-                             "AND status = 'Completed'", (ticker,)) >= 1, timeout=60,
-                 message="the subprocess engine to run both jobs")
+        wait_for(lambda: count(backup, "Running") == 1 and count(ticker, "Completed") >= 1
+                 and count(flaky, "Failed") >= 2, timeout=60, message="the subprocess engine to run the three jobs")
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
+    assert sql.one("SELECT count(*) FROM mjsched.job_alert") == 0      # nobody evaluated before the kill
+    kinds = {"too_long", "late_start", "silent", "failing_streak"}
     events: list[tuple[str, str]] = []
-    wait_for(lambda: events.extend(run_evaluations(engines, rounds=1)) or
-             {k for k, _ in events} >= {"too_long", "late_start"}, timeout=60,
-             message="too_long and late_start alerts from the surviving engines")
+    wait_for(lambda: events.extend(run_evaluations(engines, rounds=1)) or {k for k, _ in events} >= kinds,
+             timeout=60, message="every kind of alert from the surviving engines")
     events.extend(run_evaluations(engines))
-    assert sorted(events) == [("late_start", "opened"), ("too_long", "opened")]      # once each
+    assert sorted(events) == sorted((kind, "opened") for kind in kinds)      # once each
     assert sorted(alert_notes(engines)) == sorted(events)
     assert sql.rows("SELECT kind, job_id::text AS job FROM mjsched.job_alert ORDER BY kind") == \
-        [{"kind": "late_start", "job": ticker}, {"kind": "too_long", "job": backup}]
+        [{"kind": "failing_streak", "job": flaky}, {"kind": "late_start", "job": ticker},
+         {"kind": "silent", "job": ticker}, {"kind": "too_long", "job": backup}]
 
 
 def test_bad_alert_rules_are_refused_naming_the_field_before_anything_is_written(
