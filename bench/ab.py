@@ -22,6 +22,7 @@ several says more.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import statistics
@@ -29,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Iterator
 
 ROOT = Path(__file__).resolve().parents[1]
 ROW = re.compile(r"^\|\s*(\d+)\s*\|\s*\S+\s*\|\s*[\d,]+\s*\|\s*([\d,]+)\s*\|\s*[\d.]+\s*\|\s*[\d.]+\s*\|"
@@ -107,6 +109,26 @@ def summary(results: dict[str, list[tuple[float, float, float]]], latency: bool)
     return lines
 
 
+@contextlib.contextmanager
+def checked_out(base: str, head: str | None, tmp: str) -> Iterator[dict[str, Path]]:
+    """{"base": tree, "head": tree}: each revision in a git worktree under ``tmp`` (removed on
+    the way out), the working tree itself for a ``head`` of None."""
+    trees: dict[str, Path] = {}
+    try:
+        for label, rev in (("base", base), ("head", head)):
+            if rev is None:
+                trees[label] = ROOT
+                continue
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach", str(Path(tmp) / label), rev],
+                           check=True)
+            trees[label] = Path(tmp) / label
+        yield trees
+    finally:
+        for tree in trees.values():
+            if tree != ROOT:
+                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("base")
@@ -119,27 +141,13 @@ def main() -> int:
     p.add_argument("--seconds", type=int, default=30, help="--latency: the window of each run")
     p.add_argument("--dsn", default=os.environ.get("MJSCHED_BENCH_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"))
     args = p.parse_args()
-    with tempfile.TemporaryDirectory(prefix="mjsched-ab-") as tmp:
-        trees: dict[str, Path] = {}
-        for label, rev in (("base", args.base), ("head", args.head)):
-            if rev is None:
-                trees[label] = ROOT
-                continue
-            trees[label] = Path(tmp) / label
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach", str(trees[label]), rev],
-                           check=True)
-        try:
-            results: dict[str, list[tuple[float, float, float]]] = {"base": [], "head": []}
-            for r in range(args.rounds):
-                for label in (("base", "head") if r % 2 == 0 else ("head", "base")):
-                    result = run_once(trees[label], args)
-                    results[label].append(result)
-                    print(f"round {r + 1} {label}: {describe(result, args.latency)}", flush=True)
-        finally:
-            for label, rev in (("base", args.base), ("head", args.head)):
-                if rev is not None:
-                    subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(trees[label])],
-                                   check=False)
+    with tempfile.TemporaryDirectory(prefix="mjsched-ab-") as tmp, checked_out(args.base, args.head, tmp) as trees:
+        results: dict[str, list[tuple[float, float, float]]] = {"base": [], "head": []}
+        for r in range(args.rounds):
+            for label in (("base", "head") if r % 2 == 0 else ("head", "base")):
+                result = run_once(trees[label], args)
+                results[label].append(result)
+                print(f"round {r + 1} {label}: {describe(result, args.latency)}", flush=True)
     what = (f"bench.latency 1 x cap 50, {args.seconds} s windows" if args.latency
             else f"{args.engines} engines x {args.jobs} jobs")
     print(f"\n{what}, {args.rounds} alternating rounds (base {args.base}, head {args.head or 'working tree'})")

@@ -26,7 +26,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from .ab import checked_out
+
 ADDRESS = re.compile(r" at 0x[0-9a-f]+")   # "<built-in method __new__ of type object at 0x7f...>": one name
 
 # Loaded by the engine subprocess (bench.common engine) through PYTHONPATH: a cProfile per
@@ -97,25 +98,11 @@ def main() -> int:
     p.add_argument("--dsn", default=os.environ.get("MJSCHED_BENCH_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"))
     args = p.parse_args()
     small, large = sorted(int(x) for x in args.jobs.split(","))
-    with tempfile.TemporaryDirectory(prefix="mjsched-calls-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="mjsched-calls-") as tmp, checked_out(args.base, args.head, tmp) as trees:
         site = os.path.join(tmp, "site")
         os.mkdir(site)
         Path(site, "sitecustomize.py").write_text(SITECUSTOMIZE)
-        trees: dict[str, Path] = {}
-        for label, rev in (("base", args.base), ("head", args.head)):
-            if rev is None:
-                trees[label] = ROOT
-                continue
-            trees[label] = Path(tmp) / label
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach", str(trees[label]), rev],
-                           check=True)
-        try:
-            calls = {label: per_execution(tree, (small, large), args.dsn, site, tmp) for label, tree in trees.items()}
-        finally:
-            for label, rev in (("base", args.base), ("head", args.head)):
-                if rev is not None:
-                    subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(trees[label])],
-                                   check=False)
+        calls = {label: per_execution(tree, (small, large), args.dsn, site, tmp) for label, tree in trees.items()}
     base, head = calls["base"], calls["head"]
     total_base, total_head = sum(base.values()), sum(head.values())
     print(f"\n### calls per execution: base {args.base}, head {args.head or 'working tree'} "
