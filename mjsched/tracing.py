@@ -16,9 +16,10 @@ executes, the span is the current context of the worker thread, so
 
 Which tracer provider receives the spans is the application's choice, made the usual way
 (``opentelemetry.trace.set_tracer_provider``); with none set the API's no-op provider
-drops them, and the engine makes no span
-at all unless a trace is current (a script's own around ``execute_job``), whose context it
-then hands on, recording nothing it would throw away (``is_recording``).
+drops them, and the engine makes no span at all unless a trace is current (a script's own
+around ``execute_job``), whose context it then hands on, recording nothing it would throw
+away (``is_recording``). The dispatcher asks ``wanted()`` once per claim; ``start_run`` also
+gives up on the API's ``INVALID_SPAN``, which covers a manual run outside any trace.
 """
 from __future__ import annotations
 

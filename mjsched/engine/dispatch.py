@@ -24,7 +24,7 @@ from ..backends.base import Backend, Completion, SweepResult
 from ..clock import DbClock
 from ..drivers.celery_trust import refusal_for
 from ..errors import SchedulerError
-from ..models import Claim, ClaimBatch, ConcurrencyMode, DispatchResult, Job, RunStatus
+from ..models import Claim, ClaimBatch, DispatchResult, Job, RunStatus
 from .background import BackgroundTasks
 from .completions import CompletionWriter
 from .housekeeping import Housekeeping
@@ -387,8 +387,6 @@ class Dispatcher:
         """Keep ticks of our running Queue-mode jobs as Queued runs; return seconds to the next one."""
         wait = self._options.max_poll_interval
         for run in self._registry.busy():
-            if run.job.concurrency_mode is not ConcurrencyMode.QUEUE:   # most runs: no call per run and poll
-                continue
             if not scheduling.keeps_ticks_queued(run.job.concurrency_mode, manual=run.manual,
                                                  catch_up=run.catch_up, attempt=run.attempt):
                 continue
