@@ -6,8 +6,9 @@ On this two-core shared machine a timed A/B (``bench.ab``) of the engine's CPU p
 moves by 15-30 % between two runs of one revision (the engine and PostgreSQL share the cores,
 and the host is shared), so a cost of a few per cent cannot be seen in it. This counts it
 instead: each revision's ``bench.throughput`` round (one engine, no-op jobs) runs with every
-thread of the engine under cProfile, whose counts of function calls do not depend on the
-machine's speed. Two rounds of different sizes are counted and subtracted, so start-up (imports,
+thread of the engine under cProfile, whose counts of function calls hardly depend on the
+machine's speed (they move by about 5 per execution from run to run, as the completion batches
+differ). Two rounds of different sizes are counted and subtracted, so start-up (imports,
 install, the first connections) drops out and what is left is per execution. Prints calls per
 execution for both and their ratio, then the functions whose calls per execution grew or
 shrank most (a C function counts as a call too, as cProfile sees it). cProfile slows the
