@@ -13,9 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
 import time
 import uuid
 from datetime import datetime
@@ -28,7 +25,9 @@ from mjsched.contrib.celery import GUARD_PREFIX
 from mjsched.drivers.celery import task_id_for
 from mjsched.models import RunStatus
 
-from .conftest import AMQP_URL, REDIS_URL, ROOT, Worker, worker_env
+from tests.chaos.harness import Worker as Engine
+
+from .conftest import AMQP_URL, REDIS_URL, Worker, worker_env
 
 pytestmark = [pytest.mark.celery, pytest.mark.slow]
 
@@ -38,13 +37,15 @@ LEASE = 5.0
 # seconds each task sleeps (a worker killed at random is likely mid-task), sized so that the two
 # workers' four slots keep up (about 2 task-seconds a second): backlog is not what is measured
 WORK = min(0.2, 2.0 / JOBS)
+DRAIN = 10.0
+# SIGTERM to exit: the drain, then close() (its 5 s grace, the listener's join), then the process's
+# own 3 s for lingering threads, with room for a loaded machine. An overrun fails with every
+# thread's stack (tests.chaos.harness.Worker.stop).
+STOP_WITHIN = 45.0
 
 
-def start_engine(name: str, dsn: str, workdir: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    cmd = [sys.executable, "-m", "tests.chaos.worker", "--dsn", dsn, "--instance", name, "--workdir", str(workdir),
-           "--cap", "20", "--lease", str(LEASE), "--max-poll", "0.5", "--drain", "10"]
-    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=open(workdir / f"{name}.err", "wb"),
-                            start_new_session=True)
+def start_engine(name: str, dsn: str, workdir: Path, env: dict[str, str]) -> Engine:
+    return Engine(dsn, name, str(workdir), env=env, cap=20, lease=LEASE, max_poll=0.5, drain=DRAIN)
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
@@ -88,22 +89,20 @@ def test_three_engines_two_workers_every_tick_executed_once(broker: str, pg_dsn:
         while not e1_running() and time.monotonic() < deadline:
             time.sleep(0.01)
         time.sleep(0.1)                                         # its 'wait' runs have sent their tasks
-        engines[0].send_signal(signal.SIGKILL)                  # an engine dies mid-run
-        engines[0].wait(10)
+        engines[0].kill9()                                      # an engine dies mid-run
         time.sleep(SECONDS * 0.2)
         workers[0].kill9()                                      # a worker dies mid-task
         time.sleep(max(0.0, SECONDS - (time.monotonic() - began)))
         for job_id in job_ids:                                  # no new ticks from here on
             admin.pause_job(job_id)
-        for proc in engines[1:]:
-            proc.send_signal(signal.SIGTERM)
-        for proc in engines[1:]:
-            proc.wait(30)
+        for engine in engines[1:]:
+            engine.terminate()
+        for engine in engines[1:]:
+            engine.stop(STOP_WITHIN)
     finally:
-        for proc in engines:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(10)
+        for engine in engines:
+            if engine.alive():
+                engine.kill9()
 
     runs = [run for job_id in job_ids for run in admin.list_runs(job_id, limit=1000)]
     expected = {task_id_for(run.scheduled_job_id, run): run for run in runs}

@@ -23,7 +23,9 @@ TICK_TOLERANCE = timedelta(milliseconds=250)   # engine's estimate of the db clo
 class Worker:
     """``python -m tests.chaos.worker`` (one SchedulingEngine) as a child process."""
 
-    def __init__(self, dsn: str, instance: str, workdir: str, **options: Any) -> None:
+    def __init__(self, dsn: str, instance: str, workdir: str, env: dict[str, str] | None = None,
+                 **options: Any) -> None:
+        """``env``: the process's environment (default: this one's); the repository is put on its path."""
         self.instance = instance
         self.workdir = workdir
         args = [sys.executable, "-m", "tests.chaos.worker", "--dsn", dsn, "--instance", instance,
@@ -31,7 +33,8 @@ class Worker:
         for key, value in options.items():
             if value is not None:
                 args += [f"--{key.replace('_', '-')}", str(value)]
-        env = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        env = dict(os.environ if env is None else env)
+        env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
         self.proc = subprocess.Popen(args, cwd=REPO, env=env, stdin=subprocess.DEVNULL,
                                      stdout=open(os.path.join(workdir, f"{instance}.out"), "wb"),
                                      stderr=subprocess.STDOUT)
@@ -65,13 +68,32 @@ class Worker:
         try:
             self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
+            stacks = self.stacks()
             self.proc.kill()
             self.proc.wait()
-            raise AssertionError(f"engine {self.instance} did not stop within {timeout}s: {self.tail()}") from None
+            raise AssertionError(f"engine {self.instance} did not stop within {timeout}s; its threads:\n{stacks}\n"
+                                 f"its output:\n{self.tail()}") from None
         assert self.proc.returncode == 0, f"engine {self.instance} exited {self.proc.returncode}: {self.tail()}"
         with open(os.path.join(self.workdir, f"{self.instance}.stats.json")) as fh:
             self.stats = json.load(fh)
         return self.stats
+
+    def stacks(self, timeout: float = 5.0) -> str:
+        """Every thread's stack of the running process (tests.chaos.worker dumps them on SIGUSR1)."""
+        out = os.path.join(self.workdir, f"{self.instance}.out")
+        size = os.path.getsize(out)
+        self.proc.send_signal(signal.SIGUSR1)
+        deadline = time.monotonic() + timeout
+        grown = 0
+        while time.monotonic() < deadline:   # the dump is written at once; wait until it stops growing
+            time.sleep(0.2)
+            now = os.path.getsize(out)
+            if now > size and now == grown:
+                break
+            grown = now
+        with open(out, errors="replace") as fh:
+            fh.seek(size)
+            return fh.read()
 
     def kill9(self) -> float:
         self.proc.send_signal(signal.SIGKILL)

@@ -10,6 +10,7 @@ Writes ``<workdir>/<instance>.ready`` once polling, logs to
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import logging
 import os
@@ -38,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
 
     logging.basicConfig(filename=os.path.join(args.workdir, f"{args.instance}.log"), level=args.log_level,
                         format="%(asctime)s %(process)d %(threadName)s %(name)s %(levelname)s %(message)s")
+    # SIGUSR1 prints every thread's stack to stderr: the harness asks for it when a stop overruns
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     import mjsched
 
     from tests.chaos.faults import FaultPlan
