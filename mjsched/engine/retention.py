@@ -5,7 +5,10 @@ at most ``purge_batch_size`` rows per call, never a Running or Queued run, no lo
 rows, one purger at a time across every engine (the others are answered busy and skip).
 Here: *when* to purge. A poll starts a pass at most every ``purge_interval`` seconds, on a
 thread of its own, so a claim never waits for it; a pass stops after ``purge_pass_seconds``
-or ``PASS_BATCHES`` calls and the next pass goes on from its cursor.
+or ``PASS_BATCHES`` calls and the next pass goes on from its cursor. A whole sweep that found
+nothing to delete doubles the wait before the next (up to ``QUIET_FACTOR`` intervals): an idle
+fleet does not ask the database every 10 s for what it answered "none" to; the first pass that
+deletes anything brings the interval back.
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from .stats import EngineStats
 log = logging.getLogger(__name__)
 
 PASS_BATCHES = 20                 # calls per housekeeping pass at most (besides the time budget)
+QUIET_FACTOR = 8                  # after empty sweeps, passes start at most every 2, 4, 8 intervals
 PRUNE_BUSY_SECONDS = 30.0         # prune_runs waits this long at most while another purger holds the lock
 Cursor = tuple[Any, Any, Any]
 START: Cursor = (None, None, None)
@@ -45,6 +49,7 @@ class RunPurger:
         self._clock = clock
         self._cursor: Cursor = START
         self._last_start = float("-inf")
+        self._quiet = 0               # whole sweeps in a row that deleted nothing
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         stats.setdefault("runs_purged", 0)
@@ -56,12 +61,16 @@ class RunPurger:
             return False
         with self._lock:
             now = self._clock()
-            if now - self._last_start < interval or (self._thread is not None and self._thread.is_alive()):
+            if now - self._last_start < self.wait_seconds(interval) or (self._thread is not None and self._thread.is_alive()):
                 return False
             self._last_start = now
             self._thread = threading.Thread(target=self.run_pass, name="mjsched-purge", daemon=True)
             self._thread.start()
             return True
+
+    def wait_seconds(self, interval: float) -> float:
+        """Seconds between two passes now: the interval, doubled per empty sweep in a row."""
+        return interval * min(2 ** self._quiet, QUIET_FACTOR)
 
     def run_pass(self) -> int:
         """One bounded pass; returns the rows it deleted. Never raises: a failure is logged and
@@ -69,7 +78,8 @@ class RunPurger:
         keep_seconds, keep_count = default_rules(self._options)
         started = time.monotonic()
         deadline = started + self._options.purge_pass_seconds
-        purged = batches = 0
+        purged = batches = changes = 0
+        swept = False
         try:
             while batches < PASS_BATCHES:
                 batch = self._backend.purge_runs(keep_seconds, keep_count, per_job=True, cursor=self._cursor,
@@ -80,14 +90,19 @@ class RunPurger:
                 purged += batch.purged
                 self._cursor = (batch.next_job_id, batch.next_completed_at, batch.next_run_id)
                 if batch.done or time.monotonic() >= deadline:
+                    swept = batch.done
                     break
             if batches and not batch.busy and time.monotonic() < deadline:
-                self._purge_changes(keep_seconds)
+                changes = self._purge_changes(keep_seconds)
         except SchedulerError as exc:   # an unreachable database is the poll's line to say, once per poll
             log.log(logging.INFO if isinstance(exc, CannotConnect) else logging.WARNING,
                     "run-history purge failed (the next pass tries again): %s", exc, extra={"action": "purge_failed"})
         except NotImplementedError:
             return 0
+        if purged or changes:
+            self._quiet = 0
+        elif swept:
+            self._quiet = min(self._quiet + 1, QUIET_FACTOR.bit_length() - 1)
         if purged:
             self._stats.bump("runs_purged", purged)
             log.info("purged %d finished run(s) in %.3fs (%d batch(es))%s", purged, time.monotonic() - started,
@@ -95,13 +110,15 @@ class RunPurger:
                      extra={"action": "runs_purged", "purged": purged})
         return purged
 
-    def _purge_changes(self, keep_seconds: float | None) -> None:
-        """The audit trail's rows past the same rule in days (013_audit.sql), one batch a pass."""
+    def _purge_changes(self, keep_seconds: float | None) -> int:
+        """The audit trail's rows past the same rule in days (013_audit.sql), one batch a pass;
+        returns how many went."""
         gone = self._backend.purge_job_changes(keep_seconds, self._options.purge_batch_size)
         if gone:
             self._stats.bump("job_changes_purged", gone)
             log.info("purged %d audit trail row(s) older than the retention rule", gone,
                      extra={"action": "job_changes_purged", "purged": gone})
+        return gone
 
     def join(self, timeout: float | None) -> None:
         thread = self._thread

@@ -95,7 +95,7 @@ def test_claims_and_completions_keep_index_plans_as_the_history_grows(pg_dsn: st
 
 
 def test_a_purge_pass_without_a_default_rule_reads_only_the_jobs_with_rules(pg_dsn: str, pg_db: Db) -> None:
-    """Every engine calls purge_runs every purge_interval (10 s). Without a default rule only the
+    """Every engine calls purge_runs every purge_interval (10 s; up to 80 s while nothing is purged). Without a default rule only the
     jobs with a rule of their own can lose runs, but each call read every job row: 1.3 s of PostgreSQL
     at 1,000,000 jobs in bench.scaling, where the claims beside it ran 3-4x slower (12 ms, not 3)."""
     conn = psycopg2.connect(pg_dsn)

@@ -122,3 +122,42 @@ def test_passes_start_at_most_every_interval() -> None:
     purger.join(5)
     assert len(started) == 2
     assert Quick(_Procedure([], [0.0]), EngineOptions(purge_interval=None), {}).maybe_start() is False  # type: ignore[arg-type]
+
+
+def test_empty_sweeps_space_the_passes_out_and_a_purge_brings_the_interval_back(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from mjsched.engine import retention as purging
+
+    clock = [0.0]
+    monkeypatch.setattr(purging.time, "monotonic", lambda: clock[0])
+    nothing = retention.PurgeBatch(0, None, None, None)           # a whole sweep, nothing deleted
+    proc = _Procedure([], clock, cost=0.0)
+    purger = purging.RunPurger(proc, EngineOptions(purge_interval=10), EngineStats(),  # type: ignore[arg-type]
+                               clock=lambda: clock[0])
+    waits = []
+    for _ in range(5):
+        proc.answers = [nothing]
+        assert purger.run_pass() == 0
+        waits.append(purger.wait_seconds(10))
+    assert waits == [20, 40, 80, 80, 80]                          # doubling, at most QUIET_FACTOR intervals
+    proc.answers, proc.cost = [retention.PurgeBatch(0, "j", None, "r"), nothing], 1.0  # out of time: no sweep
+    assert purger.run_pass() == 0 and len(proc.answers) == 1 and purger.wait_seconds(10) == 80
+    proc.cost = 0.0
+    proc.answers = [retention.PurgeBatch(3, None, None, None)]
+    assert purger.run_pass() == 3 and purger.wait_seconds(10) == 10   # a purge: back to the interval
+    proc.answers = [retention.PurgeBatch(0, "j", None, "r", busy=True)]
+    assert purger.run_pass() == 0 and purger.wait_seconds(10) == 10   # busy: another engine's pass says nothing
+
+    started: list[float] = []
+
+    class Counted(purging.RunPurger):
+        def run_pass(self) -> int:
+            started.append(clock[0])
+            self._quiet = 2                                        # as after two empty sweeps
+            return 0
+    counted = Counted(proc, EngineOptions(purge_interval=10), EngineStats(), clock=lambda: clock[0])  # type: ignore[arg-type]
+    for t in range(0, 100):
+        clock[0] = float(t)
+        if counted.maybe_start():
+            counted.join(5)
+    assert started == [0.0, 40.0, 80.0]
