@@ -17,7 +17,7 @@ when it exists. Its ``[scheduled_jobs]`` table mirrors the reference's
     default_max_runtime = 86400    # seconds a run of a job without max_runtime may take ("off": unbounded)
     keep_runs_days = 30            # run-history retention (a job's own keep_runs_days wins)
     keep_runs_count = 100          # ... and each job's newest 100 finished runs are kept
-    purge_interval = 10            # seconds between two purge passes of an engine
+    purge_interval = 10            # seconds between two purge passes of an engine (x2, x4, x8 while none deletes)
     allowed_drivers = ["http", "python"]   # refuse (Failed run) jobs of other drivers; unset: all
     celery_allowed_apps = ["proj.celery:app"]           # celery jobs: app paths it may import
     celery_allowed_brokers = ["redis://broker.internal:6379"]   # ... and broker URLs they may name
@@ -278,7 +278,7 @@ KEYS: dict[str, Key] = {k.name: k for k in (
                                                             "days (a job's keep_runs_days wins; unset or 0: off)"),
     Key("keep_runs_count", _keep(retention.keep_count), None, "run-history retention: keep each job's newest N "
                                                               "finished runs (a job's keep_runs_count wins)"),
-    Key("purge_interval", _seconds(86_400), 10.0, "an engine purges run history at most this often (seconds)"),
+    Key("purge_interval", _seconds(86_400), 10.0, "an engine purges run history at most this often (seconds); up to 8x as seldom while its sweeps find nothing"),
     Key("alert_interval", _seconds(3_600), 15.0, "an engine evaluates deadline alerts at most this often (seconds)"),
     Key("notify_log", _bool, True, "log every notification (besides e-mail/webhook)"),
     Key("smtp.host", _text(255), None, "SMTP server; set it to send e-mail notifications"),

@@ -418,7 +418,7 @@ class SchedulingEngine:
 
     def on_job_changed(self) -> None:
         """Wake the poller: a job was added or edited (by this process or another)."""
-        announce_job_changed(self.parts.dispatcher, self.parts.wakeup)
+        announce_job_changed(self.parts.dispatcher, self.parts.wakeup, self.parts.purger)
 
     def dispatch_due_jobs(self) -> DispatchResult:
         """One poll, by hand: sweep, claim up to the free slots, hand runs to the pool.

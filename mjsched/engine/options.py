@@ -48,7 +48,8 @@ class EngineOptions:
     default_max_runtime: float | None = DEFAULT_MAX_RUNTIME   # bound of runs without max_runtime (None: none)
     # Run-history retention (README "Run-history retention"): the defaults of jobs whose own
     # keep_runs_days / keep_runs_count is None (None or 0: that rule off); this engine purges
-    # at most every purge_interval seconds (None: never), purge_pass_seconds per pass.
+    # at most every purge_interval seconds (None: never; up to 8x that while its sweeps find
+    # nothing: engine/retention.py), purge_pass_seconds per pass.
     keep_runs_days: int | None = None
     keep_runs_count: int | None = None
     purge_interval: float | None = 10.0

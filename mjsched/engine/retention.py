@@ -5,10 +5,12 @@ at most ``purge_batch_size`` rows per call, never a Running or Queued run, no lo
 rows, one purger at a time across every engine (the others are answered busy and skip).
 Here: *when* to purge. A poll starts a pass at most every ``purge_interval`` seconds, on a
 thread of its own, so a claim never waits for it; a pass stops after ``purge_pass_seconds``
-or ``PASS_BATCHES`` calls and the next pass goes on from its cursor. A whole sweep that found
-nothing to delete doubles the wait before the next (up to ``QUIET_FACTOR`` intervals): an idle
-fleet does not ask the database every 10 s for what it answered "none" to; the first pass that
-deletes anything brings the interval back.
+or ``PASS_BATCHES`` calls and the next pass goes on from its cursor. A whole sweep (every job,
+one pass or several) that deleted nothing doubles the wait before the next sweep starts (up to
+``2 ** QUIET_DOUBLINGS`` intervals): an idle fleet does not ask the database every 10 s for
+what it answered "none" to. The passes within a sweep keep the interval; a pass that deletes
+anything, or a job edit this engine makes or hears of (retention rules may have changed), brings
+the interval back.
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from .stats import EngineStats
 log = logging.getLogger(__name__)
 
 PASS_BATCHES = 20                 # calls per housekeeping pass at most (besides the time budget)
-QUIET_FACTOR = 8                  # after empty sweeps, passes start at most every 2, 4, 8 intervals
+QUIET_DOUBLINGS = 3               # after empty sweeps, a sweep starts at most every 2, 4, 8 intervals
 PRUNE_BUSY_SECONDS = 30.0         # prune_runs waits this long at most while another purger holds the lock
 Cursor = tuple[Any, Any, Any]
 START: Cursor = (None, None, None)
@@ -49,7 +51,8 @@ class RunPurger:
         self._clock = clock
         self._cursor: Cursor = START
         self._last_start = float("-inf")
-        self._quiet = 0               # whole sweeps in a row that deleted nothing
+        self._quiet = 0               # whole sweeps in a row that deleted nothing (at most QUIET_DOUBLINGS)
+        self._sweep_deleted = 0       # rows the sweep under way deleted so far
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         stats.setdefault("runs_purged", 0)
@@ -60,8 +63,10 @@ class RunPurger:
         if interval is None:
             return False
         with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                return False
             now = self._clock()
-            if now - self._last_start < self.wait_seconds(interval) or (self._thread is not None and self._thread.is_alive()):
+            if now - self._last_start < self.wait_seconds(interval):
                 return False
             self._last_start = now
             self._thread = threading.Thread(target=self.run_pass, name="mjsched-purge", daemon=True)
@@ -69,8 +74,14 @@ class RunPurger:
             return True
 
     def wait_seconds(self, interval: float) -> float:
-        """Seconds between two passes now: the interval, doubled per empty sweep in a row."""
-        return interval * min(2 ** self._quiet, QUIET_FACTOR)
+        """Seconds before the next pass: the interval within a sweep; before a new sweep, the
+        interval doubled per empty sweep in a row."""
+        return interval if self._cursor != START else interval * 2 ** self._quiet
+
+    def job_changed(self) -> None:
+        """A job was added or edited here: its retention rules may have changed, so the next
+        sweep comes after the interval again."""
+        self._quiet = 0
 
     def run_pass(self) -> int:
         """One bounded pass; returns the rows it deleted. Never raises: a failure is logged and
@@ -79,7 +90,7 @@ class RunPurger:
         started = time.monotonic()
         deadline = started + self._options.purge_pass_seconds
         purged = batches = changes = 0
-        swept = False
+        swept = failed = False
         try:
             while batches < PASS_BATCHES:
                 batch = self._backend.purge_runs(keep_seconds, keep_count, per_job=True, cursor=self._cursor,
@@ -95,20 +106,29 @@ class RunPurger:
             if batches and not batch.busy and time.monotonic() < deadline:
                 changes = self._purge_changes(keep_seconds)
         except SchedulerError as exc:   # an unreachable database is the poll's line to say, once per poll
+            failed = True
             log.log(logging.INFO if isinstance(exc, CannotConnect) else logging.WARNING,
                     "run-history purge failed (the next pass tries again): %s", exc, extra={"action": "purge_failed"})
         except NotImplementedError:
             return 0
-        if purged or changes:
-            self._quiet = 0
-        elif swept:
-            self._quiet = min(self._quiet + 1, QUIET_FACTOR.bit_length() - 1)
+        self._count_quiet(purged + changes, swept and not failed)
         if purged:
             self._stats.bump("runs_purged", purged)
             log.info("purged %d finished run(s) in %.3fs (%d batch(es))%s", purged, time.monotonic() - started,
                      batches, "" if self._cursor == START else "; more next pass",
                      extra={"action": "runs_purged", "purged": purged})
         return purged
+
+    def _count_quiet(self, deleted: int, swept: bool) -> None:
+        """The backoff's bookkeeping after a pass: a sweep is empty only if none of its passes
+        deleted anything; any deletion brings the interval back at once."""
+        self._sweep_deleted += deleted
+        if deleted:
+            self._quiet = 0
+        if swept:
+            if not self._sweep_deleted:
+                self._quiet = min(self._quiet + 1, QUIET_DOUBLINGS)
+            self._sweep_deleted = 0
 
     def _purge_changes(self, keep_seconds: float | None) -> int:
         """The audit trail's rows past the same rule in days (013_audit.sql), one batch a pass;

@@ -66,10 +66,11 @@ class LateCall:
             self._target()
 
 
-def announce_job_changed(dispatcher: Dispatcher, wakeup: Wakeup) -> None:
+def announce_job_changed(dispatcher: Dispatcher, wakeup: Wakeup, purger: RunPurger) -> None:
     """A job was added or edited (here, or elsewhere: the change feed): the next poll re-reads
-    the schedule, and comes at once."""
+    the schedule, and comes at once; the purge stops backing off (retention rules may have changed)."""
     dispatcher.job_changed()
+    purger.job_changed()
     wakeup.wake()
 
 
@@ -111,7 +112,7 @@ def build_parts(backend: Backend, opts: EngineOptions, stats: EngineStats, *,
                        side_work=side_work, cap=opts.max_concurrent_jobs)
     poller = Poller(lambda: listeners.observe(dispatcher.poll)[1], min_interval=opts.min_poll_interval,
                     max_interval=opts.max_poll_interval, wakeup=wakeup)
-    changes = ChangeFeed(backend, lambda: announce_job_changed(dispatcher, wakeup))
+    changes = ChangeFeed(backend, lambda: announce_job_changed(dispatcher, wakeup, purger))
     return EngineParts(options=opts, backend=backend, stats=stats, wakeup=wakeup, listeners=listeners, clock=clock,
                        registry=registry, pool=pool, side_work=side_work, writer=writer, cancellation=cancellation,
                        keeper=keeper, run_services=run_services, purger=purger, alerts=alerts,

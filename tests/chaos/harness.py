@@ -68,9 +68,11 @@ class Worker:
         try:
             self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            stacks = self.stacks()
-            self.proc.kill()
-            self.proc.wait()
+            try:
+                stacks = self.stacks() if self.proc.poll() is None else "(it exited meanwhile)"
+            finally:
+                self.proc.kill()
+                self.proc.wait()
             raise AssertionError(f"engine {self.instance} did not stop within {timeout}s; its threads:\n{stacks}\n"
                                  f"its output:\n{self.tail()}") from None
         assert self.proc.returncode == 0, f"engine {self.instance} exited {self.proc.returncode}: {self.tail()}"

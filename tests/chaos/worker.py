@@ -21,6 +21,8 @@ import time
 
 
 def main(argv: list[str] | None = None) -> int:
+    # SIGUSR1 prints every thread's stack to stderr: the harness asks for it when a stop overruns
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     parser = argparse.ArgumentParser()
     parser.add_argument("--dsn", required=True)
     parser.add_argument("--instance", required=True)
@@ -39,8 +41,6 @@ def main(argv: list[str] | None = None) -> int:
 
     logging.basicConfig(filename=os.path.join(args.workdir, f"{args.instance}.log"), level=args.log_level,
                         format="%(asctime)s %(process)d %(threadName)s %(name)s %(levelname)s %(message)s")
-    # SIGUSR1 prints every thread's stack to stderr: the harness asks for it when a stop overruns
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
     import mjsched
 
     from tests.chaos.faults import FaultPlan

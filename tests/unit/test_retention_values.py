@@ -8,7 +8,7 @@ import pytest
 from mjsched import retention, validation
 from mjsched.engine.options import EngineOptions
 from mjsched.engine.stats import EngineStats
-from mjsched.errors import ConfigurationError
+from mjsched.errors import ConfigurationError, SchedulerError
 
 
 @pytest.mark.parametrize("text, seconds", [("30d", 30 * 86400), ("12h", 43200), ("90m", 5400), ("45s", 45),
@@ -130,23 +130,37 @@ def test_empty_sweeps_space_the_passes_out_and_a_purge_brings_the_interval_back(
 
     clock = [0.0]
     monkeypatch.setattr(purging.time, "monotonic", lambda: clock[0])
-    nothing = retention.PurgeBatch(0, None, None, None)           # a whole sweep, nothing deleted
+    nothing = retention.PurgeBatch(0, None, None, None)           # the sweep's end, nothing deleted
+    partway = retention.PurgeBatch(0, "j", None, "r")             # more jobs to look at
     proc = _Procedure([], clock, cost=0.0)
     purger = purging.RunPurger(proc, EngineOptions(purge_interval=10), EngineStats(),  # type: ignore[arg-type]
                                clock=lambda: clock[0])
-    waits = []
-    for _ in range(5):
-        proc.answers = [nothing]
-        assert purger.run_pass() == 0
-        waits.append(purger.wait_seconds(10))
-    assert waits == [20, 40, 80, 80, 80]                          # doubling, at most QUIET_FACTOR intervals
-    proc.answers, proc.cost = [retention.PurgeBatch(0, "j", None, "r"), nothing], 1.0  # out of time: no sweep
-    assert purger.run_pass() == 0 and len(proc.answers) == 1 and purger.wait_seconds(10) == 80
-    proc.cost = 0.0
-    proc.answers = [retention.PurgeBatch(3, None, None, None)]
-    assert purger.run_pass() == 3 and purger.wait_seconds(10) == 10   # a purge: back to the interval
-    proc.answers = [retention.PurgeBatch(0, "j", None, "r", busy=True)]
-    assert purger.run_pass() == 0 and purger.wait_seconds(10) == 10   # busy: another engine's pass says nothing
+
+    def sweep(*answers: retention.PurgeBatch, cost: float = 0.0) -> float:
+        proc.answers, proc.cost = list(answers), cost
+        purger.run_pass()
+        return purger.wait_seconds(10)
+
+    assert [sweep(nothing) for _ in range(5)] == [20, 40, 80, 80, 80]   # doubling, at most 8 intervals
+    # A sweep of several passes (each out of time after one call): its passes keep the interval,
+    # and only its end says whether it was empty.
+    assert [sweep(partway, cost=1.0), sweep(partway, cost=1.0), sweep(nothing)] == [10, 10, 80]
+    purger.job_changed()                                          # an edit: rules may have changed
+    assert purger.wait_seconds(10) == 10 and sweep(nothing) == 20
+    # One pass of the sweep deleted rows, its last pass none: the sweep was not empty.
+    assert sweep(retention.PurgeBatch(3, "j", None, "r"), cost=1.0) == 10
+    assert sweep(nothing) == 10
+    assert sweep(nothing) == 20
+    assert sweep(retention.PurgeBatch(0, "j", None, "r", busy=True)) == 20  # busy: nothing learnt
+    assert sweep(retention.PurgeBatch(2, None, None, None)) == 10           # a purge: the interval again
+
+    class Failing(_Procedure):
+        def purge_job_changes(self, keep_seconds, batch_size):  # type: ignore[no-untyped-def]
+            raise SchedulerError("audit purge failed")
+    failing = purging.RunPurger(Failing([nothing], clock), EngineOptions(purge_interval=10),  # type: ignore[arg-type]
+                                EngineStats(), clock=lambda: clock[0])
+    failing.run_pass()
+    assert failing.wait_seconds(10) == 10                         # a failed pass is no empty sweep
 
     started: list[float] = []
 
