@@ -278,7 +278,8 @@ KEYS: dict[str, Key] = {k.name: k for k in (
                                                             "days (a job's keep_runs_days wins; unset or 0: off)"),
     Key("keep_runs_count", _keep(retention.keep_count), None, "run-history retention: keep each job's newest N "
                                                               "finished runs (a job's keep_runs_count wins)"),
-    Key("purge_interval", _seconds(86_400), 10.0, "an engine purges run history at most this often (seconds); up to 8x as seldom while its sweeps find nothing"),
+    Key("purge_interval", _seconds(86_400), 10.0, "an engine purges run history at most this often (seconds); "
+                                                  "up to 8x as seldom while its sweeps find nothing"),
     Key("alert_interval", _seconds(3_600), 15.0, "an engine evaluates deadline alerts at most this often (seconds)"),
     Key("notify_log", _bool, True, "log every notification (besides e-mail/webhook)"),
     Key("smtp.host", _text(255), None, "SMTP server; set it to send e-mail notifications"),

@@ -79,8 +79,8 @@ class RunPurger:
         return interval if self._cursor != START else interval * 2 ** self._quiet
 
     def job_changed(self) -> None:
-        """A job was added or edited here: its retention rules may have changed, so the next
-        sweep comes after the interval again."""
+        """A job was added or edited (through this engine, or heard on the change feed): its
+        retention rules may have changed, so the next sweep comes after the interval again."""
         self._quiet = 0
 
     def run_pass(self) -> int:
