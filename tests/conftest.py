@@ -43,10 +43,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         mark = SUITE_MARKS.get(suite)
         if mark is not None and item.get_closest_marker(mark) is None:
             item.add_marker(getattr(pytest.mark, mark))
-    # The longest tests first (stable): split by file over two workers (.ci/run, with
-    # --no-loadscope-reorder), the outside-lock matrix (7 of the step's minutes) started last and
-    # the step waited for it alone.
-    items.sort(key=lambda item: item.get_closest_marker("longest") is None)
 
 
 @pytest.fixture(scope="session")

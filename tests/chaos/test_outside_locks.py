@@ -52,7 +52,7 @@ from tests.chaos.harness import (EVERY_SECOND, Worker, create_counter_jobs, exec
                                  stop_all)
 from tests.support.pg import Sql, wait_for
 
-pytestmark = [pytest.mark.chaos, pytest.mark.postgres, pytest.mark.slow, pytest.mark.longest, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.chaos, pytest.mark.postgres, pytest.mark.slow, pytest.mark.timeout(600)]
 
 LEASE = 2.0
 HOLD = 1.5 * LEASE          # each lock outlives a lease
