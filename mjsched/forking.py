@@ -17,7 +17,10 @@ Objects that care call ``track(self)``: ``os.register_at_fork`` marks them in th
 right after ``os.fork()`` (and multiprocessing's "fork" start method, which uses it). A
 fork made in C without Python's hooks (uWSGI's master, unless ``py-call-osafterfork``)
 is caught at the next call instead: each such object remembers its process id
-(``ProcessGuard``) and compares it on entry.
+(``ProcessGuard``) and compares it on entry, before it takes any lock of its own, and so do
+this module's lock and gate. (Such a fork is only as safe as CPython: a child forked in C
+from a process with running threads can hang in the interpreter itself, whose GIL is made
+anew only by ``os.fork``; see tests/support/forks.py.)
 """
 from __future__ import annotations
 
@@ -39,10 +42,14 @@ class ForkAware(Protocol):
 
 _tracked: "weakref.WeakSet[Any]" = weakref.WeakSet()
 _tracked_lock = threading.Lock()
+_tracked_pid = os.getpid()
 
 
 def track(obj: ForkAware) -> None:
     """Call ``obj.after_fork_in_child()`` in every process forked from this one (weakly held)."""
+    global _tracked_lock, _tracked_pid
+    if _tracked_pid != os.getpid():   # a fork no hook saw: a parent's thread may have held the lock
+        _tracked_lock, _tracked_pid = threading.Lock(), os.getpid()
     with _tracked_lock:
         _tracked.add(obj)
 
@@ -70,9 +77,12 @@ class _OpeningGate:
         self._cond = threading.Condition()
         self._opening = 0
         self._forking = False
+        self._pid = os.getpid()
 
     @contextlib.contextmanager
     def opening(self) -> Iterator[None]:
+        if self._pid != os.getpid():   # a fork no hook saw: the parent's lock and counts are not ours
+            self._reset()
         with self._cond:
             while self._forking:
                 self._cond.wait()
@@ -104,8 +114,8 @@ opening = _gate.opening
 
 
 def _after_fork_in_child() -> None:
-    global _tracked_lock
-    _tracked_lock = threading.Lock()   # a parent's thread may have held it at the fork
+    global _tracked_lock, _tracked_pid
+    _tracked_lock, _tracked_pid = threading.Lock(), os.getpid()   # a parent's thread may have held it
     _gate.after_fork_in_child()
     for obj in list(_tracked):
         try:
@@ -114,9 +124,19 @@ def _after_fork_in_child() -> None:
             log.debug("after-fork hook of %r failed: %s", obj, exc)
 
 
+def _before_fork() -> None:
+    _gate.before_fork()
+
+
+def _after_fork_in_parent() -> None:
+    _gate.after_fork_in_parent()
+
+
+# The hooks are looked up by name at each fork, so tests/support/forks.py can stand in a fork
+# that none of them sees (as a fork made in C) with os.fork itself.
 if hasattr(os, "register_at_fork"):   # POSIX; Windows has no fork
-    os.register_at_fork(before=_gate.before_fork, after_in_parent=_gate.after_fork_in_parent,
-                        after_in_child=_after_fork_in_child)
+    os.register_at_fork(before=lambda: _before_fork(), after_in_parent=lambda: _after_fork_in_parent(),
+                        after_in_child=lambda: _after_fork_in_child())
 
 
 class ProcessGuard:

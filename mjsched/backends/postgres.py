@@ -22,7 +22,7 @@ from ..decoding import safe_caster
 from ..redaction import redact_dsn
 from ..errors import CannotConnect, ConfigurationError, DatabaseError, JobNameTaken, SchemaNotInstalled
 from .. import audit
-from ..forking import opening, track
+from ..forking import ProcessGuard, opening, track
 from ..models import ClaimBatch, Job, JobChange, JobRun
 from .base import (NAME_CONSTRAINT, NEW_JOB_ID, Backend, CancelOutcome, CancelRequest, Completion, Listener,
                    ManualStart, SweepResult, cancel_outcome, cancel_requests, claim_batch, completion_outcomes,
@@ -718,13 +718,15 @@ class PgListener(Listener):
         self._wakeup = threading.Event()
         self._pipe_r, self._pipe_w = os.pipe()   # interrupt() writes here to end a select at once
         self._pipe_lock = threading.Lock()
+        self._process = ProcessGuard()
         track(self)
 
     def after_fork_in_child(self) -> None:
         """The inherited LISTEN connection is the parent's session: abandoned, never used
         here; new locks, and a pipe of this process's own (the parent's would wake its select)."""
+        self._process.adopt()
         conn, self._conn = self._conn, None
-        self._lock, self._pipe_lock = threading.Lock(), threading.Lock()
+        self._lock, self._pipe_lock, self._wakeup = threading.Lock(), threading.Lock(), threading.Event()
         if conn is not None:
             with contextlib.suppress(Exception):
                 abandon_inherited(conn)
@@ -747,7 +749,13 @@ class PgListener(Listener):
             raise
         return conn
 
+    def _same_process(self) -> None:
+        """A fork Python's at-fork hooks did not see (one made in C) is caught here."""
+        if self._process.moved():
+            self.after_fork_in_child()
+
     def wait(self, timeout: float) -> bool:
+        self._same_process()
         with self._lock:
             try:
                 if self._conn is None or self._conn.closed:
@@ -772,6 +780,7 @@ class PgListener(Listener):
                 raise DatabaseError(f"LISTEN connection failed: {redact_dsn(str(exc).strip())}") from exc
 
     def interrupt(self) -> None:
+        self._same_process()
         self._wakeup.set()
         with self._pipe_lock:   # never write to a descriptor close() has just given back
             if self._pipe_w >= 0:

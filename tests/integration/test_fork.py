@@ -7,9 +7,9 @@ inherited connections, not even to close them (a close sends Terminate on the pa
 socket and ends the parent's session). The parent's engine goes on unharmed: the same
 database sessions, still polling. A bare backend in the child opens connections of its own.
 
-Both kinds of fork: ``os.fork`` (Python's at-fork hooks mark the copies at once) and a
-fork made in C without those hooks, as uWSGI's master makes (the process id gives it away
-at the first call)."""
+Both kinds of fork: ``os.fork`` (Python's at-fork hooks mark the copies at once) and a fork
+none of mjsched's hooks sees, as one made in C by uWSGI's master (the process id gives it
+away at the first call; tests/support/forks.py says how it is stood in for)."""
 from __future__ import annotations
 
 import os
@@ -46,58 +46,73 @@ def runs_done(sql: Sql, job_id: str) -> int:
                        (job_id,)))
 
 
-@pytest.mark.parametrize("fork", list(FORKS), ids=list(FORKS))
-def test_a_forked_copy_refuses_and_the_parent_goes_on(make_engine: Any, pg_dsn: str, fork: str) -> None:
+def use_the_copy(engine: Any) -> dict[str, Any]:
+    """In the child: every public call of the inherited engine, its shutdown calls, and a read
+    through its backend; what each did, for ``check_the_copy``."""
+    out: dict[str, Any] = {"not_refused": [], "messages": []}
+    for name in public_calls():
+        if name in ANSWERED_AFTER_FORK:
+            continue
+        try:
+            getattr(engine, name)()
+            out["not_refused"].append(name)
+        except mjsched.EngineForked as exc:
+            out["messages"].append(str(exc))
+            out["parent_pid"] = exc.parent_pid
+        except Exception as exc:  # noqa: BLE001
+            out["not_refused"].append(f"{name}: {type(exc).__name__}: {exc}")
+    started = time.monotonic()
+    out["stop_polling"] = engine.stop_polling(wait=True, max_wait=30)
+    out["close"] = engine.close()
+    engine.__exit__(None, None, None)    # the end of a with-block begun before the fork
+    control._close_open_engines()          # what this process's exit does
+    out["quiet_seconds"] = time.monotonic() - started
+    out["is_polling"], out["inflight"] = engine.is_polling, engine.inflight
+    # the copy's backend is usable on connections of this process's own
+    out["jobs_seen"] = [j.name for j in engine.backend.list_jobs()]
+    return out
+
+
+def check_the_copy(result: dict[str, Any]) -> None:
+    """Every call refused naming the fixes, the shutdown calls quiet at once, the backend readable."""
+    assert result["not_refused"] == []
+    assert result["parent_pid"] == os.getpid()
+    assert result["messages"] and all(f"{fix}" in m for m in result["messages"] for fix in FIXES)
+    assert any(m.startswith("start_polling(): ") for m in result["messages"])
+    assert any(m.startswith("execute_job(): ") for m in result["messages"])
+    assert result["stop_polling"] is None and result["close"] is None and result["quiet_seconds"] < 1.0
+    assert (result["is_polling"], result["inflight"]) == (False, 0)
+    assert result["jobs_seen"] == ["tick"]
+
+
+def polling_with_a_run(make_engine: Any, sql: Sql) -> tuple[Any, str]:
+    """A polling engine whose per-second job has run once: its threads and sessions are busy."""
     engine = make_engine(max_poll_interval=0.5)
     job_id = engine.create_job("tick", "python", every="1s", configuration={"callable": "os:getpid"})
     engine.start_polling()
+    wait_for(lambda: runs_done(sql, job_id) >= 1, timeout=20, message="a first run before the fork")
+    return engine, job_id
+
+
+def check_the_parent_goes_on(engine: Any, sql: Sql, job_id: str, before: set[int]) -> None:
+    """The parent's sessions were left alone (none ended by the child), and it goes on."""
+    after_child = runs_done(sql, job_id)
+    assert before <= sessions(sql), "a session of the parent ended: the child closed or used it"
+    wait_for(lambda: runs_done(sql, job_id) >= after_child + 2, timeout=20,
+             message="runs after the child touched its copy")
+    assert engine.is_polling and [j.name for j in engine.list_jobs()] == ["tick"]
+    assert before <= sessions(sql)
+
+
+@pytest.mark.parametrize("fork", list(FORKS), ids=list(FORKS))
+def test_a_forked_copy_refuses_and_the_parent_goes_on(make_engine: Any, pg_dsn: str, fork: str) -> None:
     sql = Sql(pg_dsn)
     try:
-        wait_for(lambda: runs_done(sql, job_id) >= 1, timeout=20, message="a first run before the fork")
+        engine, job_id = polling_with_a_run(make_engine, sql)
         before = sessions(sql)
         assert before, "the polling engine has sessions open"
-
-        def child() -> dict[str, Any]:
-            out: dict[str, Any] = {"not_refused": [], "messages": []}
-            for name in public_calls():
-                if name in ANSWERED_AFTER_FORK:
-                    continue
-                try:
-                    getattr(engine, name)()
-                    out["not_refused"].append(name)
-                except mjsched.EngineForked as exc:
-                    out["messages"].append(str(exc))
-                    out["parent_pid"] = exc.parent_pid
-                except Exception as exc:  # noqa: BLE001
-                    out["not_refused"].append(f"{name}: {type(exc).__name__}: {exc}")
-            started = time.monotonic()
-            out["stop_polling"] = engine.stop_polling(wait=True, max_wait=30)
-            out["close"] = engine.close()
-            engine.__exit__(None, None, None)    # the end of a with-block begun before the fork
-            control._close_open_engines()          # what this process's exit does
-            out["quiet_seconds"] = time.monotonic() - started
-            out["is_polling"], out["inflight"] = engine.is_polling, engine.inflight
-            # the copy's backend is usable on connections of this process's own
-            out["jobs_seen"] = [j.name for j in engine.backend.list_jobs()]
-            return out
-
-        result = in_child(FORKS[fork], child)
-        assert result["not_refused"] == []
-        assert result["parent_pid"] == os.getpid()
-        assert result["messages"] and all(f"{fix}" in m for m in result["messages"] for fix in FIXES)
-        assert any(m.startswith("start_polling(): ") for m in result["messages"])
-        assert any(m.startswith("execute_job(): ") for m in result["messages"])
-        assert result["stop_polling"] is None and result["close"] is None and result["quiet_seconds"] < 1.0
-        assert (result["is_polling"], result["inflight"]) == (False, 0)
-        assert result["jobs_seen"] == ["tick"]
-
-        # The parent: its sessions were left alone (none ended by the child), and it goes on.
-        after_child = runs_done(sql, job_id)
-        assert before <= sessions(sql), "a session of the parent ended: the child closed or used it"
-        wait_for(lambda: runs_done(sql, job_id) >= after_child + 2, timeout=20,
-                 message="runs after the child touched its copy")
-        assert engine.is_polling and [j.name for j in engine.list_jobs()] == ["tick"]
-        assert before <= sessions(sql)
+        check_the_copy(in_child(FORKS[fork], lambda: use_the_copy(engine)))
+        check_the_parent_goes_on(engine, sql, job_id, before)
     finally:
         sql.close()
 
