@@ -29,7 +29,7 @@ import logging
 import os
 import threading
 import weakref
-from typing import Any, Iterator, Protocol
+from typing import Any, Callable, Iterator, Protocol
 
 log = logging.getLogger(__name__)
 
@@ -40,18 +40,86 @@ class ForkAware(Protocol):
         a parent's thread may have held, and never touches an inherited connection."""
 
 
+class ProcessLock:
+    """A lock that is this process's own: in a forked child, seen by a hook or not, the first
+    use makes a new lock there, never the one a parent's thread may have held at the fork
+    (that thread does not exist in the child, so its lock would be held for ever). For locks
+    that outlive their objects' after-fork hooks: those at module or class level, and those a
+    forked copy still takes (its statistics, its metrics). Two threads first in a child get
+    one lock (``dict.setdefault`` is atomic)."""
+
+    __slots__ = ("_pid", "_lock", "_make", "_children")
+
+    def __init__(self, make: Callable[[], Any] = threading.Lock) -> None:
+        self._make = make
+        self._pid = os.getpid()
+        self._lock = make()
+        self._children: dict[int, Any] = {}
+
+    def _current(self) -> Any:
+        pid = os.getpid()
+        if pid == self._pid:
+            return self._lock
+        lock = self._children.get(pid)
+        return lock if lock is not None else self._children.setdefault(pid, self._make())
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        return bool(self._current().acquire(blocking, timeout))
+
+    def release(self) -> None:
+        self._current().release()
+
+    def locked(self) -> bool:
+        return bool(self._current().locked())
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
 _tracked: "weakref.WeakSet[Any]" = weakref.WeakSet()
-_tracked_lock = threading.Lock()
-_tracked_pid = os.getpid()
+_tracked_lock = ProcessLock()
 
 
 def track(obj: ForkAware) -> None:
     """Call ``obj.after_fork_in_child()`` in every process forked from this one (weakly held)."""
-    global _tracked_lock, _tracked_pid
-    if _tracked_pid != os.getpid():   # a fork no hook saw: a parent's thread may have held the lock
-        _tracked_lock, _tracked_pid = threading.Lock(), os.getpid()
     with _tracked_lock:
         _tracked.add(obj)
+
+
+class ProcessGuard:
+    """The process an object was made in, and whether this is a fork of it.
+
+    ``moved()`` is True in a forked child: at once when Python's at-fork hooks ran (the
+    owner's ``after_fork_in_child`` calls ``mark()``), else from the first check that sees
+    another process id. ``adopt()`` makes the current process the owner again."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.forked = False
+        self._settling = ProcessLock()
+
+    def mark(self) -> None:
+        self.forked = True
+
+    def moved(self) -> bool:
+        return self.forked or os.getpid() != self.pid
+
+    def adopt(self) -> None:
+        self.pid = os.getpid()
+        self.forked = False
+
+    def settle(self, make_anew: Callable[[], None]) -> None:
+        """In a process this object moved into unseen by the hooks, run ``make_anew`` once: the
+        first thread to come does, any other waits for it on a lock of this process's own, then
+        finds the object made anew. ``make_anew`` must ``adopt()`` as its last step: a thread
+        that checks meanwhile goes on without the lock once it sees the object adopted."""
+        if self.moved():
+            with self._settling:
+                if self.moved():
+                    make_anew()
 
 
 # How long a fork waits for the connections being opened to be recorded by their owners.
@@ -71,18 +139,18 @@ class _OpeningGate:
     the fork is done."""
 
     def __init__(self) -> None:
+        self._guard = ProcessGuard()
         self._reset()
 
     def _reset(self) -> None:
         self._cond = threading.Condition()
         self._opening = 0
         self._forking = False
-        self._pid = os.getpid()
+        self._guard.adopt()
 
     @contextlib.contextmanager
     def opening(self) -> Iterator[None]:
-        if self._pid != os.getpid():   # a fork no hook saw: the parent's lock and counts are not ours
-            self._reset()
+        self._guard.settle(self._reset)   # a fork no hook saw: the parent's lock and counts are not ours
         with self._cond:
             while self._forking:
                 self._cond.wait()
@@ -114,8 +182,6 @@ opening = _gate.opening
 
 
 def _after_fork_in_child() -> None:
-    global _tracked_lock, _tracked_pid
-    _tracked_lock, _tracked_pid = threading.Lock(), os.getpid()   # a parent's thread may have held it
     _gate.after_fork_in_child()
     for obj in list(_tracked):
         try:
@@ -137,25 +203,3 @@ def _after_fork_in_parent() -> None:
 if hasattr(os, "register_at_fork"):   # POSIX; Windows has no fork
     os.register_at_fork(before=lambda: _before_fork(), after_in_parent=lambda: _after_fork_in_parent(),
                         after_in_child=lambda: _after_fork_in_child())
-
-
-class ProcessGuard:
-    """The process an object was made in, and whether this is a fork of it.
-
-    ``moved()`` is True in a forked child: at once when Python's at-fork hooks ran (the
-    owner's ``after_fork_in_child`` calls ``mark()``), else from the first check that sees
-    another process id. ``adopt()`` makes the current process the owner again."""
-
-    def __init__(self) -> None:
-        self.pid = os.getpid()
-        self.forked = False
-
-    def mark(self) -> None:
-        self.forked = True
-
-    def moved(self) -> bool:
-        return self.forked or os.getpid() != self.pid
-
-    def adopt(self) -> None:
-        self.pid = os.getpid()
-        self.forked = False

@@ -55,6 +55,7 @@ from . import proctree, tracing
 from .drivers import callables
 from .drivers.base import BaseScheduledJob, ExecutionContext, JobResult
 from .errors import ConfigurationError
+from .forking import ProcessLock
 from .signal_relay import SignalRelay
 
 log = logging.getLogger(__name__)
@@ -70,7 +71,7 @@ _BOOTSTRAP = ("import sys; sys.path.insert(0, sys.argv[2]); "
               "from mjsched.isolation import _child_main; _child_main(int(sys.argv[1]))")
 _STANDARD_RECORD_KEYS = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
 
-_live_lock = threading.Lock()
+_live_lock = ProcessLock()
 _live: dict[int, str] = {}
 
 

@@ -42,12 +42,12 @@ An application that embeds the engine serves the same metrics with
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from typing import Any, Callable, Iterable, Iterator
 
 from .errors import ConfigurationError
 from .extras import install_command
+from .forking import ProcessLock
 from .version import __version__
 
 log = logging.getLogger(__name__)
@@ -186,7 +186,7 @@ class _JobCollector:
     def __init__(self, list_jobs: Callable[[], list[Any]], ttl: float | None = None) -> None:
         self._list_jobs = list_jobs
         self._ttl = ttl
-        self._lock = threading.Lock()
+        self._lock = ProcessLock()   # a scrape in a forked worker must not wait on the parent's
         self._read_at = float("-inf")
         self._values: list[tuple[str, float]] = []
 
@@ -230,7 +230,7 @@ class _AlertCollector:
     def __init__(self, counts: Callable[[], dict[str, int]], ttl: float | None = None) -> None:
         self._counts = counts
         self._ttl = ttl
-        self._lock = threading.Lock()
+        self._lock = ProcessLock()   # a scrape in a forked worker must not wait on the parent's
         self._read_at = float("-inf")
         self._values: dict[str, int] = {}
 

@@ -81,8 +81,7 @@ class ConnectionPool(Generic[C]):
 
     def _same_process(self) -> None:
         """A fork Python's at-fork hooks did not see (one made in C) is caught here."""
-        if self._process.moved():
-            self.after_fork_in_child()
+        self._process.settle(self.after_fork_in_child)
 
     @contextlib.contextmanager
     def connection(self) -> Iterator[C]:

@@ -723,18 +723,20 @@ class PgListener(Listener):
 
     def after_fork_in_child(self) -> None:
         """The inherited LISTEN connection is the parent's session: abandoned, never used
-        here; new locks, and a pipe of this process's own (the parent's would wake its select)."""
-        self._process.adopt()
+        here; new locks, and a pipe of this process's own (the parent's would wake its select).
+        Adopted last: another thread's process check passes only once all this is done."""
         conn, self._conn = self._conn, None
         self._lock, self._pipe_lock, self._wakeup = threading.Lock(), threading.Lock(), threading.Event()
         if conn is not None:
             with contextlib.suppress(Exception):
                 abandon_inherited(conn)
+        was_open = self._pipe_r >= 0
         for fd in (self._pipe_r, self._pipe_w):
             if fd >= 0:
                 with contextlib.suppress(OSError):
                     os.close(fd)   # this process's copies only
-        self._pipe_r, self._pipe_w = os.pipe()
+        self._pipe_r, self._pipe_w = os.pipe() if was_open else (-1, -1)
+        self._process.adopt()
 
     def _connect(self) -> Any:
         conn = psycopg2.connect(**self._kwargs)
@@ -751,8 +753,7 @@ class PgListener(Listener):
 
     def _same_process(self) -> None:
         """A fork Python's at-fork hooks did not see (one made in C) is caught here."""
-        if self._process.moved():
-            self.after_fork_in_child()
+        self._process.settle(self.after_fork_in_child)
 
     def wait(self, timeout: float) -> bool:
         self._same_process()

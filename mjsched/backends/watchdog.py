@@ -98,8 +98,7 @@ class CallWatchdog:
         if seconds is None:
             yield call
             return
-        if self._process.moved():   # a fork Python's at-fork hooks did not see
-            self.after_fork_in_child()
+        self._process.settle(self.after_fork_in_child)   # a fork Python's at-fork hooks did not see
         key = next(self._ids)
         with self._cond:
             self._calls[key] = call

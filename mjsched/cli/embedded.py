@@ -57,6 +57,7 @@ from typing import Any, Callable, Iterator
 
 from ..errors import ConfigurationError, DatabaseError, SchedulerError
 from ..extras import install_command
+from ..forking import ProcessLock
 
 log = logging.getLogger(__name__)
 
@@ -315,7 +316,7 @@ class EmbeddedServer:
     """
 
     _process_refs: dict[Path, int] = {}
-    _process_lock = threading.Lock()
+    _process_lock = ProcessLock()
 
     def __init__(self, home: str | Path | None = None, user: str | None = None,
                  announce: Callable[[str], None] | None = None) -> None:

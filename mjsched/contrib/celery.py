@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -30,13 +29,15 @@ from typing import Any
 from celery import Task
 from celery.exceptions import Ignore
 
+from ..forking import ProcessLock
+
 log = logging.getLogger(__name__)
 
 GUARD_PREFIX = "mjsched:celery:executed:"
 DEFAULT_GUARD_TTL = 7 * 24 * 3600
 
 _clients: dict[str, Any] = {}
-_clients_lock = threading.Lock()
+_clients_lock = ProcessLock()
 
 
 def guard_url(app: Any) -> str:

@@ -60,6 +60,7 @@ from typing import Any, Callable
 from .. import tracing
 from ..errors import ConfigurationError
 from ..extras import install_command
+from ..forking import ProcessLock
 from ..models import JobRun
 from .base import BaseScheduledJob, ExecutionContext, JobResult
 from .base import driver_named
@@ -84,7 +85,7 @@ PROBE_INTERVAL = 2.0                               # seconds between two questio
 UNFINISHED = ("PENDING", "RECEIVED", "STARTED", "RETRY")
 
 _apps: dict[tuple[str, str | None], Any] = {}
-_apps_lock = threading.Lock()
+_apps_lock = ProcessLock()
 
 
 def task_id_for(job_id: str, run: JobRun, attempt: int = 1) -> str:

@@ -2,18 +2,18 @@
 from __future__ import annotations
 
 import logging
-import threading
 from importlib import metadata
 from typing import Any, Callable, TypeVar
 
 from ..errors import ConfigurationError, UnknownDriver
+from ..forking import ProcessLock
 from .base import BaseScheduledJob
 
 log = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "mjsched.drivers"
 _registry: dict[str, type[BaseScheduledJob]] = {}
-_lock = threading.Lock()
+_lock = ProcessLock()
 _entry_points_loaded = False
 _builtin_registered = False
 

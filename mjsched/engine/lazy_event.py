@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import threading
 
-_MAKING = threading.Lock()   # two first users at once share one Condition
+from ..forking import ProcessLock
+
+_MAKING = ProcessLock()   # two first users at once share one Condition
 
 
 class LazyEvent(threading.Event):

@@ -1,9 +1,10 @@
 """The engine's counters (``engine.stats``), safe to bump from any thread."""
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping
 from typing import Callable
+
+from ..forking import ProcessLock
 
 
 class EngineStats(dict[str, int]):
@@ -22,7 +23,7 @@ class EngineStats(dict[str, int]):
 
     def __init__(self, counters: Mapping[str, int] | None = None) -> None:
         super().__init__(counters or {})
-        self._lock = threading.Lock()
+        self._lock = ProcessLock()   # a forked copy's snapshot() must not wait on a parent's bump
         self._tell: Callable[[str, int], None] | None = None
 
     def tell(self, callback: Callable[[str, int], None]) -> None:

@@ -29,6 +29,7 @@ from ..alerts import Alert
 from ..engine.refs import short_run_id
 from ..errors import (AmbiguousRunId, ConfigurationError, DatabaseError, JobNotFound, RunNotFound, SchedulerError,
                       SchemaNotInstalled)
+from ..forking import ProcessLock
 from ..redaction import redact_text
 from ..tags import problem as tag_problem, tag_set
 from ..version import __version__
@@ -108,7 +109,7 @@ def _job_id(value: str) -> str:
         raise UserError(404, "Not found", f"no job has the id {value!r}") from None
 
 
-_REMAKE_LOCKS: dict[int, threading.Lock] = {}   # by process id: Dashboard._own_engine_here
+_REMAKE_LOCK = ProcessLock()   # Dashboard._own_engine_here: each process's own
 
 
 class Dashboard:
@@ -160,7 +161,7 @@ class Dashboard:
         An engine the caller gave is the caller's to make after the fork."""
         if self._remake is None or os.getpid() == self._pid:
             return
-        with _REMAKE_LOCKS.setdefault(os.getpid(), threading.Lock()):   # this process's own lock
+        with _REMAKE_LOCK:
             if os.getpid() != self._pid:
                 self.engine = self._remake()
                 self.reader = Reader(self.engine.backend)

@@ -15,9 +15,10 @@ from mjsched import forking
 
 
 def fork_unseen() -> int:
-    """os.fork with none of mjsched's at-fork hooks run, in parent or child: what a fork made
-    in C without Python's hooks (uWSGI's master, unless py-call-osafterfork) leaves to the
-    process-id checks (mjsched/forking.py).
+    """os.fork with mjsched.forking's at-fork hooks switched off, in parent and child: what a
+    fork made in C without Python's hooks (uWSGI's master, unless py-call-osafterfork) leaves
+    to the objects' own process-id checks and to the process locks (mjsched/forking.py).
+    Python's own hooks (threading's, logging's) and signal_relay's still run.
 
     Not fork(2) called through ctypes, as before: in a process with threads that is a fork
     CPython itself does not survive. The GIL is a pthread condition variable, and a thread
@@ -25,7 +26,7 @@ def fork_unseen() -> int:
     whose first release of the GIL then blocks for ever in pthread_cond_signal. (A clean-clone
     CI run had such a child time out; with two busy threads beside the engine it happened in
     most runs here, and gdb showed drop_gil -> __condvar_quiesce_and_switch_g1.)
-    os.fork re-makes the GIL in the child, then runs the hooks, which are switched off here."""
+    os.fork re-makes the GIL in the child before it runs the hooks."""
     names = ("_before_fork", "_after_fork_in_parent", "_after_fork_in_child")
     saved = {name: getattr(forking, name) for name in names}
     for name in names:
@@ -41,7 +42,7 @@ def _nothing() -> None:
     pass
 
 
-FORKS = {"os.fork": os.fork, "a fork no at-fork hook saw": fork_unseen}
+FORKS = {"os.fork": os.fork, "a fork mjsched.forking did not see": fork_unseen}
 
 
 def in_child(fork: Callable[[], int], body: Callable[[], dict[str, Any]], timeout: float = 30.0) -> dict[str, Any]:
@@ -52,9 +53,15 @@ def in_child(fork: Callable[[], int], body: Callable[[], dict[str, Any]], timeou
     interpreter is stuck), then is killed."""
     read_end, write_end = os.pipe()
     stacks = tempfile.TemporaryFile()
-    pid = fork()
+    # Registered before the fork, so a child stuck in an at-fork hook can still be asked.
+    faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
+    pid = -1
+    try:
+        pid = fork()
+    finally:
+        if pid != 0:
+            faulthandler.unregister(signal.SIGUSR1)
     if pid == 0:   # the child: never returns into pytest
-        faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
         os.close(read_end)
         try:
             result = body()
