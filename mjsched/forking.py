@@ -72,11 +72,11 @@ class ProcessLock:
     def locked(self) -> bool:
         return bool(self._current().locked())
 
-    def __enter__(self) -> bool:
-        return self.acquire()
+    def __enter__(self) -> bool:   # the common case inline: this is on the engine's per-run path
+        return bool((self._lock if os.getpid() == self._pid else self._current()).acquire())
 
     def __exit__(self, *exc: object) -> None:
-        self.release()
+        (self._lock if os.getpid() == self._pid else self._current()).release()
 
 
 _tracked: "weakref.WeakSet[Any]" = weakref.WeakSet()
