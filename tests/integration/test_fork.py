@@ -68,6 +68,11 @@ def use_the_copy(engine: Any) -> dict[str, Any]:
     control._close_open_engines()          # what this process's exit does
     out["quiet_seconds"] = time.monotonic() - started
     out["is_polling"], out["inflight"] = engine.is_polling, engine.inflight
+    # what the copy still answers without a call: every public property, and its counters
+    properties = [name for name, value in vars(type(engine)).items()
+                  if isinstance(value, property) and not name.startswith("_")]
+    out["properties"] = {name: repr(getattr(engine, name))[:60] for name in properties}
+    out["stats"] = engine.stats.snapshot()
     # the copy's backend is usable on connections of this process's own
     out["jobs_seen"] = [j.name for j in engine.backend.list_jobs()]
     return out
@@ -82,6 +87,8 @@ def check_the_copy(result: dict[str, Any], jobs: tuple[str, ...] = ("tick",)) ->
     assert any(m.startswith("execute_job(): ") for m in result["messages"])
     assert result["stop_polling"] is None and result["close"] is None and result["quiet_seconds"] < 1.0
     assert (result["is_polling"], result["inflight"]) == (False, 0)
+    assert {"is_polling", "inflight", "leaked"} <= set(result["properties"])
+    assert result["stats"]["dispatched"] >= 1
     assert sorted(result["jobs_seen"]) == sorted(jobs)
 
 

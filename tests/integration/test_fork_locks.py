@@ -55,18 +55,21 @@ def reachable_locks(*roots: Any) -> list[Any]:
         inside = next((name for kind, name in INSIDE_THREADING if isinstance(obj, kind)), None)
         if isinstance(obj, LOCKS):
             found.append(obj)
-        elif inside is not None:
+            continue
+        if inside is not None:
             stack.append(getattr(obj, inside, None))
-        elif isinstance(obj, dict):
+            continue
+        if isinstance(obj, type):
+            if obj.__module__.startswith("mjsched"):
+                stack.extend(vars(obj).values())   # class attributes
+            continue
+        if isinstance(obj, threading.Thread):
+            continue
+        if isinstance(obj, dict):
             stack.extend(obj.values())
         elif isinstance(obj, (list, tuple, set, frozenset, collections.deque)):
             stack.extend(obj)
-        elif isinstance(obj, type):
-            if obj.__module__.startswith("mjsched"):
-                stack.extend(vars(obj).values())   # class attributes
-        elif isinstance(obj, threading.Thread):
-            continue
-        elif getattr(type(obj), "__module__", "").startswith(WALKED):
+        if getattr(type(obj), "__module__", "").startswith(WALKED):   # a dict of ours has attributes too
             stack.extend(getattr(obj, "__dict__", {}).values())
             for cls in type(obj).__mro__:
                 for slot in getattr(cls, "__slots__", ()):
@@ -128,7 +131,8 @@ def test_no_lock_a_parents_thread_held_at_the_fork_is_waited_for_in_the_child(
         before = sessions(sql)
         locks = every_lock(engine)
         backend = engine.backend
-        must = [inner(backend._pool._cond), inner(backend._watchdog._cond), inner(forking._tracked_lock)]
+        must = [inner(backend._pool._cond), inner(backend._watchdog._cond), inner(forking._tracked_lock),
+                engine.stats._lock]
         if fork == "os.fork":   # its before-fork hook takes the gate's lock: the fork would wait for it
             locks = [lock for lock in locks if lock is not inner(forking._gate._cond)]
         else:
