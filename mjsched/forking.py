@@ -44,9 +44,12 @@ class ProcessLock:
     """A lock that is this process's own: in a forked child, seen by a hook or not, the first
     use makes a new lock there, never the one a parent's thread may have held at the fork
     (that thread does not exist in the child, so its lock would be held for ever). For locks
-    that outlive their objects' after-fork hooks: those at module or class level, and those a
-    forked copy still takes (its statistics, its metrics). Two threads first in a child get
-    one lock (``dict.setdefault`` is atomic)."""
+    no object's after-fork hook remakes: those at module or class level
+    (tests/unit/test_process_locks.py), and those a forked process may still take (the
+    metrics collectors'). Two threads first in a child get one lock (``dict.setdefault`` is
+    atomic). Not for a with-block that forks: the child would release its own, unheld lock.
+    Keyed by process id, so a descendant that gets a dead ancestor's id back (a double fork
+    and a wrapped pid counter) would share that ancestor's lock."""
 
     __slots__ = ("_pid", "_lock", "_make", "_children")
 
@@ -112,7 +115,8 @@ class ProcessGuard:
         self.forked = False
 
     def settle(self, make_anew: Callable[[], None]) -> None:
-        """In a process this object moved into unseen by the hooks, run ``make_anew`` once: the
+        """In a process this object moved into (marked by a hook, or a fork no hook saw), run
+        ``make_anew`` once: the
         first thread to come does, any other waits for it on a lock of this process's own, then
         finds the object made anew. ``make_anew`` must ``adopt()`` as its last step: a thread
         that checks meanwhile goes on without the lock once it sees the object adopted."""

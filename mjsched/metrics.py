@@ -45,9 +45,9 @@ import logging
 import time
 from typing import Any, Callable, Iterable, Iterator
 
-from .errors import ConfigurationError
+from .errors import ConfigurationError, EngineForked
 from .extras import install_command
-from .forking import ProcessLock
+from .forking import ProcessGuard, ProcessLock
 from .version import __version__
 
 log = logging.getLogger(__name__)
@@ -66,11 +66,17 @@ def _client() -> Any:
 
 
 class EngineMetrics:
-    """Prometheus metrics of one ``SchedulingEngine``; ``serve(port)`` exposes them."""
+    """Prometheus metrics of one ``SchedulingEngine``; ``serve(port)`` exposes them.
+
+    In a process forked from the one that made them (an app mounted under gunicorn --preload)
+    they are the copy's, which never runs: a scrape there is refused (EngineForked, a 503 from
+    ``wsgi_app``) rather than answered with the parent's numbers as of the fork. It would
+    also take prometheus_client's locks, which a parent's thread may have held at the fork."""
 
     def __init__(self, engine: Any, registry: Any = None, *, job_metrics: bool = True) -> None:
         pc = _client()
         self._pc = pc
+        self._process = ProcessGuard()
         self.engine = engine
         self.registry = registry if registry is not None else pc.CollectorRegistry(auto_describe=True)
         r = self.registry
@@ -133,12 +139,27 @@ class EngineMetrics:
         if isinstance(started, tuple):
             self._server, self._thread = started
 
+    def _same_process(self, method: str) -> None:
+        if self._process.moved():
+            raise EngineForked(method, self._process.pid)
+
     def render(self) -> bytes:
+        self._same_process("metrics.render")
         return bytes(self._pc.generate_latest(self.registry))
 
     def wsgi_app(self) -> Callable[..., Iterable[bytes]]:
-        """A WSGI application answering Prometheus scrapes (mount it under /metrics)."""
-        return self._pc.make_wsgi_app(self.registry)
+        """A WSGI application answering Prometheus scrapes (mount it under /metrics); 503 in a
+        forked process, naming the fix."""
+        scrape = self._pc.make_wsgi_app(self.registry)
+
+        def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+            try:
+                self._same_process("metrics.wsgi_app")
+            except EngineForked as exc:
+                start_response("503 Service Unavailable", [("Content-Type", "text/plain; charset=utf-8")])
+                return [f"{exc}\n".encode()]
+            return scrape(environ, start_response)   # type: ignore[no-any-return]
+        return app
 
     def close(self) -> None:
         if self._server is not None:
@@ -186,7 +207,7 @@ class _JobCollector:
     def __init__(self, list_jobs: Callable[[], list[Any]], ttl: float | None = None) -> None:
         self._list_jobs = list_jobs
         self._ttl = ttl
-        self._lock = ProcessLock()   # a scrape in a forked worker must not wait on the parent's
+        self._lock = ProcessLock()
         self._read_at = float("-inf")
         self._values: list[tuple[str, float]] = []
 
@@ -230,7 +251,7 @@ class _AlertCollector:
     def __init__(self, counts: Callable[[], dict[str, int]], ttl: float | None = None) -> None:
         self._counts = counts
         self._ttl = ttl
-        self._lock = ProcessLock()   # a scrape in a forked worker must not wait on the parent's
+        self._lock = ProcessLock()
         self._read_at = float("-inf")
         self._values: dict[str, int] = {}
 

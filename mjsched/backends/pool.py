@@ -74,10 +74,10 @@ class ConnectionPool(Generic[C]):
         inherited = list(self._mine.values())   # no lock: this process has one thread now
         self._idle, self._mine, self._open = [], {}, 0
         self._cond = threading.Condition()
-        self._process.adopt()
         for conn in inherited:
             with contextlib.suppress(Exception):
                 self._abandon(conn)
+        self._process.adopt()   # last: another thread's check goes on once it sees this
 
     def _same_process(self) -> None:
         """A fork Python's at-fork hooks did not see (one made in C) is caught here."""

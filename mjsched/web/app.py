@@ -134,7 +134,7 @@ class Dashboard:
         self._owns_engine = owns_engine
         # At most this many requests use the database at once: an engine shared with the dashboard
         # keeps the rest of its connection pool for its poller, heartbeats and completions.
-        self._db_slots = threading.BoundedSemaphore(DB_SLOTS_OWNED if owns_engine else DB_SLOTS_SHARED)
+        self._db_slots = self._new_slots()
         self.templates = Environment(loader=PackageLoader("mjsched.web", "templates"),
                                      autoescape=select_autoescape(default=True, default_for_string=True))
         self.templates.filters.update(duration=humanize.duration, span=humanize.span, age_from=humanize.age,
@@ -154,17 +154,24 @@ class Dashboard:
             Rule("/static/<name>", endpoint="static", methods=["GET"]),
         ], strict_slashes=False)
 
+    def _new_slots(self) -> threading.BoundedSemaphore:
+        return threading.BoundedSemaphore(DB_SLOTS_OWNED if self._owns_engine else DB_SLOTS_SHARED)
+
     def _own_engine_here(self) -> None:
-        """An engine the dashboard made itself is made again in a process forked after
-        create_app (an app mounted at import under gunicorn --preload, or uWSGI without
-        lazy-apps): the inherited copy refuses every call there (docs/guide/deployment.md).
-        An engine the caller gave is the caller's to make after the fork."""
-        if self._remake is None or os.getpid() == self._pid:
+        """In a process forked after create_app (an app mounted at import under gunicorn
+        --preload, or uWSGI without lazy-apps): new request slots (the parent's requests held
+        some at the fork, and a parent's thread may have held the semaphore's lock), and an
+        engine the dashboard made itself is made again, as the inherited copy refuses every
+        call there (docs/guide/deployment.md). An engine the caller gave is the caller's to
+        make after the fork."""
+        if os.getpid() == self._pid:
             return
         with _REMAKE_LOCK:
             if os.getpid() != self._pid:
-                self.engine = self._remake()
-                self.reader = Reader(self.engine.backend)
+                self._db_slots = self._new_slots()
+                if self._remake is not None:
+                    self.engine = self._remake()
+                    self.reader = Reader(self.engine.backend)
                 self._pid = os.getpid()
 
     # -- WSGI ---------------------------------------------------------------------------------

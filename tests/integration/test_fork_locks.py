@@ -27,18 +27,19 @@ import pytest
 
 import mjsched
 from mjsched import forking
+from mjsched.metrics import EngineMetrics
 from tests.support.forks import FORKS, in_child
 from tests.support.pg import Sql
 
 from .test_fork import check_the_copy, check_the_parent_goes_on, polling_with_a_run, sessions, use_the_copy
 
-pytestmark = [pytest.mark.postgres, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.postgres, pytest.mark.timeout(240)]
 
 LOCKS = (type(threading.Lock()), type(threading.RLock()))
 SCALARS = (str, bytes, int, float, bool, type(None))
 # Objects of these modules are walked into; of threading's only the lock inside (a Condition's
 # waiters are locks its waiting threads hold by design, and a Thread's are the interpreter's).
-WALKED = ("mjsched", "concurrent.futures", "queue")
+WALKED = ("mjsched", "concurrent.futures", "queue", "prometheus_client")
 INSIDE_THREADING = ((threading.Condition, "_lock"), (threading.Event, "_cond"), (threading.Semaphore, "_cond"))
 
 
@@ -128,8 +129,11 @@ def test_no_lock_a_parents_thread_held_at_the_fork_is_waited_for_in_the_child(
         by_hand = engine.create_job("by-hand", "python", every="1h", isolation="process",
                                     configuration={"callable": "os:getpid"})
         engine.pause_job(by_hand)    # the parent never runs it; the child's new engine does
+        metrics = EngineMetrics(engine)         # an exporter made before the fork, scraped once
+        scrape = metrics.wsgi_app()
+        assert b"mjsched_polls_total" in metrics.render()
         before = sessions(sql)
-        locks = every_lock(engine)
+        locks = every_lock(engine) + reachable_locks(metrics)
         backend = engine.backend
         must = [inner(backend._pool._cond), inner(backend._watchdog._cond), inner(forking._tracked_lock),
                 engine.stats._lock]
@@ -152,6 +156,15 @@ def test_no_lock_a_parents_thread_held_at_the_fork_is_waited_for_in_the_child(
 
         def child() -> dict[str, Any]:
             out = use_the_copy(engine)
+            try:
+                metrics.render()
+                out["render"] = "answered"
+            except mjsched.EngineForked as exc:
+                out["render"] = exc.method
+            replies: list[str] = []
+            body = b"".join(scrape({"REQUEST_METHOD": "GET", "PATH_INFO": "/metrics", "QUERY_STRING": ""},
+                                   lambda status, headers: replies.append(status)))
+            out["scrape"] = [replies, "post_fork" in body.decode()]
             fresh = mjsched.SchedulingEngine(pg_dsn, lease_timeout=30.0)
             try:
                 out["by_hand"] = fresh.execute_job(by_hand, force=True).status.value
@@ -160,12 +173,16 @@ def test_no_lock_a_parents_thread_held_at_the_fork_is_waited_for_in_the_child(
             return out
 
         try:
-            result = in_child(forking_while_held, child)
+            result = in_child(forking_while_held, child, timeout=60)   # a new engine and a child interpreter
         finally:
             holder.forked.set()
             holder.join(timeout=10)
         check_the_copy(result, jobs=("by-hand", "tick"))
         assert result["by_hand"] == "Completed"
+        # the copy's metrics are refused, not answered with the parent's numbers as of the fork
+        assert result["render"] == "metrics.render"
+        assert result["scrape"] == [["503 Service Unavailable"], True]
+        assert b"mjsched_polls_total" in metrics.render()    # the parent's still answer
         check_the_parent_goes_on(engine, sql, job_id, before, jobs=("by-hand", "tick"))
     finally:
         sql.close()

@@ -22,6 +22,22 @@ def sessions(sql: Sql) -> set[int]:
                                        "AND application_name = 'mjsched'")}
 
 
+class take_every_slot:
+    """The dashboard's request slots all taken in the parent, as by its requests in flight at a
+    fork; a child with the parent's semaphore would wait 10 s and answer "Busy" (503)."""
+
+    def __init__(self, dashboard: Any) -> None:
+        self.slots, self.taken = dashboard._db_slots, 0
+        while self.slots.acquire(timeout=0):
+            self.taken += 1
+        assert self.taken >= 2
+
+    def release(self) -> None:
+        for _ in range(self.taken):
+            self.slots.release()
+        self.taken = 0
+
+
 @pytest.mark.parametrize("fork", list(FORKS), ids=list(FORKS))
 def test_a_dashboard_made_before_the_fork_answers_in_the_child(engine: Any, pg_dsn: str, fork: str) -> None:
     job_id = shell_job(engine, "nightly")
@@ -30,6 +46,7 @@ def test_a_dashboard_made_before_the_fork_answers_in_the_child(engine: Any, pg_d
     try:
         assert "nightly" in Browserless(dashboard).html("/jobs")    # the parent's dashboard has connections
         before = sessions(sql)
+        busy = take_every_slot(dashboard)     # the parent's requests in flight at the fork
 
         def child() -> dict[str, Any]:
             web = Browserless(dashboard)
@@ -39,6 +56,7 @@ def test_a_dashboard_made_before_the_fork_answers_in_the_child(engine: Any, pg_d
                     "paused": paused.status_code}
 
         result = in_child(FORKS[fork], child)
+        busy.release()
         assert result == {"status": 200, "listed": True, "paused": 303}
         assert engine.get_job(job_id).status.value == "Paused"
         assert before <= sessions(sql)        # the parent's sessions were not used or ended by the child
@@ -53,6 +71,7 @@ def test_a_dashboard_on_the_callers_engine_reads_but_its_actions_refuse_in_the_c
     goes through the caller's engine, whose copy refuses, and the page says why."""
     job_id = shell_job(engine, "nightly")
     dashboard = create_app(engine)
+    busy = take_every_slot(dashboard)
 
     def child() -> dict[str, Any]:
         web = Browserless(dashboard)
@@ -64,6 +83,7 @@ def test_a_dashboard_on_the_callers_engine_reads_but_its_actions_refuse_in_the_c
         return {"listed": listed, "status": reply.status_code, "text": text}
 
     result = in_child(FORKS["os.fork"], child)
+    busy.release()
     assert result["listed"]
     assert "post_fork" in result["text"] and "lazy-apps" in result["text"], result
     assert engine.get_job(job_id).status.value == "Active"      # nothing was paused behind the error
