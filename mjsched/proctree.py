@@ -34,9 +34,11 @@ log = logging.getLogger(__name__)
 
 MARKS_VARIABLE = "MJSCHED_RUN_MARKS"
 POLL_INTERVAL = 0.05
+UNSURE_ROUNDS = 4       # scans more while a process's environment reads empty (mid-exec), at most
 KILL_BOUND = 2.0        # seconds the stop-and-kill sweep may take before it gives up on a fork storm
 PR_SET_CHILD_SUBREAPER = 36
 _PREFIX = MARKS_VARIABLE.encode() + b"="
+KTHREADD = 2            # the kernel's threads are its children, and have no environment
 _HAVE_PROC = os.path.isdir("/proc/self")
 
 Members = dict[int, int]   # pid -> start time in clock ticks (a reused pid has another)
@@ -78,6 +80,10 @@ class RunProcesses:
         self._root_started = _start_time(root) if root is not None else None
         # a marked process was started after the root: older ones need not be read
         self.since = since if since is not None else (self._root_started or 0)
+        # Processes of the last scan whose environment read empty: in the middle of an exec
+        # the kernel shows none, so a marked one would be missed just then (a double-forked
+        # grandchild exec'ing as the run was cancelled outlived it). Scanned again, a few times.
+        self.unsure: set[int] = set()
 
     def members(self) -> Members:
         """Live (not zombie) members: pid -> start time; the root only when it is marked."""
@@ -94,13 +100,30 @@ class RunProcesses:
                 if pid not in found:
                     found[pid] = table[pid].started
                     todo.extend(children.get(pid, []))
+        unsure: set[int] = set()
         for pid, entry in table.items():
             if pid in found or not entry.live:
                 continue
-            if (self.group is not None and entry.pgid == self.group) or (
-                    self.mark is not None and entry.started >= self.since and _carries(pid, self.mark)):
+            if self.group is not None and entry.pgid == self.group:
                 found[pid] = entry.started
+            elif self.mark is not None and entry.started >= self.since:
+                carries = _carries(pid, self.mark)
+                if carries:
+                    found[pid] = entry.started
+                elif carries is None and entry.ppid != KTHREADD:
+                    unsure.add(pid)
+        self.unsure = unsure - self.exclude
         return {pid: started for pid, started in found.items() if pid not in self.exclude and table[pid].live}
+
+    def _settled(self, found: Members, rounds: list[int]) -> bool:
+        """Nothing left to end: no member, and no unsure process (after UNSURE_ROUNDS scans
+        an empty environment is taken to be one, as ``env -i`` gives)."""
+        if self._remaining(found):
+            return False
+        if self.unsure and rounds[0] < UNSURE_ROUNDS:
+            rounds[0] += 1
+            return False
+        return True
 
     def signal(self, found: Members, sig: int) -> None:
         if self.group is not None and hasattr(os, "killpg"):
@@ -117,10 +140,15 @@ class RunProcesses:
         may drain pipes meanwhile)."""
         found = self.members()
         self.signal(found, signal.SIGTERM)
+        termed, rounds = dict(found), [0]
         deadline = time.monotonic() + grace
-        while self._remaining(found) and time.monotonic() < deadline:
+        while not self._settled(found, rounds) and time.monotonic() < deadline:
             pause(POLL_INTERVAL)
             found = self.members()
+            for pid, started in found.items():   # one found late (it was mid-exec) gets its SIGTERM too
+                if termed.get(pid) != started:
+                    _signal_pid(pid, started, signal.SIGTERM)
+                    termed[pid] = started
         return self.kill(pause) if self._remaining(found) else 0
 
     def kill(self, pause: Callable[[float], object] = time.sleep) -> int:
@@ -135,8 +163,8 @@ class RunProcesses:
             self.signal(new, signal.SIGSTOP)
             stopped.update(new)
         self.signal(stopped, signal.SIGKILL)
-        left = self.members()
-        while left and time.monotonic() < deadline:   # without /proc: SIGKILL cannot be ignored
+        left, rounds = self.members(), [0]
+        while not self._settled(left, rounds) and time.monotonic() < deadline:   # SIGKILL cannot be ignored
             self.signal(left, signal.SIGKILL)
             pause(POLL_INTERVAL)
             left = self.members()
@@ -209,12 +237,16 @@ def _process_table() -> dict[int, _Entry]:
     return table
 
 
-def _carries(pid: int, mark: bytes) -> bool:
+def _carries(pid: int, mark: bytes) -> bool | None:
+    """Whether the process carries ``mark``; None when its environment reads empty (it is
+    in the middle of an exec, or was started with none)."""
     try:
         with open(f"/proc/{pid}/environ", "rb") as fh:
             environ = fh.read()
     except OSError:   # gone, or another user's: not ours to kill either way
         return False
+    if not environ:
+        return None
     for entry in environ.split(b"\0"):
         if entry.startswith(_PREFIX):
             return mark in entry[len(_PREFIX):].split(b",")
