@@ -11,7 +11,9 @@ A process belongs to a run when either holds:
 
 :meth:`RunProcesses.end` sends them all (and the run's process group) ``SIGTERM``, waits
 up to a grace period, then stops what is left (``SIGSTOP``: a stopped process cannot fork)
-until a round finds no new member, and ``SIGKILL``\\ s them together.
+until a round finds no new member, and ``SIGKILL``\\ s them together. A process whose
+environment reads empty (one in the middle of an exec shows none for a moment) is scanned
+again, a few times, before the run is taken to have none left.
 
 Not found: a process reparented out of the tree that also dropped its environment
 (``env -i``, ``sudo``) or overwrote it (``setproctitle``), one a service manager started
