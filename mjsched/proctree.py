@@ -40,7 +40,7 @@ UNSURE_ROUNDS = 4       # scans more while a process's environment reads empty (
 KILL_BOUND = 2.0        # seconds the stop-and-kill sweep may take before it gives up on a fork storm
 PR_SET_CHILD_SUBREAPER = 36
 _PREFIX = MARKS_VARIABLE.encode() + b"="
-KTHREADD = 2            # the kernel's threads are its children, and have no environment
+PF_KTHREAD = 0x00200000  # a kernel thread (stat's flags): it has no environment, and is nobody's run
 _HAVE_PROC = os.path.isdir("/proc/self")
 
 Members = dict[int, int]   # pid -> start time in clock ticks (a reused pid has another)
@@ -85,10 +85,11 @@ class RunProcesses:
         # Processes of the last scan whose environment read empty: in the middle of an exec
         # the kernel shows none, so a marked one would be missed just then (a double-forked
         # grandchild exec'ing as the run was cancelled outlived it). Scanned again, a few times.
-        self.unsure: set[int] = set()
+        self.unsure: Members = {}
 
     def members(self) -> Members:
-        """Live (not zombie) members: pid -> start time; the root only when it is marked."""
+        """Live (not zombie) members: pid -> start time; the root only when it is marked.
+        Sets ``unsure``: the processes whose environment could not be read just then."""
         table = _process_table()
         found: Members = {}
         root = self.root
@@ -102,7 +103,7 @@ class RunProcesses:
                 if pid not in found:
                     found[pid] = table[pid].started
                     todo.extend(children.get(pid, []))
-        unsure: set[int] = set()
+        unsure: Members = {}
         for pid, entry in table.items():
             if pid in found or not entry.live:
                 continue
@@ -112,9 +113,9 @@ class RunProcesses:
                 carries = _carries(pid, self.mark)
                 if carries:
                     found[pid] = entry.started
-                elif carries is None and entry.ppid != KTHREADD:
-                    unsure.add(pid)
-        self.unsure = unsure - self.exclude
+                elif carries is None and not entry.kernel:
+                    unsure[pid] = entry.started
+        self.unsure = {pid: started for pid, started in unsure.items() if pid not in self.exclude}
         return {pid: started for pid, started in found.items() if pid not in self.exclude and table[pid].live}
 
     def _settled(self, found: Members, rounds: list[int]) -> bool:
@@ -142,16 +143,16 @@ class RunProcesses:
         may drain pipes meanwhile)."""
         found = self.members()
         self.signal(found, signal.SIGTERM)
-        termed, rounds = dict(found), [0]
+        rounds = [0]
         deadline = time.monotonic() + grace
         while not self._settled(found, rounds) and time.monotonic() < deadline:
             pause(POLL_INTERVAL)
+            unsure = self.unsure
             found = self.members()
-            for pid, started in found.items():   # one found late (it was mid-exec) gets its SIGTERM too
-                if termed.get(pid) != started:
+            for pid, started in found.items():   # one that was mid-exec gets the SIGTERM it missed;
+                if unsure.get(pid) == started:    # others found late (a trap's cleanup) keep the grace
                     _signal_pid(pid, started, signal.SIGTERM)
-                    termed[pid] = started
-        return self.kill(pause) if self._remaining(found) else 0
+        return self.kill(pause) if self._remaining(found) or self.unsure else 0
 
     def kill(self, pause: Callable[[float], object] = time.sleep) -> int:
         """Stop members until a round finds no new one (a stopped process cannot fork), then
@@ -218,6 +219,7 @@ class _Entry(NamedTuple):
     pgid: int
     started: int     # clock ticks after boot
     live: bool       # not a zombie
+    kernel: bool     # a kernel thread
 
 
 def _process_table() -> dict[int, _Entry]:
@@ -233,22 +235,24 @@ def _process_table() -> dict[int, _Entry]:
         try:
             with open(f"/proc/{name}/stat", "rb") as fh:
                 fields = fh.read().rsplit(b")", 1)[1].split()
-            table[int(name)] = _Entry(int(fields[1]), int(fields[2]), int(fields[19]), fields[0] not in (b"Z", b"X"))
+            table[int(name)] = _Entry(int(fields[1]), int(fields[2]), int(fields[19]), fields[0] not in (b"Z", b"X"),
+                                      bool(int(fields[6]) & PF_KTHREAD))
         except (OSError, IndexError, ValueError):
             continue
     return table
 
 
 def _carries(pid: int, mark: bytes) -> bool | None:
-    """Whether the process carries ``mark``; None when its environment reads empty (it is
-    in the middle of an exec, or was started with none)."""
+    """Whether the process carries ``mark``; None when its environment and its command line
+    both read empty, as in the middle of an exec (``env -i`` leaves a command line)."""
     try:
         with open(f"/proc/{pid}/environ", "rb") as fh:
             environ = fh.read()
+        if not environ:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                return None if not fh.read(1) else False
     except OSError:   # gone, or another user's: not ours to kill either way
         return False
-    if not environ:
-        return None
     for entry in environ.split(b"\0"):
         if entry.startswith(_PREFIX):
             return mark in entry[len(_PREFIX):].split(b",")

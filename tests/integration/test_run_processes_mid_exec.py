@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.timeout(30),
 
 
 @pytest.mark.parametrize("empty_reads", [1, 3])
-@pytest.mark.parametrize("how", ["end", "kill"])
+@pytest.mark.parametrize("how", ["end", "end without grace", "kill"])
 def test_a_process_mid_exec_at_the_scan_is_ended_too(monkeypatch: Any, how: str, empty_reads: int) -> None:
     mark = proctree.new_mark()
     orphan = subprocess.Popen(["sleep", "60"], env=proctree.marked_environment(None, mark),
@@ -43,6 +43,8 @@ def test_a_process_mid_exec_at_the_scan_is_ended_too(monkeypatch: Any, how: str,
         run = proctree.RunProcesses(None, mark, since=0)
         if how == "end":
             run.end(grace=2.0)
+        elif how == "end without grace":   # a fenced run's (cancel_grace 0): the scans go on in kill()
+            run.end(grace=0.0)
         else:
             run.kill()
         orphan.wait(timeout=5)
