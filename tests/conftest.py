@@ -13,6 +13,7 @@ The backend contract suite asks for ``db``: each such test runs once per dialect
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -218,3 +219,11 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     for table in _CHAOS_TABLES:
         terminalreporter.write_sep("-", "chaos")
         terminalreporter.write_line(table)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_test_driver_events() -> None:
+    """Gates and start events of tests/support/drivers.py are per test name, not per process."""
+    loaded = sys.modules.get("tests.support.drivers")
+    if loaded is not None:
+        loaded.forget_set_events()

@@ -11,6 +11,16 @@ STARTED: dict[str, threading.Event] = {}
 _lock = threading.Lock()
 
 
+def forget_set_events() -> None:
+    """Before each test (tests/conftest.py): a gate or start event an earlier test set is
+    dropped, so a job of the same name here blocks (and has not started) until this test says
+    so. One left set let test_tag_limits' "free" job finish before the test could see it run."""
+    with _lock:
+        for events in (GATES, STARTED):
+            for name in [name for name, event in events.items() if event.is_set()]:
+                del events[name]
+
+
 def gate(name: str) -> threading.Event:
     with _lock:
         return GATES.setdefault(name, threading.Event())
