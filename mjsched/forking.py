@@ -75,7 +75,7 @@ class ProcessLock:
     def locked(self) -> bool:
         return bool(self._current().locked())
 
-    def __enter__(self) -> bool:   # the common case inline: this is on the engine's per-run path
+    def __enter__(self) -> bool:   # the common case inline: one method call fewer
         return bool((self._lock if os.getpid() == self._pid else self._current()).acquire())
 
     def __exit__(self, *exc: object) -> None:
@@ -116,9 +116,8 @@ class ProcessGuard:
 
     def settle(self, make_anew: Callable[[], None]) -> None:
         """In a process this object moved into (marked by a hook, or a fork no hook saw), run
-        ``make_anew`` once: the
-        first thread to come does, any other waits for it on a lock of this process's own, then
-        finds the object made anew. ``make_anew`` must ``adopt()`` as its last step: a thread
+        ``make_anew`` once: the first thread to come does, any other waits for it on a lock of
+        this process's own, then finds the object made anew. ``make_anew`` must ``adopt()`` as its last step: a thread
         that checks meanwhile goes on without the lock once it sees the object adopted."""
         if self.moved():
             with self._settling:
